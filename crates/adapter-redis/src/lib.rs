@@ -1,0 +1,1 @@
+//! adapter-redis: placeholder until its issue lands.

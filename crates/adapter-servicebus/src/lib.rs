@@ -1,0 +1,1 @@
+//! adapter-servicebus: placeholder until its issue lands.

@@ -1,0 +1,3 @@
+//! The `drain` binary.
+
+fn main() {}

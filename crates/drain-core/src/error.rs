@@ -1,0 +1,158 @@
+//! Typed errors that every port returns: a kind, whether a retry can help, and a
+//! message a user can act on.
+
+use std::fmt;
+
+use thiserror::Error;
+
+/// Whether retrying the same call can succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Persistence {
+    /// A passing condition (timeout, refused connection, failover, loading): retry later.
+    Temporary,
+    /// Retrying will fail the same way until someone changes something (rights,
+    /// credentials, a key of the wrong type, bad configuration).
+    Permanent,
+}
+
+/// What went wrong, independent of the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// No answer within the configured timeout.
+    Timeout,
+    /// Could not connect, or the connection broke.
+    Connection,
+    /// The server is up but not serving yet (Redis `LOADING`, `BUSY`, a failover, `READONLY`).
+    Unavailable,
+    /// The cluster keeps redirecting (`MOVED`/`ASK` storms) or the topology changed.
+    Redirected,
+    /// Authentication failed.
+    Auth,
+    /// The credentials lack a right (Redis `NOPERM`, AMQP `unauthorized-access`).
+    Permission,
+    /// A key holds a value of another type, or a reply had an unexpected shape.
+    WrongType,
+    /// The peer broke the protocol or answered something we cannot use.
+    Protocol,
+    /// The entity does not exist (queue not found).
+    NotFound,
+    /// Our own configuration is wrong.
+    Config,
+    /// The component was closed.
+    Closed,
+    /// A message's lock expired or was lost; the broker will redeliver it.
+    LockLost,
+    /// The backend cannot do this (e.g. lock renewal on a generic AMQP broker).
+    Unsupported,
+    /// Anything else.
+    Other,
+}
+
+impl ErrorKind {
+    /// The default persistence of this kind.
+    #[must_use]
+    pub fn default_persistence(self) -> Persistence {
+        match self {
+            ErrorKind::Timeout | ErrorKind::Connection | ErrorKind::Unavailable | ErrorKind::Redirected => {
+                Persistence::Temporary
+            }
+            _ => Persistence::Permanent,
+        }
+    }
+
+    /// A short stable name, used in logs and metric labels.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Connection => "connection",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Redirected => "redirected",
+            ErrorKind::Auth => "auth",
+            ErrorKind::Permission => "permission",
+            ErrorKind::WrongType => "wrong_type",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Config => "config",
+            ErrorKind::Closed => "closed",
+            ErrorKind::LockLost => "lock_lost",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error every port returns.
+///
+/// Adapters map their driver's errors to a kind at the boundary, and write a
+/// message that says what to check; the message must never contain a secret.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{kind} ({persistence}): {message}")]
+pub struct PortError {
+    /// What went wrong.
+    pub kind: ErrorKind,
+    /// Whether a retry can help.
+    pub persistence: Persistence,
+    /// What happened and what to do, for a human.
+    pub message: String,
+}
+
+impl PortError {
+    /// An error of `kind` with that kind's default persistence.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        PortError { kind, persistence: kind.default_persistence(), message: message.into() }
+    }
+
+    /// Override the persistence.
+    #[must_use]
+    pub fn with_persistence(mut self, persistence: Persistence) -> Self {
+        self.persistence = persistence;
+        self
+    }
+
+    /// Whether retrying may succeed.
+    #[must_use]
+    pub fn is_temporary(&self) -> bool {
+        self.persistence == Persistence::Temporary
+    }
+}
+
+impl fmt::Display for Persistence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Persistence::Temporary => "temporary",
+            Persistence::Permanent => "permanent",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn persistence_defaults() {
+        for (kind, temporary) in [
+            (ErrorKind::Timeout, true),
+            (ErrorKind::Connection, true),
+            (ErrorKind::Unavailable, true),
+            (ErrorKind::Redirected, true),
+            (ErrorKind::Auth, false),
+            (ErrorKind::Permission, false),
+            (ErrorKind::WrongType, false),
+            (ErrorKind::Config, false),
+        ] {
+            assert_eq!(PortError::new(kind, "x").is_temporary(), temporary, "{kind}");
+        }
+        let e = PortError::new(ErrorKind::Other, "boom").with_persistence(Persistence::Temporary);
+        assert!(e.is_temporary());
+        assert_eq!(e.to_string(), "other (temporary): boom");
+    }
+}

@@ -1,0 +1,220 @@
+//! Every decision the core makes, as data for the observer port.
+//!
+//! Metrics, logs and tests subscribe through [`crate::ports::Observer`]; decisions
+//! never depend on whether anyone listens.
+
+use std::time::Duration;
+
+use crate::switch::Switch;
+
+/// What a tick did (label `outcome` of `drain_ticks_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TickOutcome {
+    /// The drain ran (lease off, acquired, or shadow).
+    Ran,
+    /// Another holder had the lease; nothing was received.
+    SkippedLocked,
+    /// The lease store failed on acquire and the drain ran anyway.
+    FailOpen,
+}
+
+impl TickOutcome {
+    /// Metric label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickOutcome::Ran => "ran",
+            TickOutcome::SkippedLocked => "skipped_locked",
+            TickOutcome::FailOpen => "fail_open",
+        }
+    }
+}
+
+/// A lease operation (label `op` of `drain_lease_ops_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LeaseOp {
+    /// `SET NX PX` + fence increment.
+    Acquire,
+    /// Compare-and-delete.
+    Release,
+    /// Compare-and-`PEXPIRE`.
+    Renew,
+}
+
+impl LeaseOp {
+    /// Metric label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseOp::Acquire => "acquire",
+            LeaseOp::Release => "release",
+            LeaseOp::Renew => "renew",
+        }
+    }
+}
+
+/// Result of a lease operation (label `result`): `acquired`, `held`, `released`,
+/// `not_owner`, `renewed`, `lost` or `error`.
+pub type LeaseResult = &'static str;
+
+/// What happened to one received message (label `outcome` of `drain_messages_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageOutcome {
+    /// Submitted to the target and completed.
+    Submitted,
+    /// A `done` claim showed an earlier submit; completed without submitting.
+    Duplicate,
+    /// Another holder's `pending` claim: abandoned for redelivery.
+    ClaimedElsewhere,
+    /// The claim store failed: abandoned, never submitted (fail closed).
+    ClaimError,
+    /// The submit failed: claim released, message abandoned.
+    SubmitFailed,
+    /// The message cannot ever be processed (no message id): dead-lettered.
+    DeadLettered,
+    /// Completing, abandoning or dead-lettering at the source failed.
+    SettleFailed,
+    /// The tick stopped (lease lost) before the message was processed: abandoned.
+    Cancelled,
+}
+
+impl MessageOutcome {
+    /// Metric label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MessageOutcome::Submitted => "submitted",
+            MessageOutcome::Duplicate => "duplicate",
+            MessageOutcome::ClaimedElsewhere => "claimed_elsewhere",
+            MessageOutcome::ClaimError => "claim_error",
+            MessageOutcome::SubmitFailed => "submit_failed",
+            MessageOutcome::DeadLettered => "dead_lettered",
+            MessageOutcome::SettleFailed => "settle_failed",
+            MessageOutcome::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why admission did not launch an owner (label `reason` of `drain_owner_skipped_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SkipReason {
+    /// The peek found the owner's claim held by someone.
+    ClaimHeld,
+}
+
+impl SkipReason {
+    /// Metric label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::ClaimHeld => "claim_held",
+        }
+    }
+}
+
+/// How an owner turn ended (label `outcome` of `drain_owner_turns_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TurnLabel {
+    /// Work done, more remains.
+    ProductiveMore,
+    /// Work done, nothing remains.
+    ProductiveDone,
+    /// Nothing to do.
+    Done,
+    /// Lost the claim race.
+    ClaimBusy,
+    /// The turn failed.
+    Failed,
+}
+
+impl TurnLabel {
+    /// Metric label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnLabel::ProductiveMore => "productive_more",
+            TurnLabel::ProductiveDone => "productive_done",
+            TurnLabel::Done => "done",
+            TurnLabel::ClaimBusy => "claim_busy",
+            TurnLabel::Failed => "failed",
+        }
+    }
+}
+
+/// One observable decision or measurement. `mode` is the switch position the
+/// decision was taken under: `Shadow` means "computed and counted, not enforced".
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event<'a> {
+    /// A tick ended.
+    Tick {
+        /// Queue name.
+        queue: &'a str,
+        /// What it did.
+        outcome: TickOutcome,
+        /// Single-flight switch position.
+        mode: Switch,
+        /// Wall time of the tick as measured on the injected clock.
+        duration: Duration,
+    },
+    /// A lease operation completed (or failed: result `error`).
+    LeaseOp {
+        /// Which operation.
+        op: LeaseOp,
+        /// Its result.
+        result: LeaseResult,
+    },
+    /// A renewal found the lease gone; the drain was cancelled.
+    LeaseLost {
+        /// Queue name.
+        queue: &'a str,
+    },
+    /// A message was processed.
+    Message {
+        /// Queue name.
+        queue: &'a str,
+        /// What happened.
+        outcome: MessageOutcome,
+        /// Atomic-claim switch position.
+        mode: Switch,
+    },
+    /// Admission deferred (or, in shadow, would have deferred) an owner.
+    OwnerSkipped {
+        /// Why.
+        reason: SkipReason,
+        /// Claim-aware switch position.
+        mode: Switch,
+    },
+    /// A claim-busy turn was put on a jittered retry timer (or would have been).
+    ClaimBusyBackoff {
+        /// Claim-aware switch position.
+        mode: Switch,
+    },
+    /// A retry timer beyond the cap was handed back to the caller.
+    RetryOverflow,
+    /// An admission peek failed; the owner was admitted.
+    PeekError,
+    /// An owner turn ended.
+    OwnerTurn {
+        /// How.
+        outcome: TurnLabel,
+    },
+    /// Owners waiting in the FIFO (gauge).
+    OwnerQueueDepth(usize),
+    /// Pending retry timers (gauge).
+    RetryTimers(usize),
+    /// One store round trip's duration (`drain_redis_op_duration_seconds{op}`).
+    StoreOp {
+        /// Operation name, e.g. `acquire`, `claim_batch`.
+        op: &'static str,
+        /// How long it took.
+        duration: Duration,
+    },
+    /// A switch's effective position (gauge set once at start).
+    SwitchMode {
+        /// Variable name.
+        switch: &'static str,
+        /// Position.
+        mode: Switch,
+    },
+}

@@ -1,0 +1,245 @@
+//! The drain loop of one tick: receive batches, take the batch's claims in one
+//! call, submit with bounded concurrency, settle the claims in one call, then
+//! settle each message at the source.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::stream::{self, StreamExt};
+
+use crate::event::{Event, MessageOutcome};
+use crate::ports::{ClaimState, Delivery, DeliveryHandle, SettleAction, Settlement, SubmitContext};
+use crate::switch::Switch;
+use crate::tick::{DrainStats, TickConfig, TickPorts};
+use crate::token::LeaseToken;
+use crate::keys::KeySpace;
+
+/// Reason given when dead-lettering a message that has no message id.
+pub const MISSING_ID_REASON: &str = "MissingMessageId";
+const MISSING_ID_DESCRIPTION: &str =
+    "the message has no message-id; drain keys its single-submit claim on it and cannot process it safely";
+
+pub(super) struct DrainOutcome {
+    pub(super) stats: DrainStats,
+    pub(super) error: Option<String>,
+}
+
+/// Everything one drain needs, borrowed.
+pub(super) struct Drain<'a> {
+    pub(super) cfg: &'a TickConfig,
+    pub(super) keys: &'a KeySpace,
+    pub(super) ports: &'a TickPorts<'a>,
+    pub(super) token: &'a LeaseToken,
+    /// Passed to the submitter; `None` unless single-flight is On and we hold the lease.
+    pub(super) fence: Option<u64>,
+    pub(super) cancel: &'a AtomicBool,
+}
+
+/// What to do with one message once its claim state is known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plan {
+    /// Submit; `claimed` says we hold its pending claim and must settle it.
+    Submit { claimed: bool },
+    /// Complete without submitting: an earlier submit is recorded as done.
+    CompleteDuplicate,
+    /// Give it back to the source.
+    Abandon(MessageOutcome),
+}
+
+/// How a message ended, before settling at the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Complete(MessageOutcome),
+    Abandon(MessageOutcome),
+}
+
+impl Drain<'_> {
+    pub(super) async fn run(&self) -> DrainOutcome {
+        let mut stats = DrainStats::default();
+        let mut batches = 0u32;
+        let mut error = None;
+        loop {
+            if self.cancel.load(Ordering::Acquire) {
+                break;
+            }
+            if self.cfg.max_batches.is_some_and(|max| batches >= max) {
+                break;
+            }
+            let batch = match self.ports.source.receive(self.cfg.batch.max(1), self.cfg.max_wait).await {
+                Ok(batch) => batch,
+                Err(e) => {
+                    error = Some(format!("receive failed: {e}"));
+                    break;
+                }
+            };
+            batches += 1;
+            if batch.is_empty() {
+                break;
+            }
+            stats.received += batch.len() as u64;
+            self.process_batch(batch, &mut stats).await;
+        }
+        DrainOutcome { stats, error }
+    }
+
+    fn observe(&self, outcome: MessageOutcome, mode: Switch) {
+        self.ports.observer.observe(&Event::Message { queue: &self.cfg.queue, outcome, mode });
+    }
+
+    async fn process_batch(&self, batch: Vec<Delivery>, stats: &mut DrainStats) {
+        let mode = self.cfg.atomic_claim;
+        // 1. Triage: no id -> dead-letter; an id seen earlier in this batch -> abandon
+        //    (the redelivery will find the first one's claim).
+        let mut seen = HashSet::new();
+        let mut work: Vec<(Delivery, String)> = Vec::with_capacity(batch.len());
+        let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(batch.len());
+        for d in batch {
+            match d.message.message_id.as_deref() {
+                None => {
+                    let r = self
+                        .ports
+                        .source
+                        .dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION)
+                        .await;
+                    stats.dead_lettered += 1;
+                    self.observe(MessageOutcome::DeadLettered, mode);
+                    if r.is_err() {
+                        stats.settle_errors += 1;
+                        self.observe(MessageOutcome::SettleFailed, mode);
+                    }
+                }
+                Some(id) if !seen.insert(id.to_owned()) => {
+                    fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
+                }
+                Some(id) => {
+                    let key = self.keys.message_claim(&self.cfg.queue, id);
+                    work.push((d, key));
+                }
+            }
+        }
+
+        // 2. Claims: one call for the whole batch.
+        let plans = self.plan(&work, mode).await;
+
+        // 3. Submits, bounded.
+        let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
+        let jobs: Vec<(usize, Plan)> = plans.iter().copied().enumerate().collect();
+        let work_ref = &work;
+        let ctx_ref = &ctx;
+        let results: Vec<(usize, Fate)> = stream::iter(jobs)
+            .map(|(i, plan)| async move {
+                let fate = match plan {
+                    Plan::CompleteDuplicate => Fate::Complete(MessageOutcome::Duplicate),
+                    Plan::Abandon(why) => Fate::Abandon(why),
+                    Plan::Submit { .. } if self.cancel.load(Ordering::Acquire) => {
+                        Fate::Abandon(MessageOutcome::Cancelled)
+                    }
+                    Plan::Submit { .. } => {
+                        match self.ports.target.submit(&work_ref[i].0.message, ctx_ref).await {
+                            Ok(()) => Fate::Complete(MessageOutcome::Submitted),
+                            Err(_) => Fate::Abandon(MessageOutcome::SubmitFailed),
+                        }
+                    }
+                };
+                (i, fate)
+            })
+            .buffer_unordered(self.cfg.concurrency.max(1))
+            .collect()
+            .await;
+
+        // 4. Settle our claims: one call.
+        let settlements: Vec<Settlement> = results
+            .iter()
+            .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
+            .map(|(i, fate)| Settlement {
+                key: work[*i].1.clone(),
+                action: match fate {
+                    Fate::Complete(_) => SettleAction::MarkDone,
+                    Fate::Abandon(_) => SettleAction::Release,
+                },
+            })
+            .collect();
+        if !settlements.is_empty() {
+            // An error here leaves pending claims that expire after the pending TTL;
+            // completed messages stay completed, abandoned ones wait out the claim.
+            let _ = self
+                .ports
+                .claims
+                .settle_batch(&settlements, self.token, self.cfg.claim_done_ttl)
+                .await;
+        }
+
+        // 5. Settle at the source.
+        fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
+        let settled: Vec<(Fate, bool)> = stream::iter(fates)
+            .map(|(handle, fate)| async move {
+                let ok = match fate {
+                    Fate::Complete(_) => self.ports.source.complete(handle).await.is_ok(),
+                    Fate::Abandon(_) => self.ports.source.abandon(handle).await.is_ok(),
+                };
+                (fate, ok)
+            })
+            .buffer_unordered(self.cfg.concurrency.max(1))
+            .collect()
+            .await;
+        for (fate, ok) in settled {
+            let outcome = match fate {
+                Fate::Complete(o) => {
+                    match o {
+                        MessageOutcome::Duplicate => stats.duplicates += 1,
+                        _ => stats.submitted += 1,
+                    }
+                    o
+                }
+                Fate::Abandon(o) => {
+                    stats.abandoned += 1;
+                    o
+                }
+            };
+            self.observe(outcome, mode);
+            if !ok {
+                stats.settle_errors += 1;
+                self.observe(MessageOutcome::SettleFailed, mode);
+            }
+        }
+    }
+
+    /// Decide each message's plan from its claim state (one store call), per switch.
+    async fn plan(&self, work: &[(Delivery, String)], mode: Switch) -> Vec<Plan> {
+        let off = vec![Plan::Submit { claimed: false }; work.len()];
+        if !mode.computes() || work.is_empty() {
+            return off;
+        }
+        let keys: Vec<String> = work.iter().map(|(_, k)| k.clone()).collect();
+        let states = match self.ports.claims.claim_batch(&keys, self.token, self.cfg.claim_pending_ttl).await {
+            Ok(states) if states.len() == keys.len() => states,
+            // A store error, or an answer of the wrong length (which we cannot trust):
+            // fail closed — submit nothing.
+            _ => {
+                if mode.enforces() {
+                    return vec![Plan::Abandon(MessageOutcome::ClaimError); work.len()];
+                }
+                for _ in work {
+                    self.observe(MessageOutcome::ClaimError, Switch::Shadow);
+                }
+                return off;
+            }
+        };
+        states
+            .into_iter()
+            .map(|state| match (state, mode.enforces()) {
+                (ClaimState::Claimed, _) => Plan::Submit { claimed: true },
+                (ClaimState::Done, true) => Plan::CompleteDuplicate,
+                (ClaimState::PendingElsewhere { .. }, true) => Plan::Abandon(MessageOutcome::ClaimedElsewhere),
+                (ClaimState::Done, false) => {
+                    self.observe(MessageOutcome::Duplicate, Switch::Shadow);
+                    Plan::Submit { claimed: false }
+                }
+                (ClaimState::PendingElsewhere { .. }, false) => {
+                    self.observe(MessageOutcome::ClaimedElsewhere, Switch::Shadow);
+                    Plan::Submit { claimed: false }
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,222 @@
+//! One beat tick (SPEC §4, §6): the single-flight lease around a drain of the
+//! queue, with renewal, fencing, and the per-message atomic claim.
+//!
+//! ```text
+//! lease Off ───────────────────────────────► drain ─► report {"lease":"off"}
+//! lease On ─► acquire ─┬─ Acquired{fence} ─► drain ∥ renew every TTL/3 ─► release ─► report {"lease":"held","fence":n}
+//!                      ├─ Held ────────────► report {"skipped":"locked"}   (no receive, no release)
+//!                      └─ Err ─────────────► drain ─► report {"lease":"fail_open"}
+//! ```
+//!
+//! The release runs on every path that ends the drain: success, a source error,
+//! a lost lease, and a panic in a port (the panic is re-raised after the release).
+//! A tick future that is dropped mid-drain cannot release; the TTL frees the lease.
+
+mod drain;
+mod report;
+
+use std::panic::{AssertUnwindSafe, resume_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use futures::future::{Either, select};
+
+pub use drain::MISSING_ID_REASON;
+pub use report::{DrainStats, LeaseStatus, TickReport};
+
+use crate::event::{Event, LeaseOp, TickOutcome};
+use crate::keys::{KeySpace, LeaseKey};
+use crate::ports::{Acquire, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, Submitter};
+use crate::switch::Switch;
+use crate::token::LeaseToken;
+
+/// Settings of one queue's tick (SPEC §3 `SERVICEBUS_*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TickConfig {
+    /// The queue drained.
+    pub queue: String,
+    /// `SERVICEBUS_DRAIN_SINGLEFLIGHT`.
+    pub singleflight: Switch,
+    /// `SERVICEBUS_DRAIN_LOCK_TTL_SECONDS`.
+    pub lease_ttl: Duration,
+    /// `SERVICEBUS_DRAIN_LEASE_RENEW`.
+    pub renew: Switch,
+    /// `SERVICEBUS_ATOMIC_CLAIM`.
+    pub atomic_claim: Switch,
+    /// `SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS`: how long `done` suppresses duplicates.
+    pub claim_done_ttl: Duration,
+    /// `SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS`.
+    pub claim_pending_ttl: Duration,
+    /// `SERVICEBUS_DRAIN_CONCURRENCY`: messages processed at once.
+    pub concurrency: usize,
+    /// `SERVICEBUS_DRAIN_BATCH`: messages per receive.
+    pub batch: usize,
+    /// `SERVICEBUS_DRAIN_MAX_WAIT_MS`.
+    pub max_wait: Duration,
+    /// Stop after this many receives even if the queue is not empty (`None`: until a
+    /// receive comes back empty).
+    pub max_batches: Option<u32>,
+}
+
+impl TickConfig {
+    /// The defaults of SPEC §3 for `queue`.
+    #[must_use]
+    pub fn new(queue: impl Into<String>) -> Self {
+        TickConfig {
+            queue: queue.into(),
+            singleflight: Switch::Off,
+            lease_ttl: Duration::from_secs(120),
+            renew: Switch::On,
+            atomic_claim: Switch::On,
+            claim_done_ttl: Duration::from_secs(86_400),
+            claim_pending_ttl: Duration::from_secs(300),
+            concurrency: 1,
+            batch: 32,
+            max_wait: Duration::from_millis(1_000),
+            max_batches: None,
+        }
+    }
+}
+
+/// The ports a tick uses.
+#[derive(Clone, Copy)]
+pub struct TickPorts<'a> {
+    /// Single-flight leases.
+    pub leases: &'a dyn LeaseStore,
+    /// Per-message claims.
+    pub claims: &'a dyn ClaimStore,
+    /// The queue.
+    pub source: &'a dyn MessageSource,
+    /// Where messages are resubmitted.
+    pub target: &'a dyn Submitter,
+    /// Time.
+    pub clock: &'a dyn Clock,
+    /// Decisions.
+    pub observer: &'a dyn Observer,
+}
+
+/// Run one tick. `token` must be fresh for this tick ([`LeaseToken::generate`]).
+///
+/// Never returns an error: every failure is a decision in the report (fail open on
+/// the lease, fail closed on claims, a source error ends the drain early). A panic
+/// in a port is re-raised after the lease is released.
+pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
+    let start = ports.clock.now();
+    let key = keys.lease(&cfg.queue);
+    let mode = cfg.singleflight;
+    let finish = |outcome: TickOutcome| {
+        let duration = ports.clock.now().saturating_since(start);
+        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, duration });
+    };
+
+    let (status, fence, acquired) = match mode {
+        Switch::Off => (LeaseStatus::Off, None, false),
+        Switch::On | Switch::Shadow => match ports.leases.acquire(&key, token, cfg.lease_ttl).await {
+            Ok(Acquire::Acquired { fence }) => {
+                lease_op(ports, LeaseOp::Acquire, "acquired");
+                let status = if mode.enforces() { LeaseStatus::Held } else { LeaseStatus::ShadowAcquired };
+                (status, Some(fence), true)
+            }
+            Ok(Acquire::Held { .. }) => {
+                lease_op(ports, LeaseOp::Acquire, "held");
+                if mode.enforces() {
+                    finish(TickOutcome::SkippedLocked);
+                    return TickReport::skipped_locked(&cfg.queue);
+                }
+                (LeaseStatus::ShadowWouldSkip, None, false)
+            }
+            Err(_) => {
+                lease_op(ports, LeaseOp::Acquire, "error");
+                (LeaseStatus::FailOpen, None, false)
+            }
+        },
+    };
+
+    let cancel = AtomicBool::new(false);
+    let lost = AtomicBool::new(false);
+    let drain = drain::Drain {
+        cfg,
+        keys,
+        ports,
+        token,
+        fence: if mode.enforces() { fence } else { None },
+        cancel: &cancel,
+    };
+    let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
+    let result = if acquired && cfg.renew.computes() {
+        let renew_fut = renew_loop(cfg, &key, ports, token, &cancel, &lost);
+        futures::pin_mut!(drain_fut, renew_fut);
+        match select(drain_fut, renew_fut).await {
+            Either::Left((result, _)) => result,
+            Either::Right(((), drain_fut)) => drain_fut.await,
+        }
+    } else {
+        drain_fut.await
+    };
+
+    if acquired {
+        match ports.leases.release(&key, token).await {
+            Ok(Release::Released) => lease_op(ports, LeaseOp::Release, "released"),
+            Ok(Release::NotOwner) => lease_op(ports, LeaseOp::Release, "not_owner"),
+            Err(_) => lease_op(ports, LeaseOp::Release, "error"),
+        }
+    }
+
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(panic) => resume_unwind(panic),
+    };
+    let tick_outcome = match status {
+        LeaseStatus::FailOpen => TickOutcome::FailOpen,
+        LeaseStatus::ShadowWouldSkip => TickOutcome::SkippedLocked,
+        _ => TickOutcome::Ran,
+    };
+    finish(tick_outcome);
+    TickReport {
+        queue: cfg.queue.clone(),
+        skipped: None,
+        lease: Some(status),
+        fence: if mode.enforces() { fence } else { None },
+        stats: Some(outcome.stats),
+        lease_lost: lost.load(Ordering::Acquire),
+        error: outcome.error,
+    }
+}
+
+fn lease_op(ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
+    ports.observer.observe(&Event::LeaseOp { op, result });
+}
+
+/// Renew every TTL/3 until the lease is lost. With single-flight and renewal both
+/// On, a loss cancels the drain cooperatively (it stops before the next submit or
+/// receive); otherwise the loss is only counted. A store error is counted and the
+/// next period tries again: a blip is not a loss, and the TTL still runs.
+async fn renew_loop(
+    cfg: &TickConfig,
+    key: &LeaseKey,
+    ports: &TickPorts<'_>,
+    token: &LeaseToken,
+    cancel: &AtomicBool,
+    lost: &AtomicBool,
+) {
+    let period = (cfg.lease_ttl / 3).max(Duration::from_millis(1));
+    let mut next = ports.clock.now() + period;
+    loop {
+        ports.clock.sleep_until(next).await;
+        next = ports.clock.now() + period;
+        match ports.leases.renew(key, token, cfg.lease_ttl).await {
+            Ok(Renew::Renewed) => lease_op(ports, LeaseOp::Renew, "renewed"),
+            Ok(Renew::Lost) => {
+                lease_op(ports, LeaseOp::Renew, "lost");
+                ports.observer.observe(&Event::LeaseLost { queue: &cfg.queue });
+                lost.store(true, Ordering::Release);
+                if cfg.singleflight.enforces() && cfg.renew.enforces() {
+                    cancel.store(true, Ordering::Release);
+                }
+                return;
+            }
+            Err(_) => lease_op(ports, LeaseOp::Renew, "error"),
+        }
+    }
+}

@@ -1,0 +1,573 @@
+//! The tick use case of SPEC §4/§6 against the in-memory ports in virtual time.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::ports::{
+    Acquire, ClaimStore, Clock, Holding, LeaseStore, Message, Release, Renew, SubmitContext, Submitter,
+};
+use drain_core::testkit::{
+    ManualClock, MemorySource, MemoryStore, RecordingObserver, RecordingSubmitter, TestRng, block_on, message,
+};
+use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
+use drain_core::{ErrorKind, KeySpace, LeaseKey, LeaseToken, PortError, Switch};
+
+struct Harness {
+    clock: Arc<ManualClock>,
+    store: Arc<MemoryStore>,
+    source: Arc<MemorySource>,
+    target: Arc<RecordingSubmitter>,
+    observer: RecordingObserver,
+    keys: KeySpace,
+    cfg: TickConfig,
+    seed: u64,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self::with_delay(Duration::ZERO)
+    }
+
+    fn with_delay(delay: Duration) -> Self {
+        let clock = Arc::new(ManualClock::new());
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let mut cfg = TickConfig::new("requests");
+        cfg.singleflight = Switch::On;
+        Harness {
+            store: Arc::new(MemoryStore::new(dyn_clock.clone())),
+            source: Arc::new(MemorySource::new(dyn_clock.clone(), Duration::from_secs(60))),
+            target: Arc::new(RecordingSubmitter::with_delay(dyn_clock, delay)),
+            clock,
+            observer: RecordingObserver::new(),
+            keys: KeySpace::new("drain"),
+            cfg,
+            seed: 0,
+        }
+    }
+
+    fn feed(&self, ids: &[&str]) {
+        for id in ids {
+            self.source.push(message(id));
+        }
+    }
+
+    fn token(&mut self) -> LeaseToken {
+        self.seed += 1;
+        LeaseToken::generate("me", &mut TestRng::new(self.seed))
+    }
+
+    fn tick(&mut self) -> TickReport {
+        let target = self.target.clone();
+        self.tick_with(self.store.clone(), &*target)
+    }
+
+    fn tick_with(&mut self, leases: Arc<dyn LeaseStoreAndClaims>, target: &dyn Submitter) -> TickReport {
+        let token = self.token();
+        let ports = TickPorts {
+            leases: leases.as_lease(),
+            claims: leases.as_claims(),
+            source: &*self.source,
+            target,
+            clock: &*self.clock,
+            observer: &self.observer,
+        };
+        block_on(&self.clock, run_tick(&self.cfg, &self.keys, &ports, &token))
+    }
+
+    fn lease_key(&self) -> LeaseKey {
+        self.keys.lease(&self.cfg.queue)
+    }
+
+    fn lease_value(&self) -> Option<String> {
+        block_on(&self.clock, self.store.peek(&self.lease_key().lease)).expect("peek").map(|h| h.value)
+    }
+
+    fn count(&self, pred: impl Fn(&Event<'static>) -> bool) -> usize {
+        self.observer.count(pred)
+    }
+
+    fn messages(&self, outcome: MessageOutcome) -> usize {
+        self.count(|e| matches!(e, Event::Message { outcome: o, .. } if *o == outcome))
+    }
+}
+
+/// Lets a test pass one object as both stores.
+trait LeaseStoreAndClaims: LeaseStore + ClaimStore {
+    fn as_lease(&self) -> &dyn LeaseStore;
+    fn as_claims(&self) -> &dyn ClaimStore;
+}
+impl<T: LeaseStore + ClaimStore> LeaseStoreAndClaims for T {
+    fn as_lease(&self) -> &dyn LeaseStore {
+        self
+    }
+    fn as_claims(&self) -> &dyn ClaimStore {
+        self
+    }
+}
+
+fn stats(r: &TickReport) -> (u64, u64, u64, u64, u64) {
+    let s = r.stats.expect("stats");
+    (s.received, s.submitted, s.duplicates, s.abandoned, s.dead_lettered)
+}
+
+#[test]
+fn lease_off_never_calls_the_store() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.atomic_claim = Switch::Off;
+    h.store.set_failing(Some(ErrorKind::Connection));
+    h.feed(&["a", "b"]);
+    let r = h.tick();
+    assert_eq!(r.lease, Some(LeaseStatus::Off));
+    assert_eq!(stats(&r), (2, 2, 0, 0, 0));
+    assert_eq!(h.store.total_calls(), 0, "Off must never touch the store: {:?}", h.store.calls());
+    assert_eq!(h.target.submitted_ids(), ["a", "b"]);
+}
+
+/// Records which keys each lease operation used.
+struct KeyRecorder {
+    inner: Arc<MemoryStore>,
+    seen: Mutex<Vec<(&'static str, LeaseKey)>>,
+}
+
+#[async_trait]
+impl LeaseStore for KeyRecorder {
+    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.seen.lock().unwrap().push(("acquire", key.clone()));
+        self.inner.acquire(key, token, ttl).await
+    }
+    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+        self.seen.lock().unwrap().push(("release", key.clone()));
+        self.inner.release(key, token).await
+    }
+    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.seen.lock().unwrap().push(("renew", key.clone()));
+        self.inner.renew(key, token, ttl).await
+    }
+    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
+        self.inner.peek(key).await
+    }
+    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+        self.inner.peek_many(keys).await
+    }
+}
+
+#[async_trait]
+impl ClaimStore for KeyRecorder {
+    async fn claim_batch(
+        &self,
+        keys: &[String],
+        token: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<drain_core::ports::ClaimState>, PortError> {
+        self.inner.claim_batch(keys, token, ttl).await
+    }
+    async fn settle_batch(
+        &self,
+        s: &[drain_core::ports::Settlement],
+        token: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<drain_core::ports::SettleResult>, PortError> {
+        self.inner.settle_batch(s, token, ttl).await
+    }
+}
+
+#[test]
+fn acquire_then_release_with_queue_scoped_key_parity() {
+    let mut h = Harness::new();
+    h.cfg.queue = "orders.eu".into();
+    h.feed(&["a"]);
+    let rec = Arc::new(KeyRecorder { inner: h.store.clone(), seen: Mutex::new(Vec::new()) });
+    let target = h.target.clone();
+    let r = h.tick_with(rec.clone(), &*target);
+    assert_eq!(r.lease, Some(LeaseStatus::Held));
+    assert_eq!(r.fence, Some(1));
+    let seen = rec.seen.lock().unwrap().clone();
+    let expected = h.keys.lease("orders.eu");
+    assert_eq!(expected.lease, "drain:lease:{orders.eu}");
+    assert_eq!(seen, vec![("acquire", expected.clone()), ("release", expected)]);
+    assert_eq!(h.lease_value(), None, "released");
+    let r2 = h.tick();
+    assert_eq!(r2.fence, Some(2), "fences increase per acquisition");
+}
+
+#[test]
+fn contended_tick_skips_without_receive_or_release() {
+    let mut h = Harness::new();
+    h.feed(&["a"]);
+    h.store.set_raw(&h.lease_key().lease, "other-host:0123456789abcdef0123456789abcdef", Some(Duration::from_secs(100)));
+    let r = h.tick();
+    assert_eq!(r, TickReport::skipped_locked("requests"));
+    assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"queue":"requests","skipped":"locked"}"#);
+    assert_eq!(h.source.receive_calls(), 0, "a skipped tick receives nothing");
+    assert_eq!(h.store.calls().get("release"), None, "a skipped tick releases nothing");
+    assert_eq!(h.lease_value().as_deref(), Some("other-host:0123456789abcdef0123456789abcdef"));
+    assert_eq!(h.count(|e| matches!(e, Event::Tick { outcome: TickOutcome::SkippedLocked, .. })), 1);
+    assert_eq!(h.source.ready_len(), 1);
+}
+
+#[test]
+fn lease_store_error_fails_open() {
+    let mut h = Harness::new();
+    h.cfg.atomic_claim = Switch::Off;
+    h.store.set_failing(Some(ErrorKind::Timeout));
+    h.feed(&["a", "b", "c"]);
+    let r = h.tick();
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
+    assert_eq!(r.fence, None);
+    assert_eq!(stats(&r), (3, 3, 0, 0, 0));
+    assert_eq!(h.count(|e| matches!(e, Event::Tick { outcome: TickOutcome::FailOpen, .. })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Acquire, result: "error" })), 1);
+    assert_eq!(h.store.calls().get("release"), None, "nothing acquired, nothing released");
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(json.contains(r#""lease":"fail_open""#), "{json}");
+}
+
+#[test]
+fn report_json_shape() {
+    let mut h = Harness::new();
+    h.feed(&["a", "b"]);
+    h.store.set_raw(&h.keys.message_claim("requests", "b"), "done:x:1", Some(Duration::from_secs(60)));
+    let r = h.tick();
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        r#"{"queue":"requests","lease":"held","fence":1,"received":2,"submitted":1,"duplicates":1,"abandoned":0,"dead_lettered":0}"#
+    );
+}
+
+#[test]
+fn done_claim_suppresses_a_duplicate() {
+    let mut h = Harness::new();
+    h.feed(&["a", "b"]);
+    h.store.set_raw(&h.keys.message_claim("requests", "a"), "done:old:1", Some(Duration::from_secs(60)));
+    let r = h.tick();
+    assert_eq!(stats(&r), (2, 1, 1, 0, 0));
+    assert_eq!(h.target.submitted_ids(), ["b"]);
+    assert_eq!(h.source.completed().len(), 2, "the duplicate is completed, not abandoned");
+    assert_eq!(h.messages(MessageOutcome::Duplicate), 1);
+    // b is now done: a redelivery of b is a duplicate too.
+    h.source.push(message("b"));
+    let r = h.tick();
+    assert_eq!(stats(&r), (1, 0, 1, 0, 0));
+}
+
+#[test]
+fn foreign_pending_claim_abandons() {
+    let mut h = Harness::new();
+    h.feed(&["a", "b"]);
+    h.store.set_raw(&h.keys.message_claim("requests", "a"), "pending:other:1", Some(Duration::from_secs(60)));
+    h.cfg.max_batches = Some(1);
+    let r = h.tick();
+    assert_eq!(stats(&r), (2, 1, 0, 1, 0));
+    assert_eq!(h.target.submitted_ids(), ["b"]);
+    assert_eq!(h.source.ready_len(), 1, "a is back in the queue for redelivery");
+    assert_eq!(h.messages(MessageOutcome::ClaimedElsewhere), 1);
+}
+
+#[test]
+fn claim_store_error_never_submits() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.max_batches = Some(1);
+    h.store.set_failing(Some(ErrorKind::Connection));
+    h.feed(&["a", "b", "c"]);
+    let r = h.tick();
+    assert_eq!(stats(&r), (3, 0, 0, 3, 0));
+    assert_eq!(h.target.attempts(), 0, "fail closed: no submit at all");
+    assert_eq!(h.messages(MessageOutcome::ClaimError), 3);
+    assert_eq!(h.source.ready_len(), 3, "everything abandoned for redelivery");
+    h.store.set_failing(None);
+    h.cfg.max_batches = None;
+    let r = h.tick();
+    assert_eq!(stats(&r), (3, 3, 0, 0, 0), "after the store heals, the redeliveries go through once");
+}
+
+#[test]
+fn claims_take_two_round_trips_per_batch() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.batch = 10;
+    let ids: Vec<String> = (0..25).map(|i| format!("m{i}")).collect();
+    h.feed(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+    let r = h.tick();
+    assert_eq!(stats(&r), (25, 25, 0, 0, 0));
+    let calls = h.store.calls();
+    assert_eq!(calls.get("claim_batch"), Some(&3), "{calls:?}");
+    assert_eq!(calls.get("settle_batch"), Some(&3), "{calls:?}");
+    assert_eq!(h.store.total_calls(), 6);
+}
+
+#[test]
+fn submit_failure_releases_the_claim_and_abandons() {
+    let mut h = Harness::new();
+    h.cfg.max_batches = Some(1);
+    h.target.fail_id("b");
+    h.feed(&["a", "b"]);
+    let r = h.tick();
+    assert_eq!(stats(&r), (2, 1, 0, 1, 0));
+    assert_eq!(h.messages(MessageOutcome::SubmitFailed), 1);
+    let claim_b = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "b"))).unwrap();
+    assert_eq!(claim_b, None, "the failed submit's claim is deleted so the redelivery can take it");
+    let claim_a = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "a"))).unwrap().unwrap();
+    assert!(claim_a.value.starts_with("done:me:"), "{}", claim_a.value);
+    h.target.set_fail_all(false);
+    let target = RecordingSubmitter::new(h.clock.clone());
+    let store = h.store.clone();
+    let r = h.tick_with(store, &target);
+    assert_eq!(stats(&r), (1, 1, 0, 0, 0));
+    assert_eq!(target.submitted_ids(), ["b"]);
+}
+
+#[test]
+fn message_without_id_is_dead_lettered() {
+    let mut h = Harness::new();
+    h.source.push(Message { message_id: None, body: b"x".to_vec(), ..Message::default() });
+    h.feed(&["a"]);
+    let r = h.tick();
+    assert_eq!(stats(&r), (2, 1, 0, 0, 1));
+    let dead = h.source.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].1, drain_core::tick::MISSING_ID_REASON);
+}
+
+#[test]
+fn same_id_twice_in_a_batch_is_submitted_once() {
+    let mut h = Harness::new();
+    h.feed(&["a", "a"]);
+    let r = h.tick();
+    let s = r.stats.unwrap();
+    assert_eq!(h.target.submitted_ids(), ["a"]);
+    assert_eq!(s.received, 3, "the in-batch duplicate is abandoned and then redelivered");
+    assert_eq!((s.submitted, s.duplicates), (1, 1));
+}
+
+#[test]
+fn fence_is_passed_to_the_submitter_and_reported() {
+    let mut h = Harness::new();
+    h.store.set_raw(&h.lease_key().fence, "41", None);
+    h.feed(&["a"]);
+    let r = h.tick();
+    assert_eq!(r.fence, Some(42));
+    assert_eq!(h.target.submitted()[0].1, Some(42));
+    h.cfg.singleflight = Switch::Off;
+    h.feed(&["b"]);
+    let r = h.tick();
+    assert_eq!(r.fence, None);
+    assert_eq!(h.target.submitted()[1].1, None, "no lease, no fence");
+}
+
+#[test]
+fn message_concurrency_is_bounded() {
+    for concurrency in [1, 4] {
+        let mut h = Harness::with_delay(Duration::from_millis(100));
+        h.cfg.concurrency = concurrency;
+        h.cfg.batch = 20;
+        let ids: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+        h.feed(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+        let r = h.tick();
+        assert_eq!(stats(&r).1, 20);
+        assert_eq!(h.target.max_in_flight(), concurrency);
+    }
+}
+
+#[test]
+fn lease_is_renewed_every_third_of_the_ttl() {
+    let mut h = Harness::with_delay(Duration::from_secs(10));
+    h.cfg.lease_ttl = Duration::from_secs(30);
+    h.feed(&["a", "b", "c", "d", "e", "f"]); // 60 s of submits, TTL 30 s
+    let r = h.tick();
+    assert_eq!(stats(&r).1, 6);
+    assert!(!r.lease_lost);
+    let renews = h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed" }));
+    assert_eq!(renews, 6, "60 s drain / 10 s period");
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.lease_value(), None);
+}
+
+#[test]
+fn without_renewal_a_long_drain_loses_the_lease_to_the_ttl() {
+    let mut h = Harness::with_delay(Duration::from_secs(10));
+    h.cfg.lease_ttl = Duration::from_secs(30);
+    h.cfg.renew = Switch::Off;
+    h.feed(&["a", "b", "c", "d", "e", "f"]);
+    let r = h.tick();
+    assert_eq!(stats(&r).1, 6);
+    assert_eq!(h.store.calls().get("renew"), None);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+}
+
+/// Steals the lease (as a later tick would after our TTL) when it sees message `steal`.
+struct Thief {
+    store: Arc<MemoryStore>,
+    key: String,
+    inner: RecordingSubmitter,
+}
+
+#[async_trait]
+impl Submitter for Thief {
+    async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        if message.message_id.as_deref() == Some("steal") {
+            self.store.set_raw(&self.key, "thief:ffffffffffffffffffffffffffffffff", Some(Duration::from_secs(300)));
+        }
+        self.inner.submit(message, ctx).await
+    }
+}
+
+#[test]
+fn lost_lease_cancels_the_drain_and_leaves_the_new_lease() {
+    let mut h = Harness::new();
+    h.cfg.lease_ttl = Duration::from_secs(30);
+    h.cfg.batch = 1;
+    let thief = Thief {
+        store: h.store.clone(),
+        key: h.lease_key().lease,
+        inner: RecordingSubmitter::with_delay(h.clock.clone(), Duration::from_secs(4)),
+    };
+    h.feed(&["a", "steal", "c", "d", "e", "f", "g", "h"]);
+    let store = h.store.clone();
+    let r = h.tick_with(store, &thief);
+    assert!(r.lease_lost, "{r:?}");
+    let submitted = thief.inner.submitted_ids();
+    assert!(submitted.len() < 8, "the drain stopped early: {submitted:?}");
+    assert_eq!(&submitted[..2], ["a", "steal"]);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseLost { .. })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.lease_value().as_deref(), Some("thief:ffffffffffffffffffffffffffffffff"));
+    let s = r.stats.unwrap();
+    assert_eq!(s.received, s.submitted + s.abandoned, "every received message is settled");
+    assert_eq!(h.source.ready_len() as u64, 8 - s.submitted, "nothing lost");
+}
+
+struct Panicker;
+
+#[async_trait]
+impl Submitter for Panicker {
+    async fn submit(&self, _message: &Message, _ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        panic!("submitter bug");
+    }
+}
+
+#[test]
+fn a_panicking_drain_still_releases_the_lease() {
+    let mut h = Harness::new();
+    h.feed(&["a"]);
+    let store = h.store.clone();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.tick_with(store, &Panicker)));
+    let err = caught.expect_err("the panic is re-raised, not swallowed");
+    assert_eq!(err.downcast_ref::<&str>(), Some(&"submitter bug"));
+    assert_eq!(h.lease_value(), None, "released before the panic continued");
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+}
+
+#[test]
+fn source_error_ends_the_drain_and_releases() {
+    let mut h = Harness::new();
+    h.source.set_failing(Some(ErrorKind::Connection));
+    let r = h.tick();
+    assert!(r.error.as_deref().unwrap_or("").contains("receive failed"), "{r:?}");
+    assert_eq!(h.lease_value(), None);
+}
+
+#[test]
+fn release_error_is_counted_and_the_ttl_frees_the_lease() {
+    let mut h = Harness::new();
+    h.cfg.atomic_claim = Switch::Off;
+    h.feed(&["a"]);
+    // acquire succeeds; then every call fails (the release).
+    struct FailAfterAcquire(Arc<MemoryStore>);
+    #[async_trait]
+    impl LeaseStore for FailAfterAcquire {
+        async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+            let r = self.0.acquire(k, t, ttl).await;
+            self.0.set_failing(Some(ErrorKind::Connection));
+            r
+        }
+        async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
+            self.0.release(k, t).await
+        }
+        async fn renew(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+            self.0.renew(k, t, ttl).await
+        }
+        async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
+            self.0.peek(k).await
+        }
+        async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+            self.0.peek_many(k).await
+        }
+    }
+    let leases = FailAfterAcquire(h.store.clone());
+    let token = h.token();
+    let ports = TickPorts {
+        leases: &leases,
+        claims: &*h.store,
+        source: &*h.source,
+        target: &*h.target,
+        clock: &*h.clock,
+        observer: &h.observer,
+    };
+    let r = block_on(&h.clock, run_tick(&h.cfg, &h.keys, &ports, &token));
+    assert_eq!(r.lease, Some(LeaseStatus::Held));
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "error" })), 1);
+    h.store.set_failing(None);
+    assert!(h.lease_value().is_some(), "the lease outlives the failed release");
+    h.clock.advance(h.cfg.lease_ttl);
+    assert_eq!(h.lease_value(), None, "the TTL backstop frees it");
+}
+
+#[test]
+fn shadow_lease_counts_the_skip_but_drains() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Shadow;
+    h.feed(&["a"]);
+    h.store.set_raw(&h.lease_key().lease, "other:1", Some(Duration::from_secs(100)));
+    let r = h.tick();
+    assert_eq!(r.lease, Some(LeaseStatus::ShadowWouldSkip));
+    assert_eq!(stats(&r).1, 1);
+    assert_eq!(
+        h.count(|e| matches!(e, Event::Tick { outcome: TickOutcome::SkippedLocked, mode: Switch::Shadow, .. })),
+        1
+    );
+    assert_eq!(h.lease_value().as_deref(), Some("other:1"), "shadow never releases a foreign lease");
+    // Free lease in shadow: acquired, drained, released; the fence is not passed on.
+    h.clock.advance(Duration::from_secs(101));
+    h.feed(&["b"]);
+    let r = h.tick();
+    assert_eq!(r.lease, Some(LeaseStatus::ShadowAcquired));
+    assert_eq!(r.fence, None);
+    assert_eq!(h.target.submitted()[1].1, None);
+    assert_eq!(h.lease_value(), None);
+}
+
+#[test]
+fn shadow_claim_counts_duplicates_but_submits() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.atomic_claim = Switch::Shadow;
+    h.feed(&["a", "b"]);
+    h.store.set_raw(&h.keys.message_claim("requests", "a"), "done:x:1", Some(Duration::from_secs(60)));
+    h.store.set_raw(&h.keys.message_claim("requests", "b"), "pending:y:1", Some(Duration::from_secs(60)));
+    let r = h.tick();
+    assert_eq!(stats(&r), (2, 2, 0, 0, 0), "shadow behaves as Off");
+    assert_eq!(h.count(|e| matches!(e, Event::Message { outcome: MessageOutcome::Duplicate, mode: Switch::Shadow, .. })), 1);
+    assert_eq!(
+        h.count(|e| matches!(e, Event::Message { outcome: MessageOutcome::ClaimedElsewhere, mode: Switch::Shadow, .. })),
+        1
+    );
+    h.store.set_failing(Some(ErrorKind::Connection));
+    h.feed(&["c"]);
+    let r = h.tick();
+    assert_eq!(stats(&r), (1, 1, 0, 0, 0), "shadow never fails closed");
+}
+
+#[test]
+fn off_claim_submits_everything() {
+    let mut h = Harness::new();
+    h.cfg.atomic_claim = Switch::Off;
+    h.feed(&["a"]);
+    h.store.set_raw(&h.keys.message_claim("requests", "a"), "done:x:1", Some(Duration::from_secs(60)));
+    let r = h.tick();
+    assert_eq!(stats(&r), (1, 1, 0, 0, 0));
+    assert_eq!(h.store.calls().get("claim_batch"), None);
+}
