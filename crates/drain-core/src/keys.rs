@@ -109,12 +109,7 @@ impl KeySpace {
     /// The per-message claim key `<prefix>:msg:{<queue>}:<message-id>`.
     #[must_use]
     pub fn message_claim(&self, queue: &str, message_id: &str) -> String {
-        format!(
-            "{}:msg:{{{}}}:{}",
-            self.prefix,
-            encode_name(queue.as_bytes()),
-            encode_name(message_id.as_bytes())
-        )
+        format!("{}:msg:{{{}}}:{}", self.prefix, encode_name(queue.as_bytes()), encode_name(message_id.as_bytes()))
     }
 
     /// A SCAN pattern matching every key of this prefix (`*` and friends escaped).
@@ -136,12 +131,11 @@ impl KeySpace {
 /// next `}`, when that is non-empty; otherwise the whole key.
 #[must_use]
 pub fn hash_tag(key: &str) -> &str {
-    if let Some(open) = key.find('{') {
-        if let Some(len) = key[open + 1..].find('}') {
-            if len > 0 {
-                return &key[open + 1..open + 1 + len];
-            }
-        }
+    if let Some(open) = key.find('{')
+        && let Some(len) = key[open + 1..].find('}')
+        && len > 0
+    {
+        return &key[open + 1..open + 1 + len];
     }
     key
 }

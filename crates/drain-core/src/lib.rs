@@ -16,7 +16,7 @@
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-//TMP pub mod admission;
+pub mod admission;
 pub mod error;
 pub mod event;
 pub mod keys;

@@ -90,10 +90,7 @@ impl IntRule {
         };
         let trimmed = raw.trim();
         let fallback = |why: &str| {
-            Parsed::warned(
-                self.default,
-                Warning::new(name, raw, format!("{why}; using the default {}", self.default)),
-            )
+            Parsed::warned(self.default, Warning::new(name, raw, format!("{why}; using the default {}", self.default)))
         };
         if trimmed.is_empty() {
             return fallback("empty");
@@ -192,11 +189,7 @@ pub fn key_prefix(raw: Option<&str>) -> Parsed<String> {
     } else {
         Parsed::warned(
             DEFAULT.to_owned(),
-            Warning::new(
-                "DRAIN_KEY_PREFIX",
-                raw,
-                "must be 1-64 of A-Z a-z 0-9 - _ . :; using `drain`",
-            ),
+            Warning::new("DRAIN_KEY_PREFIX", raw, "must be 1-64 of A-Z a-z 0-9 - _ . :; using `drain`"),
         )
     }
 }
@@ -213,7 +206,11 @@ pub fn instance_id(raw: Option<&str>, default: &str) -> Parsed<String> {
     } else {
         Parsed::warned(
             default.to_owned(),
-            Warning::new("DRAIN_INSTANCE_ID", raw, format!("must be 1-128 visible ASCII characters; using `{default}`")),
+            Warning::new(
+                "DRAIN_INSTANCE_ID",
+                raw,
+                format!("must be 1-128 visible ASCII characters; using `{default}`"),
+            ),
         )
     }
 }

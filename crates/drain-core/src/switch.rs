@@ -48,7 +48,6 @@ impl Switch {
     /// warning; anything else (including an empty string) is the default with one
     /// warning naming the variable and the bad value. So only `off` disables a
     /// default-on switch.
-    #[must_use]
     pub fn parse(name: &str, raw: Option<&str>, default: Switch) -> Parsed<Switch> {
         let Some(raw) = raw else {
             return Parsed::clean(default);
@@ -62,10 +61,7 @@ impl Switch {
                 Warning::new(
                     name,
                     raw,
-                    format!(
-                        "not a switch value (off, on, shadow); using the default `{}`",
-                        default.as_str()
-                    ),
+                    format!("not a switch value (off, on, shadow); using the default `{}`", default.as_str()),
                 ),
             ),
         }

@@ -49,7 +49,9 @@ fn memory_source_redelivers_after_lock_expiry() {
     assert_eq!(first[0].delivery_count, 0);
     // Within the lock: nothing to receive.
     clock.advance(Duration::from_secs(29));
-    assert!(block_on(&clock, drain_core::ports::MessageSource::receive(&source, 10, Duration::ZERO)).unwrap().is_empty());
+    assert!(
+        block_on(&clock, drain_core::ports::MessageSource::receive(&source, 10, Duration::ZERO)).unwrap().is_empty()
+    );
     clock.advance(Duration::from_secs(2));
     let again = block_on(&clock, drain_core::ports::MessageSource::receive(&source, 10, Duration::ZERO)).unwrap();
     assert_eq!(again.len(), 1, "redelivered after the lock expired");

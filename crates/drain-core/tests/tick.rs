@@ -197,7 +197,11 @@ fn acquire_then_release_with_queue_scoped_key_parity() {
 fn contended_tick_skips_without_receive_or_release() {
     let mut h = Harness::new();
     h.feed(&["a"]);
-    h.store.set_raw(&h.lease_key().lease, "other-host:0123456789abcdef0123456789abcdef", Some(Duration::from_secs(100)));
+    h.store.set_raw(
+        &h.lease_key().lease,
+        "other-host:0123456789abcdef0123456789abcdef",
+        Some(Duration::from_secs(100)),
+    );
     let r = h.tick();
     assert_eq!(r, TickReport::skipped_locked("requests"));
     assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"queue":"requests","skipped":"locked"}"#);
@@ -550,9 +554,15 @@ fn shadow_claim_counts_duplicates_but_submits() {
     h.store.set_raw(&h.keys.message_claim("requests", "b"), "pending:y:1", Some(Duration::from_secs(60)));
     let r = h.tick();
     assert_eq!(stats(&r), (2, 2, 0, 0, 0), "shadow behaves as Off");
-    assert_eq!(h.count(|e| matches!(e, Event::Message { outcome: MessageOutcome::Duplicate, mode: Switch::Shadow, .. })), 1);
     assert_eq!(
-        h.count(|e| matches!(e, Event::Message { outcome: MessageOutcome::ClaimedElsewhere, mode: Switch::Shadow, .. })),
+        h.count(|e| matches!(e, Event::Message { outcome: MessageOutcome::Duplicate, mode: Switch::Shadow, .. })),
+        1
+    );
+    assert_eq!(
+        h.count(|e| matches!(
+            e,
+            Event::Message { outcome: MessageOutcome::ClaimedElsewhere, mode: Switch::Shadow, .. }
+        )),
         1
     );
     h.store.set_failing(Some(ErrorKind::Connection));
@@ -570,4 +580,48 @@ fn off_claim_submits_everything() {
     let r = h.tick();
     assert_eq!(stats(&r), (1, 1, 0, 0, 0));
     assert_eq!(h.store.calls().get("claim_batch"), None);
+}
+
+/// Sets the shutdown flag when it sees message `stop`.
+struct Stopper<'a> {
+    flag: &'a std::sync::atomic::AtomicBool,
+    inner: RecordingSubmitter,
+}
+
+#[async_trait]
+impl Submitter for Stopper<'_> {
+    async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        if message.message_id.as_deref() == Some("stop") {
+            self.flag.store(true, std::sync::atomic::Ordering::Release);
+        }
+        self.inner.submit(message, ctx).await
+    }
+}
+
+#[test]
+fn a_stop_request_abandons_the_rest_settles_and_releases() {
+    let mut h = Harness::new();
+    h.cfg.batch = 4;
+    let flag = std::sync::atomic::AtomicBool::new(false);
+    let stopper = Stopper { flag: &flag, inner: RecordingSubmitter::new(h.clock.clone()) };
+    h.feed(&["a", "stop", "c", "d", "e", "f"]);
+    let token = h.token();
+    let ports = TickPorts {
+        leases: &*h.store,
+        claims: &*h.store,
+        source: &*h.source,
+        target: &stopper,
+        clock: &*h.clock,
+        observer: &h.observer,
+    };
+    let r = block_on(&h.clock, drain_core::tick::run_tick_until(&h.cfg, &h.keys, &ports, &token, &flag));
+    assert!(r.stopped);
+    assert_eq!(stopper.inner.submitted_ids(), ["a", "stop"]);
+    assert_eq!(stats(&r), (4, 2, 0, 2, 0), "one batch received; the two not yet submitted are abandoned");
+    assert_eq!(h.messages(MessageOutcome::Cancelled), 2);
+    assert_eq!(h.source.ready_len(), 4, "c and d back in the queue, e and f never received");
+    assert_eq!(h.lease_value(), None, "released");
+    let claim_c = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "c"))).unwrap();
+    assert_eq!(claim_c, None, "the abandoned message's claim is released, so its redelivery is not blocked");
+    assert!(serde_json::to_string(&r).unwrap().contains(r#""stopped":true"#));
 }

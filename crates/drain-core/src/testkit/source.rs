@@ -147,7 +147,10 @@ impl MemorySource {
 }
 
 fn lock_lost(handle: DeliveryHandle) -> PortError {
-    PortError::new(ErrorKind::LockLost, format!("delivery {} is not locked by us (expired or already settled)", handle.0))
+    PortError::new(
+        ErrorKind::LockLost,
+        format!("delivery {} is not locked by us (expired or already settled)", handle.0),
+    )
 }
 
 /// Resolves when the source's version moves past `seen`.

@@ -117,7 +117,11 @@ impl MemoryStore {
     }
 
     /// Count the call, apply injected faults, drop expired keys, then run `f`.
-    fn call<T>(&self, op: &'static str, f: impl FnOnce(&mut State, Time) -> Result<T, PortError>) -> Result<T, PortError> {
+    fn call<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut State, Time) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
         let now = self.clock.now();
         let mut s = self.lock();
         *s.calls.entry(op).or_default() += 1;
@@ -142,7 +146,10 @@ fn get_str<'a>(s: &'a State, key: &str) -> Result<Option<&'a str>, PortError> {
 }
 
 fn wrong_type(key: &str) -> PortError {
-    PortError::new(ErrorKind::WrongType, format!("key {key} holds a value of another type; another program writes there"))
+    PortError::new(
+        ErrorKind::WrongType,
+        format!("key {key} holds a value of another type; another program writes there"),
+    )
 }
 
 fn put(s: &mut State, key: &str, value: String, expires: Option<Time>) {
@@ -208,10 +215,8 @@ impl LeaseStore for MemoryStore {
 }
 
 fn peek_one(s: &State, key: &str, now: Time) -> Result<Option<Holding>, PortError> {
-    Ok(get_str(s, key)?.map(|v| Holding {
-        value: v.to_owned(),
-        remaining: s.map[key].expires.map(|t| t.saturating_since(now)),
-    }))
+    Ok(get_str(s, key)?
+        .map(|v| Holding { value: v.to_owned(), remaining: s.map[key].expires.map(|t| t.saturating_since(now)) }))
 }
 
 #[async_trait]

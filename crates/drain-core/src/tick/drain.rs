@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::stream::{self, StreamExt};
 
 use crate::event::{Event, MessageOutcome};
+use crate::keys::KeySpace;
 use crate::ports::{ClaimState, Delivery, DeliveryHandle, SettleAction, Settlement, SubmitContext};
 use crate::switch::Switch;
 use crate::tick::{DrainStats, TickConfig, TickPorts};
 use crate::token::LeaseToken;
-use crate::keys::KeySpace;
 
 /// Reason given when dead-lettering a message that has no message id.
 pub const MISSING_ID_REASON: &str = "MissingMessageId";
@@ -33,6 +33,8 @@ pub(super) struct Drain<'a> {
     /// Passed to the submitter; `None` unless single-flight is On and we hold the lease.
     pub(super) fence: Option<u64>,
     pub(super) cancel: &'a AtomicBool,
+    /// Set from outside (shutdown).
+    pub(super) stop: &'a AtomicBool,
 }
 
 /// What to do with one message once its claim state is known.
@@ -54,12 +56,16 @@ enum Fate {
 }
 
 impl Drain<'_> {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Acquire) || self.stop.load(Ordering::Acquire)
+    }
+
     pub(super) async fn run(&self) -> DrainOutcome {
         let mut stats = DrainStats::default();
         let mut batches = 0u32;
         let mut error = None;
         loop {
-            if self.cancel.load(Ordering::Acquire) {
+            if self.cancelled() {
                 break;
             }
             if self.cfg.max_batches.is_some_and(|max| batches >= max) {
@@ -96,11 +102,7 @@ impl Drain<'_> {
         for d in batch {
             match d.message.message_id.as_deref() {
                 None => {
-                    let r = self
-                        .ports
-                        .source
-                        .dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION)
-                        .await;
+                    let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
                     stats.dead_lettered += 1;
                     self.observe(MessageOutcome::DeadLettered, mode);
                     if r.is_err() {
@@ -131,15 +133,11 @@ impl Drain<'_> {
                 let fate = match plan {
                     Plan::CompleteDuplicate => Fate::Complete(MessageOutcome::Duplicate),
                     Plan::Abandon(why) => Fate::Abandon(why),
-                    Plan::Submit { .. } if self.cancel.load(Ordering::Acquire) => {
-                        Fate::Abandon(MessageOutcome::Cancelled)
-                    }
-                    Plan::Submit { .. } => {
-                        match self.ports.target.submit(&work_ref[i].0.message, ctx_ref).await {
-                            Ok(()) => Fate::Complete(MessageOutcome::Submitted),
-                            Err(_) => Fate::Abandon(MessageOutcome::SubmitFailed),
-                        }
-                    }
+                    Plan::Submit { .. } if self.cancelled() => Fate::Abandon(MessageOutcome::Cancelled),
+                    Plan::Submit { .. } => match self.ports.target.submit(&work_ref[i].0.message, ctx_ref).await {
+                        Ok(()) => Fate::Complete(MessageOutcome::Submitted),
+                        Err(_) => Fate::Abandon(MessageOutcome::SubmitFailed),
+                    },
                 };
                 (i, fate)
             })
@@ -162,11 +160,7 @@ impl Drain<'_> {
         if !settlements.is_empty() {
             // An error here leaves pending claims that expire after the pending TTL;
             // completed messages stay completed, abandoned ones wait out the claim.
-            let _ = self
-                .ports
-                .claims
-                .settle_batch(&settlements, self.token, self.cfg.claim_done_ttl)
-                .await;
+            let _ = self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await;
         }
 
         // 5. Settle at the source.

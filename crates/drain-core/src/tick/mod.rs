@@ -102,6 +102,20 @@ pub struct TickPorts<'a> {
 /// the lease, fail closed on claims, a source error ends the drain early). A panic
 /// in a port is re-raised after the lease is released.
 pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
+    run_tick_until(cfg, keys, ports, token, &AtomicBool::new(false)).await
+}
+
+/// [`run_tick`] that also stops cooperatively once `stop` is set (a shutdown past its
+/// grace period): no further receive or submit starts, the messages of the current
+/// batch that were not submitted are abandoned, claims are settled and the lease is
+/// released, and the report says `"stopped":true`.
+pub async fn run_tick_until(
+    cfg: &TickConfig,
+    keys: &KeySpace,
+    ports: &TickPorts<'_>,
+    token: &LeaseToken,
+    stop: &AtomicBool,
+) -> TickReport {
     let start = ports.clock.now();
     let key = keys.lease(&cfg.queue);
     let mode = cfg.singleflight;
@@ -142,6 +156,7 @@ pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, 
         token,
         fence: if mode.enforces() { fence } else { None },
         cancel: &cancel,
+        stop,
     };
     let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
     let result = if acquired && cfg.renew.computes() {
@@ -180,6 +195,7 @@ pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, 
         fence: if mode.enforces() { fence } else { None },
         stats: Some(outcome.stats),
         lease_lost: lost.load(Ordering::Acquire),
+        stopped: stop.load(Ordering::Acquire),
         error: outcome.error,
     }
 }

@@ -63,6 +63,9 @@ pub struct TickReport {
     /// The renewal found the lease gone and the drain stopped early.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lease_lost: bool,
+    /// A shutdown stopped the drain before the queue was empty.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
     /// Why the drain stopped early (the source failed), if it did.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -79,6 +82,7 @@ impl TickReport {
             fence: None,
             stats: None,
             lease_lost: false,
+            stopped: false,
             error: None,
         }
     }

@@ -23,7 +23,7 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
 
     let got = store.claim_batch(&[k1.clone(), k2.clone()], &a, long).await.expect("claim a");
     assert_eq!(got, vec![ClaimState::Claimed, ClaimState::Claimed], "absent keys MUST be Claimed, in order");
-    let got = store.claim_batch(&[k1.clone()], &b, long).await.expect("claim b");
+    let got = store.claim_batch(std::slice::from_ref(&k1), &b, long).await.expect("claim b");
     assert_eq!(
         got,
         vec![ClaimState::PendingElsewhere { holder: "alpha".into() }],
@@ -51,10 +51,13 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
     );
 
     // A crashed submitter's pending claim expires and a redelivery can take it.
-    assert_eq!(store.claim_batch(&[k3.clone()], &a, env.short_ttl).await.expect("claim"), vec![ClaimState::Claimed]);
+    assert_eq!(
+        store.claim_batch(std::slice::from_ref(&k3), &a, env.short_ttl).await.expect("claim"),
+        vec![ClaimState::Claimed]
+    );
     env.wait(env.short_ttl * 3).await;
     assert_eq!(
-        store.claim_batch(&[k3.clone()], &b, long).await.expect("claim after expiry"),
+        store.claim_batch(std::slice::from_ref(&k3), &b, long).await.expect("claim after expiry"),
         vec![ClaimState::Claimed],
         "an expired pending claim MUST be claimable"
     );
@@ -69,9 +72,9 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
         store.settle_batch(&[settle(&k3, SettleAction::MarkDone)], &b, env.short_ttl).await.expect("settle"),
         vec![SettleResult::Settled]
     );
-    assert_eq!(store.claim_batch(&[k3.clone()], &c, long).await.expect("claim"), vec![ClaimState::Done]);
+    assert_eq!(store.claim_batch(std::slice::from_ref(&k3), &c, long).await.expect("claim"), vec![ClaimState::Done]);
     env.wait(env.short_ttl * 3).await;
-    assert_eq!(store.claim_batch(&[k3.clone()], &c, long).await.expect("claim"), vec![ClaimState::Claimed]);
+    assert_eq!(store.claim_batch(std::slice::from_ref(&k3), &c, long).await.expect("claim"), vec![ClaimState::Claimed]);
 
     // A key twice in one call is claimed once.
     let got = store.claim_batch(&[k4.clone(), k4.clone()], &a, long).await.expect("dup claim");

@@ -60,10 +60,7 @@ pub async fn message_source<S: MessageSource + ?Sized>(
     source.complete(c1).await.expect("complete");
     source.abandon(c2).await.expect("abandon");
     source.dead_letter(c3, "ContractTest", "dead-lettered by the contract suite").await.expect("dead-letter");
-    for (what, r) in [
-        ("complete", source.complete(c1).await),
-        ("abandon", source.abandon(c1).await),
-    ] {
+    for (what, r) in [("complete", source.complete(c1).await), ("abandon", source.abandon(c1).await)] {
         let e = r.expect_err("settling a settled delivery MUST fail");
         assert_eq!(e.kind, ErrorKind::LockLost, "{what} of a settled delivery MUST be LockLost, got {e}");
     }
@@ -86,7 +83,11 @@ pub async fn message_source<S: MessageSource + ?Sized>(
         feed.submit(&message(&format!("m{i}")), &ctx).await.expect("feed");
     }
     let first = source.receive(2, max_wait).await.expect("receive 2");
-    assert!(!first.is_empty() && first.len() <= 2, "receive(2) MUST return 1..=2 when messages wait, got {}", first.len());
+    assert!(
+        !first.is_empty() && first.len() <= 2,
+        "receive(2) MUST return 1..=2 when messages wait, got {}",
+        first.len()
+    );
     let rest = collect(source, 5 - first.len(), max_wait).await;
     assert_eq!(first.len() + rest.len(), 5, "every message MUST arrive");
 
@@ -94,7 +95,9 @@ pub async fn message_source<S: MessageSource + ?Sized>(
     let probe = first[0].handle;
     match (source.capabilities().lock_renewal, source.renew_lock(probe).await) {
         (true, Ok(d)) => assert!(d > Duration::ZERO, "a renewed lock MUST last"),
-        (false, Err(e)) => assert_eq!(e.kind, ErrorKind::Unsupported, "renewal without the capability MUST be Unsupported"),
+        (false, Err(e)) => {
+            assert_eq!(e.kind, ErrorKind::Unsupported, "renewal without the capability MUST be Unsupported")
+        }
         (cap, r) => panic!("renew_lock MUST match capabilities().lock_renewal={cap}, got {r:?}"),
     }
     for d in first.iter().chain(&rest) {

@@ -1,0 +1,130 @@
+//! The data the scheduler exchanges with its driver: actions, peek results, turn
+//! outcomes, answers and errors.
+
+use thiserror::Error;
+
+use super::owner::OwnerId;
+use crate::event::TurnLabel;
+use crate::time::Time;
+
+/// How an owner entered the FIFO, which decides whether it is peeked before launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Entry {
+    /// A fresh request, a retry timer that fired, or a re-run after a dirty or
+    /// claim-busy turn: peeked first when claim-aware admission computes.
+    Initial,
+    /// The owner's last turn was productive and said there is more: launched
+    /// without a peek, since it just held the claim.
+    Continuation,
+}
+
+/// What the driver should do next, from [`Scheduler::poll_action`](super::Scheduler::poll_action).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Read, in one round trip, whether each owner's claim is held, and answer with
+    /// [`Scheduler::on_peek`](super::Scheduler::on_peek). The owners keep their turn
+    /// slots until then.
+    Peek(Vec<OwnerId>),
+    /// Run one turn of `owner`'s drain work and answer with
+    /// [`Scheduler::on_turn`](super::Scheduler::on_turn).
+    Launch {
+        /// Whose turn it is.
+        owner: OwnerId,
+        /// How the owner entered the FIFO (after a peek, always [`Entry::Initial`]).
+        entry: Entry,
+    },
+}
+
+/// What a peek found for one owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeekResult {
+    /// Nobody holds the owner's claim: launch.
+    Free,
+    /// Someone holds the claim: defer with a jittered timer (On) or count only (Shadow).
+    Held,
+    /// The peek failed: launch anyway, as before claim-aware admission, and count it.
+    Error,
+}
+
+/// How one owner turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TurnOutcome {
+    /// The turn did work.
+    Productive {
+        /// Work remains: the owner continues at once, at the back of the FIFO.
+        more: bool,
+    },
+    /// There was nothing to do.
+    Done,
+    /// The turn lost the race for the owner's claim.
+    ClaimBusy,
+    /// The turn failed.
+    Failed,
+}
+
+impl TurnOutcome {
+    /// The metric label of this outcome.
+    #[must_use]
+    pub fn label(self) -> TurnLabel {
+        match self {
+            TurnOutcome::Productive { more: true } => TurnLabel::ProductiveMore,
+            TurnOutcome::Productive { more: false } => TurnLabel::ProductiveDone,
+            TurnOutcome::Done => TurnLabel::Done,
+            TurnOutcome::ClaimBusy => TurnLabel::ClaimBusy,
+            TurnOutcome::Failed => TurnLabel::Failed,
+        }
+    }
+}
+
+/// What [`Scheduler::request`](super::Scheduler::request) did with a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use]
+pub enum Requested {
+    /// The owner was unknown: it joined the back of the FIFO as an initial entry.
+    Queued,
+    /// The owner already had a pending intent (queued, ready, peeking, on a retry
+    /// timer or handed off): nothing changed. A request never pulls a retry timer
+    /// forward: that is the point of the backoff.
+    Coalesced,
+    /// The owner is running: it runs again after the turn.
+    MarkedDirty,
+}
+
+/// Where one owner is, from [`Scheduler::state_of`](super::Scheduler::state_of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OwnerState {
+    /// Waiting in the FIFO.
+    Queued {
+        /// Whether it will be peeked before launch.
+        entry: Entry,
+    },
+    /// Peeked free (or the peek failed, or Shadow): launches before the FIFO head.
+    Ready,
+    /// In a batch of an [`Action::Peek`] whose answer is outstanding; holds a slot.
+    Peeking,
+    /// Waiting for a retry timer.
+    Timer {
+        /// When it fires.
+        due: Time,
+    },
+    /// Its turn is running.
+    Running {
+        /// Requested during the turn: it runs again afterwards.
+        dirty: bool,
+    },
+    /// Handed back to the caller (timer cap overflow, or a continuation after
+    /// [`Scheduler::close`](super::Scheduler::close)); waiting for
+    /// [`Scheduler::poll_handoff`](super::Scheduler::poll_handoff).
+    HandedOff,
+}
+
+/// The scheduler was closed: it takes no more requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
+#[error("the owner admission scheduler is closed")]
+pub struct Closed;
+
+/// [`Scheduler::on_turn`](super::Scheduler::on_turn) was called for an owner that
+/// has no running turn; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Error)]
+#[error("owner `{0}` has no running turn")]
+pub struct NotRunning(pub OwnerId);
