@@ -1,1 +1,69 @@
-//! adapter-metrics: placeholder until its issue lands.
+//! # adapter-metrics
+//!
+//! drain-core's [`Observer`] port on the [`metrics`] facade, exported by
+//! `metrics-exporter-prometheus` on an HTTP `/metrics` endpoint.
+//!
+//! Only the names in [`KEEP_LIST`] are exported: the installed recorder drops every
+//! other metric, whoever registers it, so the scrape surface is exactly SPEC §9.
+//! Decisions taken in shadow mode carry `mode="shadow"`.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), adapter_metrics::MetricsError> {
+//! let addr = "127.0.0.1:9464".parse().expect("address");
+//! adapter_metrics::install(addr)?; // inside a tokio runtime
+//! let observer = adapter_metrics::MetricsObserver;
+//! // hand `&observer` to drain-core's TickPorts / the owner scheduler driver
+//! # let _ = observer; Ok(()) }
+//! ```
+#![forbid(unsafe_code)]
+
+mod keep;
+mod observer;
+
+use std::net::SocketAddr;
+
+pub use keep::{KEEP_LIST, KeepList};
+pub use observer::MetricsObserver;
+
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+/// Installing the exporter failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The listener or recorder could not be built (e.g. the address is taken).
+    #[error("cannot start the Prometheus endpoint on {addr}: {reason}")]
+    Build {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// Another recorder is already installed in this process.
+    #[error("a metrics recorder is already installed in this process")]
+    AlreadyInstalled,
+}
+
+/// Histogram buckets for durations in seconds, from 0.5 ms to 5 minutes.
+pub const DURATION_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
+
+/// Serve `/metrics` on `addr` and install the keep-list recorder globally.
+///
+/// Must be called inside a tokio runtime (the listener is spawned on it).
+///
+/// # Errors
+/// [`MetricsError::Build`] when the listener cannot bind; [`MetricsError::AlreadyInstalled`]
+/// when a recorder is already installed.
+pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
+    let build = |e: &dyn std::fmt::Display| MetricsError::Build { addr, reason: e.to_string() };
+    let (recorder, exporter) = PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(DURATION_BUCKETS)
+        .map_err(|e| build(&e))?
+        .build()
+        .map_err(|e| build(&e))?;
+    metrics::set_global_recorder(KeepList::new(recorder)).map_err(|_| MetricsError::AlreadyInstalled)?;
+    tokio::spawn(exporter);
+    observer::describe();
+    Ok(())
+}

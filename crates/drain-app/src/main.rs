@@ -1,3 +1,48 @@
-//! The `drain` binary.
+//! The `drain` binary: configuration, composition, beat, CLI.
+//!
+//! `main` only parses the command line, loads the configuration and dispatches;
+//! each piece lives in a module of its own (see docs/architecture.md).
 
-fn main() {}
+mod beat;
+mod cli;
+mod clock;
+mod commands;
+mod compose;
+mod config;
+mod demo;
+mod logging;
+mod observe;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let loaded = match config::load(cli.config.as_deref()) {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("drain: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli.command {
+        cli::Command::Config(args) => commands::config::main(&args, &loaded),
+        cli::Command::Run(args) => {
+            if let Some(w) = logging::init(&loaded.config) {
+                eprintln!("drain: {w}");
+            }
+            for w in &loaded.warnings {
+                tracing::warn!("config: {w}");
+            }
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("drain: cannot start the async runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(commands::run::main(&args, loaded))
+        }
+    }
+}

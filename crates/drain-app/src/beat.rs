@@ -1,0 +1,174 @@
+//! The beat: a tick every interval onto a pool of `DRAIN_WORKER_CONCURRENCY`
+//! workers, an optional resident consumer, and graceful shutdown.
+//!
+//! Shutdown, on the first SIGINT/SIGTERM: stop the beat; let running ticks finish
+//! within `DRAIN_SHUTDOWN_GRACE_SECONDS`; then ask the rest to stop (each abandons
+//! what it did not submit, settles its claims and releases its lease); abort what
+//! still runs after a short bound and release its lease from here. A second
+//! signal exits at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drain_core::tick::{TickReport, run_tick_until};
+use drain_core::{LeaseToken, Switch};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use crate::compose::Runtime;
+
+/// How long stopped ticks get to abandon and release before they are aborted.
+const STOP_BOUND: Duration = Duration::from_secs(5);
+
+/// Leases held by running ticks, so a tick aborted at shutdown still gets released.
+#[derive(Default)]
+struct Held(Mutex<HashMap<u64, LeaseToken>>);
+
+impl Held {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, LeaseToken>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Run one tick with a fresh token.
+pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> TickReport {
+    let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
+    run_tick_until(&rt.tick, &rt.keys, &rt.ports(), &token, stop).await
+}
+
+fn log_report(report: &TickReport) {
+    let json = serde_json::to_string(report).unwrap_or_default();
+    if report.is_skipped() {
+        tracing::debug!(target: "drain::tick", report = %json, "tick skipped: another tick holds the lease");
+    } else if report.error.is_some() || report.lease_lost {
+        tracing::warn!(target: "drain::tick", report = %json, "tick ended early");
+    } else {
+        tracing::info!(target: "drain::tick", report = %json, "tick done");
+    }
+}
+
+/// Beat until `shutdown` flips, then shut down gracefully.
+pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, resident: bool) {
+    let workers = rt.config.worker_concurrency.max(1);
+    let slots = Arc::new(Semaphore::new(workers));
+    let stop = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(Held::default());
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut next_id = 0u64;
+
+    if resident {
+        tasks.spawn(resident_loop(rt.clone(), stop.clone(), shutdown.clone()));
+    }
+
+    let mut beat = tokio::time::interval(rt.config.beat_interval);
+    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tracing::info!(
+        queue = %rt.tick.queue,
+        interval_s = rt.config.beat_interval.as_secs(),
+        workers,
+        singleflight = rt.tick.singleflight.as_str(),
+        atomic_claim = rt.tick.atomic_claim.as_str(),
+        store = %rt.store_name(),
+        "beat started"
+    );
+    loop {
+        tokio::select! {
+            _ = beat.tick() => {
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(workers, "all workers busy; this beat starts no tick");
+                    continue;
+                };
+                next_id += 1;
+                let (id, rt, stop, held) = (next_id, rt.clone(), stop.clone(), held.clone());
+                tasks.spawn(async move {
+                    let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
+                    if rt.tick.singleflight != Switch::Off {
+                        held.lock().insert(id, token.clone());
+                    }
+                    let report = run_tick_until(&rt.tick, &rt.keys, &rt.ports(), &token, &stop).await;
+                    held.lock().remove(&id);
+                    log_report(&report);
+                    drop(permit);
+                });
+            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => log_join(done),
+            changed = shutdown.changed() => {
+                if changed.is_err() || *shutdown.borrow() {
+                    break;
+                }
+            }
+        }
+    }
+    shut_down(&rt, tasks, &stop, &held).await;
+}
+
+async fn all_done(tasks: &mut JoinSet<()>) {
+    while let Some(done) = tasks.join_next().await {
+        log_join(done);
+    }
+}
+
+fn log_join(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done
+        && e.is_panic()
+    {
+        tracing::error!("a tick panicked (its lease was released first): {e}");
+    }
+}
+
+async fn shut_down(rt: &Runtime, mut tasks: JoinSet<()>, stop: &AtomicBool, held: &Held) {
+    let grace = rt.config.shutdown_grace;
+    tracing::info!(
+        running = tasks.len(),
+        grace_s = grace.as_secs(),
+        "shutdown: beat stopped; waiting for running ticks"
+    );
+    if tokio::time::timeout(grace, all_done(&mut tasks)).await.is_err() {
+        tracing::warn!(running = tasks.len(), "grace period over: stopping ticks (unsubmitted messages are abandoned)");
+        stop.store(true, Ordering::Release);
+        if tokio::time::timeout(STOP_BOUND, all_done(&mut tasks)).await.is_err() {
+            tracing::warn!(running = tasks.len(), "ticks did not stop in time: aborting them");
+            tasks.abort_all();
+            all_done(&mut tasks).await;
+        }
+    }
+    stop.store(true, Ordering::Release);
+    let leftovers: Vec<LeaseToken> = held.lock().drain().map(|(_, t)| t).collect();
+    let key = rt.keys.lease(&rt.tick.queue);
+    for token in leftovers {
+        match rt.leases.release(&key, &token).await {
+            Ok(r) => tracing::info!(result = ?r, "released the lease of an aborted tick"),
+            Err(e) => tracing::warn!("could not release an aborted tick's lease ({e}); its TTL frees it"),
+        }
+    }
+    tracing::info!("shutdown complete");
+}
+
+/// The resident consumer: one in-process receive loop (at most one per process,
+/// guarded by its own lock), no lease; the atomic claim covers its overlap with
+/// beat ticks.
+async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch::Receiver<bool>) {
+    static RESIDENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let Ok(_guard) = RESIDENT.try_lock() else {
+        tracing::warn!("a resident consumer already runs in this process");
+        return;
+    };
+    let mut cfg = rt.tick.clone();
+    cfg.singleflight = Switch::Off;
+    cfg.max_batches = Some(1);
+    tracing::info!(queue = %cfg.queue, "resident consumer started");
+    while !stop.load(Ordering::Acquire) && !*shutdown.borrow() {
+        let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
+        let report = run_tick_until(&cfg, &rt.keys, &rt.ports(), &token, &stop).await;
+        if let Some(s) = report.stats
+            && s.received > 0
+        {
+            tracing::info!(target: "drain::resident", report = %serde_json::to_string(&report).unwrap_or_default(), "resident batch");
+        }
+        if report.error.is_some() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+}

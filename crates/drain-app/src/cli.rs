@@ -1,0 +1,62 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Single-flight queue drains and claim-aware owner admission.
+///
+/// Configuration comes from the environment (see `drain config` and docs/flags.md).
+/// With no DRAIN_*_URL set, everything runs embedded: an in-memory store and a demo
+/// queue fed by a synthetic producer.
+#[derive(Debug, Parser)]
+#[command(name = "drain", version, about, long_about)]
+pub(crate) struct Cli {
+    /// TOML file of settings (same names as the environment variables; the
+    /// environment wins).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run the beat: a tick every DRAIN_BEAT_INTERVAL_SECONDS on DRAIN_WORKER_CONCURRENCY
+    /// workers, single-flight per queue, with /metrics; SIGINT/SIGTERM shut down gracefully.
+    #[command(after_help = "Examples:\n  \
+        drain run                                        # embedded demo\n  \
+        SERVICEBUS_DRAIN_SINGLEFLIGHT=on drain run       # overlapping ticks skip\n  \
+        drain run --once                                 # one tick, one JSON line\n  \
+        DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain run --resident")]
+    Run(RunArgs),
+    /// Print the effective configuration, where each value came from, and warnings.
+    #[command(after_help = "Examples:\n  \
+        drain config\n  \
+        SERVICEBUS_DRAIN_SINGLEFLIGHT=on drain config --json\n  \
+        drain config --flags-markdown > docs/flags.md")]
+    Config(ConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Run one tick, print its report as one JSON line on stdout, and exit 0 (a skipped
+    /// tick is not an error).
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Also run the resident consumer: one long-running receive loop in this process,
+    /// without the lease (the atomic claim covers its overlap with ticks).
+    #[arg(long, conflicts_with = "once")]
+    pub(crate) resident: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// One JSON object instead of a table.
+    #[arg(long, conflicts_with = "flags_markdown")]
+    pub(crate) json: bool,
+    /// Print the registry as Markdown (the source of docs/flags.md).
+    #[arg(long)]
+    pub(crate) flags_markdown: bool,
+}

@@ -1,0 +1,104 @@
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use drain_core::event::Event;
+use drain_core::ports::{Clock, Observer};
+use tokio::sync::watch;
+
+use crate::beat;
+use crate::cli::RunArgs;
+use crate::clock::SystemClock;
+use crate::compose::{self, Runtime};
+use crate::config::Loaded;
+use crate::demo;
+use crate::observe::{Fanout, LogObserver};
+
+/// `drain run` and `drain run --once`.
+pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
+    let config = loaded.config;
+    if !args.once
+        && let Some(addr) = config.metrics_addr
+    {
+        if let Err(e) = adapter_metrics::install(addr) {
+            tracing::error!("{e}; set DRAIN_METRICS_ADDR to a free port, or `off`");
+            return ExitCode::from(2);
+        }
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let observer: Arc<dyn Observer> =
+        Arc::new(Fanout(vec![Box::new(adapter_metrics::MetricsObserver), Box::new(LogObserver)]));
+    for (switch, mode) in [
+        ("SERVICEBUS_DRAIN_SINGLEFLIGHT", config.singleflight),
+        ("SERVICEBUS_DRAIN_LEASE_RENEW", config.lease_renew),
+        ("SERVICEBUS_ATOMIC_CLAIM", config.atomic_claim),
+        ("PROJECTION_DRAIN_CLAIM_AWARE", config.claim_aware),
+    ] {
+        observer.observe(&Event::SwitchMode { switch, mode });
+    }
+    let rt = match compose::compose(config, clock.clone(), observer).await {
+        Ok(rt) => Arc::new(rt),
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let producer = rt.demo_queue.clone().map(|q| tokio::spawn(demo::produce(q, clock.clone())));
+
+    let code = if args.once { once(&rt).await } else { forever(rt.clone(), args.resident).await };
+    if let Some(p) = producer {
+        p.abort();
+    }
+    code
+}
+
+async fn once(rt: &Runtime) -> ExitCode {
+    let report = beat::tick_once(rt, &AtomicBool::new(false)).await;
+    match serde_json::to_string(&report) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("cannot print the report: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn forever(rt: Arc<Runtime>, resident: bool) -> ExitCode {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: shutting down (a second signal exits at once)");
+        let _ = tx.send(true);
+        wait_for_signal().await;
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(130);
+    });
+    beat::run(rt, rx, resident).await;
+    ExitCode::SUCCESS
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,363 @@
+//! The configuration layer: the only code that reads the environment.
+//!
+//! Everything is read once, at start: the environment, and optionally a TOML file
+//! given with `--config` (the environment wins). Each value is parsed by the rule
+//! in drain-core's `settings` (or here, for addresses and URLs); a bad value gives
+//! the default or the clamped value with one warning, never a panic, and never
+//! silently disables a safety feature. A value that cannot be used safely at all (a
+//! Redis URL with an unknown scheme) is a fatal [`ConfigError`].
+
+mod redact;
+pub(crate) mod registry;
+mod render;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use drain_core::Switch;
+use drain_core::settings::{self, Parsed, Warning};
+use drain_core::tick::TickConfig;
+
+pub(crate) use redact::{Secret, redact};
+pub(crate) use render::{effective_table, flags_markdown};
+
+use registry::{Kind, SETTINGS, setting};
+
+/// Where an effective value came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Origin {
+    /// The registry default.
+    Default,
+    /// The environment.
+    Env,
+    /// The `--config` file.
+    File,
+}
+
+/// A setting as resolved: shown value (redacted) and where it came from.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Effective {
+    pub(crate) name: &'static str,
+    pub(crate) value: String,
+    pub(crate) origin: Origin,
+}
+
+/// A configuration that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ConfigError {
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("config file {path}: {reason}")]
+    FileSyntax { path: String, reason: String },
+    #[error("{name}={value}: {reason}")]
+    Invalid { name: &'static str, value: String, reason: String },
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LogFormat {
+    Text,
+    Json,
+}
+
+/// The typed configuration.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) singleflight: Switch,
+    pub(crate) lease_ttl: Duration,
+    pub(crate) lease_renew: Switch,
+    pub(crate) atomic_claim: Switch,
+    pub(crate) claim_ttl: Duration,
+    pub(crate) claim_pending: Duration,
+    pub(crate) drain_concurrency: usize,
+    pub(crate) drain_batch: usize,
+    pub(crate) drain_max_wait: Duration,
+    pub(crate) claim_aware: Switch,
+    pub(crate) backoff_min: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) max_retry_timers: usize,
+    pub(crate) beat_interval: Duration,
+    pub(crate) worker_concurrency: usize,
+    pub(crate) shutdown_grace: Duration,
+    pub(crate) redis_url: Option<Secret>,
+    pub(crate) redis_cluster: bool,
+    pub(crate) source_url: Option<Secret>,
+    pub(crate) target_url: Option<Secret>,
+    pub(crate) key_prefix: String,
+    pub(crate) instance_id: String,
+    pub(crate) metrics_addr: Option<SocketAddr>,
+    pub(crate) log_filter: String,
+    pub(crate) log_format: LogFormat,
+}
+
+/// A loaded configuration with what `drain config` shows.
+#[derive(Debug, Clone)]
+pub(crate) struct Loaded {
+    pub(crate) config: Config,
+    pub(crate) effective: Vec<Effective>,
+    pub(crate) warnings: Vec<Warning>,
+}
+
+impl Config {
+    /// The tick settings for `queue`.
+    pub(crate) fn tick_config(&self, queue: &str) -> TickConfig {
+        TickConfig {
+            queue: queue.to_owned(),
+            singleflight: self.singleflight,
+            lease_ttl: self.lease_ttl,
+            renew: self.lease_renew,
+            atomic_claim: self.atomic_claim,
+            claim_done_ttl: self.claim_ttl,
+            claim_pending_ttl: self.claim_pending,
+            concurrency: self.drain_concurrency,
+            batch: self.drain_batch,
+            max_wait: self.drain_max_wait,
+            max_batches: None,
+        }
+    }
+}
+
+/// Read the process environment (registry names only) and the optional file.
+pub(crate) fn load(file: Option<&Path>) -> Result<Loaded, ConfigError> {
+    let mut env = BTreeMap::new();
+    let mut warnings = Vec::new();
+    for s in SETTINGS {
+        if let Some(v) = std::env::var_os(s.name) {
+            let value = match v.into_string() {
+                Ok(v) => v,
+                Err(raw) => {
+                    let lossy = raw.to_string_lossy().into_owned();
+                    warnings.push(Warning::new(s.name, "<not UTF-8>", "not valid UTF-8; read lossily"));
+                    lossy
+                }
+            };
+            env.insert(s.name.to_owned(), value);
+        }
+    }
+    let file_values = match file {
+        Some(path) => Some(read_file(path)?),
+        None => None,
+    };
+    let mut loaded = resolve(&env, file_values.as_ref(), &default_instance_id())?;
+    warnings.append(&mut loaded.warnings);
+    loaded.warnings = warnings;
+    Ok(loaded)
+}
+
+fn default_instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
+        .unwrap_or_else(|| "drain".to_owned());
+    format!("{host}-{}", std::process::id())
+}
+
+/// Parse a TOML file of `NAME = value` pairs (names as in the registry).
+fn read_file(path: &Path) -> Result<BTreeMap<String, String>, ConfigError> {
+    let shown = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| ConfigError::File { path: shown.clone(), reason: e.to_string() })?;
+    parse_file(&shown, &text)
+}
+
+pub(crate) fn parse_file(path: &str, text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| ConfigError::FileSyntax {
+        path: path.to_owned(),
+        // toml's message quotes the offending line, which may hold a secret.
+        reason: redact(e.message()),
+    })?;
+    let mut out = BTreeMap::new();
+    for (key, value) in table {
+        let name = key.to_ascii_uppercase();
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Boolean(b) => if b { "on" } else { "off" }.to_owned(),
+            other => {
+                return Err(ConfigError::FileSyntax {
+                    path: path.to_owned(),
+                    reason: format!("{key}: expected a string, integer or boolean, found {}", other.type_str()),
+                });
+            }
+        };
+        out.insert(name, value);
+    }
+    Ok(out)
+}
+
+/// Resolve every setting from the environment and the file (environment wins).
+pub(crate) fn resolve(
+    env: &BTreeMap<String, String>,
+    file: Option<&BTreeMap<String, String>>,
+    default_instance: &str,
+) -> Result<Loaded, ConfigError> {
+    let mut r = Resolver { env, file, effective: Vec::new(), warnings: Vec::new() };
+    if let Some(file) = file {
+        for name in file.keys() {
+            if setting(name).is_none() {
+                r.warnings.push(Warning::new(name, "", "unknown setting in the config file; ignored"));
+            }
+        }
+    }
+    let (bmin_raw, bmax_raw) =
+        (r.raw("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS"), r.raw("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS"));
+    let (bmin, bmax) = settings::backoff_window_seconds(bmin_raw.as_deref(), bmax_raw.as_deref());
+    let instance = settings::instance_id(r.raw("DRAIN_INSTANCE_ID").as_deref(), default_instance);
+    let prefix = settings::key_prefix(r.raw("DRAIN_KEY_PREFIX").as_deref());
+    let config = Config {
+        singleflight: r.switch("SERVICEBUS_DRAIN_SINGLEFLIGHT"),
+        lease_ttl: Duration::from_secs(r.int("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS")),
+        lease_renew: r.switch("SERVICEBUS_DRAIN_LEASE_RENEW"),
+        atomic_claim: r.switch("SERVICEBUS_ATOMIC_CLAIM"),
+        claim_ttl: Duration::from_secs(r.int("SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS")),
+        claim_pending: Duration::from_secs(r.int("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS")),
+        drain_concurrency: r.count("SERVICEBUS_DRAIN_CONCURRENCY"),
+        drain_batch: r.count("SERVICEBUS_DRAIN_BATCH"),
+        drain_max_wait: Duration::from_millis(r.int("SERVICEBUS_DRAIN_MAX_WAIT_MS")),
+        claim_aware: r.switch("PROJECTION_DRAIN_CLAIM_AWARE"),
+        backoff_min: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", bmin)),
+        backoff_max: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", bmax)),
+        max_retry_timers: r.count("PROJECTION_DRAIN_MAX_RETRY_TIMERS"),
+        beat_interval: Duration::from_secs(r.int("DRAIN_BEAT_INTERVAL_SECONDS")),
+        worker_concurrency: r.count("DRAIN_WORKER_CONCURRENCY"),
+        shutdown_grace: Duration::from_secs(r.int("DRAIN_SHUTDOWN_GRACE_SECONDS")),
+        redis_url: r.url("DRAIN_REDIS_URL", &["redis://", "rediss://"])?,
+        redis_cluster: r.switch("DRAIN_REDIS_CLUSTER") == Switch::On,
+        source_url: r.url("DRAIN_SOURCE_URL", &["amqp://", "amqps://", "endpoint="])?,
+        target_url: r.url("DRAIN_TARGET_URL", &["amqp://", "amqps://", "endpoint="])?,
+        key_prefix: r.take("DRAIN_KEY_PREFIX", prefix),
+        instance_id: r.take("DRAIN_INSTANCE_ID", instance),
+        metrics_addr: r.metrics_addr(),
+        log_filter: r.text_or("DRAIN_LOG", "info"),
+        log_format: r.log_format(),
+    };
+    Ok(Loaded { config, effective: r.effective, warnings: r.warnings })
+}
+
+struct Resolver<'a> {
+    env: &'a BTreeMap<String, String>,
+    file: Option<&'a BTreeMap<String, String>>,
+    effective: Vec<Effective>,
+    warnings: Vec<Warning>,
+}
+
+impl Resolver<'_> {
+    fn raw_with_origin(&self, name: &str) -> (Option<String>, Origin) {
+        if let Some(v) = self.env.get(name) {
+            return (Some(v.clone()), Origin::Env);
+        }
+        if let Some(v) = self.file.and_then(|f| f.get(name)) {
+            return (Some(v.clone()), Origin::File);
+        }
+        (None, Origin::Default)
+    }
+
+    fn raw(&self, name: &str) -> Option<String> {
+        self.raw_with_origin(name).0
+    }
+
+    /// Record the effective value and warning of a parsed setting; return its value.
+    fn take<T: ToString>(&mut self, name: &'static str, parsed: Parsed<T>) -> T {
+        let (_, origin) = self.raw_with_origin(name);
+        let secret = setting(name).is_some_and(|s| s.secret);
+        let shown = parsed.value.to_string();
+        self.effective.push(Effective { name, value: if secret { redact(&shown) } else { shown }, origin });
+        if let Some(w) = parsed.warning {
+            self.warnings.push(w);
+        }
+        parsed.value
+    }
+
+    fn switch(&mut self, name: &'static str) -> Switch {
+        let Some(Kind::Switch(default)) = setting(name).map(|s| s.kind) else {
+            unreachable!("{name} is declared as a switch in the registry");
+        };
+        let parsed = Switch::parse(name, self.raw(name).as_deref(), default);
+        self.take(name, parsed)
+    }
+
+    fn int(&mut self, name: &'static str) -> u64 {
+        let Some(Kind::Int(rule, _)) = setting(name).map(|s| s.kind) else {
+            unreachable!("{name} is declared as an integer in the registry");
+        };
+        let parsed = rule.parse(name, self.raw(name).as_deref());
+        self.take(name, parsed)
+    }
+
+    fn count(&mut self, name: &'static str) -> usize {
+        usize::try_from(self.int(name)).unwrap_or(usize::MAX)
+    }
+
+    fn text_or(&mut self, name: &'static str, default: &str) -> String {
+        let v = self.raw(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        self.take(name, Parsed::clean(v.unwrap_or_else(|| default.to_owned())))
+    }
+
+    /// A URL must start with one of `schemes` (case-insensitive); anything else is
+    /// fatal, because falling back to the embedded default would silently turn a
+    /// fleet-wide lease or claim into a per-process one.
+    fn url(&mut self, name: &'static str, schemes: &[&str]) -> Result<Option<Secret>, ConfigError> {
+        let Some(raw) = self.raw(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) else {
+            self.take(name, Parsed::clean("unset".to_owned()));
+            return Ok(None);
+        };
+        let lower = raw.to_ascii_lowercase();
+        if !schemes.iter().any(|s| lower.starts_with(s)) {
+            return Err(ConfigError::Invalid {
+                name,
+                value: redact(&raw),
+                reason: format!("must start with one of {}", schemes.join(", ")),
+            });
+        }
+        self.take(name, Parsed::clean(raw.clone()));
+        Ok(Some(Secret::new(raw)))
+    }
+
+    fn metrics_addr(&mut self) -> Option<SocketAddr> {
+        const NAME: &str = "DRAIN_METRICS_ADDR";
+        const DEFAULT: &str = "127.0.0.1:9464";
+        let default: SocketAddr = SocketAddr::from(([127, 0, 0, 1], 9464));
+        let raw = self.raw(NAME);
+        let parsed = match raw.as_deref().map(str::trim) {
+            None => Parsed::clean(Some(default)),
+            Some(v) if v.eq_ignore_ascii_case("off") => Parsed::clean(None),
+            Some(v) => match v.parse::<SocketAddr>() {
+                Ok(a) => Parsed::clean(Some(a)),
+                Err(_) => Parsed::warned(
+                    Some(default),
+                    Warning::new(NAME, v, format!("not `host:port` or `off`; using {DEFAULT}")),
+                ),
+            },
+        };
+        let value = parsed.value;
+        let shown =
+            Parsed { value: value.map_or_else(|| "off".to_owned(), |a| a.to_string()), warning: parsed.warning };
+        self.take(NAME, shown);
+        value
+    }
+
+    fn log_format(&mut self) -> LogFormat {
+        const NAME: &str = "DRAIN_LOG_FORMAT";
+        let raw = self.raw(NAME);
+        let parsed = match raw.as_deref().map(|v| v.trim().to_ascii_lowercase()) {
+            None => Parsed::clean(LogFormat::Text),
+            Some(v) if v == "json" => Parsed::clean(LogFormat::Json),
+            Some(v) if v == "text" => Parsed::clean(LogFormat::Text),
+            Some(v) => Parsed::warned(LogFormat::Text, Warning::new(NAME, &v, "not `text` or `json`; using text")),
+        };
+        let value = parsed.value;
+        let shown = Parsed {
+            value: if value == LogFormat::Json { "json" } else { "text" }.to_owned(),
+            warning: parsed.warning,
+        };
+        self.take(NAME, shown);
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests;

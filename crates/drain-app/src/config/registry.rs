@@ -1,0 +1,238 @@
+//! The registry: every setting the binary reads, declared once.
+//!
+//! `docs/flags.md` is rendered from this table (`drain config --flags-markdown`,
+//! checked by `cargo xtask flags`), and `drain config` prints the effective value
+//! of each entry with its source.
+
+use drain_core::settings::{self, IntRule};
+
+/// How a setting's raw value is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// off / shadow / on, with the given default.
+    Switch(drain_core::Switch),
+    /// A whole number with a rule; `unit` is shown in docs.
+    Int(IntRule, &'static str),
+    /// A URL or connection string; may carry a secret.
+    Url,
+    /// Free text validated by its own rule.
+    Text,
+}
+
+/// One setting.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Setting {
+    /// Environment variable (and config-file key).
+    pub(crate) name: &'static str,
+    /// How it is parsed.
+    pub(crate) kind: Kind,
+    /// The default as shown to humans.
+    pub(crate) default: &'static str,
+    /// Who decides about it.
+    pub(crate) owner: &'static str,
+    /// What it does.
+    pub(crate) description: &'static str,
+    /// Its value can contain a secret and is always redacted in output.
+    pub(crate) secret: bool,
+}
+
+use drain_core::Switch::{Off, On};
+
+const fn switch(
+    name: &'static str,
+    default: drain_core::Switch,
+    owner: &'static str,
+    description: &'static str,
+) -> Setting {
+    let shown = match default {
+        Off => "off",
+        On => "on",
+        drain_core::Switch::Shadow => "shadow",
+    };
+    Setting { name, kind: Kind::Switch(default), default: shown, owner, description, secret: false }
+}
+
+const fn int(
+    name: &'static str,
+    rule: IntRule,
+    unit: &'static str,
+    default: &'static str,
+    owner: &'static str,
+    description: &'static str,
+) -> Setting {
+    Setting { name, kind: Kind::Int(rule, unit), default, owner, description, secret: false }
+}
+
+const fn text(name: &'static str, default: &'static str, owner: &'static str, description: &'static str) -> Setting {
+    Setting { name, kind: Kind::Text, default, owner, description, secret: false }
+}
+
+const fn url(name: &'static str, owner: &'static str, description: &'static str) -> Setting {
+    Setting { name, kind: Kind::Url, default: "unset", owner, description, secret: true }
+}
+
+const QUEUE: &str = "queue-drain";
+const OWNERS: &str = "owner-admission";
+const PLATFORM: &str = "platform";
+
+/// Every setting, in documentation order.
+pub(crate) const SETTINGS: &[Setting] = &[
+    switch(
+        "SERVICEBUS_DRAIN_SINGLEFLIGHT",
+        Off,
+        QUEUE,
+        "Single-flight lease per queue for beat ticks: an overlapping tick skips with `{\"skipped\":\"locked\"}` instead of racing. Off never touches Redis.",
+    ),
+    int(
+        "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS",
+        settings::LEASE_TTL_SECONDS,
+        "s",
+        "120",
+        QUEUE,
+        "Lease TTL, the backstop that frees a lease whose holder crashed. Must exceed a normal drain. Below 10 -> 10, above 86400 -> 86400, unparsable/empty/negative -> 120, each with a warning.",
+    ),
+    switch(
+        "SERVICEBUS_DRAIN_LEASE_RENEW",
+        On,
+        QUEUE,
+        "Renew the lease every TTL/3 while the drain runs; a lost lease cancels the drain cooperatively.",
+    ),
+    switch(
+        "SERVICEBUS_ATOMIC_CLAIM",
+        On,
+        QUEUE,
+        "Per-message claim before submit so a message is submitted once across overlapping ticks, resident consumers and redeliveries. Fails closed: a Redis error abandons, never submits.",
+    ),
+    int(
+        "SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS",
+        settings::CLAIM_TTL_SECONDS,
+        "s",
+        "86400",
+        QUEUE,
+        "How long a `done` claim suppresses duplicates (the dedup window).",
+    ),
+    int(
+        "SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS",
+        settings::CLAIM_PENDING_SECONDS,
+        "s",
+        "300",
+        QUEUE,
+        "How long a `pending` claim lives before a redelivery may take over from a crashed submitter.",
+    ),
+    int(
+        "SERVICEBUS_DRAIN_CONCURRENCY",
+        settings::DRAIN_CONCURRENCY,
+        "",
+        "1",
+        QUEUE,
+        "Messages processed concurrently within one tick.",
+    ),
+    int("SERVICEBUS_DRAIN_BATCH", settings::DRAIN_BATCH, "", "32", QUEUE, "Messages requested per receive."),
+    int(
+        "SERVICEBUS_DRAIN_MAX_WAIT_MS",
+        settings::DRAIN_MAX_WAIT_MS,
+        "ms",
+        "1000",
+        QUEUE,
+        "Longest wait of one receive; a receive returns what arrived by then.",
+    ),
+    switch(
+        "PROJECTION_DRAIN_CLAIM_AWARE",
+        On,
+        OWNERS,
+        "Claim-aware owner admission: peek the owner's claim before launch and back off 5-15 s after a lost claim race. `off` restores immediate FIFO re-entry and no peek.",
+    ),
+    int(
+        "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS",
+        settings::BACKOFF_MIN_SECONDS,
+        "s",
+        "5",
+        OWNERS,
+        "Lower end of the uniform claim-busy jitter window.",
+    ),
+    int(
+        "PROJECTION_DRAIN_BACKOFF_MAX_SECONDS",
+        settings::BACKOFF_MAX_SECONDS,
+        "s",
+        "15",
+        OWNERS,
+        "Upper end of the uniform claim-busy jitter window (swapped with the minimum, with a warning, if smaller).",
+    ),
+    int(
+        "PROJECTION_DRAIN_MAX_RETRY_TIMERS",
+        settings::MAX_RETRY_TIMERS,
+        "",
+        "1024",
+        OWNERS,
+        "Cap on pending retry timers; the overflow is handed back to the next serving pass, never dropped.",
+    ),
+    int("DRAIN_BEAT_INTERVAL_SECONDS", settings::BEAT_INTERVAL_SECONDS, "s", "10", PLATFORM, "Beat tick interval."),
+    int(
+        "DRAIN_WORKER_CONCURRENCY",
+        settings::WORKER_CONCURRENCY,
+        "",
+        "4",
+        PLATFORM,
+        "Ticks that may run at once (the overlap the lease removes).",
+    ),
+    int(
+        "DRAIN_SHUTDOWN_GRACE_SECONDS",
+        settings::SHUTDOWN_GRACE_SECONDS,
+        "s",
+        "30",
+        PLATFORM,
+        "On SIGINT/SIGTERM, how long running ticks may finish before they are abandoned.",
+    ),
+    url(
+        "DRAIN_REDIS_URL",
+        PLATFORM,
+        "`redis://` or `rediss://`, with ACL user and password. Unset: the embedded in-memory store (one process only).",
+    ),
+    switch("DRAIN_REDIS_CLUSTER", Off, PLATFORM, "Use Redis Cluster (every key carries a hash tag)."),
+    url(
+        "DRAIN_SOURCE_URL",
+        QUEUE,
+        "Queue drained: `amqp[s]://user:pass@host:port/queue` (AMQP 1.0, e.g. RabbitMQ) or a Service Bus connection string with `EntityPath`. Unset: an embedded demo queue fed by a synthetic producer.",
+    ),
+    url("DRAIN_TARGET_URL", QUEUE, "Where drained messages are resubmitted (same forms). Unset: an embedded target."),
+    text(
+        "DRAIN_KEY_PREFIX",
+        "drain",
+        PLATFORM,
+        "Redis key namespace (tenant isolation): 1-64 of `A-Z a-z 0-9 - _ . :`.",
+    ),
+    text("DRAIN_INSTANCE_ID", "host-pid", PLATFORM, "Holder identity written into lease and claim tokens."),
+    text(
+        "DRAIN_METRICS_ADDR",
+        "127.0.0.1:9464",
+        PLATFORM,
+        "Prometheus endpoint `host:port`; `off` disables it. Loopback by default.",
+    ),
+    text("DRAIN_LOG", "info", PLATFORM, "tracing filter, e.g. `info,drain=debug`."),
+    text("DRAIN_LOG_FORMAT", "text", PLATFORM, "`text` or `json` (JSON lines)."),
+];
+
+/// The registry entry for `name`.
+pub(crate) fn setting(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_documented() {
+        let mut names: Vec<&str> = SETTINGS.iter().map(|s| s.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), SETTINGS.len(), "duplicate setting name");
+        for s in SETTINGS {
+            assert!(!s.description.is_empty() && !s.owner.is_empty(), "{}", s.name);
+            if let Kind::Int(rule, _) = s.kind {
+                assert_eq!(s.default, rule.default.to_string(), "{} default must match its rule", s.name);
+            }
+        }
+        assert!(setting("DRAIN_REDIS_URL").is_some_and(|s| s.secret));
+    }
+}

@@ -1,0 +1,59 @@
+//! The app's observers: metrics plus logs of the decisions an operator must see.
+
+use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::ports::Observer;
+
+/// Logs notable decisions; everything else is left to metrics.
+#[derive(Debug, Default)]
+pub(crate) struct LogObserver;
+
+impl Observer for LogObserver {
+    fn observe(&self, event: &Event<'_>) {
+        match *event {
+            Event::Tick { queue, outcome: TickOutcome::FailOpen, .. } => {
+                tracing::warn!(queue, "lease store unavailable on acquire; drained without the lease (fail-open)");
+            }
+            Event::LeaseOp { op: LeaseOp::Release, result: "error" } => {
+                tracing::warn!("lease release failed; the TTL will free it");
+            }
+            Event::LeaseOp { op: LeaseOp::Renew, result: "error" } => {
+                tracing::warn!("lease renewal failed; retrying next period");
+            }
+            Event::LeaseLost { queue } => {
+                tracing::warn!(queue, "lease lost while draining (expired or taken); drain cancelled");
+            }
+            Event::Message { queue, outcome: MessageOutcome::ClaimError, mode } => {
+                tracing::warn!(
+                    queue,
+                    mode = mode.as_str(),
+                    "claim store unavailable; message abandoned, not submitted (fail-closed)"
+                );
+            }
+            Event::Message { queue, outcome: MessageOutcome::SubmitFailed, .. } => {
+                tracing::warn!(queue, "submit failed; claim released and message abandoned for redelivery");
+            }
+            Event::Message { queue, outcome: MessageOutcome::DeadLettered, .. } => {
+                tracing::warn!(queue, "message without message-id dead-lettered");
+            }
+            Event::Message { queue, outcome: MessageOutcome::SettleFailed, .. } => {
+                tracing::warn!(
+                    queue,
+                    "settling a message at the source failed; its lock will expire and it is redelivered"
+                );
+            }
+            Event::RetryOverflow => tracing::warn!("owner retry timers at the cap; intent handed back"),
+            _ => {}
+        }
+    }
+}
+
+/// Sends every event to each observer in turn.
+pub(crate) struct Fanout(pub(crate) Vec<Box<dyn Observer>>);
+
+impl Observer for Fanout {
+    fn observe(&self, event: &Event<'_>) {
+        for o in &self.0 {
+            o.observe(event);
+        }
+    }
+}
