@@ -1,0 +1,189 @@
+//! The `drain` binary as an operator runs it, on the embedded default.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn drain() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_drain"));
+    // Start from a clean slate: only what each test sets.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("DRAIN_") || k.starts_with("SERVICEBUS_") || k.starts_with("PROJECTION_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("DRAIN_METRICS_ADDR", "off");
+    c
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Kills the child if a test fails before it exits.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Lines of the child's stderr, read on a thread.
+fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    let err = child.stderr.take().expect("piped stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait (bounded) for a line containing `needle`; returns every line seen so far.
+fn wait_for(rx: &mpsc::Receiver<String>, seen: &mut Vec<String>, needle: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
+    if seen.iter().any(|l| l.contains(needle)) {
+        return true;
+    }
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                let hit = line.contains(needle);
+                seen.push(line);
+                if hit {
+                    return true;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+fn scrape(port: u16) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+#[test]
+fn once_prints_one_json_report_and_exits_zero() {
+    let out = drain()
+        .args(["run", "--once"])
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("SERVICEBUS_DRAIN_CONCURRENCY", "16")
+        .output()
+        .expect("run drain");
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "exactly one line on stdout: {stdout}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+    assert_eq!(v["queue"], "requests");
+    assert_eq!(v["lease"], "held");
+    assert_eq!(v["fence"], 1);
+    let received = v["received"].as_u64().unwrap();
+    let settled: u64 =
+        ["submitted", "duplicates", "abandoned", "dead_lettered"].iter().map(|k| v[k].as_u64().unwrap()).sum();
+    assert!(received >= 150, "the demo burst was drained: {v}");
+    assert_eq!(received, settled, "every received message is accounted for: {v}");
+    assert!(v["duplicates"].as_u64().unwrap() > 0, "demo duplicates are suppressed by the claim: {v}");
+}
+
+#[test]
+fn config_redacts_secrets_and_reports_warnings() {
+    let out = drain()
+        .args(["config", "--json"])
+        .env("DRAIN_REDIS_URL", "redis://app:topsecret@127.0.0.1:6379")
+        .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "3")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("topsecret"), "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let ttl =
+        v["settings"].as_array().unwrap().iter().find(|s| s["name"] == "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS").unwrap();
+    assert_eq!((ttl["value"].as_str(), ttl["origin"].as_str()), (Some("10"), Some("env")));
+    assert_eq!(v["warnings"].as_array().unwrap().len(), 1);
+    assert_eq!(v["warnings"][0]["variable"], "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS");
+}
+
+#[test]
+fn a_bad_url_is_a_clear_fatal_error_without_the_secret() {
+    let out = drain().args(["run", "--once"]).env("DRAIN_REDIS_URL", "http://u:topsecret@host").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("DRAIN_REDIS_URL") && err.contains("redis://"), "{err}");
+    assert!(!err.contains("topsecret"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn flags_markdown_matches_the_committed_docs() {
+    let out = drain().args(["config", "--flags-markdown"]).output().unwrap();
+    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/flags.md"))
+        .expect("docs/flags.md exists (cargo xtask flags --write)");
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), committed, "run `cargo xtask flags --write`");
+}
+
+#[test]
+fn run_skips_overlapping_ticks_serves_metrics_and_shuts_down_on_sigterm() {
+    let port = free_port();
+    let mut child = drain()
+        .arg("run")
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
+        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
+        .env("DRAIN_LOG", "debug")
+        .env("DRAIN_LOG_FORMAT", "json")
+        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = stderr_lines(&mut child);
+    let mut child = Guard(child);
+    let mut seen = Vec::new();
+    assert!(wait_for(&rx, &mut seen, "tick skipped", Duration::from_secs(20)), "no skipped tick:\n{}", seen.join("\n"));
+    for l in &seen {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}"));
+    }
+    // Every skipped tick logs exactly one line: the log count brackets the counter.
+    std::thread::sleep(Duration::from_millis(2500));
+    let drain_rx = |seen: &mut Vec<String>| seen.extend(rx.try_iter());
+    let skips = |seen: &[String]| seen.iter().filter(|l| l.contains("tick skipped")).count() as u64;
+    drain_rx(&mut seen);
+    let before = skips(&seen);
+    let body = scrape(port);
+    drain_rx(&mut seen);
+    let after = skips(&seen);
+    let counted: u64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on"} "#))
+        .unwrap_or_else(|| panic!("no skipped_locked counter:\n{body}"))
+        .parse()
+        .unwrap();
+    assert!(counted >= 2, "several overlapping ticks were skipped: {counted}");
+    assert!(before <= counted && counted <= after, "one log line per skipped tick: {before} <= {counted} <= {after}");
+    assert!(body.contains(r#"drain_switch_mode{switch="SERVICEBUS_DRAIN_SINGLEFLIGHT",mode="on"} 1"#), "{body}");
+    assert!(body.contains(r#"drain_lease_ops_total{op="acquire",result="acquired"} 1"#), "{body}");
+
+    let pid = child.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(wait_for(&rx, &mut seen, "shutdown complete", Duration::from_secs(15)), "{}", seen.join("\n"));
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "exit 0 after SIGTERM: {status:?}");
+    let report = seen.iter().find(|l| l.contains(r#"\"stopped\":true"#) || l.contains(r#""stopped":true"#));
+    assert!(report.is_some(), "the running tick was stopped cooperatively:\n{}", seen.join("\n"));
+    assert!(seen.iter().any(|l| l.contains("grace period over")), "{}", seen.join("\n"));
+}
