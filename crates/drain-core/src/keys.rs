@@ -106,6 +106,18 @@ impl KeySpace {
         format!("{}:claim:{{{}}}", self.prefix, encode_name(owner.as_bytes()))
     }
 
+    /// The owner's claim as a lease: the claim key admission peeks, and a fence
+    /// counter in the same slot, for owner work that takes its claim with
+    /// [`crate::ports::LeaseStore::acquire`].
+    #[must_use]
+    pub fn owner_lease(&self, owner: &str) -> LeaseKey {
+        let tag = encode_name(owner.as_bytes());
+        LeaseKey {
+            lease: format!("{}:claim:{{{tag}}}", self.prefix),
+            fence: format!("{}:claim-fence:{{{tag}}}", self.prefix),
+        }
+    }
+
     /// The per-message claim key `<prefix>:msg:{<queue>}:<message-id>`.
     #[must_use]
     pub fn message_claim(&self, queue: &str, message_id: &str) -> String {
@@ -178,6 +190,8 @@ mod tests {
         assert_eq!(k.fence, "drain:fence:{requests}");
         assert_eq!(hash_tag(&k.lease), hash_tag(&k.fence));
         assert_eq!(ks.owner_claim("o{1}"), "drain:claim:{o%7B1%7D}");
+        assert_eq!(ks.owner_lease("o{1}").lease, ks.owner_claim("o{1}"));
+        assert_eq!(hash_tag(&ks.owner_lease("o").fence), hash_tag(&ks.owner_lease("o").lease));
         let m = ks.message_claim("q:1", "id}x");
         assert_eq!(m, "drain:msg:{q%3A1}:id%7Dx");
         assert_eq!(hash_tag(&m), "q%3A1");

@@ -73,6 +73,7 @@
 //! ```
 
 mod config;
+mod driver;
 mod owner;
 mod scheduler;
 mod types;
@@ -81,6 +82,7 @@ mod types;
 mod tests;
 
 pub use config::SchedulerConfig;
+pub use driver::{DriverPorts, OwnerWork, drive};
 pub use owner::OwnerId;
 pub use scheduler::Scheduler;
 pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome};

@@ -14,6 +14,7 @@ mod observer;
 mod source;
 mod store;
 mod submitter;
+mod work;
 
 pub use clock::ManualClock;
 pub use executor::block_on;
@@ -21,6 +22,7 @@ pub use observer::RecordingObserver;
 pub use source::MemorySource;
 pub use store::MemoryStore;
 pub use submitter::RecordingSubmitter;
+pub use work::BacklogWork;
 
 use crate::ports::Message;
 

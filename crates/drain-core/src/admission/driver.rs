@@ -1,0 +1,190 @@
+//! An async driver for the [`Scheduler`]: batched peeks through a [`LeaseStore`],
+//! owner turns through the embedder's [`OwnerWork`], timers on the [`Clock`] port,
+//! events to the [`Observer`]. Spawns nothing: turns run concurrently inside the one
+//! future [`drive`] returns, at most `workers` at a time.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
+use async_trait::async_trait;
+use futures::future::{BoxFuture, poll_fn};
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
+
+use super::{Action, Entry, OwnerId, PeekResult, Scheduler, TurnOutcome};
+use crate::error::PortError;
+use crate::ports::{Clock, Holding, LeaseStore, Observer};
+use crate::time::Time;
+
+/// The owner's drain work, supplied by the embedder.
+#[async_trait]
+pub trait OwnerWork: Send + Sync {
+    /// Run one turn for `owner`: take the owner's claim (a lost race is
+    /// [`TurnOutcome::ClaimBusy`]), do a bounded amount of work, release the claim,
+    /// and say whether more remains.
+    async fn turn(&self, owner: &OwnerId, entry: Entry) -> TurnOutcome;
+
+    /// The scheduler could not keep this intent (timer cap reached, or shutting
+    /// down): serve it in the next pass. Called, never dropped.
+    fn hand_off(&self, owner: OwnerId);
+}
+
+/// The ports the driver uses.
+#[derive(Clone, Copy)]
+pub struct DriverPorts<'a> {
+    /// Read-only peeks of the owners' claim keys (one `peek_many` per batch).
+    pub peeks: &'a dyn LeaseStore,
+    /// Where each owner's claim lives (`KeySpace::owner_claim` by default).
+    pub claim_key: &'a (dyn Fn(&OwnerId) -> String + Sync),
+    /// The turns.
+    pub work: &'a dyn OwnerWork,
+    /// Time.
+    pub clock: &'a dyn Clock,
+    /// Decisions.
+    pub observer: &'a dyn Observer,
+}
+
+/// One batched peek: the owners asked about and what the store said.
+type PeekDone = (Vec<OwnerId>, Result<Vec<Option<Holding>>, PortError>);
+/// The armed timer: its deadline and the sleep.
+type Timer<'a> = (Time, Pin<Box<dyn Future<Output = ()> + Send + 'a>>);
+
+enum Wake {
+    Shutdown,
+    /// Every request that was ready, and whether the input ended after them.
+    Requests(Vec<OwnerId>, bool),
+    Turn(OwnerId, TurnOutcome),
+    Peeked(PeekDone),
+    Timer,
+}
+
+/// Drive `scheduler` until `requests` ends and nothing is pending, or until
+/// `shutdown` resolves. On shutdown the scheduler is closed: every pending intent,
+/// and every running owner that would continue, goes to [`OwnerWork::hand_off`];
+/// running turns are awaited, not dropped. A request that arrives after close is
+/// handed off too.
+pub async fn drive<R, S, F>(scheduler: &mut Scheduler<R>, ports: DriverPorts<'_>, mut requests: S, shutdown: F)
+where
+    R: rand::Rng + Send,
+    S: Stream<Item = OwnerId> + Unpin + Send,
+    F: Future<Output = ()> + Send,
+{
+    let mut shutdown = Some(Box::pin(shutdown));
+    let mut input_open = true;
+    let mut turns: FuturesUnordered<BoxFuture<'_, (OwnerId, TurnOutcome)>> = FuturesUnordered::new();
+    let mut peeks: FuturesUnordered<BoxFuture<'_, PeekDone>> = FuturesUnordered::new();
+    let mut timer: Option<Timer<'_>> = None;
+
+    loop {
+        let now = ports.clock.now();
+        scheduler.handle_timeout(now);
+        while let Some(action) = scheduler.poll_action(now) {
+            match action {
+                Action::Peek(owners) => {
+                    let keys: Vec<String> = owners.iter().map(|o| (ports.claim_key)(o)).collect();
+                    peeks.push(Box::pin(async move {
+                        let r = ports.peeks.peek_many(&keys).await;
+                        (owners, r)
+                    }));
+                }
+                Action::Launch { owner, entry } => turns.push(Box::pin(async move {
+                    let outcome = ports.work.turn(&owner, entry).await;
+                    (owner, outcome)
+                })),
+            }
+        }
+        while let Some(event) = scheduler.poll_event() {
+            ports.observer.observe(&event);
+        }
+        while let Some(owner) = scheduler.poll_handoff() {
+            ports.work.hand_off(owner);
+        }
+        let idle = turns.is_empty() && peeks.is_empty();
+        if idle
+            && (scheduler.is_closed()
+                || (!input_open && scheduler.next_deadline().is_none() && scheduler.queue_len() == 0))
+        {
+            return;
+        }
+        match scheduler.next_deadline() {
+            Some(d) if timer.as_ref().is_none_or(|(t, _)| *t != d) => timer = Some((d, ports.clock.sleep_until(d))),
+            None => timer = None,
+            _ => {}
+        }
+
+        let wake = poll_fn(|cx| {
+            if let Some(s) = shutdown.as_mut()
+                && s.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Wake::Shutdown);
+            }
+            if !turns.is_empty()
+                && let Poll::Ready(Some((o, out))) = turns.poll_next_unpin(cx)
+            {
+                return Poll::Ready(Wake::Turn(o, out));
+            }
+            if !peeks.is_empty()
+                && let Poll::Ready(Some((owners, r))) = peeks.poll_next_unpin(cx)
+            {
+                return Poll::Ready(Wake::Peeked((owners, r)));
+            }
+            if input_open {
+                // Take every request that is ready, so their peeks go out as one batch.
+                let mut batch = Vec::new();
+                loop {
+                    match requests.poll_next_unpin(cx) {
+                        Poll::Ready(Some(o)) => batch.push(o),
+                        Poll::Ready(None) => return Poll::Ready(Wake::Requests(batch, true)),
+                        Poll::Pending => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    return Poll::Ready(Wake::Requests(batch, false));
+                }
+            }
+            if let Some((_, sleep)) = timer.as_mut()
+                && sleep.as_mut().poll(cx).is_ready()
+            {
+                return Poll::Ready(Wake::Timer);
+            }
+            Poll::Pending
+        })
+        .await;
+
+        let now = ports.clock.now();
+        match wake {
+            Wake::Shutdown => {
+                shutdown = None;
+                input_open = false;
+                for owner in scheduler.close() {
+                    ports.work.hand_off(owner);
+                }
+            }
+            Wake::Requests(owners, ended) => {
+                for owner in owners {
+                    if let Err(super::Closed) = scheduler.request(now, owner.clone()) {
+                        ports.work.hand_off(owner);
+                    }
+                }
+                input_open = !ended;
+            }
+            Wake::Turn(owner, outcome) => {
+                // The owner is running: it was launched by this loop.
+                let _ = scheduler.on_turn(now, &owner, outcome);
+            }
+            Wake::Peeked((owners, result)) => {
+                let results = match result {
+                    Ok(found) if found.len() == owners.len() => owners
+                        .into_iter()
+                        .zip(found)
+                        .map(|(o, h)| (o, if h.is_some() { PeekResult::Held } else { PeekResult::Free }))
+                        .collect(),
+                    // An error, or an answer we cannot match to the owners: admit (as before).
+                    _ => owners.into_iter().map(|o| (o, PeekResult::Error)).collect(),
+                };
+                scheduler.on_peek(now, results);
+            }
+            Wake::Timer => timer = None,
+        }
+    }
+}
