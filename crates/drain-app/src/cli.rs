@@ -31,6 +31,12 @@ pub(crate) enum Command {
         drain run --once                                 # one tick, one JSON line\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain run --resident")]
     Run(RunArgs),
+    /// Deterministic fleet simulation in virtual time: legacy vs claim-aware vs oracle.
+    #[command(after_help = "Examples:\n  \
+        drain simulate\n  \
+        drain simulate --seed 7 --json\n  \
+        drain simulate --scenario seed-fleet --svg target/sim.svg")]
+    Simulate(crate::commands::simulate::SimulateArgs),
     /// Print the effective configuration, where each value came from, and warnings.
     #[command(after_help = "Examples:\n  \
         drain config\n  \

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         cli::Command::Config(args) => commands::config::main(&args, &loaded),
+        cli::Command::Simulate(args) => commands::simulate::main(&args),
         cli::Command::Run(args) => {
             if let Some(w) = logging::init(&loaded.config) {
                 eprintln!("drain: {w}");
