@@ -1,6 +1,6 @@
 //! # adapter-metrics
 //!
-//! drain-core's [`Observer`] port on the [`metrics`] facade, exported by
+//! drain-core's [`Observer`](drain_core::ports::Observer) port on the [`metrics`] facade, exported by
 //! `metrics-exporter-prometheus` on an HTTP `/metrics` endpoint.
 //!
 //! Only the names in [`KEEP_LIST`] are exported: the installed recorder drops every

@@ -62,7 +62,7 @@ pub(crate) async fn produce(source: Arc<MemorySource>, clock: Arc<dyn Clock>) {
         for _ in 0..count {
             n += 1;
             source.push(demo_message(n));
-            if n % DUPLICATE_EVERY == 0 {
+            if n.is_multiple_of(DUPLICATE_EVERY) {
                 source.push(demo_message(n));
             }
         }

@@ -1,0 +1,206 @@
+//! `cargo xtask arch`: the architecture invariants of docs/architecture.md, from
+//! `cargo metadata` and a scan of drain-core's source.
+
+use std::fs;
+
+use crate::files::rust_files_under;
+use crate::metadata::Metadata;
+use crate::scan::{self, Group, Pattern};
+use crate::util::{Failure, GateResult, Outcome, rel};
+
+/// The pure core.
+const CORE: &str = "drain-core";
+/// The composition root, the only crate that knows every adapter.
+const APP: &str = "drain-app";
+/// Adapters are the members whose name starts with this.
+const ADAPTER_PREFIX: &str = "adapter-";
+
+/// Crates drain-core must not reach over normal dependencies (a trailing `*` matches
+/// any suffix): async runtimes, Redis, AMQP, exporters, HTTP.
+const BANNED: &[&str] =
+    &["tokio", "redis", "deadpool*", "fe2o3*", "metrics-exporter*", "hyper", "reqwest", "mio", "async-std", "smol"];
+
+const CLOCK: &str = "reads the clock; take `now` as an argument";
+const RANDOM: &str = "OS randomness; take an injected `Rng`";
+const IO: &str = "I/O; go through a port in `ports`";
+const SPAWN: &str = "spawns; the adapters and the app own threads and tasks";
+
+/// Paths drain-core's source must not use.
+const CORE_FORBIDDEN: &[Pattern] = &[
+    Pattern::word("Instant::now", CLOCK),
+    Pattern::word("SystemTime::now", CLOCK),
+    Pattern::word("thread_rng", RANDOM),
+    Pattern::word("rand::rng", RANDOM),
+    Pattern::word("rand::random", RANDOM),
+    Pattern::word("OsRng", RANDOM),
+    Pattern::word("SysRng", RANDOM),
+    Pattern::word("getrandom", RANDOM),
+    Pattern::word("std::env", "reads the environment; configuration is drain-app's"),
+    Pattern::word("std::fs", IO),
+    Pattern::word("std::net", IO),
+    Pattern::word("std::process", IO),
+    Pattern::word("thread::spawn", SPAWN),
+    Pattern::word("thread::Builder", SPAWN),
+];
+
+/// The same modules brought in by a grouped import, `use std::{env, fs};`.
+const CORE_FORBIDDEN_GROUPED: &[Group] = &[Group {
+    open: "std::{",
+    inner: &[
+        Pattern::word("env", "reads the environment; configuration is drain-app's"),
+        Pattern::word("fs", IO),
+        Pattern::word("net", IO),
+        Pattern::word("process", IO),
+    ],
+}];
+
+/// Run the gate.
+pub(crate) fn run() -> GateResult {
+    let meta = Metadata::load()?;
+    let mut violations = Vec::new();
+    violations.extend(banned_dependencies(&meta)?);
+    violations.extend(workspace_edges(&meta));
+    violations.extend(core_source(&meta)?);
+    if violations.is_empty() {
+        return Ok(Outcome::Passed);
+    }
+    for v in &violations {
+        println!("  {v}");
+    }
+    Err(Failure::new(format!("{} architecture violation(s), listed above", violations.len()))
+        .fix("remove the dependency or call (see docs/architecture.md); trace a crate with `cargo tree -p drain-core -e normal -i <crate>`"))
+}
+
+/// Whether a crate name is on the ban list.
+fn is_banned(name: &str) -> bool {
+    BANNED.iter().any(|b| match b.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == *b,
+    })
+}
+
+fn banned_dependencies(meta: &Metadata) -> Result<Vec<String>, Failure> {
+    let core = meta.member(CORE).ok_or_else(|| Failure::new(format!("no workspace member is called {CORE}")))?;
+    let closure = meta.normal_closure(core);
+    let mut out = Vec::new();
+    for id in closure.keys() {
+        let name = meta.name(id);
+        if !is_banned(name) {
+            continue;
+        }
+        let mut chain = vec![name];
+        let mut at = id;
+        while let Some(Some(parent)) = closure.get(at) {
+            chain.push(meta.name(parent));
+            at = parent;
+        }
+        chain.reverse();
+        out.push(format!("{CORE} must not depend on `{name}` (normal dependency path: {})", chain.join(" -> ")));
+    }
+    Ok(out)
+}
+
+/// Rules between workspace members, over every kind of dependency (normal, dev,
+/// build): the core depends on no member; adapters only on the core; nothing but
+/// drain-app depends on every adapter; xtask on no member.
+fn workspace_edges(meta: &Metadata) -> Vec<String> {
+    let is_adapter = |name: &str| name.starts_with(ADAPTER_PREFIX);
+    let adapters: Vec<&str> = meta.members.iter().map(|id| meta.name(id)).filter(|n| is_adapter(n)).collect();
+    let mut out = Vec::new();
+    for member in &meta.members {
+        let name = meta.name(member);
+        let mut deps: Vec<&str> = meta
+            .edges
+            .get(member)
+            .into_iter()
+            .flatten()
+            .filter(|e| e.pkg != *member && meta.members.contains(&e.pkg))
+            .map(|e| meta.name(&e.pkg))
+            .collect();
+        deps.sort_unstable();
+        deps.dedup();
+        for dep in &deps {
+            let rule = if name == CORE {
+                Some("drain-core must not depend on any workspace crate")
+            } else if is_adapter(name) && is_adapter(dep) {
+                Some("adapters must not depend on each other")
+            } else if name == "xtask" {
+                Some("xtask must not depend on workspace crates (it must build when they do not)")
+            } else {
+                None
+            };
+            if let Some(rule) = rule {
+                out.push(format!("{name} depends on {dep}: {rule}"));
+            }
+        }
+        let knows_every_adapter = adapters.len() > 1 && adapters.iter().all(|a| deps.contains(a));
+        if name != APP && knows_every_adapter {
+            out.push(format!("{name} depends on every adapter: only {APP} composes them"));
+        }
+    }
+    out
+}
+
+fn core_source(meta: &Metadata) -> Result<Vec<String>, Failure> {
+    let core = meta.member(CORE).map(|id| &meta.packages[id]);
+    let src = core
+        .and_then(|p| p.manifest_path.parent())
+        .map(|dir| dir.join("src"))
+        .ok_or_else(|| Failure::new(format!("cannot find {CORE}'s source directory")))?;
+    let mut out = Vec::new();
+    for file in rust_files_under(&src) {
+        let text =
+            fs::read_to_string(&file).map_err(|e| Failure::new(format!("cannot read {}: {e}", file.display())))?;
+        for hit in scan::find(&text, CORE_FORBIDDEN, CORE_FORBIDDEN_GROUPED) {
+            out.push(format!("{}:{}: `{}` {}", rel(&file), hit.line, hit.needle, hit.why));
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ban_list_matches_names_and_prefixes() {
+        let check = |name: &str, banned: bool| assert_eq!(is_banned(name), banned, "{name}");
+        check("tokio", true);
+        check("redis", true);
+        check("deadpool-redis", true);
+        check("fe2o3-amqp", true);
+        check("metrics-exporter-prometheus", true);
+        check("hyper", true);
+        check("mio", true);
+        check("tokio-macros", false);
+        check("metrics", false);
+        check("futures", false);
+        check("miow", false);
+        check("redis-test", false);
+    }
+
+    #[test]
+    fn core_source_patterns() {
+        let check = |src: &str, expected: &[&str]| {
+            let hits = scan::find(src, CORE_FORBIDDEN, CORE_FORBIDDEN_GROUPED);
+            let got: Vec<&str> = hits.iter().map(|h| h.needle).collect();
+            assert_eq!(got, expected, "{src}");
+        };
+        check("let now = std::time::Instant::now();", &["Instant::now"]);
+        check("SystemTime::now()", &["SystemTime::now"]);
+        check("let mut rng = rand::rng();", &["rand::rng"]);
+        check("use rand::rngs::OsRng;", &["OsRng"]);
+        check("let r = rand::thread_rng();", &["thread_rng"]);
+        check("use std::env;", &["std::env"]);
+        check("use std::{env, fs::File};", &["env", "fs"]);
+        check("std::fs::read(p)", &["std::fs"]);
+        check("std::net::TcpStream::connect(a)", &["std::net"]);
+        check("std::thread::spawn(f)", &["thread::spawn"]);
+        check("std::process::exit(1)", &["std::process"]);
+        check("// Instant::now() is forbidden here", &[]);
+        check("/// never calls `SystemTime::now`", &[]);
+        check("fn tick(now: Time, rng: &mut impl rand::Rng) {}", &[]);
+        check("use rand::rngs::StdRng; use std::time::Duration;", &[]);
+        check("use std::{fmt, time::Duration};", &[]);
+    }
+}

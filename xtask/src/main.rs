@@ -1,0 +1,152 @@
+//! `cargo xtask <gate>`: every CI gate of the drain workspace, runnable locally.
+//!
+//! Each gate prints one closing line, `xtask <gate>: ok` (or `skipped (why)`), or a
+//! failure with the command that fixes it, and exits non-zero on failure. `cargo
+//! xtask ci` runs them all in order, stops at the first failure, and ends with a
+//! summary. `.ci/run` calls exactly `cargo xtask ci`.
+
+mod arch;
+mod bench;
+mod cargo_gates;
+mod ci;
+mod env_gate;
+mod files;
+mod flags;
+mod lines;
+mod metadata;
+mod scan;
+mod services;
+mod test_gate;
+mod util;
+
+use std::process::ExitCode;
+
+use util::{Failure, GateResult, Outcome};
+
+const HELP: &str = "\
+cargo xtask <gate>: the drain workspace's CI gates, runnable locally
+
+Gates (`ci` runs them in this order and stops at the first failure):
+  fmt      cargo fmt --all -- --check
+  clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings
+  test     cargo test --workspace --all-features, with a private redis-server
+           (DRAIN_TEST_REDIS_URL) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
+  doc      cargo doc --workspace --no-deps --all-features, rustdoc warnings denied
+  arch     architecture invariants: drain-core's dependencies and source,
+           dependencies between workspace crates (docs/architecture.md)
+  flags    docs/flags.md matches `drain config --flags-markdown`
+           (`cargo xtask flags --write` regenerates it)
+  env      only the config layer reads the environment
+  lines    no source file over 800 lines without a reason in
+           xtask/line-exceptions.txt
+  bench    runs the benches; each writes target/bench/<name>.json
+  ci       all of the above, then a summary
+
+Options:
+  -h, --help   this text
+";
+
+/// One gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// Formatting.
+    Fmt,
+    /// Lints.
+    Clippy,
+    /// Tests with services.
+    Test,
+    /// Documentation.
+    Doc,
+    /// Architecture invariants.
+    Arch,
+    /// Generated flag docs.
+    Flags,
+    /// Environment reads.
+    Env,
+    /// File lengths.
+    Lines,
+    /// Benchmarks.
+    Bench,
+}
+
+impl Gate {
+    /// Every gate, in the order `ci` runs them.
+    pub(crate) const ALL: [Gate; 9] =
+        [Gate::Fmt, Gate::Clippy, Gate::Test, Gate::Doc, Gate::Arch, Gate::Flags, Gate::Env, Gate::Lines, Gate::Bench];
+
+    /// Its subcommand name.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Gate::Fmt => "fmt",
+            Gate::Clippy => "clippy",
+            Gate::Test => "test",
+            Gate::Doc => "doc",
+            Gate::Arch => "arch",
+            Gate::Flags => "flags",
+            Gate::Env => "env",
+            Gate::Lines => "lines",
+            Gate::Bench => "bench",
+        }
+    }
+
+    fn parse(name: &str) -> Option<Gate> {
+        Gate::ALL.into_iter().find(|g| g.name() == name)
+    }
+
+    /// Run it (checking, never writing) and print its closing line.
+    pub(crate) fn run(self) -> GateResult {
+        self.run_with(false)
+    }
+
+    fn run_with(self, write: bool) -> GateResult {
+        let result = match self {
+            Gate::Fmt => cargo_gates::fmt(),
+            Gate::Clippy => cargo_gates::clippy(),
+            Gate::Test => test_gate::run_gate(),
+            Gate::Doc => cargo_gates::doc(),
+            Gate::Arch => arch::run(),
+            Gate::Flags => flags::run_gate(write),
+            Gate::Env => env_gate::run(),
+            Gate::Lines => lines::run(),
+            Gate::Bench => bench::run_gate(),
+        };
+        match &result {
+            Ok(Outcome::Passed) => println!("xtask {}: ok", self.name()),
+            Ok(Outcome::Skipped(why)) => println!("xtask {}: skipped ({why})", self.name()),
+            Err(failure) => println!("xtask {}: FAILED: {failure}", self.name()),
+        }
+        result
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    match args.as_slice() {
+        [] => {
+            eprint!("{HELP}");
+            ExitCode::from(2)
+        }
+        ["-h" | "--help" | "help", ..] => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        ["ci"] => exit(ci::run()),
+        ["flags", "--write"] => exit(Gate::Flags.run_with(true).map(|_| ())),
+        [name] => match Gate::parse(name) {
+            Some(gate) => exit(gate.run().map(|_| ())),
+            None => usage(&format!("unknown gate `{name}`")),
+        },
+        _ => usage(&format!("unexpected arguments `{}`", args.join(" "))),
+    }
+}
+
+fn exit(result: Result<(), Failure>) -> ExitCode {
+    if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
+
+fn usage(problem: &str) -> ExitCode {
+    eprintln!("xtask: {problem}\n");
+    eprint!("{HELP}");
+    ExitCode::from(2)
+}
