@@ -29,8 +29,20 @@ pub(crate) enum Command {
         drain run                                        # embedded demo\n  \
         SERVICEBUS_DRAIN_SINGLEFLIGHT=on drain run       # overlapping ticks skip\n  \
         drain run --once                                 # one tick, one JSON line\n  \
+        drain run --owners 200                           # plus claim-aware owner drains\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain run --resident")]
     Run(RunArgs),
+    /// List leases, fences and claims with holder and TTL (SCAN, never KEYS).
+    #[command(after_help = "Examples:\n  \
+        DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain leases\n  \
+        DRAIN_REDIS_URL=redis://127.0.0.1:6379 DRAIN_KEY_PREFIX=tenant-a drain leases --json")]
+    Leases(LeasesArgs),
+    /// Check connectivity, script load, ACL rights, round-trip time and config warnings.
+    #[command(after_help = "Examples:\n  \
+        drain doctor\n  \
+        DRAIN_REDIS_URL=redis://drain:secret@127.0.0.1:6379 drain doctor\n\n\
+        Exits non-zero with one line per failed check.")]
+    Doctor,
     /// Deterministic fleet simulation in virtual time: legacy vs claim-aware vs oracle.
     #[command(after_help = "Examples:\n  \
         drain simulate\n  \
@@ -55,6 +67,10 @@ pub(crate) struct RunArgs {
     /// without the lease (the atomic claim covers its overlap with ticks).
     #[arg(long, conflicts_with = "once")]
     pub(crate) resident: bool,
+    /// Also run claim-aware owner drains over a demo workload of N owners (run several
+    /// processes on one Redis to watch them compete for owner claims).
+    #[arg(long, value_name = "N", conflicts_with = "once", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) owners: Option<u32>,
 }
 
 #[derive(Debug, Args)]
@@ -65,4 +81,11 @@ pub(crate) struct ConfigArgs {
     /// Print the registry as Markdown (the source of docs/flags.md).
     #[arg(long)]
     pub(crate) flags_markdown: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LeasesArgs {
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
 }

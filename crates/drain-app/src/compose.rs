@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use adapter_redis::{RedisConfig, RedisStore};
 use drain_core::KeySpace;
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, Submitter};
 use drain_core::testkit::{MemorySource, MemoryStore};
@@ -23,7 +24,9 @@ pub(crate) enum ComposeError {
 /// Where leases and claims live.
 pub(crate) enum Backend {
     /// In this process only (no `DRAIN_REDIS_URL`).
-    Embedded(Arc<MemoryStore>),
+    Embedded,
+    /// Redis, standalone or Cluster.
+    Redis(Arc<RedisStore>),
 }
 
 /// Everything a tick needs, owned.
@@ -58,9 +61,21 @@ impl Runtime {
     /// A human name for the store in logs.
     pub(crate) fn store_name(&self) -> String {
         match &self.backend {
-            Backend::Embedded(_) => "embedded in-memory store (single process)".to_owned(),
+            Backend::Embedded => "embedded in-memory store (single process)".to_owned(),
+            Backend::Redis(r) => format!("redis at {}", r.endpoint()),
         }
     }
+}
+
+/// Connect to `DRAIN_REDIS_URL` (cluster when `DRAIN_REDIS_CLUSTER=on`).
+pub(crate) async fn connect_redis(config: &Config) -> Result<RedisStore, ComposeError> {
+    let Some(url) = &config.redis_url else {
+        return Err(ComposeError::Unavailable("DRAIN_REDIS_URL is not set".to_owned()));
+    };
+    let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster);
+    RedisStore::connect(redis).await.map_err(|e| {
+        ComposeError::Unavailable(format!("cannot use Redis at {url}: {e} (check DRAIN_REDIS_URL and that Redis runs)"))
+    })
 }
 
 /// Build the runtime from the configuration.
@@ -74,12 +89,11 @@ pub(crate) async fn compose(
     let (leases, claims, backend): (Arc<dyn LeaseStore>, Arc<dyn ClaimStore>, Backend) = match &config.redis_url {
         None => {
             let store = Arc::new(MemoryStore::new(clock.clone()));
-            (store.clone(), store.clone(), Backend::Embedded(store))
+            (store.clone(), store, Backend::Embedded)
         }
-        Some(url) => {
-            return Err(ComposeError::Unavailable(format!(
-                "DRAIN_REDIS_URL={url} is set, but this build has no Redis adapter wired in yet; unset it to run on the embedded store"
-            )));
+        Some(_) => {
+            let store = Arc::new(connect_redis(&config).await?.with_observer(observer.clone()));
+            (store.clone(), store.clone(), Backend::Redis(store))
         }
     };
 

@@ -12,6 +12,8 @@ mod config;
 mod demo;
 mod logging;
 mod observe;
+mod owners;
+mod simulate;
 
 use std::process::ExitCode;
 
@@ -36,14 +38,20 @@ fn main() -> ExitCode {
             for w in &loaded.warnings {
                 tracing::warn!("config: {w}");
             }
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("drain: cannot start the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            runtime.block_on(commands::run::main(&args, loaded))
+            block_on(commands::run::main(&args, loaded))
+        }
+        cli::Command::Leases(args) => block_on(commands::leases::main(&args, loaded)),
+        cli::Command::Doctor => block_on(commands::doctor::main(loaded)),
+    }
+}
+
+/// Run `fut` on a fresh multi-threaded tokio runtime.
+fn block_on(fut: impl Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(fut),
+        Err(e) => {
+            eprintln!("drain: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
         }
     }
 }

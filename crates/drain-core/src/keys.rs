@@ -124,6 +124,27 @@ impl KeySpace {
         format!("{}:msg:{{{}}}:{}", self.prefix, encode_name(queue.as_bytes()), encode_name(message_id.as_bytes()))
     }
 
+    /// What `key` is in this key space; `None` for a key of another prefix or shape.
+    #[must_use]
+    pub fn parse(&self, key: &str) -> Option<KeyKind> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix(':')?;
+        let (kind, rest) = rest.split_once(':')?;
+        let rest = rest.strip_prefix('{')?;
+        let (tag, tail) = rest.split_once('}')?;
+        let name = decode_name(tag)?;
+        match (kind, tail) {
+            ("lease", "") => Some(KeyKind::Lease { queue: name }),
+            ("fence", "") => Some(KeyKind::Fence { queue: name }),
+            ("claim", "") => Some(KeyKind::OwnerClaim { owner: name }),
+            ("claim-fence", "") => Some(KeyKind::OwnerFence { owner: name }),
+            ("msg", tail) => {
+                let id = decode_name(tail.strip_prefix(':')?)?;
+                Some(KeyKind::MessageClaim { queue: name, message_id: id })
+            }
+            _ => None,
+        }
+    }
+
     /// A SCAN pattern matching every key of this prefix (`*` and friends escaped).
     #[must_use]
     pub fn scan_pattern(&self) -> String {
@@ -137,6 +158,38 @@ impl KeySpace {
         p.push_str(":*");
         p
     }
+}
+
+/// What a key of drain's layout is, with its decoded names (see [`KeySpace::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyKind {
+    /// A queue's single-flight lease.
+    Lease {
+        /// Queue name bytes.
+        queue: Vec<u8>,
+    },
+    /// A queue's fencing counter.
+    Fence {
+        /// Queue name bytes.
+        queue: Vec<u8>,
+    },
+    /// An owner's claim.
+    OwnerClaim {
+        /// Owner name bytes.
+        owner: Vec<u8>,
+    },
+    /// An owner claim's fencing counter.
+    OwnerFence {
+        /// Owner name bytes.
+        owner: Vec<u8>,
+    },
+    /// A per-message claim.
+    MessageClaim {
+        /// Queue name bytes.
+        queue: Vec<u8>,
+        /// Message id bytes.
+        message_id: Vec<u8>,
+    },
 }
 
 /// The hash tag Redis Cluster uses for `key`: the bytes between the first `{` and the
@@ -199,5 +252,22 @@ mod tests {
         assert_eq!(hash_tag("plain"), "plain");
         assert_eq!(hash_tag("a{}b"), "a{}b");
         assert_eq!(KeySpace::new("t*1").scan_pattern(), "t\\*1:*");
+    }
+
+    #[test]
+    fn parse_inverts_every_builder() {
+        let ks = KeySpace::new("p:x");
+        let q = "we{ird}:q".as_bytes().to_vec();
+        assert_eq!(ks.parse(&ks.lease("we{ird}:q").lease), Some(KeyKind::Lease { queue: q.clone() }));
+        assert_eq!(ks.parse(&ks.lease("we{ird}:q").fence), Some(KeyKind::Fence { queue: q.clone() }));
+        assert_eq!(ks.parse(&ks.owner_claim("o")), Some(KeyKind::OwnerClaim { owner: b"o".to_vec() }));
+        assert_eq!(ks.parse(&ks.owner_lease("o").fence), Some(KeyKind::OwnerFence { owner: b"o".to_vec() }));
+        assert_eq!(
+            ks.parse(&ks.message_claim("we{ird}:q", "m:1")),
+            Some(KeyKind::MessageClaim { queue: q, message_id: b"m:1".to_vec() })
+        );
+        for other in ["p:x:lease:{q}x", "p:y:lease:{q}", "p:x:other:{q}", "p:x:lease:q", "p:x:msg:{q}"] {
+            assert_eq!(ks.parse(other), None, "{other}");
+        }
     }
 }

@@ -79,6 +79,7 @@ fn config(mode: Switch) -> impl Strategy<Value = SchedulerConfig> {
             let (min, max) = if reversed { (low + span, low) } else { (low, low + span) };
             SchedulerConfig {
                 claim_aware: mode,
+                release_wake: Switch::On,
                 workers,
                 backoff_min: ms(min),
                 backoff_max: ms(max),

@@ -1,5 +1,7 @@
 //! One module per subcommand.
 
 pub(crate) mod config;
+pub(crate) mod doctor;
+pub(crate) mod leases;
 pub(crate) mod run;
 pub(crate) mod simulate;

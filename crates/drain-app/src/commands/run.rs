@@ -13,6 +13,7 @@ use crate::compose::{self, Runtime};
 use crate::config::Loaded;
 use crate::demo;
 use crate::observe::{Fanout, LogObserver};
+use crate::owners;
 
 /// `drain run` and `drain run --once`.
 pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
@@ -46,7 +47,7 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     };
     let producer = rt.demo_queue.clone().map(|q| tokio::spawn(demo::produce(q, clock.clone())));
 
-    let code = if args.once { once(&rt).await } else { forever(rt.clone(), args.resident).await };
+    let code = if args.once { once(&rt).await } else { forever(rt.clone(), args).await };
     if let Some(p) = producer {
         p.abort();
     }
@@ -67,19 +68,35 @@ async fn once(rt: &Runtime) -> ExitCode {
     }
 }
 
-async fn forever(rt: Arc<Runtime>, resident: bool) -> ExitCode {
+async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
     let (tx, rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
+        let first = tokio::time::Instant::now();
         tracing::info!("signal received: shutting down (a second signal exits at once)");
         let _ = tx.send(true);
-        wait_for_signal().await;
+        loop {
+            wait_for_signal().await;
+            // `timeout`, shells and some supervisors deliver one signal twice (to the
+            // process and to its group) within microseconds: that is not a second request.
+            if first.elapsed() >= SAME_SIGNAL {
+                break;
+            }
+        }
         tracing::warn!("second signal: exiting now");
         std::process::exit(130);
     });
-    beat::run(rt, rx, resident).await;
+    let owners = args.owners.map(|n| tokio::spawn(owners::run(rt.clone(), n as usize, rx.clone())));
+    beat::run(rt, rx, args.resident).await;
+    if let Some(task) = owners {
+        // The driver closes the scheduler, hands off pending intents and awaits running turns.
+        let _ = task.await;
+    }
     ExitCode::SUCCESS
 }
+
+/// Signals this close to the first count as the same one.
+const SAME_SIGNAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 async fn wait_for_signal() {
     #[cfg(unix)]

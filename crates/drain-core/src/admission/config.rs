@@ -21,6 +21,14 @@ pub struct SchedulerConfig {
     /// re-enters at once; [`Switch::Off`] never peeks and re-enters a claim-busy
     /// owner at once (the legacy behaviour).
     pub claim_aware: Switch,
+    /// Release wake-up: when the driver reports that an owner's claim was released
+    /// elsewhere ([`Scheduler::on_release`](super::Scheduler::on_release), e.g. from a
+    /// release notification that wakes one waiting instance), an owner waiting on a
+    /// claim retry timer leaves it at once and is peeked again. [`Switch::Shadow`]
+    /// reports what it would wake and changes nothing; [`Switch::Off`] ignores
+    /// releases. It only acts when `claim_aware` is On (no claim timer exists
+    /// otherwise), and only when the driver delivers releases.
+    pub release_wake: Switch,
     /// Turn slots: owners running or being peeked at the same time (at least 1).
     pub workers: usize,
     /// Lower bound of the claim-busy / claim-held retry window (inclusive).
@@ -37,11 +45,12 @@ pub struct SchedulerConfig {
 }
 
 impl Default for SchedulerConfig {
-    /// Claim-aware on, 4 workers, a 5–15 s claim-busy window, 1024 timers, and
-    /// failure backoff from 1 s doubling up to 300 s.
+    /// Claim-aware on, release wake-up on, 4 workers, a 5–15 s claim-busy window,
+    /// 1024 timers, and failure backoff from 1 s doubling up to 300 s.
     fn default() -> Self {
         SchedulerConfig {
             claim_aware: Switch::On,
+            release_wake: Switch::On,
             workers: 4,
             backoff_min: Duration::from_secs(5),
             backoff_max: Duration::from_secs(15),
@@ -131,6 +140,7 @@ mod tests {
     fn defaults_follow_the_spec() {
         let config = SchedulerConfig::default();
         assert_eq!(config.claim_aware, Switch::On);
+        assert_eq!(config.release_wake, Switch::On);
         assert_eq!(config.claim_busy_window(), (ms(5000), ms(15_000)));
         assert_eq!(config.max_retry_timers, 1024);
         assert_eq!(config.failure_ceiling(1), ms(1000));

@@ -85,4 +85,4 @@ pub use config::SchedulerConfig;
 pub use driver::{DriverPorts, OwnerWork, drive};
 pub use owner::OwnerId;
 pub use scheduler::Scheduler;
-pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome};
+pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};

@@ -8,8 +8,9 @@ use rand::{Rng, RngExt};
 
 use super::config::{SchedulerConfig, millis};
 use super::owner::OwnerId;
-use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome};
+use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};
 use crate::event::{Event, SkipReason};
+use crate::switch::Switch;
 use crate::time::Time;
 
 /// A hasher with fixed keys: the scheduler must not read the operating system's
@@ -26,8 +27,9 @@ enum Place {
     Ready,
     /// In `batches[batch]`.
     Peeking { batch: u64 },
-    /// In `timers[(due, seq)]`.
-    Timer { due: Time, seq: u64 },
+    /// In `timers[(due, seq)]`; `claim` marks a claim retry (a held peek or a
+    /// claim-busy turn), which a release wakes, as opposed to a failure backoff.
+    Timer { due: Time, seq: u64, claim: bool },
     /// Counted in `running`.
     Running { dirty: bool },
     /// In `handoffs`.
@@ -261,7 +263,7 @@ impl<R: Rng> Scheduler<R> {
                 }
                 if mode.enforces() {
                     let due = self.claim_busy_deadline(now);
-                    self.arm(owner, due);
+                    self.arm(owner, due, true);
                 } else {
                     self.queue(owner, Entry::Initial);
                 }
@@ -269,7 +271,7 @@ impl<R: Rng> Scheduler<R> {
             TurnOutcome::Failed => {
                 let ceiling = millis(self.config.failure_ceiling(failures));
                 let delay = self.rng.random_range(0..=ceiling);
-                self.arm(owner, now + Duration::from_millis(delay));
+                self.arm(owner, now + Duration::from_millis(delay), false);
             }
         }
         self.gauges();
@@ -294,6 +296,48 @@ impl<R: Rng> Scheduler<R> {
     /// Another name for [`handle_timeout`](Self::handle_timeout).
     pub fn on_timer(&mut self, now: Time) {
         self.handle_timeout(now);
+    }
+
+    /// A release notification: whoever held `owner`'s claim has just released it
+    /// (the driver learnt it from the claim store, e.g. a message published by the
+    /// release, delivered to one waiting instance).
+    ///
+    /// With [`SchedulerConfig::release_wake`] On, an owner waiting on a *claim* retry
+    /// timer (a held peek or a claim-busy turn, switch On) leaves the timer at once
+    /// and joins the back of the FIFO as an [`Entry::Initial`]: it is peeked again
+    /// before launch, so a release that someone else re-acquired in the meantime
+    /// costs a peek, not a turn ([`Woken::Queued`]). Shadow answers
+    /// [`Woken::WouldQueue`] and changes nothing; Off, an owner on a failure backoff,
+    /// or an owner in any other state (or none, or after [`close`](Self::close))
+    /// answers [`Woken::Ignored`] and changes nothing.
+    ///
+    /// This is what keeps claim-aware admission's contention cut without its latency
+    /// cost: the 5–15 s window stays the backstop for a release nobody reported (a
+    /// crashed holder whose claim expired, a lost notification), while a reported
+    /// release hands the owner on at once, as legacy's spinning did.
+    pub fn on_release(&mut self, now: Time, owner: &OwnerId) -> Woken {
+        self.observe(now);
+        let Some(Place::Timer { due, seq, claim: true }) = self.place_of(owner) else {
+            return Woken::Ignored;
+        };
+        match self.config.release_wake {
+            Switch::Off => Woken::Ignored,
+            Switch::Shadow => Woken::WouldQueue,
+            Switch::On => {
+                self.timers.remove(&(due, seq));
+                self.queue(owner.clone(), Entry::Initial);
+                self.gauges();
+                Woken::Queued
+            }
+        }
+    }
+
+    /// Whether `owner` waits on a claim retry timer (a held peek or a claim-busy
+    /// turn), the state in which a release notification would wake it: a driver
+    /// registers the instance as a waiter for the owner's release while this holds.
+    #[must_use]
+    pub fn waits_for_claim(&self, owner: &OwnerId) -> bool {
+        matches!(self.place_of(owner), Some(Place::Timer { claim: true, .. }))
     }
 
     /// The earliest pending retry timer: call [`handle_timeout`](Self::handle_timeout)
@@ -449,8 +493,9 @@ impl<R: Rng> Scheduler<R> {
         }
     }
 
-    /// A retry timer at `due`; beyond the cap (counted) or after close, a hand-off.
-    fn arm(&mut self, owner: OwnerId, due: Time) {
+    /// A retry timer at `due` (`claim`: a claim retry, which a release may wake);
+    /// beyond the cap (counted) or after close, a hand-off.
+    fn arm(&mut self, owner: OwnerId, due: Time, claim: bool) {
         if self.closed {
             self.hand_off(owner);
         } else if self.timers.len() >= self.config.max_retry_timers {
@@ -458,7 +503,7 @@ impl<R: Rng> Scheduler<R> {
             self.hand_off(owner);
         } else {
             let seq = self.next_seq();
-            self.set_place(&owner, Place::Timer { due, seq });
+            self.set_place(&owner, Place::Timer { due, seq, claim });
             self.timers.insert((due, seq), owner);
         }
     }
@@ -512,7 +557,7 @@ impl<R: Rng> Scheduler<R> {
                 self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode });
                 if mode.enforces() {
                     let due = self.claim_busy_deadline(now);
-                    self.arm(owner, due);
+                    self.arm(owner, due, true);
                 } else {
                     self.make_ready(owner);
                 }

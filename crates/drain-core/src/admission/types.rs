@@ -90,6 +90,21 @@ pub enum Requested {
     MarkedDirty,
 }
 
+/// What [`Scheduler::on_release`](super::Scheduler::on_release) did with a release
+/// notification.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use]
+pub enum Woken {
+    /// The owner was waiting on a claim retry timer: the timer is cancelled and the
+    /// owner is at the back of the FIFO as an initial entry (release wake-up On).
+    Queued,
+    /// Release wake-up is in Shadow: the owner would have been queued; nothing changed.
+    WouldQueue,
+    /// Release wake-up is Off, or the owner was not waiting on a claim retry timer:
+    /// nothing changed.
+    Ignored,
+}
+
 /// Where one owner is, from [`Scheduler::state_of`](super::Scheduler::state_of).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OwnerState {

@@ -1,0 +1,200 @@
+//! `drain leases`: leases, fences and claims with holder and TTL (SCAN, never KEYS).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use drain_core::KeySpace;
+use drain_core::keys::KeyKind;
+use drain_core::ports::Holding;
+use drain_core::token::holder_of;
+use serde::Serialize;
+
+use crate::cli::LeasesArgs;
+use crate::compose;
+use crate::config::Loaded;
+
+#[derive(Debug, Default, Serialize)]
+struct Listing {
+    leases: Vec<LeaseRow>,
+    owner_claims: Vec<ClaimRow>,
+    message_claims: BTreeMap<String, MessageClaims>,
+}
+
+#[derive(Debug, Serialize)]
+struct LeaseRow {
+    queue: String,
+    holder: Option<String>,
+    ttl_ms: Option<u128>,
+    fence: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClaimRow {
+    owner: String,
+    holder: String,
+    ttl_ms: Option<u128>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct MessageClaims {
+    pending: Vec<PendingRow>,
+    done: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct PendingRow {
+    message_id: String,
+    holder: String,
+    ttl_ms: Option<u128>,
+}
+
+fn name(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Sort scanned keys into the listing.
+fn classify(keys: &KeySpace, found: Vec<(String, Holding)>) -> Listing {
+    let mut out = Listing::default();
+    let mut leases: BTreeMap<String, LeaseRow> = BTreeMap::new();
+    for (key, h) in found {
+        let ttl_ms = h.remaining.map(|d| d.as_millis());
+        match keys.parse(&key) {
+            Some(KeyKind::Lease { queue }) => {
+                let row = leases.entry(name(&queue)).or_insert_with(|| LeaseRow {
+                    queue: name(&queue),
+                    holder: None,
+                    ttl_ms: None,
+                    fence: None,
+                });
+                row.holder = Some(holder_of(&h.value).to_owned());
+                row.ttl_ms = ttl_ms;
+            }
+            Some(KeyKind::Fence { queue }) => {
+                leases
+                    .entry(name(&queue))
+                    .or_insert_with(|| LeaseRow { queue: name(&queue), holder: None, ttl_ms: None, fence: None })
+                    .fence = Some(h.value);
+            }
+            Some(KeyKind::OwnerClaim { owner }) => {
+                out.owner_claims.push(ClaimRow { owner: name(&owner), holder: holder_of(&h.value).to_owned(), ttl_ms });
+            }
+            Some(KeyKind::MessageClaim { queue, message_id }) => {
+                let entry = out.message_claims.entry(name(&queue)).or_default();
+                match h.value.strip_prefix("pending:") {
+                    Some(token) => entry.pending.push(PendingRow {
+                        message_id: name(&message_id),
+                        holder: holder_of(token).to_owned(),
+                        ttl_ms,
+                    }),
+                    None => entry.done += 1,
+                }
+            }
+            Some(KeyKind::OwnerFence { .. }) | None => {}
+        }
+    }
+    out.leases = leases.into_values().collect();
+    out
+}
+
+fn ttl(ms: Option<u128>) -> String {
+    ms.map_or_else(|| "-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0))
+}
+
+fn table(l: &Listing) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>8}", "KIND", "NAME", "HOLDER", "TTL", "FENCE");
+    for r in &l.leases {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<32} {:<28} {:>9} {:>8}",
+            "lease",
+            r.queue,
+            r.holder.as_deref().unwrap_or("(free)"),
+            ttl(r.ttl_ms),
+            r.fence.as_deref().unwrap_or("-")
+        );
+    }
+    for r in &l.owner_claims {
+        let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>8}", "owner", r.owner, r.holder, ttl(r.ttl_ms), "-");
+    }
+    for (queue, m) in &l.message_claims {
+        for p in &m.pending {
+            let n = format!("{queue}/{}", p.message_id);
+            let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>8}", "pending", n, p.holder, ttl(p.ttl_ms), "-");
+        }
+        let _ = writeln!(out, "{:<10} {:<32} {} message(s) submitted within the dedup window", "done", queue, m.done);
+    }
+    if l.leases.is_empty() && l.owner_claims.is_empty() && l.message_claims.is_empty() {
+        out.push_str("(nothing held)\n");
+    }
+    out
+}
+
+/// `drain leases`.
+pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
+    let keys = KeySpace::new(loaded.config.key_prefix.clone());
+    if loaded.config.redis_url.is_none() {
+        eprintln!(
+            "drain leases: no DRAIN_REDIS_URL: the embedded store lives inside each running `drain run` process \
+             and cannot be listed from outside"
+        );
+        return ExitCode::from(2);
+    }
+    let store = match compose::connect_redis(&loaded.config).await {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("drain leases: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let found = match store.scan(&keys.scan_pattern()).await {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("drain leases: scanning {}: {e}", store.endpoint());
+            return ExitCode::from(2);
+        }
+    };
+    let listing = classify(&keys, found);
+    if args.json {
+        println!("{}", serde_json::to_string(&listing).unwrap_or_default());
+    } else {
+        print!("{}", table(&listing));
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn classifies_every_kind() {
+        let ks = KeySpace::new("drain");
+        let h = |v: &str, ttl: Option<u64>| Holding { value: v.to_owned(), remaining: ttl.map(Duration::from_millis) };
+        let found = vec![
+            (ks.lease("requests").lease, h("host-1:0123", Some(90_000))),
+            (ks.lease("requests").fence, h("7", None)),
+            (ks.lease("idle").fence, h("3", None)),
+            (ks.owner_claim("tenant{a}"), h("w-2:ff", Some(5_000))),
+            (ks.message_claim("requests", "m1"), h("pending:host-1:0123", Some(300_000))),
+            (ks.message_claim("requests", "m2"), h("done:host-1:0123", Some(86_000_000))),
+            ("other:key".to_owned(), h("x", None)),
+        ];
+        let l = classify(&ks, found);
+        assert_eq!(l.leases.len(), 2);
+        let r = &l.leases[1];
+        assert_eq!(
+            (r.queue.as_str(), r.holder.as_deref(), r.fence.as_deref()),
+            ("requests", Some("host-1"), Some("7"))
+        );
+        assert_eq!(l.leases[0].holder, None, "a queue with only a fence is free");
+        assert_eq!(l.owner_claims[0].owner, "tenant{a}");
+        let m = &l.message_claims["requests"];
+        assert_eq!((m.pending.len(), m.done), (1, 1));
+        let t = table(&l);
+        assert!(t.contains("lease") && t.contains("host-1") && t.contains("90.0s") && t.contains("(free)"), "{t}");
+    }
+}

@@ -1,0 +1,364 @@
+//! The owner side: N instances, each driving its own drain-core [`Scheduler`], on one
+//! discrete-event queue in virtual time.
+//!
+//! The engine is only the world around the schedulers: it delivers requests, answers
+//! peeks from the claim store, runs turns (acquire the claim, work up to `per_turn`
+//! items, release), fires the schedulers' timers at their deadlines and, for the
+//! release wake-up policies, delivers release notifications. Every admission decision
+//! (coalescing, FIFO order, peeks, backoff, continuations, timer cap, hand-offs) is
+//! the real scheduler's.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::time::Duration;
+
+use drain_core::admission::{Action, OwnerId, PeekResult, Requested, Scheduler, SchedulerConfig, TurnOutcome, Woken};
+use drain_core::event::Event;
+use drain_core::{Switch, Time};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use super::claims::Claims;
+use super::policy::Wake;
+use super::scenario::Scenario;
+use super::tally::Tally;
+use super::workload::Workload;
+
+/// How long after the arrival window the run may go on draining.
+pub(crate) const DRAIN_GRACE_MS: u64 = 600_000;
+/// A hand-off is requested again by the next serving pass, this much later.
+const HANDOFF_PASS_MS: u64 = 1000;
+/// The claim TTL a turn takes beyond its work (as the testkit's `BacklogWork`).
+const CLAIM_TTL_SLACK_MS: u64 = 30_000;
+
+/// How a turn ended, as the engine saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum End {
+    /// Lost the claim race.
+    Busy,
+    /// Took the claim, nothing to do.
+    Empty,
+    /// Worked at least one item.
+    Worked,
+}
+
+/// One scheduled happening. Ordered by (time, sequence) in the queue; the derive only
+/// makes the heap's tuple comparable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// The `n`-th arrival lands in its owner's backlog.
+    Arrival(u32),
+    /// A request for `owner` reaches `inst`.
+    Deliver { inst: u16, owner: u32 },
+    /// The oldest outstanding peek batch of `inst` comes back.
+    PeekDone { inst: u16 },
+    /// A launched turn's acquire reaches the claim store.
+    Acquire { inst: u16, owner: u32 },
+    /// A turn ends (its release, if any, is done).
+    TurnEnd { inst: u16, owner: u32, end: End },
+    /// A scheduler deadline.
+    Timer { inst: u16 },
+    /// A release notification (or a self-set wake-up at the holder's expiry).
+    Notify { inst: u16, owner: u32 },
+}
+
+struct Instance {
+    sched: Scheduler<SmallRng>,
+    /// The deadline a `Timer` event is queued for.
+    armed: Option<Time>,
+    /// Outstanding peek batches, oldest first (every peek takes the same round trip).
+    peeks: VecDeque<Vec<OwnerId>>,
+    /// Timers pending at the last look (for the fleet-wide maximum).
+    timers: usize,
+}
+
+/// The fleet under one policy.
+pub(crate) struct Fleet<'a> {
+    sc: &'a Scenario,
+    w: &'a Workload,
+    wake: Wake,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    insts: Vec<Instance>,
+    names: Vec<OwnerId>,
+    /// Per owner: (arrival ms, work ms) of items not yet worked.
+    backlog: Vec<VecDeque<(u64, u32)>>,
+    claims: Claims,
+    fleet_timers: usize,
+    tally: Tally,
+}
+
+/// The scheduler configuration every instance of a policy runs.
+pub(crate) fn scheduler_config(
+    sc: &Scenario,
+    claim_aware: Switch,
+    wake: Wake,
+    backoff_ms: (u64, u64),
+) -> SchedulerConfig {
+    SchedulerConfig {
+        claim_aware,
+        release_wake: if wake == Wake::Never { Switch::Off } else { Switch::On },
+        workers: sc.workers,
+        backoff_min: Duration::from_millis(backoff_ms.0),
+        backoff_max: Duration::from_millis(backoff_ms.1),
+        max_retry_timers: sc.max_retry_timers,
+        ..SchedulerConfig::default()
+    }
+}
+
+/// Index of an owner from its name (`o<index>`).
+fn index_of(owner: &OwnerId) -> u32 {
+    owner.as_str().get(1..).and_then(|n| n.parse().ok()).unwrap_or(u32::MAX)
+}
+
+impl<'a> Fleet<'a> {
+    /// A fleet of `sc.instances` schedulers configured by `config`, facing `w`.
+    pub(crate) fn new(sc: &'a Scenario, w: &'a Workload, config: &SchedulerConfig, wake: Wake, seed: u64) -> Self {
+        let insts = (0..sc.instances.clamp(1, usize::from(u16::MAX)))
+            .map(|i| Instance {
+                sched: Scheduler::new(config.clone(), SmallRng::seed_from_u64(seed.wrapping_add(i as u64 * 7919))),
+                armed: None,
+                peeks: VecDeque::new(),
+                timers: 0,
+            })
+            .collect();
+        Fleet {
+            sc,
+            w,
+            wake,
+            now: 0,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            insts,
+            names: (0..sc.owners).map(|i| OwnerId::from(format!("o{i}"))).collect(),
+            backlog: vec![VecDeque::new(); sc.owners],
+            claims: Claims::new(sc.owners),
+            fleet_timers: 0,
+            tally: Tally::new(sc.duration_ms()),
+        }
+    }
+
+    fn at(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, ev)));
+    }
+
+    /// Run to the end: every arrival, then drain until nothing is left to happen (or
+    /// the grace period ends).
+    pub(crate) fn run(mut self) -> Tally {
+        if !self.w.arrivals.is_empty() {
+            self.at(self.w.arrivals[0].at, Ev::Arrival(0));
+        }
+        let stop = self.sc.duration_ms() + DRAIN_GRACE_MS;
+        while let Some(Reverse((at, _, ev))) = self.queue.pop() {
+            if at > stop {
+                break;
+            }
+            self.now = at;
+            self.handle(ev);
+        }
+        self.tally.end_ms = self.now;
+        self.tally.unfinished = self.backlog.iter().map(|b| b.len() as u64).sum();
+        self.tally
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        let now = Time::from_millis(self.now);
+        match ev {
+            Ev::Arrival(n) => {
+                let a = self.w.arrivals[n as usize];
+                let items = &self.w.work_ms[a.first_item as usize..][..a.items as usize];
+                self.backlog[a.owner as usize].extend(items.iter().map(|&work| (a.at, work)));
+                for d in &self.w.deliveries[a.first_delivery as usize..][..a.deliveries as usize] {
+                    self.at(a.at + u64::from(d.delay), Ev::Deliver { inst: d.instance, owner: a.owner });
+                }
+                if let Some(next) = self.w.arrivals.get(n as usize + 1) {
+                    self.at(next.at, Ev::Arrival(n + 1));
+                }
+            }
+            Ev::Deliver { inst, owner } => {
+                let s = &mut self.insts[usize::from(inst)].sched;
+                let name = &self.names[owner as usize];
+                if let Ok(Requested::Coalesced) = s.request(now, name.clone())
+                    && s.waits_for_claim(name)
+                {
+                    self.tally.absorbed_by_backoff += 1;
+                }
+                self.pump(inst);
+            }
+            Ev::PeekDone { inst } => {
+                let owners = self.insts[usize::from(inst)].peeks.pop_front().unwrap_or_default();
+                let results: Vec<(OwnerId, PeekResult)> = owners
+                    .iter()
+                    .map(|o| {
+                        let held = self.claims.peek(index_of(o) as usize, self.now).is_some();
+                        (o.clone(), if held { PeekResult::Held } else { PeekResult::Free })
+                    })
+                    .collect();
+                self.insts[usize::from(inst)].sched.on_peek(now, results);
+                for o in &owners {
+                    self.deferred(inst, index_of(o));
+                }
+                self.pump(inst);
+            }
+            Ev::Acquire { inst, owner } => self.acquire(inst, owner),
+            Ev::TurnEnd { inst, owner, end } => self.turn_end(inst, owner, end),
+            Ev::Timer { inst } => {
+                let i = &mut self.insts[usize::from(inst)];
+                if i.armed == Some(now) {
+                    i.armed = None;
+                }
+                i.sched.handle_timeout(now);
+                self.pump(inst);
+            }
+            Ev::Notify { inst, owner } => {
+                self.tally.wakes_sent += 1;
+                let s = &mut self.insts[usize::from(inst)].sched;
+                if s.on_release(now, &self.names[owner as usize]) == Woken::Queued {
+                    self.tally.wakes_effective += 1;
+                }
+                self.pump(inst);
+            }
+        }
+    }
+
+    /// The turn's acquire reaches the claim store: work, or lose the race.
+    fn acquire(&mut self, inst: u16, owner: u32) {
+        let o = owner as usize;
+        let work: u64 = self.backlog[o].iter().take(self.sc.per_turn).map(|&(_, w)| u64::from(w)).sum();
+        let (ttl, renewed) = match self.wake {
+            Wake::AtExpiry { ttl_ms } => (ttl_ms, true),
+            _ => (work + CLAIM_TTL_SLACK_MS, false),
+        };
+        if !self.claims.acquire(o, inst, self.now, ttl, renewed) {
+            self.at(self.now + self.sc.lost_race_ms, Ev::TurnEnd { inst, owner, end: End::Busy });
+            return;
+        }
+        let take = self.backlog[o].len().min(self.sc.per_turn);
+        if take == 0 {
+            self.at(self.now + self.sc.rtt_ms, Ev::TurnEnd { inst, owner, end: End::Empty });
+            return;
+        }
+        let mut t = self.now;
+        for _ in 0..take {
+            let Some((arrived, w)) = self.backlog[o].pop_front() else { break };
+            t += u64::from(w);
+            self.tally.item(arrived, t, self.sc.duration_ms());
+        }
+        self.at(t + self.sc.rtt_ms, Ev::TurnEnd { inst, owner, end: End::Worked });
+    }
+
+    fn turn_end(&mut self, inst: u16, owner: u32, end: End) {
+        let o = owner as usize;
+        let outcome = match end {
+            End::Busy => {
+                self.tally.busy(self.now);
+                TurnOutcome::ClaimBusy
+            }
+            End::Empty | End::Worked => {
+                self.claims.release(o, inst, self.now);
+                let more = end == End::Worked && !self.backlog[o].is_empty();
+                if end == End::Empty {
+                    self.tally.empty(self.now);
+                } else {
+                    self.tally.productive += 1;
+                }
+                // A holder that continues keeps the owner: only a final release notifies.
+                if !more {
+                    self.notify_release(owner);
+                }
+                if end == End::Empty { TurnOutcome::Done } else { TurnOutcome::Productive { more } }
+            }
+        };
+        let now = Time::from_millis(self.now);
+        let _ = self.insts[usize::from(inst)].sched.on_turn(now, &self.names[o], outcome);
+        self.deferred(inst, owner);
+        self.pump(inst);
+    }
+
+    /// After a peek or a turn: if `inst` now waits on a claim retry timer for `owner`,
+    /// register it where the wake-up policy will find it.
+    fn deferred(&mut self, inst: u16, owner: u32) {
+        if self.wake == Wake::Never || !self.insts[usize::from(inst)].sched.waits_for_claim(&self.names[owner as usize])
+        {
+            return;
+        }
+        match self.wake {
+            Wake::One | Wake::All => self.claims.wait(owner as usize, inst),
+            Wake::AtExpiry { .. } => {
+                if let Some(h) = self.claims.peek(owner as usize, self.now) {
+                    self.at(self.now + h.remaining(self.now) + 1, Ev::Notify { inst, owner });
+                }
+            }
+            Wake::Never => {}
+        }
+    }
+
+    /// `owner`'s claim was released for good: notify waiters per the policy.
+    fn notify_release(&mut self, owner: u32) {
+        let o = owner as usize;
+        let name = &self.names[o];
+        let insts = &self.insts;
+        let mut woken = Vec::new();
+        match self.wake {
+            Wake::One => woken.extend(self.claims.pop_waiter(o, |i| insts[usize::from(i)].sched.waits_for_claim(name))),
+            Wake::All => {
+                while let Some(i) = self.claims.pop_waiter(o, |i| insts[usize::from(i)].sched.waits_for_claim(name)) {
+                    woken.push(i);
+                }
+            }
+            Wake::Never | Wake::AtExpiry { .. } => {}
+        }
+        for inst in woken {
+            self.at(self.now + self.sc.notify_ms, Ev::Notify { inst, owner });
+        }
+    }
+
+    /// Take every action `inst`'s scheduler has, drain its events and hand-offs, and
+    /// keep one timer event queued for its next deadline.
+    fn pump(&mut self, inst: u16) {
+        let now = Time::from_millis(self.now);
+        let rtt = self.sc.rtt_ms;
+        let mut launches = Vec::new();
+        let mut handoffs = Vec::new();
+        let i = &mut self.insts[usize::from(inst)];
+        while let Some(action) = i.sched.poll_action(now) {
+            match action {
+                Action::Peek(owners) => {
+                    self.tally.peeks += owners.len() as u64;
+                    self.tally.peek_round_trips += 1;
+                    i.peeks.push_back(owners);
+                    launches.push(Ev::PeekDone { inst });
+                }
+                Action::Launch { owner, .. } => launches.push(Ev::Acquire { inst, owner: index_of(&owner) }),
+            }
+        }
+        while let Some(event) = i.sched.poll_event() {
+            if let Event::RetryTimers(n) = event {
+                self.fleet_timers = self.fleet_timers + n - i.timers;
+                i.timers = n;
+                self.tally.timers_max = self.tally.timers_max.max(n);
+                self.tally.timers_fleet_max = self.tally.timers_fleet_max.max(self.fleet_timers);
+            }
+        }
+        while let Some(owner) = i.sched.poll_handoff() {
+            self.tally.handoffs += 1;
+            handoffs.push(Ev::Deliver { inst, owner: index_of(&owner) });
+        }
+        let deadline = i.sched.next_deadline();
+        let rearm = deadline.filter(|d| i.armed != Some(*d));
+        if rearm.is_some() {
+            i.armed = rearm;
+        }
+        for ev in launches {
+            self.at(self.now + rtt, ev);
+        }
+        for ev in handoffs {
+            self.at(self.now + HANDOFF_PASS_MS, ev);
+        }
+        if let Some(d) = rearm {
+            self.at(d.as_millis(), Ev::Timer { inst });
+        }
+    }
+}

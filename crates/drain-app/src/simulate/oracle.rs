@@ -1,0 +1,153 @@
+//! The oracle: a *model*, not drain-core code. An omniscient dispatcher that knows
+//! every claim and every backlog, so it never peeks, never loses a claim race and
+//! never runs an empty turn, on the same workload, slots and round trips as the
+//! fleet of real schedulers. Its figures are the floor the real policies are measured
+//! against.
+//!
+//! Rules: a request reaching an instance for an owner with work that nobody is
+//! running starts a turn there if a slot is free (taking it from another instance's
+//! FIFO if it waited there: omniscient work stealing), else waits in that instance's
+//! FIFO; an owner that is running absorbs the request (its holder continues while
+//! work remains, at the back of its FIFO, like a continuation).
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use super::engine::DRAIN_GRACE_MS;
+use super::scenario::Scenario;
+use super::tally::Tally;
+use super::workload::Workload;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    Arrival(u32),
+    Deliver { inst: u16, owner: u32 },
+    TurnEnd { inst: u16, owner: u32 },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Where {
+    Idle,
+    Queued(u16),
+    Running,
+}
+
+/// Run the oracle on `w`.
+pub(crate) fn run(sc: &Scenario, w: &Workload) -> Tally {
+    let mut m = Oracle {
+        sc,
+        w,
+        now: 0,
+        seq: 0,
+        queue: BinaryHeap::new(),
+        free: vec![sc.workers.max(1); sc.instances.clamp(1, usize::from(u16::MAX))],
+        fifo: vec![VecDeque::new(); sc.instances.clamp(1, usize::from(u16::MAX))],
+        place: vec![Where::Idle; sc.owners],
+        backlog: vec![VecDeque::new(); sc.owners],
+        tally: Tally::new(sc.duration_ms()),
+    };
+    if let Some(first) = w.arrivals.first() {
+        m.at(first.at, Ev::Arrival(0));
+    }
+    let stop = sc.duration_ms() + DRAIN_GRACE_MS;
+    while let Some(Reverse((at, _, ev))) = m.queue.pop() {
+        if at > stop {
+            break;
+        }
+        m.now = at;
+        m.handle(ev);
+    }
+    m.tally.end_ms = m.now;
+    m.tally.unfinished = m.backlog.iter().map(|b| b.len() as u64).sum();
+    m.tally
+}
+
+struct Oracle<'a> {
+    sc: &'a Scenario,
+    w: &'a Workload,
+    now: u64,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    free: Vec<usize>,
+    fifo: Vec<VecDeque<u32>>,
+    place: Vec<Where>,
+    backlog: Vec<VecDeque<(u64, u32)>>,
+    tally: Tally,
+}
+
+impl Oracle<'_> {
+    fn at(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, ev)));
+    }
+
+    fn handle(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrival(n) => {
+                let a = self.w.arrivals[n as usize];
+                let items = &self.w.work_ms[a.first_item as usize..][..a.items as usize];
+                self.backlog[a.owner as usize].extend(items.iter().map(|&work| (a.at, work)));
+                for d in &self.w.deliveries[a.first_delivery as usize..][..a.deliveries as usize] {
+                    self.at(a.at + u64::from(d.delay), Ev::Deliver { inst: d.instance, owner: a.owner });
+                }
+                if let Some(next) = self.w.arrivals.get(n as usize + 1) {
+                    self.at(next.at, Ev::Arrival(n + 1));
+                }
+            }
+            Ev::Deliver { inst, owner } => {
+                let o = owner as usize;
+                if self.backlog[o].is_empty() {
+                    return; // Already worked: nothing to launch.
+                }
+                match self.place[o] {
+                    Where::Running => {}
+                    Where::Queued(_) | Where::Idle if self.free[usize::from(inst)] > 0 => self.launch(inst, owner),
+                    Where::Queued(_) => {}
+                    Where::Idle => {
+                        self.place[o] = Where::Queued(inst);
+                        self.fifo[usize::from(inst)].push_back(owner);
+                    }
+                }
+            }
+            Ev::TurnEnd { inst, owner } => {
+                let o = owner as usize;
+                self.free[usize::from(inst)] += 1;
+                self.place[o] = Where::Idle;
+                if !self.backlog[o].is_empty() {
+                    self.place[o] = Where::Queued(inst);
+                    self.fifo[usize::from(inst)].push_back(owner);
+                }
+                self.dispatch(inst);
+            }
+        }
+    }
+
+    /// Fill `inst`'s free slots from its FIFO, skipping entries that moved or emptied.
+    fn dispatch(&mut self, inst: u16) {
+        while self.free[usize::from(inst)] > 0 {
+            let Some(owner) = self.fifo[usize::from(inst)].pop_front() else { break };
+            if self.place[owner as usize] == Where::Queued(inst) {
+                if self.backlog[owner as usize].is_empty() {
+                    self.place[owner as usize] = Where::Idle;
+                } else {
+                    self.launch(inst, owner);
+                }
+            }
+        }
+    }
+
+    /// A turn: acquire (one round trip), work up to `per_turn` items, release.
+    fn launch(&mut self, inst: u16, owner: u32) {
+        let o = owner as usize;
+        self.free[usize::from(inst)] -= 1;
+        self.place[o] = Where::Running;
+        self.tally.productive += 1;
+        let mut t = self.now + self.sc.rtt_ms;
+        for _ in 0..self.sc.per_turn {
+            let Some((arrived, w)) = self.backlog[o].pop_front() else { break };
+            t += u64::from(w);
+            self.tally.item(arrived, t, self.sc.duration_ms());
+        }
+        self.at(t + self.sc.rtt_ms, Ev::TurnEnd { inst, owner });
+    }
+}
