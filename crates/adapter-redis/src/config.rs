@@ -1,0 +1,251 @@
+//! [`RedisConfig`]: where Redis is and how patient to be with it; [`redact_url`].
+
+use std::fmt;
+use std::time::Duration;
+
+/// How to reach Redis. Build it with [`RedisConfig::new`] and adjust the public
+/// fields; the app fills it from `DRAIN_REDIS_URL` and `DRAIN_REDIS_CLUSTER`.
+///
+/// `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RedisConfig {
+    /// `redis://[user[:password]@]host[:port][/db]`, or `rediss://…` for TLS.
+    /// In cluster mode, one or more seed nodes separated by commas
+    /// (`redis://a:7000,redis://b:7001`); the rest of the cluster is discovered.
+    pub url: String,
+    /// Use the Redis Cluster protocol (`DRAIN_REDIS_CLUSTER=on`).
+    pub cluster: bool,
+    /// Connections of the pool used for exclusive, non-hot-path work (`SCAN`).
+    /// The hot path never uses the pool. At least 1.
+    pub pool_size: usize,
+    /// How long one connection attempt (TCP, TLS, `HELLO`/`AUTH`) may take.
+    pub connect_timeout: Duration,
+    /// How long one round trip may take once connected.
+    pub response_timeout: Duration,
+}
+
+/// Default [`RedisConfig::pool_size`].
+pub const DEFAULT_POOL_SIZE: usize = 4;
+/// Default [`RedisConfig::connect_timeout`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default [`RedisConfig::response_timeout`].
+pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+impl RedisConfig {
+    /// A standalone configuration for `url` with the defaults: pool of
+    /// [`DEFAULT_POOL_SIZE`], [`DEFAULT_CONNECT_TIMEOUT`], [`DEFAULT_RESPONSE_TIMEOUT`].
+    #[must_use]
+    pub fn new(url: impl Into<String>) -> Self {
+        RedisConfig {
+            url: url.into(),
+            cluster: false,
+            pool_size: DEFAULT_POOL_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+        }
+    }
+
+    /// The same configuration in cluster mode.
+    #[must_use]
+    pub fn cluster(mut self, on: bool) -> Self {
+        self.cluster = on;
+        self
+    }
+
+    /// The same configuration with other timeouts.
+    #[must_use]
+    pub fn timeouts(mut self, connect: Duration, response: Duration) -> Self {
+        self.connect_timeout = connect;
+        self.response_timeout = response;
+        self
+    }
+
+    /// The longest one operation may take: a reconnect (bounded by the connect
+    /// timeout, no retries inside a call) plus a round trip (bounded by the response
+    /// timeout). redis-rs enforces both; then the call returns a temporary
+    /// `Timeout` or `Connection` error. In Cluster mode it is also the overall
+    /// bound of one request including redirects and retries.
+    #[must_use]
+    pub fn operation_deadline(&self) -> Duration {
+        self.connect_timeout + self.response_timeout
+    }
+
+    /// The seed URLs (one unless cluster mode lists several), trimmed.
+    pub(crate) fn urls(&self) -> Vec<&str> {
+        self.url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect()
+    }
+
+    /// `host:port` of every seed, without scheme, credentials or database: what
+    /// error messages name.
+    #[must_use]
+    pub fn endpoint(&self) -> String {
+        self.urls().iter().map(|u| host_port(u)).collect::<Vec<_>>().join(",")
+    }
+
+    /// Whether any seed uses TLS (`rediss://`).
+    #[must_use]
+    pub fn uses_tls(&self) -> bool {
+        self.urls().iter().any(|u| u.starts_with("rediss://"))
+    }
+
+    /// The password of the first seed, if the URL carries one (to scrub messages).
+    pub(crate) fn password(&self) -> Option<&str> {
+        let url = self.urls().into_iter().next()?;
+        let (_, rest) = url.split_once("://")?;
+        let userinfo = authority(rest).rsplit_once('@')?.0;
+        userinfo.split_once(':').map(|(_, p)| p).filter(|p| !p.is_empty())
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &redact_url(&self.url))
+            .field("cluster", &self.cluster)
+            .field("pool_size", &self.pool_size)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+/// The authority part of what follows `scheme://`: up to the first `/`, `?` or `#`.
+fn authority(rest: &str) -> &str {
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+/// `host:port` of one URL (default port 6379), for messages.
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let auth = authority(rest);
+    let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+    if host.is_empty() {
+        return "127.0.0.1:6379".to_owned();
+    }
+    // `[::1]:6379`, `[::1]`, `host:6379`, `host`.
+    let has_port = match host.rfind(']') {
+        Some(close) => host[close..].contains(':'),
+        None => host.contains(':'),
+    };
+    if has_port { host.to_owned() } else { format!("{host}:6379") }
+}
+
+/// `url` with every password replaced by `***`, safe to print or log.
+///
+/// Handles `redis://user:pass@host`, `redis://:pass@host`, a bare userinfo
+/// (`redis://secret@host`, which some clients read as a password: hidden entirely),
+/// `password=`/`pass=`/`token=` query parameters, and comma-separated seed lists.
+/// Anything that is not a URL comes back unchanged.
+#[must_use]
+pub fn redact_url(url: &str) -> String {
+    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+}
+
+fn redact_one(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let auth = authority(rest);
+    let tail = &rest[auth.len()..];
+    let auth = match auth.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{host}"),
+            None => format!("***@{host}"),
+        },
+        None => auth.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{auth}{tail}")
+}
+
+fn is_secret_param(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    k.contains("pass") || k.contains("token") || k.contains("secret")
+}
+
+/// Scrub `text` for display: credentials in any URL it contains, and the literal
+/// `password` when it is long enough to replace safely.
+pub(crate) fn scrub(text: &str, password: Option<&str>) -> String {
+    let mut out = String::with_capacity(text.len());
+    for (i, word) in text.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        if word.contains("://") {
+            out.push_str(&redact_url(word));
+        } else {
+            out.push_str(word);
+        }
+    }
+    match password {
+        Some(p) if p.len() >= 4 => out.replace(p, "***"),
+        _ => out,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(url: &str, redacted: &str, endpoint: &str) {
+        assert_eq!(redact_url(url), redacted, "redact {url}");
+        assert_eq!(RedisConfig::new(url).endpoint(), endpoint, "endpoint of {url}");
+        let debug = format!("{:?}", RedisConfig::new(url));
+        assert!(!debug.contains("hunter2"), "{debug}");
+    }
+
+    #[test]
+    fn redaction_and_endpoints() {
+        check("redis://127.0.0.1:6380", "redis://127.0.0.1:6380", "127.0.0.1:6380");
+        check("redis://127.0.0.1", "redis://127.0.0.1", "127.0.0.1:6379");
+        check("redis://drain:hunter2@cache:6380/2", "redis://drain:***@cache:6380/2", "cache:6380");
+        check("rediss://:hunter2@cache.example", "rediss://:***@cache.example", "cache.example:6379");
+        check("redis://hunter2@cache", "redis://***@cache", "cache:6379");
+        check("redis://u:p%40ss:hunter2@h:1", "redis://u:***@h:1", "h:1");
+        check("redis://h:1/0?protocol=resp3&password=hunter2", "redis://h:1/0?protocol=resp3&password=***", "h:1");
+        check(
+            "redis://u:hunter2@a:7000, redis://u:hunter2@b:7001",
+            "redis://u:***@a:7000, redis://u:***@b:7001",
+            "a:7000,b:7001",
+        );
+        check("redis://[::1]:6390", "redis://[::1]:6390", "[::1]:6390");
+        check("redis://[::1]", "redis://[::1]", "[::1]:6379");
+        check("not a url", "not a url", "not a url:6379");
+    }
+
+    #[test]
+    fn password_and_scrub() {
+        assert_eq!(RedisConfig::new("redis://u:hunter2@h").password(), Some("hunter2"));
+        assert_eq!(RedisConfig::new("redis://:hunter2@h/0").password(), Some("hunter2"));
+        assert_eq!(RedisConfig::new("redis://h").password(), None);
+        assert_eq!(
+            scrub("cannot reach redis://u:hunter2@h:1 (hunter2)", Some("hunter2")),
+            "cannot reach redis://u:***@h:1 (***)"
+        );
+        assert_eq!(scrub("a b", Some("a")), "a b", "short passwords are not replaced blindly");
+    }
+
+    #[test]
+    fn defaults() {
+        let c =
+            RedisConfig::new("redis://h").cluster(true).timeouts(Duration::from_millis(5), Duration::from_millis(7));
+        assert!(c.cluster);
+        assert_eq!(c.pool_size, DEFAULT_POOL_SIZE);
+        assert_eq!(c.operation_deadline(), Duration::from_millis(12));
+        assert!(!c.uses_tls());
+        assert!(RedisConfig::new("rediss://h").uses_tls());
+    }
+}

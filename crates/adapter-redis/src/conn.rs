@@ -1,0 +1,151 @@
+//! The hot-path connection: one multiplexed connection (standalone) or the async
+//! cluster connection, shared by every task, never checked out of a pool.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{PoisonError, RwLock};
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
+
+use crate::config::RedisConfig;
+
+/// After this many round trips in a row timed out, the standalone connection is
+/// replaced: a half-open TCP connection (a silent failover, a dropped NAT entry)
+/// never reports an error by itself.
+const TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
+
+/// The shared connection.
+pub(crate) enum Conn {
+    /// A standalone server behind a reconnecting multiplexed connection.
+    Single(Box<Single>),
+    /// A Redis Cluster: one multiplexed connection per node, slot routing,
+    /// `MOVED`/`ASK` handling and reconnection inside redis-rs.
+    Cluster(ClusterConnection),
+}
+
+/// The standalone connection and what it takes to replace it.
+pub(crate) struct Single {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    current: RwLock<ConnectionManager>,
+    timeouts_in_a_row: AtomicU32,
+}
+
+impl Conn {
+    /// Connect (eagerly: the first round trip proves the server is there).
+    pub(crate) async fn connect(config: &RedisConfig) -> RedisResult<Conn> {
+        let urls = config.urls();
+        if config.cluster {
+            let client = ClusterClientBuilder::new(urls)
+                .connection_timeout(config.connect_timeout)
+                .response_timeout(config.response_timeout)
+                .overall_response_timeout(Some(config.operation_deadline()))
+                .retries(3)
+                .min_retry_wait(20)
+                .max_retry_wait(500)
+                .build()?;
+            return Ok(Conn::Cluster(client.get_async_connection().await?));
+        }
+        let [url] = urls.as_slice() else {
+            return Err(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "several URLs are only allowed with DRAIN_REDIS_CLUSTER=on",
+            )));
+        };
+        let client = redis::Client::open(*url)?;
+        let manager_config = manager_config(config);
+        let manager = ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+        Ok(Conn::Single(Box::new(Single {
+            client,
+            config: manager_config,
+            current: RwLock::new(manager),
+            timeouts_in_a_row: AtomicU32::new(0),
+        })))
+    }
+
+    /// One command, one round trip. A server error reply is an `Err`.
+    pub(crate) async fn cmd(&self, cmd: &Cmd) -> RedisResult<Value> {
+        let value = match self {
+            Conn::Single(s) => s.handle().req_packed_command(cmd).await,
+            Conn::Cluster(c) => c.clone().req_packed_command(cmd).await,
+        }?;
+        match value {
+            Value::ServerError(e) => Err(RedisError::from(e)),
+            v => Ok(v),
+        }
+    }
+
+    /// A pipeline, one round trip (in cluster mode all its keys must share a
+    /// slot). Any error reply inside fails the whole call with that error.
+    pub(crate) async fn pipe(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+        let n = pipe.len();
+        let values = match self {
+            Conn::Single(s) => s.handle().req_packed_commands(pipe, 0, n).await,
+            Conn::Cluster(c) => c.clone().req_packed_commands(pipe, 0, n).await,
+        }?;
+        values
+            .into_iter()
+            .map(|v| match v {
+                Value::ServerError(e) => Err(RedisError::from(e)),
+                v => Ok(v),
+            })
+            .collect()
+    }
+
+    /// The cluster connection, when in cluster mode.
+    pub(crate) fn cluster(&self) -> Option<&ClusterConnection> {
+        match self {
+            Conn::Cluster(c) => Some(c),
+            Conn::Single(_) => None,
+        }
+    }
+
+    /// Record how a round trip ended: a success resets the timeout streak, a
+    /// streak of timeouts replaces the standalone connection.
+    pub(crate) fn note(&self, timed_out: bool) {
+        let Conn::Single(s) = self else { return };
+        if !timed_out {
+            if s.timeouts_in_a_row.load(Ordering::Relaxed) != 0 {
+                s.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        if s.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT {
+            s.timeouts_in_a_row.store(0, Ordering::Relaxed);
+            s.replace();
+        }
+    }
+}
+
+impl Single {
+    fn handle(&self) -> ConnectionManager {
+        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Swap in a fresh, lazily connecting manager; calls in flight on the old one
+    /// finish or fail on their own.
+    fn replace(&self) {
+        if let Ok(fresh) = ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            *self.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
+        }
+    }
+}
+
+fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    // No reconnect retries inside a call: a call that finds the server gone fails
+    // at once with a temporary error (the caller fails open or closed by its own
+    // rule), and the next call tries a fresh connection.
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_number_of_retries(0)
+}
+
+/// The connection settings for pool connections (same timeouts as the hot path).
+pub(crate) fn pool_connection_config(config: &RedisConfig) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+}

@@ -1,0 +1,101 @@
+//! [`LeaseStore`] on Redis: one `EVALSHA` per acquire, release and renew; one
+//! pipelined `GET`+`PTTL` round trip per peek (per hash slot for many keys).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use drain_core::ports::{Acquire, Holding, LeaseStore, Release, Renew};
+use drain_core::{LeaseKey, LeaseToken, PortError};
+use futures::future::try_join_all;
+
+use crate::error::shape_error;
+use crate::reply;
+use crate::scripts::SCRIPTS;
+use crate::store::{RedisStore, peek_pipe};
+
+/// A TTL in whole milliseconds for `PX`/`PEXPIRE`: at least 1 (Redis rejects 0).
+pub(crate) fn millis(ttl: Duration) -> u64 {
+    u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).clamp(1, i64::MAX as u64 / 2)
+}
+
+#[async_trait]
+impl LeaseStore for RedisStore {
+    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        let args = |cmd: &mut redis::Cmd| {
+            cmd.arg(token.as_str()).arg(millis(ttl));
+        };
+        let v = self.eval("acquire", &SCRIPTS.acquire, &[&key.lease, &key.fence], args).await?;
+        reply::acquire(&v).ok_or_else(|| shape_error("acquire", self.endpoint(), &format!("{v:?}")))
+    }
+
+    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+        let args = |cmd: &mut redis::Cmd| {
+            cmd.arg(token.as_str());
+        };
+        let v = self.eval("release", &SCRIPTS.release, &[&key.lease], args).await?;
+        match reply::flag(&v) {
+            Some(true) => Ok(Release::Released),
+            Some(false) => Ok(Release::NotOwner),
+            None => Err(shape_error("release", self.endpoint(), &format!("{v:?}"))),
+        }
+    }
+
+    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        let args = |cmd: &mut redis::Cmd| {
+            cmd.arg(token.as_str()).arg(millis(ttl));
+        };
+        let v = self.eval("renew", &SCRIPTS.renew, &[&key.lease], args).await?;
+        match reply::flag(&v) {
+            Some(true) => Ok(Renew::Renewed),
+            Some(false) => Ok(Renew::Lost),
+            None => Err(shape_error("renew", self.endpoint(), &format!("{v:?}"))),
+        }
+    }
+
+    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
+        let values = self.pipeline("peek", &peek_pipe([key])).await?;
+        match values.as_slice() {
+            [get, pttl] => {
+                reply::holding(get, pttl).ok_or_else(|| shape_error("peek", self.endpoint(), "a non-string value"))
+            }
+            _ => Err(shape_error("peek", self.endpoint(), "a pipeline reply of the wrong length")),
+        }
+    }
+
+    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let groups = self.groups(keys.iter().map(String::as_str));
+        let replies = try_join_all(groups.iter().map(|group| async move {
+            let pipe = peek_pipe(group.iter().map(|&i| keys[i].as_str()));
+            let values = self.pipeline("peek_many", &pipe).await?;
+            if values.len() != group.len() * 2 {
+                return Err(shape_error("peek_many", self.endpoint(), "a pipeline reply of the wrong length"));
+            }
+            Ok(values)
+        }))
+        .await?;
+        let mut out = vec![None; keys.len()];
+        for (group, values) in groups.iter().zip(replies) {
+            for (&i, pair) in group.iter().zip(values.chunks(2)) {
+                out[i] = reply::holding(&pair[0], &pair[1])
+                    .ok_or_else(|| shape_error("peek_many", self.endpoint(), "a non-string value"))?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_in_millis() {
+        assert_eq!(millis(Duration::ZERO), 1);
+        assert_eq!(millis(Duration::from_micros(1500)), 1);
+        assert_eq!(millis(Duration::from_secs(120)), 120_000);
+        assert_eq!(millis(Duration::MAX), i64::MAX as u64 / 2);
+    }
+}

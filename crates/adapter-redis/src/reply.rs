@@ -1,0 +1,166 @@
+//! Reading replies: the shapes the scripts and pipelines return. `None` means "not
+//! the shape drain writes", which the callers turn into a `Protocol` error.
+
+use std::time::Duration;
+
+use drain_core::ports::{Acquire, ClaimState, Holding};
+use drain_core::token::holder_of;
+use redis::Value;
+
+/// `GET` + `PTTL` of one key: `Some(None)` when absent, `None` for a non-string.
+pub(crate) fn holding(get: &Value, pttl: &Value) -> Option<Option<Holding>> {
+    let value = match get {
+        Value::Nil => return Some(None),
+        other => text(other)?,
+    };
+    let remaining = match pttl {
+        // Expired between the two reads: it was there, with nothing left.
+        Value::Int(-2) => Some(Duration::ZERO),
+        Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
+        _ => return None,
+    };
+    Some(Some(Holding { value, remaining }))
+}
+
+/// The acquire script's `{1, fence}` or `{0, holder_token, pttl}`.
+pub(crate) fn acquire(v: &Value) -> Option<Acquire> {
+    let Value::Array(items) = v else { return None };
+    match items.as_slice() {
+        [Value::Int(1), Value::Int(fence)] => Some(Acquire::Acquired { fence: u64::try_from(*fence).ok()? }),
+        [Value::Int(0), token, Value::Int(pttl)] => Some(Acquire::Held {
+            holder: holder_of(&text(token)?).to_owned(),
+            remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+        }),
+        _ => None,
+    }
+}
+
+/// A script's `1` / `0`.
+pub(crate) fn flag(v: &Value) -> Option<bool> {
+    match v {
+        Value::Int(1) => Some(true),
+        Value::Int(0) => Some(false),
+        _ => None,
+    }
+}
+
+/// One element of the claim script's reply: `1` (claimed now) or the value found.
+pub(crate) fn claim_state(v: &Value) -> Option<ClaimState> {
+    if let Value::Int(1) = v {
+        return Some(ClaimState::Claimed);
+    }
+    let found = text(v)?;
+    if found == "done" || found.starts_with("done:") {
+        return Some(ClaimState::Done);
+    }
+    let holder = found.strip_prefix("pending:").map_or(found.as_str(), holder_of);
+    Some(ClaimState::PendingElsewhere { holder: holder.to_owned() })
+}
+
+/// An array reply of exactly `n` elements.
+pub(crate) fn array(v: Value, n: usize) -> Option<Vec<Value>> {
+    match v {
+        Value::Array(items) if items.len() == n => Some(items),
+        _ => None,
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// `(host, port)` of every reachable primary in a `CLUSTER NODES` reply.
+pub(crate) fn cluster_primaries(nodes: &str) -> Vec<(String, u16)> {
+    let mut out = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else { continue };
+        let flags: Vec<&str> = flags.split(',').collect();
+        if !flags.contains(&"master") || flags.iter().any(|f| matches!(*f, "fail" | "fail?" | "noaddr" | "handshake")) {
+            continue;
+        }
+        // `ip:port@cport[,hostname]`
+        let addr = addr.split(['@', ',']).next().unwrap_or_default();
+        if let Some((host, port)) = addr.rsplit_once(':')
+            && let Ok(port) = port.parse()
+        {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            out.push((host.to_owned(), port));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn holdings() {
+        assert_eq!(holding(&Value::Nil, &Value::Int(-2)), Some(None));
+        assert_eq!(
+            holding(&bulk("v"), &Value::Int(1500)),
+            Some(Some(Holding { value: "v".into(), remaining: Some(Duration::from_millis(1500)) }))
+        );
+        assert_eq!(holding(&bulk("v"), &Value::Int(-1)), Some(Some(Holding { value: "v".into(), remaining: None })));
+        assert_eq!(
+            holding(&bulk("v"), &Value::Int(-2)),
+            Some(Some(Holding { value: "v".into(), remaining: Some(Duration::ZERO) }))
+        );
+        assert_eq!(holding(&Value::Int(3), &Value::Int(-1)), None);
+    }
+
+    #[test]
+    fn acquires() {
+        let a = |items: Vec<Value>| acquire(&Value::Array(items));
+        assert_eq!(a(vec![Value::Int(1), Value::Int(7)]), Some(Acquire::Acquired { fence: 7 }));
+        assert_eq!(
+            a(vec![Value::Int(0), bulk("host-1:abc"), Value::Int(900)]),
+            Some(Acquire::Held { holder: "host-1".into(), remaining: Some(Duration::from_millis(900)) })
+        );
+        assert_eq!(
+            a(vec![Value::Int(0), bulk("x:y"), Value::Int(-1)]),
+            Some(Acquire::Held { holder: "x".into(), remaining: None })
+        );
+        assert_eq!(a(vec![Value::Int(1)]), None);
+        assert_eq!(acquire(&Value::Nil), None);
+    }
+
+    #[test]
+    fn claims() {
+        assert_eq!(claim_state(&Value::Int(1)), Some(ClaimState::Claimed));
+        assert_eq!(claim_state(&bulk("done:h:abc")), Some(ClaimState::Done));
+        assert_eq!(claim_state(&bulk("done")), Some(ClaimState::Done));
+        assert_eq!(
+            claim_state(&bulk("pending:host-2:abc")),
+            Some(ClaimState::PendingElsewhere { holder: "host-2".into() })
+        );
+        assert_eq!(claim_state(&Value::Int(0)), None);
+        assert_eq!(flag(&Value::Int(1)), Some(true));
+        assert_eq!(flag(&Value::Int(0)), Some(false));
+        assert_eq!(flag(&Value::Nil), None);
+    }
+
+    #[test]
+    fn primaries() {
+        let nodes = "\
+a1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7001@17001,host-b master - 0 0 2 connected 5461-10922
+c3 127.0.0.1:7002@17002 master,fail - 0 0 3 connected
+d4 127.0.0.1:7003@17003 slave a1 0 0 1 connected
+e5 [::1]:7004@17004 master - 0 0 4 connected 10923-16383
+";
+        assert_eq!(
+            cluster_primaries(nodes),
+            vec![("127.0.0.1".into(), 7000), ("127.0.0.1".into(), 7001), ("::1".into(), 7004)]
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! The Lua scripts, compiled in from `scripts/*.lua`, with their SHA1 computed once.
+
+use std::sync::LazyLock;
+
+/// One script: its source (for `EVAL` and `SCRIPT LOAD`) and SHA1 (for `EVALSHA`).
+#[derive(Debug)]
+pub(crate) struct LuaScript {
+    /// File name without `.lua`, for messages.
+    pub(crate) name: &'static str,
+    /// The source.
+    pub(crate) source: &'static str,
+    /// Lowercase hex SHA1 of the source, as Redis computes it.
+    pub(crate) sha: String,
+}
+
+impl LuaScript {
+    fn new(name: &'static str, source: &'static str) -> Self {
+        LuaScript { name, source, sha: redis::Script::new(source).get_hash().to_owned() }
+    }
+}
+
+/// Every script drain uses.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: LuaScript,
+    pub(crate) release: LuaScript,
+    pub(crate) renew: LuaScript,
+    pub(crate) claim: LuaScript,
+    pub(crate) settle: LuaScript,
+}
+
+impl Scripts {
+    /// All of them, for `SCRIPT LOAD` at connect.
+    pub(crate) fn all(&self) -> [&LuaScript; 5] {
+        [&self.acquire, &self.release, &self.renew, &self.claim, &self.settle]
+    }
+}
+
+/// The scripts, hashed on first use.
+pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+    acquire: LuaScript::new("acquire", include_str!("scripts/acquire.lua")),
+    release: LuaScript::new("release", include_str!("scripts/release.lua")),
+    renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
+    claim: LuaScript::new("claim", include_str!("scripts/claim.lua")),
+    settle: LuaScript::new("settle", include_str!("scripts/settle.lua")),
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_are_sha1_hex() {
+        for s in SCRIPTS.all() {
+            assert_eq!(s.sha.len(), 40, "{}", s.name);
+            assert!(s.sha.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{}", s.name);
+        }
+        // Distinct scripts, distinct hashes.
+        let mut shas: Vec<&str> = SCRIPTS.all().iter().map(|s| s.sha.as_str()).collect();
+        shas.sort_unstable();
+        shas.dedup();
+        assert_eq!(shas.len(), 5);
+    }
+}

@@ -1,0 +1,21 @@
+-- Single-flight lease acquire (SPEC §4), one round trip.
+-- KEYS[1] lease key, KEYS[2] fence key (same hash slot)
+-- ARGV[1] token, ARGV[2] ttl in milliseconds
+-- Returns {1, fence} when acquired, {0, holder_token, pttl} when held.
+--
+-- The hot path runs two commands (SET NX PX, INCR). When the fence key cannot be
+-- incremented (another type, not a counter) the lease just written is deleted
+-- again before the error is returned: the script is atomic, so nobody ever sees
+-- a lease without a fence, and an error never leaves a lease behind.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) == 'table' and fence.err then
+    redis.call('DEL', KEYS[1])
+    if string.sub(fence.err, 1, 9) ~= 'WRONGTYPE' then
+      fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err
+    end
+    return fence
+  end
+  return {1, fence}
+end
+return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}

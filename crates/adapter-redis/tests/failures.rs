@@ -1,0 +1,232 @@
+//! Failures on a real redis-server: killed, restarted, paused, connections cut,
+//! wrong credentials, missing rights. Every call is wrapped in a generous outer
+//! timeout so a hang fails the test instead of stalling it.
+
+mod support;
+
+use std::time::Duration;
+
+use adapter_redis::{RedisConfig, RedisStore};
+use drain_core::ports::{Acquire, LeaseStore, Release};
+use drain_core::{ErrorKind, KeySpace, LeaseKey, LeaseToken, PortError};
+use test_servers::{RedisServer, Reply};
+
+use support::{config, connect, token};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+async fn cycle(store: &RedisStore, lease: &LeaseKey, me: &LeaseToken) -> Result<(), PortError> {
+    let call = async {
+        match store.acquire(lease, me, Duration::from_secs(30)).await? {
+            Acquire::Acquired { .. } => {}
+            Acquire::Held { holder, .. } => panic!("unexpectedly held by {holder}"),
+        }
+        assert_eq!(store.release(lease, me).await?, Release::Released);
+        Ok(())
+    };
+    tokio::time::timeout(BOUND, call).await.expect("a call MUST NOT hang past the store's deadline")
+}
+
+/// Calls until one succeeds; returns how many failed (each MUST be temporary).
+async fn failures_until_recovered(store: &RedisStore, lease: &LeaseKey, me: &LeaseToken) -> usize {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let mut failed = 0;
+    loop {
+        match cycle(store, lease, me).await {
+            Ok(()) => return failed,
+            Err(e) => {
+                assert!(e.is_temporary(), "a transient outage MUST give temporary errors: {e}");
+                failed += 1;
+            }
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no recovery within 8 s ({failed} failed calls)");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn killed_server_gives_temporary_errors_then_the_same_store_recovers() {
+    let Some(mut redis) = RedisServer::start() else { return };
+    let store = connect(&redis.url()).await;
+    let lease = KeySpace::new("f").lease("q");
+    let me = token("me", 1);
+    cycle(&store, &lease, &me).await.expect("healthy");
+
+    redis.kill();
+    for _ in 0..3 {
+        let e = cycle(&store, &lease, &me).await.expect_err("the server is gone");
+        assert!(e.is_temporary(), "{e}");
+        assert!(matches!(e.kind, ErrorKind::Connection | ErrorKind::Timeout), "{e}");
+        assert!(e.message.contains(&format!("127.0.0.1:{}", redis.port())), "names the endpoint: {e}");
+    }
+
+    redis.restart();
+    let failed = failures_until_recovered(&store, &lease, &me).await;
+    assert!(failed <= 1, "recovery after a restart MUST cost at most one failed call, cost {failed}");
+    // The restarted server has no scripts and no data: EVAL fallback, fresh fences.
+    cycle(&store, &lease, &me).await.expect("healthy again");
+}
+
+#[tokio::test]
+async fn paused_server_times_out_then_recovers() {
+    let Some(mut redis) = RedisServer::start() else { return };
+    let cfg = config(&redis.url()).timeouts(Duration::from_millis(300), Duration::from_millis(300));
+    let store = RedisStore::connect(cfg).await.expect("connect");
+    let lease = KeySpace::new("f").lease("q");
+    let me = token("me", 1);
+    cycle(&store, &lease, &me).await.expect("healthy");
+
+    redis.pause();
+    for _ in 0..3 {
+        let e = store.peek(&lease.lease).await.expect_err("paused");
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+        assert!(e.is_temporary());
+    }
+    redis.resume();
+    let failed = failures_until_recovered(&store, &lease, &me).await;
+    assert!(failed <= 2, "recovered after {failed} failed calls");
+}
+
+#[tokio::test]
+async fn a_cut_connection_costs_at_most_one_failed_call() {
+    let Some(redis) = RedisServer::start() else { return };
+    let store = connect(&redis.url()).await;
+    let lease = KeySpace::new("f").lease("q");
+    let me = token("me", 1);
+    for round in 0..3 {
+        cycle(&store, &lease, &me).await.expect("healthy");
+        // Kill every client connection but the one sending the command.
+        match redis.command(&["CLIENT", "KILL", "TYPE", "normal"]).expect("client kill") {
+            Reply::Int(n) => assert!(n >= 1, "round {round}: the store's connection was killed"),
+            other => panic!("CLIENT KILL answered {other:?}"),
+        }
+        let failed = failures_until_recovered(&store, &lease, &me).await;
+        assert!(failed <= 1, "round {round}: {failed} failed calls after the connection was cut");
+    }
+}
+
+#[tokio::test]
+async fn nothing_listening_is_a_temporary_connection_error_with_a_hint() {
+    let port = test_servers::free_port();
+    let e = RedisStore::connect(config(&format!("redis://drain:hunter2-secret@127.0.0.1:{port}")))
+        .await
+        .expect_err("nothing listens there");
+    assert_eq!(e.kind, ErrorKind::Connection, "{e}");
+    assert!(e.is_temporary());
+    assert!(
+        e.message.contains(&format!(
+            "Redis at 127.0.0.1:{port} refused the connection: is redis-server running and DRAIN_REDIS_URL right?"
+        )),
+        "{e}"
+    );
+    assert!(!e.message.contains("hunter2-secret"), "{e}");
+}
+
+#[tokio::test]
+async fn bad_configuration_is_a_permanent_config_error() {
+    for (cfg, hint) in [
+        (RedisConfig::new(""), "empty"),
+        (RedisConfig::new("http://u:hunter2-secret@h"), "not a redis:// or rediss:// URL"),
+        (RedisConfig::new("redis://a:1,redis://b:2"), "DRAIN_REDIS_CLUSTER"),
+        (
+            {
+                let mut c = RedisConfig::new("redis://h");
+                c.pool_size = 0;
+                c
+            },
+            "pool size",
+        ),
+    ] {
+        let e = RedisStore::connect(cfg).await.expect_err("bad config");
+        assert_eq!(e.kind, ErrorKind::Config, "{e}");
+        assert!(!e.is_temporary());
+        assert!(e.message.contains(hint), "{e} should mention {hint}");
+        assert!(!e.message.contains("hunter2-secret"), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn passwords_work_and_wrong_ones_are_permanent_auth_errors() {
+    let Some(redis) = RedisServer::start_with(&["--requirepass", "hunter2-secret"]) else { return };
+    let port = redis.port();
+    let store = connect(&format!("redis://:hunter2-secret@127.0.0.1:{port}")).await;
+    cycle(&store, &KeySpace::new("f").lease("q"), &token("me", 1)).await.expect("authenticated");
+
+    for url in [
+        format!("redis://:wrong-pass-xyz@127.0.0.1:{port}"),
+        format!("redis://default:wrong-pass-xyz@127.0.0.1:{port}"),
+    ] {
+        let e = RedisStore::connect(config(&url)).await.expect_err("wrong password");
+        assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+        assert!(!e.is_temporary());
+        assert!(e.message.contains("DRAIN_REDIS_URL"), "{e}");
+        assert!(!e.message.contains("wrong-pass-xyz"), "the password never appears: {e}");
+    }
+    let e = RedisStore::connect(config(&format!("redis://127.0.0.1:{port}"))).await.expect_err("no password");
+    assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+}
+
+/// The minimal ACL of docs/operations.md is enough for every operation; without a
+/// right, calls fail with a permanent `Permission` error that names the command.
+#[tokio::test]
+async fn minimal_acl_suffices_and_missing_rights_are_permission_errors() {
+    let Some(redis) = RedisServer::start() else { return };
+    let minimal = [
+        "ACL",
+        "SETUSER",
+        "drain",
+        "on",
+        ">drain-pass-1",
+        "resetkeys",
+        "~drain:*",
+        "resetchannels",
+        "-@all",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+get",
+        "+set",
+        "+del",
+        "+incr",
+        "+pexpire",
+        "+pttl",
+        "+scan",
+        "+ping",
+        "+cluster|nodes",
+    ];
+    assert_eq!(redis.command(&minimal).expect("acl"), Reply::Simple("OK".into()));
+    let url = format!("redis://drain:drain-pass-1@127.0.0.1:{}", redis.port());
+    let store = connect(&url).await;
+    let keys = KeySpace::new("drain");
+    let me = token("me", 1);
+    cycle(&store, &keys.lease("q"), &me).await.expect("lease cycle under the minimal ACL");
+    let msgs = vec![keys.message_claim("q", "m1")];
+    drain_core::ports::ClaimStore::claim_batch(&store, &msgs, &me, Duration::from_secs(5)).await.expect("claim");
+    store.peek_many(&msgs).await.expect("peek");
+    store.scan(&keys.scan_pattern()).await.expect("scan");
+    store.ping().await.expect("ping");
+
+    // Outside the prefix: NOPERM.
+    let e = store.acquire(&KeySpace::new("other").lease("q"), &me, Duration::from_secs(5)).await.expect_err("NOPERM");
+    assert_eq!(e.kind, ErrorKind::Permission, "{e}");
+    assert!(!e.is_temporary());
+
+    // Without EVALSHA: NOPERM naming the command.
+    redis.command(&["ACL", "SETUSER", "drain", "-evalsha"]).expect("acl");
+    let e = store.release(&keys.lease("q"), &me).await.expect_err("NOPERM");
+    assert_eq!(e.kind, ErrorKind::Permission, "{e}");
+    assert!(e.message.to_ascii_lowercase().contains("evalsha"), "{e}");
+    assert!(!e.message.contains("drain-pass-1"), "{e}");
+}
+
+/// `rediss://` goes through rustls (the ring provider is installed on demand): a
+/// plain-text server fails the handshake with a typed error, not a panic.
+#[tokio::test]
+async fn tls_against_a_plain_server_is_a_typed_error() {
+    let Some(redis) = RedisServer::start() else { return };
+    let url = format!("rediss://drain:hunter2-secret@127.0.0.1:{}", redis.port());
+    let e = RedisStore::connect(config(&url)).await.expect_err("no TLS on this port");
+    assert!(matches!(e.kind, ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Protocol), "{e}");
+    assert!(e.message.contains(&format!("127.0.0.1:{}", redis.port())), "{e}");
+    assert!(!e.message.contains("hunter2-secret"), "{e}");
+}

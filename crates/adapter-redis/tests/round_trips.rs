@@ -1,0 +1,228 @@
+//! Round trips per operation, from the server's `INFO commandstats` deltas and the
+//! store's own `StoreOp` events: the hot path sends exactly the operation, nothing
+//! else (no `PING`, no `UNWATCH`, no `SCRIPT LOAD`).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use adapter_redis::RedisStore;
+use drain_core::KeySpace;
+use drain_core::ports::{ClaimStore, LeaseStore, SettleAction, Settlement};
+use drain_core::testkit::RecordingObserver;
+use test_servers::{RedisCluster, RedisServer};
+
+use support::{calls, connect, connect_cluster, delta, observed, round_trips, token};
+
+/// Commands the drain scripts run inside Redis: `INFO commandstats` counts them
+/// too, but they cost no round trip.
+const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire"];
+
+/// What the client itself sent during a script-only measurement: the deltas
+/// without the scripts' inner commands (which must be nothing but those).
+fn sent_by_scripts(d: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    d.into_iter().filter(|(k, _)| !INSIDE_SCRIPTS.contains(&k.as_str())).collect()
+}
+
+/// Run `op` once and return (server command deltas, store round trips).
+async fn measure<F: Future>(
+    stats: impl Fn() -> BTreeMap<String, u64>,
+    observer: &RecordingObserver,
+    op: F,
+) -> (BTreeMap<String, u64>, usize) {
+    observer.clear();
+    let before = stats();
+    op.await;
+    let after = stats();
+    (delta(&before, &after), round_trips(observer))
+}
+
+#[tokio::test]
+async fn standalone_operations_cost_one_round_trip_each() {
+    let Some(redis) = RedisServer::start() else { return };
+    let (store, obs) = observed(connect(&redis.url()).await);
+    let stats = || redis.command_calls().expect("INFO commandstats");
+    let keys = KeySpace::new("rt");
+    let lease = keys.lease("q");
+    let me = token("me", 1);
+    let ttl = Duration::from_secs(30);
+
+    let (d, n) = measure(stats, &obs, async {
+        store.acquire(&lease, &me, ttl).await.expect("acquire");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "acquire = one EVALSHA");
+
+    let (d, n) = measure(stats, &obs, async {
+        store.renew(&lease, &me, ttl).await.expect("renew");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "renew = one EVALSHA");
+
+    let (d, n) = measure(stats, &obs, async {
+        store.peek(&lease.lease).await.expect("peek");
+    })
+    .await;
+    assert_eq!((d, n), (calls(&[("get", 1), ("pttl", 1)]), 1), "peek = GET + PTTL in one pipeline");
+
+    let (d, n) = measure(stats, &obs, async {
+        store.release(&lease, &me).await.expect("release");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "release = one EVALSHA");
+
+    let (d, n) = measure(stats, &obs, async {
+        store.acquire(&lease, &me, ttl).await.expect("acquire");
+        store.release(&lease, &me).await.expect("release");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 2)]), 2), "a lease cycle = two commands, two round trips");
+
+    let owners: Vec<String> = (0..50).map(|i| keys.owner_claim(&format!("owner-{i}"))).collect();
+    let (d, n) = measure(stats, &obs, async {
+        store.peek_many(&owners).await.expect("peek_many");
+    })
+    .await;
+    assert_eq!((d, n), (calls(&[("get", 50), ("pttl", 50)]), 1), "peek_many of 50 keys = one pipeline");
+
+    let (d, n) = measure(stats, &obs, async {
+        store.peek_many(&[]).await.expect("peek_many empty");
+        store.claim_batch(&[], &me, ttl).await.expect("claim empty");
+        store.settle_batch(&[], &me, ttl).await.expect("settle empty");
+    })
+    .await;
+    assert_eq!((d, n), (calls(&[]), 0), "empty batches make no call");
+
+    let msgs: Vec<String> = (0..32).map(|i| keys.message_claim("q", &format!("m{i}"))).collect();
+    let (d, n) = measure(stats, &obs, async {
+        store.claim_batch(&msgs, &me, ttl).await.expect("claim_batch");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "claim_batch of 32 = one EVALSHA");
+
+    let settle: Vec<Settlement> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Settlement {
+            key: k.clone(),
+            action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
+        })
+        .collect();
+    let (d, n) = measure(stats, &obs, async {
+        store.settle_batch(&settle, &me, ttl).await.expect("settle_batch");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "settle_batch of 32 = one EVALSHA");
+}
+
+/// 16 tasks × 50 lease cycles on one store: exactly two `EVALSHA` per cycle and
+/// nothing else — no connection checkout traffic under concurrency either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_cycles_send_nothing_but_the_operations() {
+    let Some(redis) = RedisServer::start() else { return };
+    let store = connect(&redis.url()).await;
+    let before = redis.command_calls().expect("stats");
+    let tasks: Vec<_> = (0..16u64)
+        .map(|t| {
+            let store: RedisStore = store.clone();
+            tokio::spawn(async move {
+                let lease = KeySpace::new("rt").lease(&format!("q{t}"));
+                let me = token("me", t);
+                for _ in 0..50 {
+                    store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire");
+                    store.release(&lease, &me).await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let d = delta(&before, &redis.command_calls().expect("stats"));
+    assert_eq!(d.get("incr"), Some(&(16 * 50)), "one fence per acquire");
+    assert_eq!(
+        sent_by_scripts(d),
+        calls(&[("evalsha", 16 * 50 * 2)]),
+        "no PING, UNWATCH or anything else on the hot path"
+    );
+}
+
+/// On a 3-master cluster: one pipeline per hash slot for peeks, one script per slot
+/// for claims, and still one `EVALSHA` per lease operation.
+#[tokio::test]
+async fn cluster_round_trips_are_per_slot() {
+    let Some(cluster) = RedisCluster::start(3) else { return };
+    let (store, obs) = observed(connect_cluster(&cluster.urls()).await);
+    let stats = || cluster.command_calls().expect("INFO commandstats");
+    let keys = KeySpace::new("rt");
+    let me = token("me", 1);
+    let ttl = Duration::from_secs(30);
+
+    let lease = keys.lease("q");
+    let (d, n) = measure(stats, &obs, async {
+        store.acquire(&lease, &me, ttl).await.expect("acquire");
+        store.release(&lease, &me).await.expect("release");
+    })
+    .await;
+    assert_eq!(
+        (sent_by_scripts(d), n),
+        (calls(&[("evalsha", 2)]), 2),
+        "a lease cycle = two EVALSHA on the slot's node"
+    );
+
+    // 12 owners: one pipeline per distinct slot, GET + PTTL per key.
+    let owners: Vec<String> = (0..12).map(|i| keys.owner_claim(&format!("owner-{i}"))).collect();
+    let slots = distinct_slots(&owners);
+    let (d, n) = measure(stats, &obs, async {
+        store.peek_many(&owners).await.expect("peek_many");
+    })
+    .await;
+    assert_eq!(d, calls(&[("get", 12), ("pttl", 12)]));
+    assert_eq!(n, slots, "one round trip per hash slot");
+
+    // A received batch: one queue, one slot, one script — even on a cluster.
+    let msgs: Vec<String> = (0..32).map(|i| keys.message_claim("q", &format!("m{i}"))).collect();
+    let (d, n) = measure(stats, &obs, async {
+        store.claim_batch(&msgs, &me, ttl).await.expect("claim_batch");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "claim_batch of one queue = one EVALSHA");
+
+    // Mixed queues: one script per slot.
+    let mixed: Vec<String> = (0..9).map(|i| keys.message_claim(&format!("q{}", i % 3), &format!("m{i}"))).collect();
+    let slots = distinct_slots(&mixed);
+    let (d, n) = measure(stats, &obs, async {
+        store.claim_batch(&mixed, &me, ttl).await.expect("claim_batch");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", slots as u64)]), slots));
+}
+
+fn distinct_slots(keys: &[String]) -> usize {
+    let mut slots: Vec<u16> = keys.iter().map(|k| slot(k)).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    slots.len()
+}
+
+/// CRC16/XMODEM of the hash tag, mod 16384: the Redis Cluster slot.
+fn slot(key: &str) -> u16 {
+    let tag = drain_core::keys::hash_tag(key);
+    let mut crc: u16 = 0;
+    for &b in tag.as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+#[test]
+fn slot_matches_redis() {
+    // Values from `CLUSTER KEYSLOT`.
+    assert_eq!(slot("{a}x"), 15495);
+    assert_eq!(slot("foo"), 12182);
+    assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+}

@@ -1,0 +1,90 @@
+//! Shared test helpers: a real-time clock on Tokio, store construction, command
+//! counting from `INFO commandstats`.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use adapter_redis::{RedisConfig, RedisStore};
+use async_trait::async_trait;
+use drain_core::ports::Clock;
+use drain_core::testkit::contract::ContractEnv;
+use drain_core::{KeySpace, LeaseToken, Time};
+
+/// Real time for the contract suites: `now` from a start instant, sleeps on Tokio.
+pub struct TokioClock {
+    start: Instant,
+}
+
+impl TokioClock {
+    pub fn new() -> Self {
+        TokioClock { start: Instant::now() }
+    }
+}
+
+#[async_trait]
+impl Clock for TokioClock {
+    fn now(&self) -> Time {
+        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    async fn sleep_until(&self, deadline: Time) {
+        let wait = deadline.saturating_since(self.now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// The contract environment: short TTL 300 ms on a real clock.
+pub fn env<'a>(clock: &'a TokioClock, prefix: &str) -> ContractEnv<'a> {
+    ContractEnv { clock, keys: KeySpace::new(prefix), short_ttl: Duration::from_millis(300) }
+}
+
+/// Short timeouts so failure tests stay fast.
+pub fn config(url: &str) -> RedisConfig {
+    RedisConfig::new(url).timeouts(Duration::from_millis(500), Duration::from_millis(500))
+}
+
+pub async fn connect(url: &str) -> RedisStore {
+    RedisStore::connect(config(url)).await.expect("connect to the private redis-server")
+}
+
+pub async fn connect_cluster(urls: &[String]) -> RedisStore {
+    RedisStore::connect(config(&urls.join(",")).cluster(true)).await.expect("connect to the private cluster")
+}
+
+/// A token from a fixed seed.
+pub fn token(instance: &str, seed: u64) -> LeaseToken {
+    LeaseToken::generate(instance, &mut drain_core::testkit::TestRng::new(seed))
+}
+
+/// `after - before` per command, without the `INFO` calls that read the stats and
+/// the connection setup of the harness itself.
+pub fn delta(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .filter(|(k, _)| k.as_str() != "info")
+        .filter_map(|(k, &v)| {
+            let d = v - before.get(k).copied().unwrap_or(0);
+            (d > 0).then(|| (k.clone(), d))
+        })
+        .collect()
+}
+
+/// A command-count map from pairs, for assertions.
+pub fn calls(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
+/// Store round trips recorded by an observer.
+pub fn round_trips(observer: &drain_core::testkit::RecordingObserver) -> usize {
+    observer.count(|e| matches!(e, drain_core::Event::StoreOp { .. }))
+}
+
+/// A store with a recording observer.
+pub fn observed(store: RedisStore) -> (RedisStore, Arc<drain_core::testkit::RecordingObserver>) {
+    let observer = Arc::new(drain_core::testkit::RecordingObserver::new());
+    (store.with_observer(observer.clone()), observer)
+}

@@ -1,0 +1,568 @@
+//! # test-servers
+//!
+//! Private `redis-server` processes for tests and benchmarks: one standalone server
+//! ([`RedisServer`]) or a Redis Cluster of N masters ([`RedisCluster`]), each on free
+//! loopback ports, with nothing persisted, in a temporary directory of its own that
+//! is removed on drop. The shared server on 6379 is never touched.
+//!
+//! Both constructors return `Option`:
+//!
+//! * `Some(server)` once the server answers `PING` (bounded wait, 5 s);
+//! * `None` when `redis-server` is not installed **and** this is not a CI build,
+//!   after printing why the test is skipped, so `cargo test` works on a laptop
+//!   without Redis:
+//!
+//! ```no_run
+//! # fn demo() {
+//! let Some(redis) = test_servers::RedisServer::start() else { return };
+//! println!("talk to {}", redis.url());
+//! # }
+//! ```
+//!
+//! * a panic with `redis-server not found: .ci/run installs it` when it is not
+//!   installed in a CI build, so CI can never pass by skipping.
+//!
+//! "CI build" is decided at **compile time** from the `CI` variable
+//! (`option_env!("CI")`, which cargo tracks), so this crate reads no environment at
+//! run time and the `env` gate holds. `.ci/run` builds and runs with `CI=true`.
+//!
+//! Every process is a child of the test process: [`RedisServer::kill`] (SIGKILL),
+//! [`RedisServer::stop`] (SIGTERM), [`RedisServer::pause`] / [`RedisServer::resume`]
+//! (SIGSTOP / SIGCONT through the `kill` command), [`RedisServer::restart`] (same
+//! port, same directory). [`RedisServer::command`] speaks RESP over a fresh TCP
+//! connection (authenticating with `--requirepass` when it was given), for
+//! `INFO commandstats`, `SCRIPT FLUSH` and other test setup.
+#![forbid(unsafe_code)]
+
+mod resp;
+
+use std::fs::{self, File};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use resp::Reply;
+
+/// How long a server may take to answer its first `PING`.
+pub const START_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a cluster may take to reach `cluster_state:ok`.
+pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Whether this build runs in CI (read when this crate is compiled).
+const IN_CI: bool = option_env!("CI").is_some();
+
+/// The message a CI build panics with when `redis-server` is missing.
+pub const MISSING_IN_CI: &str = "redis-server not found: .ci/run installs it";
+
+/// A `redis-server` child process on a private loopback port.
+///
+/// Dropping it kills the process and removes its directory.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    paused: bool,
+}
+
+impl RedisServer {
+    /// A plain standalone server; `None` (after printing the skip reason) when
+    /// `redis-server` is not installed outside CI.
+    ///
+    /// # Panics
+    /// When the server cannot be started, or is not installed in a CI build.
+    #[must_use]
+    pub fn start() -> Option<RedisServer> {
+        Self::start_with(&[])
+    }
+
+    /// A standalone server started with `extra` arguments after the defaults
+    /// (`--port P --bind 127.0.0.1 --save '' --appendonly no --dir <tmp>`), e.g.
+    /// `["--requirepass", "s3cret"]`.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    #[must_use]
+    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        let mut last = String::new();
+        // A free port can be taken between our probe and redis' bind: try a few.
+        for _ in 0..5 {
+            let port = free_port();
+            let dir = temp_dir("redis");
+            let mut server = RedisServer { child: None, port, dir, extra: extra.clone(), paused: false };
+            match server.spawn() {
+                Ok(()) => return Some(server),
+                Err(StartError::NotInstalled) => return not_installed(),
+                Err(StartError::Failed(why)) => last = why,
+            }
+        }
+        panic!("could not start a private redis-server: {last}");
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    #[must_use]
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The port it listens on.
+    #[must_use]
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Its process id, `None` once killed or stopped.
+    #[must_use]
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Its private directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Kill it at once (SIGKILL) and reap it. Does nothing when not running.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// Stop it gracefully (SIGTERM), waiting up to 5 s before killing it.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        if self.paused {
+            signal(child.id(), "CONT");
+            self.paused = false;
+        }
+        signal(child.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Freeze the process (SIGSTOP): connections stay open, nothing is answered.
+    pub fn pause(&mut self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, "STOP");
+            self.paused = true;
+        }
+    }
+
+    /// Thaw a paused process (SIGCONT).
+    pub fn resume(&mut self) {
+        if let Some(pid) = self.pid() {
+            signal(pid, "CONT");
+            self.paused = false;
+        }
+    }
+
+    /// Kill the process if it runs, then start a new one on the same port and
+    /// directory (empty: nothing is persisted) and wait until it answers `PING`.
+    ///
+    /// # Panics
+    /// When the new process does not come up.
+    pub fn restart(&mut self) {
+        self.kill();
+        let mut last = String::new();
+        // The old socket may linger for a moment; retry the bind briefly.
+        for _ in 0..10 {
+            match self.spawn() {
+                Ok(()) => return,
+                Err(StartError::NotInstalled) => panic!("redis-server disappeared during the test"),
+                Err(StartError::Failed(why)) => last = why,
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+        panic!("could not restart redis-server on port {}: {last}", self.port);
+    }
+
+    /// Send one command on a fresh connection and return the reply.
+    ///
+    /// # Errors
+    /// When the server cannot be reached or answers garbage. A Redis error reply
+    /// is `Ok(Reply::Error(..))`.
+    pub fn command(&self, args: &[&str]) -> io::Result<Reply> {
+        resp::command(self.port, self.password(), args, Duration::from_secs(5))
+    }
+
+    /// `INFO <section>` as `(field, value)` pairs.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command`], and when the reply is not a bulk string.
+    pub fn info(&self, section: &str) -> io::Result<Vec<(String, String)>> {
+        match self.command(&["INFO", section])? {
+            Reply::Bulk(Some(text)) => Ok(parse_info(&String::from_utf8_lossy(&text))),
+            other => Err(io::Error::other(format!("INFO answered {other:?}"))),
+        }
+    }
+
+    /// Calls per command from `INFO commandstats` (`evalsha`, `get`, `ping`, …;
+    /// subcommands as `script|flush`).
+    ///
+    /// # Errors
+    /// As [`RedisServer::info`].
+    pub fn command_calls(&self) -> io::Result<std::collections::BTreeMap<String, u64>> {
+        let mut out = std::collections::BTreeMap::new();
+        for (field, value) in self.info("commandstats")? {
+            let Some(name) = field.strip_prefix("cmdstat_") else { continue };
+            let calls = value
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            out.insert(name.to_owned(), calls);
+        }
+        Ok(out)
+    }
+
+    fn spawn(&mut self) -> Result<(), StartError> {
+        let args = self.args();
+        let child = spawn_redis(&self.dir, &args)?;
+        self.child = Some(child);
+        self.paused = false;
+        let password = self.password().map(str::to_owned);
+        match wait_for_pong(self.port, password.as_deref(), self.child.as_mut(), START_TIMEOUT) {
+            Ok(()) => Ok(()),
+            Err(why) => {
+                self.kill();
+                let log = fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
+                Err(StartError::Failed(format!("{why}; log tail: {}", tail(&log, 600))))
+            }
+        }
+    }
+
+    /// The `--requirepass` it was started with, used by [`RedisServer::command`].
+    #[must_use]
+    pub fn password(&self) -> Option<&str> {
+        self.extra.windows(2).find(|w| w[0] == "--requirepass").map(|w| w[1].as_str())
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--port",
+            &self.port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            &self.dir.to_string_lossy(),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(self.extra.iter().cloned());
+        args
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A Redis Cluster of N masters (no replicas) on loopback ports, every slot
+/// assigned, `cluster_state:ok`.
+///
+/// Each node gets a client port and an explicit cluster-bus port (`--cluster-port`),
+/// both probed free, so nothing depends on `port + 10000` being available. The
+/// slots are split evenly with `CLUSTER ADDSLOTSRANGE` and the nodes joined with
+/// `CLUSTER MEET`, which is what `redis-cli --cluster create` does, without
+/// depending on its interactive output. Dropping it kills every node.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Start `masters` nodes (at least 1) and form the cluster; `None` (after
+    /// printing the skip reason) when `redis-server` is missing outside CI.
+    ///
+    /// # Panics
+    /// When the nodes do not start or the cluster does not reach `cluster_state:ok`
+    /// within [`CLUSTER_TIMEOUT`]; or as [`RedisServer::start`].
+    #[must_use]
+    pub fn start(masters: usize) -> Option<RedisCluster> {
+        assert!(masters >= 1, "a cluster needs at least one master");
+        let mut nodes = Vec::with_capacity(masters);
+        for _ in 0..masters {
+            let bus = free_port().to_string();
+            let node = RedisServer::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus,
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
+            ])?;
+            nodes.push(node);
+        }
+        let cluster = RedisCluster { nodes };
+        cluster.form();
+        Some(cluster)
+    }
+
+    fn form(&self) {
+        let n = self.nodes.len();
+        const SLOTS: usize = 16384;
+        for (i, node) in self.nodes.iter().enumerate() {
+            let first = (i * SLOTS / n).to_string();
+            let last = ((i + 1) * SLOTS / n - 1).to_string();
+            expect_ok(node.command(&["CLUSTER", "ADDSLOTSRANGE", &first, &last]), "CLUSTER ADDSLOTSRANGE");
+        }
+        let first = &self.nodes[0];
+        for node in &self.nodes[1..] {
+            let bus = cluster_port(node);
+            expect_ok(
+                first.command(&["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string(), &bus.to_string()]),
+                "CLUSTER MEET",
+            );
+        }
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            let ready = self.nodes.iter().all(|node| match node.command(&["CLUSTER", "INFO"]) {
+                Ok(Reply::Bulk(Some(text))) => {
+                    let text = String::from_utf8_lossy(&text);
+                    text.contains("cluster_state:ok") && text.contains(&format!("cluster_known_nodes:{n}\r"))
+                }
+                _ => false,
+            });
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok in {CLUSTER_TIMEOUT:?}");
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The nodes, in slot order (node 0 serves the lowest slots).
+    #[must_use]
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// Mutable access to the nodes (to kill, pause or restart one).
+    pub fn nodes_mut(&mut self) -> &mut [RedisServer] {
+        &mut self.nodes
+    }
+
+    /// `redis://127.0.0.1:<port>` of every node (a seed list).
+    #[must_use]
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Sum of `INFO commandstats` calls per command over every node.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command_calls`].
+    pub fn command_calls(&self) -> io::Result<std::collections::BTreeMap<String, u64>> {
+        let mut out = std::collections::BTreeMap::new();
+        for node in &self.nodes {
+            for (k, v) in node.command_calls()? {
+                *out.entry(k).or_insert(0) += v;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn cluster_port(node: &RedisServer) -> u16 {
+    node.extra
+        .windows(2)
+        .find(|w| w[0] == "--cluster-port")
+        .and_then(|w| w[1].parse().ok())
+        .unwrap_or(node.port.saturating_add(10000))
+}
+
+#[track_caller]
+fn expect_ok(reply: io::Result<Reply>, what: &str) {
+    match reply {
+        Ok(Reply::Simple(s)) if s == "OK" => {}
+        other => panic!("{what} failed: {other:?}"),
+    }
+}
+
+enum StartError {
+    NotInstalled,
+    Failed(String),
+}
+
+fn not_installed<T>() -> Option<T> {
+    if IN_CI {
+        panic!("{MISSING_IN_CI}");
+    }
+    eprintln!("skipped: redis-server is not installed (install redis-server to run this test)");
+    None
+}
+
+fn spawn_redis(dir: &Path, args: &[String]) -> Result<Child, StartError> {
+    let log = File::create(dir.join("redis.log")).map_err(|e| StartError::Failed(format!("cannot create log: {e}")))?;
+    let log_err = log.try_clone().map_err(|e| StartError::Failed(format!("cannot share log: {e}")))?;
+    Command::new("redis-server")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                StartError::NotInstalled
+            } else {
+                StartError::Failed(format!("cannot spawn redis-server: {e}"))
+            }
+        })
+}
+
+fn wait_for_pong(
+    port: u16,
+    password: Option<&str>,
+    mut child: Option<&mut Child>,
+    within: Duration,
+) -> Result<(), String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(Reply::Simple(s)) = resp::command(port, password, &["PING"], Duration::from_millis(500))
+            && s == "PONG"
+        {
+            return Ok(());
+        }
+        if let Some(child) = child.as_deref_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            return Err(format!("redis-server exited with {status}"));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("no PONG on port {port} within {within:?}"));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A port that was free a moment ago (bind 127.0.0.1:0, read, release).
+///
+/// # Panics
+/// When the loopback interface cannot be bound at all.
+#[must_use]
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+fn temp_dir(kind: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("test-servers-{kind}-{}-{n}-{nanos}", std::process::id()));
+        match fs::create_dir(&dir) {
+            Ok(()) => return dir,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => panic!("cannot create {}: {e}", dir.display()),
+        }
+    }
+}
+
+fn parse_info(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.trim_end().split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let start = s.len().saturating_sub(n);
+    let start = (start..=s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
+    &s[start..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn info_parsing() {
+        let got = parse_info("# Commandstats\r\ncmdstat_get:calls=3,usec=1\r\ncmdstat_ping:calls=1,usec=0\r\n\r\n");
+        assert_eq!(
+            got,
+            vec![
+                ("cmdstat_get".to_owned(), "calls=3,usec=1".to_owned()),
+                ("cmdstat_ping".to_owned(), "calls=1,usec=0".to_owned())
+            ]
+        );
+        assert_eq!(tail("abcdef", 2), "ef");
+        assert_eq!(tail("ab", 5), "ab");
+    }
+
+    #[test]
+    fn server_lifecycle() {
+        let Some(mut redis) = RedisServer::start() else { return };
+        assert!(redis.url().ends_with(&redis.port().to_string()));
+        assert_eq!(redis.command(&["SET", "k", "v"]).expect("set"), Reply::Simple("OK".into()));
+        assert_eq!(redis.command(&["GET", "k"]).expect("get"), Reply::Bulk(Some(b"v".to_vec())));
+        assert!(redis.command_calls().expect("stats").get("set").is_some_and(|&n| n == 1));
+        let dir = redis.dir().to_path_buf();
+        redis.pause();
+        assert!(resp::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "paused");
+        redis.resume();
+        assert_eq!(redis.command(&["PING"]).expect("ping"), Reply::Simple("PONG".into()));
+        redis.restart();
+        assert_eq!(redis.command(&["GET", "k"]).expect("get"), Reply::Bulk(None), "nothing persisted");
+        redis.kill();
+        assert!(redis.pid().is_none());
+        assert!(redis.command(&["PING"]).is_err(), "killed");
+        drop(redis);
+        assert!(!dir.exists(), "the directory is removed on drop");
+    }
+
+    #[test]
+    fn cluster_forms() {
+        let Some(cluster) = RedisCluster::start(3) else { return };
+        assert_eq!(cluster.nodes().len(), 3);
+        assert_eq!(cluster.urls().len(), 3);
+        // `{a}` hashes to slot 15495 (the last node's range), `{b}` to 3300 (the first's).
+        let last = &cluster.nodes()[2];
+        assert_eq!(last.command(&["SET", "{a}x", "1"]).expect("set"), Reply::Simple("OK".into()));
+        match cluster.nodes()[0].command(&["SET", "{a}x", "1"]).expect("set") {
+            Reply::Error(e) => assert!(e.starts_with("MOVED 15495 "), "{e}"),
+            other => panic!("expected MOVED, got {other:?}"),
+        }
+        // A redirected command counts as `rejected_calls`, not `calls`.
+        assert_eq!(cluster.command_calls().expect("stats").get("set"), Some(&1));
+    }
+}
