@@ -13,6 +13,7 @@ use drain_core::tick::{TickConfig, TickPorts};
 
 use crate::config::Config;
 use crate::demo::{self, DemoTarget};
+use crate::lazy_redis::LazyRedis;
 
 /// Composition failed: the configuration names something that cannot be reached or built.
 #[derive(Debug, thiserror::Error)]
@@ -25,8 +26,10 @@ pub(crate) enum ComposeError {
 pub(crate) enum Backend {
     /// In this process only (no `DRAIN_REDIS_URL`).
     Embedded,
-    /// Redis, standalone or Cluster.
-    Redis(Arc<RedisStore>),
+    /// Redis, standalone or Cluster, connected on first use.
+    Redis(Arc<LazyRedis>),
+    /// `DRAIN_REDIS_URL` is set, but no enabled feature needs Redis: it is never contacted.
+    Unused,
 }
 
 /// Everything a tick needs, owned.
@@ -62,7 +65,8 @@ impl Runtime {
     pub(crate) fn store_name(&self) -> String {
         match &self.backend {
             Backend::Embedded => "embedded in-memory store (single process)".to_owned(),
-            Backend::Redis(r) => format!("redis at {}", r.endpoint()),
+            Backend::Redis(r) => format!("redis at {}", r.shown()),
+            Backend::Unused => "none (single-flight and the atomic claim are off; Redis is not contacted)".to_owned(),
         }
     }
 }
@@ -78,22 +82,34 @@ pub(crate) async fn connect_redis(config: &Config) -> Result<RedisStore, Compose
     })
 }
 
-/// Build the runtime from the configuration.
+/// Build the runtime from the configuration. `owner_drains` says whether owner
+/// drains will run (they peek and take claims in the store).
 pub(crate) async fn compose(
     config: Config,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn Observer>,
+    owner_drains: bool,
 ) -> Result<Runtime, ComposeError> {
     let keys = KeySpace::new(config.key_prefix.clone());
+    let needs_redis = config.singleflight.computes() || config.atomic_claim.computes() || owner_drains;
 
     let (leases, claims, backend): (Arc<dyn LeaseStore>, Arc<dyn ClaimStore>, Backend) = match &config.redis_url {
         None => {
             let store = Arc::new(MemoryStore::new(clock.clone()));
             (store.clone(), store, Backend::Embedded)
         }
-        Some(_) => {
-            let store = Arc::new(connect_redis(&config).await?.with_observer(observer.clone()));
+        Some(url) if needs_redis => {
+            let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster);
+            let store = Arc::new(LazyRedis::new(redis, url.to_string(), observer.clone()));
+            // Connect now so the first tick does not pay for it; a failure is not fatal.
+            let _ = store.store().await;
             (store.clone(), store.clone(), Backend::Redis(store))
+        }
+        Some(_) => {
+            // Nothing enabled uses the store (SPEC: Off never touches Redis). An in-memory
+            // store stands in so the ports are filled; it is never asked anything.
+            let store = Arc::new(MemoryStore::new(clock.clone()));
+            (store.clone(), store, Backend::Unused)
         }
     };
 

@@ -15,6 +15,8 @@ use drain_core::testkit::MemorySource;
 pub(crate) const DEMO_QUEUE: &str = "requests";
 /// Messages in the opening burst: at 100 ms per submit this drain outlasts a 10 s beat.
 const BURST: u64 = 150;
+/// The burst of `drain run --once`, which has no beat to outlast.
+const ONCE_BURST: u64 = 30;
 /// Then this many every `TRICKLE_EVERY`.
 const TRICKLE: u64 = 20;
 const TRICKLE_EVERY: Duration = Duration::from_secs(5);
@@ -54,9 +56,10 @@ fn demo_message(n: u64) -> Message {
     }
 }
 
-/// Feed `source`: a burst at once, then a trickle, with some duplicates. Runs until
-/// the task is dropped.
-pub(crate) async fn produce(source: Arc<MemorySource>, clock: Arc<dyn Clock>) {
+/// Feed `source`: a burst at once, then (with `trickle`) more every few seconds,
+/// with some duplicates. Runs until the task is dropped. `drain run --once` feeds the
+/// burst only, so its one tick ends when the queue is empty.
+pub(crate) async fn produce(source: Arc<MemorySource>, clock: Arc<dyn Clock>, trickle: bool) {
     let mut n = 0u64;
     let mut push = |count: u64| {
         for _ in 0..count {
@@ -67,9 +70,10 @@ pub(crate) async fn produce(source: Arc<MemorySource>, clock: Arc<dyn Clock>) {
             }
         }
     };
-    push(BURST);
-    tracing::info!(messages = BURST, "demo producer: opening burst queued");
-    loop {
+    let burst = if trickle { BURST } else { ONCE_BURST };
+    push(burst);
+    tracing::info!(messages = burst, "demo producer: opening burst queued");
+    while trickle {
         let next = clock.now() + TRICKLE_EVERY;
         clock.sleep_until(next).await;
         push(TRICKLE);

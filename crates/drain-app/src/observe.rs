@@ -13,6 +13,8 @@ impl Observer for LogObserver {
             Event::Tick { queue, outcome: TickOutcome::FailOpen, .. } => {
                 tracing::warn!(queue, "lease store unavailable on acquire; drained without the lease (fail-open)");
             }
+            Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired" } => tracing::debug!("lease acquired"),
+            Event::LeaseOp { op: LeaseOp::Release, result: "released" } => tracing::debug!("lease released"),
             Event::LeaseOp { op: LeaseOp::Release, result: "error" } => {
                 tracing::warn!("lease release failed; the TTL will free it");
             }

@@ -94,7 +94,7 @@ fn once_prints_one_json_report_and_exits_zero() {
     let received = v["received"].as_u64().unwrap();
     let settled: u64 =
         ["submitted", "duplicates", "abandoned", "dead_lettered"].iter().map(|k| v[k].as_u64().unwrap()).sum();
-    assert!(received >= 150, "the demo burst was drained: {v}");
+    assert!(received >= 30, "the demo burst was drained: {v}");
     assert_eq!(received, settled, "every received message is accounted for: {v}");
     assert!(v["duplicates"].as_u64().unwrap() > 0, "demo duplicates are suppressed by the claim: {v}");
 }

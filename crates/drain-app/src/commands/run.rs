@@ -38,14 +38,14 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     ] {
         observer.observe(&Event::SwitchMode { switch, mode });
     }
-    let rt = match compose::compose(config, clock.clone(), observer).await {
+    let rt = match compose::compose(config, clock.clone(), observer, args.owners.is_some()).await {
         Ok(rt) => Arc::new(rt),
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(2);
         }
     };
-    let producer = rt.demo_queue.clone().map(|q| tokio::spawn(demo::produce(q, clock.clone())));
+    let producer = rt.demo_queue.clone().map(|q| tokio::spawn(demo::produce(q, clock.clone(), !args.once)));
 
     let code = if args.once { once(&rt).await } else { forever(rt.clone(), args).await };
     if let Some(p) = producer {

@@ -232,7 +232,7 @@ pub(crate) fn resolve(
         key_prefix: r.take("DRAIN_KEY_PREFIX", prefix),
         instance_id: r.take("DRAIN_INSTANCE_ID", instance),
         metrics_addr: r.metrics_addr(),
-        log_filter: r.text_or("DRAIN_LOG", "info"),
+        log_filter: r.log_filter(),
         log_format: r.log_format(),
     };
     Ok(Loaded { config, effective: r.effective, warnings: r.warnings })
@@ -292,11 +292,6 @@ impl Resolver<'_> {
         usize::try_from(self.int(name)).unwrap_or(usize::MAX)
     }
 
-    fn text_or(&mut self, name: &'static str, default: &str) -> String {
-        let v = self.raw(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
-        self.take(name, Parsed::clean(v.unwrap_or_else(|| default.to_owned())))
-    }
-
     /// A URL must start with one of `schemes` (case-insensitive); anything else is
     /// fatal, because falling back to the embedded default would silently turn a
     /// fleet-wide lease or claim into a per-process one.
@@ -338,6 +333,39 @@ impl Resolver<'_> {
             Parsed { value: value.map_or_else(|| "off".to_owned(), |a| a.to_string()), warning: parsed.warning };
         self.take(NAME, shown);
         value
+    }
+
+    /// `DRAIN_LOG`: comma-separated directives, each a level (`info`) or
+    /// `target=level` (`drain=debug`). Anything else, including a bare target that
+    /// would silently switch every other log off, is `info` with a warning.
+    fn log_filter(&mut self) -> String {
+        const NAME: &str = "DRAIN_LOG";
+        const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+        let raw = self.raw(NAME);
+        let parsed = match raw.as_deref().map(str::trim) {
+            None => Parsed::clean("info".to_owned()),
+            Some(v) => {
+                let valid_target = |t: &str| {
+                    !t.is_empty() && t.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'-'))
+                };
+                let ok = !v.is_empty()
+                    && v.split(',').all(|d| {
+                        let d = d.trim();
+                        let level = d.rsplit_once('=').map_or(d, |(_, l)| l).to_ascii_lowercase();
+                        let target_ok = d.rsplit_once('=').is_none_or(|(t, _)| valid_target(t));
+                        LEVELS.contains(&level.as_str()) && target_ok
+                    });
+                if ok {
+                    Parsed::clean(v.to_owned())
+                } else {
+                    Parsed::warned(
+                        "info".to_owned(),
+                        Warning::new(NAME, v, "not a list of `level` or `target=level` directives; using `info`"),
+                    )
+                }
+            }
+        };
+        self.take(NAME, parsed)
     }
 
     fn log_format(&mut self) -> LogFormat {

@@ -120,3 +120,17 @@ fn flags_markdown_lists_every_setting() {
         assert!(md.contains(&format!("| `{}` |", s.name)), "{}", s.name);
     }
 }
+
+#[test]
+fn log_filter_needs_levels() {
+    for ok in ["info", "debug", "info,drain=debug", "warn, drain::tick=trace", "OFF"] {
+        let l = load(&[("DRAIN_LOG", ok)]);
+        assert!(l.warnings.is_empty(), "{ok}: {:?}", l.warnings);
+        assert_eq!(l.config.log_filter, ok.trim());
+    }
+    for bad in ["-1", "", "drain", "on off", "info,", "drain=loud", "{}=info"] {
+        let l = load(&[("DRAIN_LOG", bad)]);
+        assert_eq!(l.config.log_filter, "info", "{bad:?}");
+        assert_eq!(l.warnings.len(), 1, "{bad:?}");
+    }
+}

@@ -1,0 +1,124 @@
+//! A Redis store that connects on first use and keeps retrying, so a Redis that is
+//! down when `drain` starts behaves like one that went down later: the lease fails
+//! open, claims fail closed, and the process keeps serving once Redis answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapter_redis::{RedisConfig, RedisStore};
+use async_trait::async_trait;
+use drain_core::ports::{
+    Acquire, ClaimState, ClaimStore, Holding, LeaseStore, Observer, Release, Renew, SettleResult, Settlement,
+};
+use drain_core::{ErrorKind, LeaseKey, LeaseToken, PortError};
+use tokio::sync::Mutex;
+
+/// Connects on the first call; a failed connect fails that call with a temporary
+/// error and the next call tries again (at most one attempt per `retry_every`).
+pub(crate) struct LazyRedis {
+    config: RedisConfig,
+    shown: String,
+    observer: Arc<dyn Observer>,
+    state: Mutex<State>,
+    retry_every: Duration,
+}
+
+struct State {
+    store: Option<RedisStore>,
+    last_attempt: Option<tokio::time::Instant>,
+    last_error: Option<PortError>,
+}
+
+impl LazyRedis {
+    pub(crate) fn new(config: RedisConfig, shown: String, observer: Arc<dyn Observer>) -> Self {
+        LazyRedis {
+            config,
+            shown,
+            observer,
+            state: Mutex::new(State { store: None, last_attempt: None, last_error: None }),
+            retry_every: Duration::from_secs(1),
+        }
+    }
+
+    /// The connected store, connecting now if due.
+    pub(crate) async fn store(&self) -> Result<RedisStore, PortError> {
+        let mut s = self.state.lock().await;
+        if let Some(store) = &s.store {
+            return Ok(store.clone());
+        }
+        let due = s.last_attempt.is_none_or(|t| t.elapsed() >= self.retry_every);
+        if !due {
+            return Err(s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected")));
+        }
+        s.last_attempt = Some(tokio::time::Instant::now());
+        match RedisStore::connect(self.config.clone()).await {
+            Ok(store) => {
+                let store = store.with_observer(self.observer.clone());
+                tracing::info!(redis = %self.shown, "connected to Redis; scripts loaded");
+                s.store = Some(store.clone());
+                s.last_error = None;
+                Ok(store)
+            }
+            Err(e) => {
+                if s.last_error.is_none() {
+                    tracing::warn!(redis = %self.shown, "Redis unavailable ({e}); leases fail open, claims fail closed, retrying");
+                }
+                s.last_error = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Where it points, redacted.
+    pub(crate) fn shown(&self) -> &str {
+        &self.shown
+    }
+}
+
+#[async_trait]
+impl LeaseStore for LazyRedis {
+    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.store().await?.acquire(key, token, ttl).await
+    }
+    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+        self.store().await?.release(key, token).await
+    }
+    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.store().await?.renew(key, token, ttl).await
+    }
+    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
+        self.store().await?.peek(key).await
+    }
+    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store().await?.peek_many(keys).await
+    }
+}
+
+#[async_trait]
+impl ClaimStore for LazyRedis {
+    async fn claim_batch(
+        &self,
+        keys: &[String],
+        token: &LeaseToken,
+        pending_ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store().await?.claim_batch(keys, token, pending_ttl).await
+    }
+    async fn settle_batch(
+        &self,
+        settlements: &[Settlement],
+        token: &LeaseToken,
+        done_ttl: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        if settlements.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store().await?.settle_batch(settlements, token, done_ttl).await
+    }
+}

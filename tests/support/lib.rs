@@ -1,0 +1,178 @@
+//! Helpers for the end-to-end tests: find (or build) the `drain` binary, run it
+//! with a clean environment, read its JSON log lines, scrape its `/metrics`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub use test_servers::{RedisServer, free_port};
+
+/// The `drain` binary of this workspace, brought up to date once per test process
+/// (`cargo build` is a no-op when it is fresh; without it a stale binary would be
+/// tested after an edit to drain-app).
+pub fn drain_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> -> target/<profile>/drain
+        let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "-p", "drain-app", "--bin", "drain"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let status = build.status().expect("run cargo build");
+        assert!(status.success(), "building the drain binary failed");
+        profile_dir.join("drain")
+    })
+    .clone()
+}
+
+/// A `drain` command with none of the caller's drain settings, metrics off and
+/// logs as JSON at debug.
+pub fn drain() -> Command {
+    let mut c = Command::new(drain_bin());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("DRAIN_") || k.starts_with("SERVICEBUS_") || k.starts_with("PROJECTION_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("DRAIN_METRICS_ADDR", "off").env("DRAIN_LOG", "debug").env("DRAIN_LOG_FORMAT", "json");
+    c
+}
+
+/// Run `cmd` to completion, killing it after `within` (a hung `drain` fails the
+/// test instead of hanging it).
+pub fn output(mut cmd: Command, within: Duration) -> std::process::Output {
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn drain");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(within) {
+        Ok(out) => out.expect("wait for drain"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            panic!("drain did not exit within {within:?}");
+        }
+    }
+}
+
+/// A running `drain`, killed when dropped; its stderr lines are collected.
+pub struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    /// Every stderr line read so far.
+    pub seen: Vec<String>,
+}
+
+impl Running {
+    /// Spawn `cmd` with stderr piped.
+    pub fn spawn(mut cmd: Command) -> Running {
+        let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn drain");
+        let err = child.stderr.take().expect("stderr");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running { child, lines, seen: Vec::new() }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Collect lines until one contains `needle` (true) or `within` passes (false).
+    pub fn wait_for(&mut self, needle: &str, within: Duration) -> bool {
+        if self.seen.iter().any(|l| l.contains(needle)) {
+            return true;
+        }
+        let deadline = Instant::now() + within;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.seen.push(line);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => return false,
+            }
+        }
+        false
+    }
+
+    /// Count lines containing `needle` after collecting what is available now.
+    pub fn count(&mut self, needle: &str) -> usize {
+        self.seen.extend(self.lines.try_iter());
+        self.seen.iter().filter(|l| l.contains(needle)).count()
+    }
+
+    /// Send SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success());
+    }
+
+    /// Wait (bounded) for the exit status; kills the process when it does not exit.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.seen.extend(self.lines.try_iter());
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// Everything seen, for assertion messages.
+    pub fn log(&self) -> String {
+        self.seen.join("\n")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET /metrics` on 127.0.0.1:`port`, retried for up to 10 s while it starts.
+pub fn scrape(port: u16) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").expect("write");
+            let mut body = String::new();
+            s.read_to_string(&mut body).expect("read");
+            return body;
+        }
+        assert!(Instant::now() < deadline, "no /metrics on port {port}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The value of the first series line starting with `series ` (name and labels).
+pub fn metric(body: &str, series: &str) -> Option<f64> {
+    body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// A private redis-server, or `None` with the skip reason printed (a failure under CI).
+pub fn redis() -> Option<RedisServer> {
+    RedisServer::start()
+}
