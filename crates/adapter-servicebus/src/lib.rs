@@ -1,1 +1,102 @@
-//! adapter-servicebus: placeholder until its issue lands.
+//! # adapter-servicebus
+//!
+//! drain-core's [`MessageSource`](drain_core::ports::MessageSource) and
+//! [`Submitter`](drain_core::ports::Submitter) on AMQP 1.0 (`fe2o3-amqp`), for Azure
+//! Service Bus and for generic AMQP 1.0 brokers (RabbitMQ 3.10+ with
+//! `rabbitmq_amqp1_0`).
+//!
+//! * [`Endpoint::parse`] reads a Service Bus connection string or an `amqp://` /
+//!   `amqps://` URL; secrets never appear in errors, warnings or `Display`.
+//! * [`AmqpSource`] is a peek-lock receiver: credit (prefetch) control, `receive`
+//!   that returns what arrived by `max_wait`, settlement that runs while another
+//!   receive waits, reconnect with jittered [`Backoff`], clean detach on
+//!   [`AmqpSource::close`].
+//! * [`AmqpSubmitter`] sends to the target queue and reports `Ok` only on the
+//!   broker's `accepted`.
+//! * [`LockRenewal`] renews a Service Bus lock automatically up to a maximum duration.
+//!
+//! ## Composing a source and a submitter
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+//! use drain_core::ports::{MessageSource, SubmitContext, Submitter};
+//!
+//! # async fn demo() -> Result<(), drain_core::PortError> {
+//! let source = Endpoint::parse("amqp://guest:guest@127.0.0.1:5672/requests")?;
+//! let target = Endpoint::parse(
+//!     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=…;EntityPath=work",
+//! )?;
+//! for warning in source.warnings.iter().chain(&target.warnings) {
+//!     eprintln!("warning: {warning}");
+//! }
+//! let source = AmqpSource::connect(source.endpoint, SourceOptions::default()).await?;
+//! let target = AmqpSubmitter::connect(target.endpoint, SubmitterOptions::default()).await?;
+//!
+//! let ctx = SubmitContext { queue: "requests", fence: None };
+//! for delivery in source.receive(32, Duration::from_secs(1)).await? {
+//!     match target.submit(&delivery.message, &ctx).await {
+//!         Ok(()) => source.complete(delivery.handle).await?,
+//!         Err(_) => source.abandon(delivery.handle).await?,
+//!     }
+//! }
+//! source.close().await?;
+//! target.close().await?;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! In the `drain` binary the two are handed to drain-core's `run_tick` as
+//! `TickPorts { source: &source, target: &target, .. }`, which adds the per-message
+//! claim and bounded concurrency.
+//!
+//! ## Profiles
+//!
+//! | | [`Profile::ServiceBus`] | [`Profile::Generic`] (RabbitMQ) |
+//! |---|---|---|
+//! | transport | TLS on 5671 (emulator: plain 5672) | `amqp://` plain 5672, `amqps://` TLS 5671 |
+//! | authentication | SASL ANONYMOUS + CBS `put-token` of a SAS token, refreshed 5 min before it expires | SASL PLAIN (user, password) or ANONYMOUS |
+//! | queue address | the entity path | `/amq/queue/<q>` (other forms re-declare the queue) |
+//! | receive | peek-lock, `rcv-settle-mode first`, manual credit | same |
+//! | complete | `accepted` | `accepted` |
+//! | abandon | `modified{delivery-failed}` | `released` (`modified` ends the session on RabbitMQ) |
+//! | dead-letter | `rejected` with `com.microsoft:dead-letter` and `DeadLetterReason` / `DeadLetterErrorDescription` | `rejected`; the queue's dead-letter exchange routes it, the reason is not kept |
+//! | lock | expires after the queue's lock duration; [`renew_lock`](drain_core::ports::MessageSource::renew_lock) via `$management` `com.microsoft:renew-lock`; `capabilities().lock_renewal = true` | held until settled or the link ends; `renew_lock` is `Unsupported`, `lock_renewal = false` |
+//! | dead-letter queue | `<queue>/$deadletterqueue` | a queue of its own |
+//!
+//! Neither profile uses link `drain` (it ends the session on RabbitMQ when credit
+//! is outstanding on an empty queue) or a closing link detach (RabbitMQ answers
+//! with a non-closing one): credit windows, receive timeouts and `detach`.
+//!
+//! ## Errors
+//!
+//! Driver errors become [`PortError`](drain_core::PortError)s at the boundary:
+//! refused/reset connections and timeouts are temporary (`Connection`, `Timeout`);
+//! SASL and CBS failures are `Auth`; `amqp:unauthorized-access` is `Permission`;
+//! `amqp:not-found` is `NotFound`; settling a delivery that is no longer held (settled
+//! already, or its link was lost) is `LockLost`. Messages start with the redacted
+//! endpoint and never contain a password, key or token.
+#![forbid(unsafe_code)]
+
+mod backoff;
+mod connect;
+mod convert;
+mod endpoint;
+mod error;
+mod lock;
+mod profile;
+mod renew;
+mod renewer;
+mod sas;
+mod source;
+mod submit;
+
+pub use backoff::Backoff;
+pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint, Profile, Secret};
+pub use lock::LockToken;
+pub use profile::{DEAD_LETTER_CONDITION, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
+pub use renewer::{LockRenewal, RenewEvent, RenewSchedule};
+pub use sas::sas_token;
+pub use source::{AmqpSource, SourceOptions};
+pub use submit::{AmqpSubmitter, SubmitterOptions};

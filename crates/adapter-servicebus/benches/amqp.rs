@@ -1,0 +1,263 @@
+//! Messages drained per second from the machine's RabbitMQ (AMQP 1.0), for:
+//!
+//! * `bare_fe2o3` — a plain fe2o3-amqp consume-and-accept loop (credit windows of
+//!   64, TCP_NODELAY): the floor of what the broker allows through this client;
+//! * `source_c1`, `source_c8` — [`AmqpSource`] as shipped, with `prefetch: 64` (so
+//!   the next window flows while a batch is completed, as the bare loop's accepts
+//!   overlap its transfers): `receive(64)` then `complete` each delivery, 1 or 8
+//!   completes in flight; the adapter's overhead is measured against `bare_fe2o3`;
+//! * `tick_c1`, `tick_c8` — drain-core's `run_tick` over the adapter (per-message
+//!   claims in memory, each message resubmitted to a second queue and completed):
+//!   the whole drain, for scale.
+//!
+//! Each mode is measured in five interleaved rounds of 4,000 messages and the
+//! median round is reported (the machine is shared; single rounds are noisy). Writes `<target>/bench/amqp.json` and prints a table.
+//! Without RabbitMQ on 127.0.0.1:5672 it writes the reason instead.
+
+use std::fmt::Write as _;
+use std::net::{SocketAddr, TcpStream as StdTcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use async_trait::async_trait;
+use drain_core::ports::{Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
+use drain_core::testkit::{MemoryStore, TestRng, message};
+use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_core::{KeySpace, LeaseToken, Time};
+use fe2o3_amqp::link::CreditMode;
+use fe2o3_amqp::types::messaging::Body;
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
+use futures::stream::{self, StreamExt};
+
+const BASE: &str = match option_env!("DRAIN_TEST_AMQP_URL") {
+    Some(url) => url,
+    None => "amqp://guest:guest@127.0.0.1:5672",
+};
+const N: usize = 4_000;
+const BATCH: usize = 64;
+const ROUNDS: usize = 5;
+const MODES: [&str; 5] = ["bare_fe2o3", "source_c1", "source_c8", "tick_c1", "tick_c8"];
+
+fn main() {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/amqp.json");
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let json = rt.block_on(run());
+    std::fs::create_dir_all(out.parent().expect("dir")).expect("create target/bench");
+    std::fs::write(&out, json).expect("write amqp.json");
+    println!("wrote {}", out.display());
+}
+
+fn endpoint(queue: &str) -> Endpoint {
+    Endpoint::parse(&format!("{}/{queue}", BASE.trim_end_matches('/'))).expect("URL").endpoint
+}
+
+async fn run() -> String {
+    let probe = endpoint("x");
+    let addr: SocketAddr = format!("{}:{}", probe.host, probe.port).parse().expect("address");
+    if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err() {
+        let why = format!("RabbitMQ does not answer on {addr}; run `bash .ci/setup-services.sh`");
+        println!("amqp bench skipped: {why}");
+        return format!("{{\"skipped\":{why:?}}}\n");
+    }
+    let source_q = format!("drain-bench-{}-src", std::process::id());
+    let target_q = format!("drain-bench-{}-dst", std::process::id());
+    declare(&source_q).await;
+    declare(&target_q).await;
+
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+    for _ in 0..ROUNDS {
+        for (i, mode) in MODES.iter().enumerate() {
+            fill(&source_q, N).await;
+            let took = match *mode {
+                "bare_fe2o3" => bare(&source_q, N).await,
+                "source_c1" => source(&source_q, N, 1).await,
+                "source_c8" => source(&source_q, N, 8).await,
+                "tick_c1" => tick(&source_q, &target_q, 1).await,
+                _ => tick(&source_q, &target_q, 8).await,
+            };
+            rates[i].push(N as f64 / took.as_secs_f64());
+            purge(&target_q);
+        }
+    }
+    for q in [&source_q, &target_q] {
+        let _ = rabbitmqctl(&["delete_queue", q]);
+    }
+
+    let medians: Vec<f64> = rates
+        .iter_mut()
+        .map(|r| {
+            r.sort_by(f64::total_cmp);
+            r[r.len() / 2]
+        })
+        .collect();
+    let overhead = |i: usize| (1.0 - medians[i] / medians[0]) * 100.0;
+    println!("{:<12} {:>10}", "mode", "msg/s");
+    for ((mode, rate), all) in MODES.iter().zip(&medians).zip(&rates) {
+        let all: Vec<String> = all.iter().map(|r| format!("{r:.0}")).collect();
+        println!("{mode:<12} {rate:>10.0}   rounds: {}", all.join(" "));
+    }
+    println!("adapter overhead vs bare loop: c1 {:.1} %, c8 {:.1} %", overhead(1), overhead(2));
+    let mut json = format!("{{\"messages_per_round\":{N},\"batch\":{BATCH},\"rounds\":{ROUNDS},\"msg_per_sec\":{{");
+    for (i, (mode, rate)) in MODES.iter().zip(&medians).enumerate() {
+        let _ = write!(json, "{}\"{mode}\":{rate:.0}", if i > 0 { "," } else { "" });
+    }
+    let _ =
+        writeln!(json, "}},\"overhead_pct\":{{\"source_c1\":{:.1},\"source_c8\":{:.1}}}}}", overhead(1), overhead(2));
+    json
+}
+
+/// The plain loop: one receiver, credit in windows of 64 granted when the last is
+/// used up, `recv` + `accept` each message; TCP_NODELAY as the adapter sets it.
+async fn bare(queue: &str, n: usize) -> Duration {
+    let e = endpoint(queue);
+    let tcp = tokio::net::TcpStream::connect((e.host.as_str(), e.port)).await.expect("tcp");
+    tcp.set_nodelay(true).expect("nodelay");
+    let (user, password) = match &e.credentials {
+        adapter_servicebus::Credentials::Plain { username, .. } => {
+            // The bench's own URL: take the password from it directly.
+            let pw = BASE.split("://").nth(1).and_then(|r| r.split('@').next()).and_then(|u| u.split(':').nth(1));
+            (username.clone(), pw.unwrap_or("guest").to_owned())
+        }
+        _ => ("guest".to_owned(), "guest".to_owned()),
+    };
+    let mut conn = Connection::builder()
+        .container_id(format!("{queue}-bare"))
+        .hostname(e.host.as_str())
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Plain { username: user, password })
+        .open_with_stream(tcp)
+        .await
+        .expect("connect");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let mut receiver = Receiver::builder()
+        .name(format!("{queue}-bare-receiver"))
+        .source(format!("/amq/queue/{queue}"))
+        .credit_mode(CreditMode::Manual)
+        .attach(&mut session)
+        .await
+        .expect("attach");
+    let start = Instant::now();
+    for _ in 0..n {
+        if receiver.credit() == 0 {
+            receiver.set_credit(BATCH as u32).await.expect("credit");
+        }
+        let d = receiver.recv::<Body<Value>>().await.expect("recv");
+        receiver.accept(&d).await.expect("accept");
+    }
+    let took = start.elapsed();
+    let _ = receiver.detach().await;
+    let _ = session.end().await;
+    let _ = conn.close().await;
+    took
+}
+
+/// The adapter: `receive(64)`, then complete each with `concurrency` in flight.
+async fn source(queue: &str, n: usize, concurrency: usize) -> Duration {
+    let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
+    let source = AmqpSource::connect(endpoint(queue), options).await.expect("source");
+    let start = Instant::now();
+    let mut done = 0;
+    while done < n {
+        let batch = source.receive(BATCH, Duration::from_secs(5)).await.expect("receive");
+        assert!(!batch.is_empty(), "the queue ran dry early");
+        done += batch.len();
+        let source = &source;
+        stream::iter(batch)
+            .map(|d| async move { source.complete(d.handle).await.expect("complete") })
+            .buffer_unordered(concurrency)
+            .collect::<Vec<()>>()
+            .await;
+    }
+    let took = start.elapsed();
+    source.close().await.expect("close");
+    took
+}
+
+/// drain-core's tick: claims in memory, resubmit to `target`, complete.
+async fn tick(queue: &str, target: &str, concurrency: usize) -> Duration {
+    let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
+    let source = AmqpSource::connect(endpoint(queue), options).await.expect("source");
+    let submitter = AmqpSubmitter::connect(endpoint(target), SubmitterOptions::default()).await.expect("target");
+    let clock = Arc::new(WallClock(Instant::now()));
+    let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+    let mut cfg = TickConfig::new(queue);
+    cfg.concurrency = concurrency;
+    cfg.batch = BATCH;
+    cfg.max_wait = Duration::from_millis(300);
+    let ports = TickPorts {
+        leases: &store,
+        claims: &store,
+        source: &source,
+        target: &submitter,
+        clock: &*clock,
+        observer: &NoopObserver,
+    };
+    let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency as u64));
+    let start = Instant::now();
+    let report = run_tick(&cfg, &KeySpace::new(format!("{queue}-{concurrency}")), &ports, &token).await;
+    // The last, empty receive waits max_wait: not part of the drain.
+    let took = start.elapsed().saturating_sub(cfg.max_wait);
+    assert_eq!(report.stats.map(|s| s.submitted), Some(N as u64), "{:?}", report.error);
+    source.close().await.expect("close");
+    submitter.close().await.expect("close");
+    took
+}
+
+async fn fill(queue: &str, n: usize) {
+    let feed = AmqpSubmitter::connect(endpoint(queue), SubmitterOptions::default()).await.expect("feed");
+    let ctx = SubmitContext { queue: "bench", fence: None };
+    stream::iter(0..n)
+        .map(|i| {
+            let feed = &feed;
+            async move { feed.submit(&message(&format!("b-{i}")), &ctx).await.expect("feed") }
+        })
+        .buffer_unordered(256)
+        .collect::<Vec<()>>()
+        .await;
+    feed.close().await.expect("close");
+}
+
+/// Declare a queue by attaching once to `/queue/<q>`.
+async fn declare(queue: &str) {
+    let mut conn = Connection::builder().container_id(format!("{queue}-declare")).open(BASE).await.expect("connect");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let sender =
+        Sender::attach(&mut session, format!("{queue}-declare"), format!("/queue/{queue}")).await.expect("declare");
+    let _ = sender.detach().await;
+    let _ = session.end().await;
+    let _ = conn.close().await;
+}
+
+fn purge(queue: &str) {
+    let _ = rabbitmqctl(&["purge_queue", queue]);
+}
+
+fn rabbitmqctl(args: &[&str]) -> bool {
+    ["rabbitmqctl", "/usr/sbin/rabbitmqctl", "/usr/local/sbin/rabbitmqctl"].iter().any(|tool| {
+        Command::new(tool)
+            .arg("-q")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// drain-core's clock on wall time.
+struct WallClock(Instant);
+
+#[async_trait]
+impl Clock for WallClock {
+    fn now(&self) -> Time {
+        Time::from_millis(u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    async fn sleep_until(&self, deadline: Time) {
+        tokio::time::sleep(deadline.saturating_since(self.now())).await;
+    }
+}

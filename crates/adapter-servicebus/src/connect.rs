@@ -1,0 +1,200 @@
+//! Opening a connection and a session: TCP, TLS (rustls), SASL, and for Service
+//! Bus the CBS put-token of a SAS token. One function per step, each bounded by the
+//! caller's timeout.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use drain_core::{ErrorKind, PortError};
+use fe2o3_amqp::connection::ConnectionHandle;
+use fe2o3_amqp::sasl_profile::SaslProfile;
+use fe2o3_amqp::session::SessionHandle;
+use fe2o3_amqp::types::primitives::Timestamp;
+use fe2o3_amqp::{Connection, Session};
+use fe2o3_amqp_cbs::client::CbsClient;
+use fe2o3_amqp_cbs::token::CbsToken;
+use rand::RngExt as _;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use crate::endpoint::{Credentials, Endpoint};
+use crate::error;
+use crate::sas;
+
+/// The CBS token type of a SAS token.
+const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
+
+/// An open connection with one session, and for Service Bus the CBS client that
+/// keeps its token fresh.
+pub(crate) struct Conn {
+    pub(crate) connection: ConnectionHandle<()>,
+    pub(crate) session: SessionHandle<()>,
+    pub(crate) cbs: Option<Cbs>,
+}
+
+/// The CBS client of a Service Bus connection and the token it put.
+pub(crate) struct Cbs {
+    client: CbsClient,
+    audience: String,
+    /// Unix seconds.
+    expires: u64,
+}
+
+/// A name no other link or container of this process uses: `<prefix>-<pid>-<random>`.
+pub(crate) fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}-{:016x}", std::process::id(), rand::rng().random::<u64>())
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Open a connection and a session to `endpoint`, within `timeout`.
+pub(crate) async fn open(endpoint: &Endpoint, idle_timeout: Duration, timeout: Duration) -> Result<Conn, PortError> {
+    let what = endpoint.to_string();
+    match tokio::time::timeout(timeout, open_inner(endpoint, &what, idle_timeout)).await {
+        Ok(r) => r,
+        Err(_) => Err(error::timeout(&what, "connecting", timeout)),
+    }
+}
+
+async fn open_inner(endpoint: &Endpoint, what: &str, idle_timeout: Duration) -> Result<Conn, PortError> {
+    let tcp =
+        TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await.map_err(|e| error::io_error(what, &e))?;
+    let _ = tcp.set_nodelay(true);
+    let mut connection = if endpoint.tls {
+        let server_name = rustls::pki_types::ServerName::try_from(endpoint.host.clone()).map_err(|_| {
+            PortError::new(ErrorKind::Config, format!("{what}: {:?} is not a valid TLS server name", endpoint.host))
+        })?;
+        let config = tls_config().map_err(|e| PortError::new(ErrorKind::Config, format!("{what}: {e}")))?;
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(server_name, tcp)
+            .await
+            .map_err(|e| error::io_error(what, &e))?;
+        handshake(endpoint, what, idle_timeout, tls).await?
+    } else {
+        handshake(endpoint, what, idle_timeout, tcp).await?
+    };
+    let mut session = match Session::begin(&mut connection).await {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = connection.close().await;
+            return Err(error::begin_error(what, &e));
+        }
+    };
+    let cbs = match &endpoint.credentials {
+        Credentials::SharedAccessKey { .. } => match put_first_token(endpoint, what, &mut session).await {
+            Ok(cbs) => Some(cbs),
+            Err(e) => {
+                let _ = session.end().await;
+                let _ = connection.close().await;
+                return Err(e);
+            }
+        },
+        _ => None,
+    };
+    Ok(Conn { connection, session, cbs })
+}
+
+async fn handshake<Io>(
+    endpoint: &Endpoint,
+    what: &str,
+    idle_timeout: Duration,
+    stream: Io,
+) -> Result<ConnectionHandle<()>, PortError>
+where
+    Io: AsyncRead + AsyncWrite + std::fmt::Debug + Send + Unpin + 'static,
+{
+    let hostname = endpoint.open_hostname();
+    let profile = match &endpoint.credentials {
+        Credentials::Plain { username, password } => {
+            SaslProfile::Plain { username: username.clone(), password: password.expose().to_owned() }
+        }
+        // Service Bus authenticates links with CBS tokens after an anonymous SASL.
+        Credentials::SharedAccessKey { .. } | Credentials::Anonymous => SaslProfile::Anonymous,
+    };
+    let idle_ms = u32::try_from(idle_timeout.as_millis()).unwrap_or(u32::MAX);
+    Connection::builder()
+        .container_id(unique_name("drain"))
+        .scheme("amqp") // TLS, if any, is already established underneath.
+        .hostname(hostname.as_str())
+        .sasl_hostname(endpoint.host.as_str())
+        .idle_time_out(idle_ms)
+        .sasl_profile(profile)
+        .open_with_stream(stream)
+        .await
+        .map_err(|e| error::open_error(what, &e))
+}
+
+/// TLS settings: the operating system's roots, rustls on ring. Built once.
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err("no TLS root certificates found on this system (install ca-certificates)".to_owned());
+            }
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
+                .map_err(|e| format!("TLS setup failed: {e}"))
+        })
+        .clone()
+}
+
+/// The CBS audience of the endpoint's entity: `amqps://<host>/<entity>`.
+fn audience(endpoint: &Endpoint) -> String {
+    format!("amqps://{}/{}", endpoint.host, endpoint.entity.as_deref().unwrap_or(""))
+}
+
+async fn put_first_token(endpoint: &Endpoint, what: &str, session: &mut SessionHandle<()>) -> Result<Cbs, PortError> {
+    let client = CbsClient::attach(session).await.map_err(|e| {
+        PortError::new(ErrorKind::Protocol, format!("{what}: could not attach to the CBS node $cbs: {e}"))
+    })?;
+    let mut cbs = Cbs { client, audience: audience(endpoint), expires: 0 };
+    cbs.put_token(endpoint, what).await?;
+    Ok(cbs)
+}
+
+impl Cbs {
+    /// Sign a fresh token and put it on the CBS node.
+    pub(crate) async fn put_token(&mut self, endpoint: &Endpoint, what: &str) -> Result<(), PortError> {
+        let Credentials::SharedAccessKey { key_name, key } = &endpoint.credentials else {
+            return Ok(());
+        };
+        let expires = unix_now() + sas::TOKEN_TTL.as_secs();
+        let token = sas::sas_token(&self.audience, key_name, key.expose(), expires);
+        let expires_ms = i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX);
+        let cbs_token = CbsToken::new(token, SAS_TOKEN_TYPE, Some(Timestamp::from_milliseconds(expires_ms)));
+        self.client.put_token(self.audience.clone(), cbs_token).await.map_err(|e| {
+            // The error describes the status, never the token.
+            PortError::new(
+                ErrorKind::Auth,
+                format!("{what}: the CBS node refused the SAS token ({e}); check SharedAccessKeyName/SharedAccessKey and the policy's rights"),
+            )
+        })?;
+        self.expires = expires;
+        Ok(())
+    }
+
+    /// How long until the token should be replaced.
+    pub(crate) fn refresh_in(&self) -> Duration {
+        sas::refresh_in(unix_now(), self.expires)
+    }
+}
+
+impl Conn {
+    /// End the session and close the connection, each bounded by `timeout`.
+    pub(crate) async fn close(mut self, timeout: Duration) {
+        if let Some(cbs) = self.cbs.take() {
+            let _ = tokio::time::timeout(timeout, cbs.client.close()).await;
+        }
+        let _ = tokio::time::timeout(timeout, self.session.end()).await;
+        let _ = tokio::time::timeout(timeout, self.connection.close()).await;
+    }
+}

@@ -1,0 +1,136 @@
+//! The deliveries a source holds, shared by the link task and the callers.
+//!
+//! One mutex, held only for map operations, never across an `.await`. It lets
+//! `complete` (accepted) and, on RabbitMQ, `abandon` (released) settle straight from
+//! the caller's task through fe2o3's [`ReceiverDisposer`], without a round trip to
+//! the link task and without waiting for a pending receive.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use fe2o3_amqp::ReceiverDisposer;
+use fe2o3_amqp::link::delivery::DeliveryInfo;
+
+use crate::lock::LockToken;
+
+/// A delivery handed out (or buffered) and not settled yet.
+pub(super) struct Tracked {
+    /// The link it came on.
+    pub(super) generation: u64,
+    pub(super) info: DeliveryInfo,
+    pub(super) token: Option<LockToken>,
+    pub(super) locked_until_ms: Option<i64>,
+}
+
+/// What lock renewal needs to know about a delivery.
+pub(super) struct LockInfo {
+    pub(super) generation: u64,
+    pub(super) token: Option<LockToken>,
+    pub(super) link_name: String,
+    pub(super) locked_until_ms: Option<i64>,
+}
+
+/// Why a delivery cannot be settled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gone {
+    /// Unknown, settled already, or its link was lost.
+    LockLost,
+    /// The source was closed.
+    Closed,
+}
+
+struct Live {
+    generation: u64,
+    disposer: ReceiverDisposer,
+    link_name: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    deliveries: HashMap<u64, Tracked>,
+    live: Option<Live>,
+    closed: bool,
+}
+
+#[derive(Default)]
+pub(super) struct Held {
+    inner: Mutex<Inner>,
+}
+
+impl std::fmt::Debug for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("Held").field("deliveries", &inner.deliveries.len()).field("closed", &inner.closed).finish()
+    }
+}
+
+impl Held {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A new link is up.
+    pub(super) fn attach(&self, generation: u64, disposer: ReceiverDisposer, link_name: String) {
+        self.lock().live = Some(Live { generation, disposer, link_name });
+    }
+
+    /// The link is gone: so is every delivery it handed out (the broker redelivers).
+    pub(super) fn detach(&self) {
+        let mut inner = self.lock();
+        inner.live = None;
+        inner.deliveries.clear();
+    }
+
+    /// The source is closed for good.
+    pub(super) fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        inner.live = None;
+        inner.deliveries.clear();
+    }
+
+    pub(super) fn insert(&self, handle: u64, tracked: Tracked) {
+        self.lock().deliveries.insert(handle, tracked);
+    }
+
+    /// Forget a delivery that will never be handed out.
+    pub(super) fn forget(&self, handle: u64) {
+        self.lock().deliveries.remove(&handle);
+    }
+
+    /// When the delivery's lock expires (Unix ms), when known.
+    pub(super) fn locked_until_ms(&self, handle: u64) -> Option<i64> {
+        self.lock().deliveries.get(&handle).and_then(|t| t.locked_until_ms)
+    }
+
+    /// Take a delivery for settlement, with the disposer of its link when that link
+    /// is still the live one.
+    pub(super) fn take(&self, handle: u64) -> Result<(Tracked, ReceiverDisposer), Gone> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return Err(Gone::Closed);
+        }
+        let tracked = inner.deliveries.remove(&handle).ok_or(Gone::LockLost)?;
+        match &inner.live {
+            Some(live) if live.generation == tracked.generation => Ok((tracked, live.disposer.clone())),
+            _ => Err(Gone::LockLost),
+        }
+    }
+
+    pub(super) fn lock_info(&self, handle: u64) -> Result<LockInfo, Gone> {
+        let inner = self.lock();
+        if inner.closed {
+            return Err(Gone::Closed);
+        }
+        let t = inner.deliveries.get(&handle).ok_or(Gone::LockLost)?;
+        match &inner.live {
+            Some(live) if live.generation == t.generation => Ok(LockInfo {
+                generation: t.generation,
+                token: t.token,
+                link_name: live.link_name.clone(),
+                locked_until_ms: t.locked_until_ms,
+            }),
+            _ => Err(Gone::LockLost),
+        }
+    }
+}

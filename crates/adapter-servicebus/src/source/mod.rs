@@ -1,0 +1,259 @@
+//! [`AmqpSource`]: drain-core's [`MessageSource`] on an AMQP 1.0 receiver link.
+
+mod actor;
+mod held;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use drain_core::ports::{Capabilities, Delivery, DeliveryHandle, MessageSource};
+use drain_core::{ErrorKind, PortError};
+use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::time::{Instant, timeout};
+
+use self::actor::{Actor, Command, Management, Settlement};
+use self::held::{Gone, Held, LockInfo};
+use crate::backoff::Backoff;
+use crate::endpoint::{Endpoint, Profile};
+use crate::error;
+use crate::renew::{RenewLockRequest, lock_duration, renew_error};
+
+/// Settings of an [`AmqpSource`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceOptions {
+    /// Messages the broker may push ahead of a `receive`: the size of the credit
+    /// window granted when the previous one is used up (at least what the `receive`
+    /// asks for). With 0, credit is granted for what a `receive` asks for.
+    ///
+    /// Credit is never changed while some of it is outstanding (that races with
+    /// transfers in flight), so when a receive returns early the rest of its window
+    /// stays open: up to that many messages may arrive and wait, locked to this
+    /// source, for the next `receive` (or go back to the queue on
+    /// [`AmqpSource::close`]). Service Bus deliveries whose lock ran out while
+    /// waiting are dropped; the broker redelivers them.
+    pub prefetch: u32,
+    /// Once the first message of a `receive` arrived, how long to wait for more
+    /// before returning fewer than `max` (bounded by `max_wait`).
+    pub linger: Duration,
+    /// Bound on opening the connection, the session and the link.
+    pub connect_timeout: Duration,
+    /// Bound on one management call, detach or close.
+    pub operation_timeout: Duration,
+    /// AMQP idle timeout announced to the broker; a silent connection is dead after it.
+    pub idle_timeout: Duration,
+    /// Delays between reconnect attempts.
+    pub backoff: Backoff,
+}
+
+impl Default for SourceOptions {
+    fn default() -> Self {
+        SourceOptions {
+            prefetch: 0,
+            linger: Duration::from_millis(20),
+            connect_timeout: Duration::from_secs(10),
+            operation_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// A peek-lock receiver on one queue, implementing drain-core's [`MessageSource`].
+///
+/// One task owns the connection and the link; receives talk to it over channels.
+/// Settlements never wait for a pending `receive`: `complete` (and `abandon` on
+/// RabbitMQ) go straight from the caller to the link through fe2o3's disposer,
+/// under a mutex held only for a map lookup; dead-letters (and Service Bus
+/// abandons) take a short trip through the task. The task reconnects with
+/// jittered backoff after a broker restart or a dropped connection; deliveries of
+/// the lost link come back from the broker, and settling one returns
+/// [`ErrorKind::LockLost`]. Call [`AmqpSource::close`] to detach cleanly.
+///
+/// Must be created inside a Tokio runtime.
+#[derive(Debug)]
+pub struct AmqpSource {
+    what: String,
+    profile: Profile,
+    options: SourceOptions,
+    commands: mpsc::Sender<Command>,
+    held: Arc<Held>,
+    management: Mutex<Option<Management>>,
+}
+
+impl std::fmt::Debug for Management {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Management").field("generation", &self.generation).finish()
+    }
+}
+
+impl AmqpSource {
+    /// Connect to `endpoint`'s queue and attach the receiver. Fails fast on a wrong
+    /// address, credentials or queue; later outages are retried in the background.
+    ///
+    /// # Errors
+    /// As mapped in [`crate`]'s error table: `Config` without a queue, `Connection`/
+    /// `Timeout` when unreachable, `Auth`, `Permission`, `NotFound`.
+    pub async fn connect(endpoint: Endpoint, options: SourceOptions) -> Result<Self, PortError> {
+        let link = actor::open_link(&endpoint, &options).await?;
+        let (tx, rx) = mpsc::channel(256);
+        let what = endpoint.to_string();
+        let profile = endpoint.profile;
+        let held = Arc::new(Held::default());
+        tokio::spawn(Actor::new(endpoint, options.clone(), rx, held.clone(), link).run());
+        Ok(AmqpSource { what, profile, options, commands: tx, held, management: Mutex::new(None) })
+    }
+
+    /// The broker profile.
+    #[must_use]
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// When the delivery's lock expires, from Service Bus's `x-opt-locked-until`
+    /// (`None` on brokers that do not say).
+    ///
+    /// # Errors
+    /// `LockLost` when the handle is not held.
+    pub async fn locked_until(&self, handle: DeliveryHandle) -> Result<Option<SystemTime>, PortError> {
+        let info = self.lock_info(handle).await?;
+        Ok(info.locked_until_ms.and_then(|ms| u64::try_from(ms).ok()).map(|ms| UNIX_EPOCH + Duration::from_millis(ms)))
+    }
+
+    /// Detach the receiver, end the session and close the connection. Deliveries not
+    /// settled yet go back to the queue. Later calls fail with [`ErrorKind::Closed`].
+    ///
+    /// # Errors
+    /// Never fails today; the `Result` leaves room for reporting a dirty close.
+    pub async fn close(&self) -> Result<(), PortError> {
+        *self.management.lock().await = None;
+        self.held.close();
+        let (reply, rx) = oneshot::channel();
+        if self.commands.send(Command::Close { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
+        Ok(())
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, PortError>>) -> Command,
+    ) -> Result<T, PortError> {
+        let (reply, rx) = oneshot::channel();
+        self.commands.send(make(reply)).await.map_err(|_| self.closed())?;
+        rx.await.map_err(|_| self.closed())?
+    }
+
+    fn closed(&self) -> PortError {
+        actor::closed(&self.what)
+    }
+
+    fn gone(&self, gone: Gone, handle: DeliveryHandle) -> PortError {
+        match gone {
+            Gone::LockLost => actor::lock_lost(&self.what, handle.0),
+            Gone::Closed => self.closed(),
+        }
+    }
+
+    async fn lock_info(&self, handle: DeliveryHandle) -> Result<LockInfo, PortError> {
+        self.held.lock_info(handle.0).map_err(|g| self.gone(g, handle))
+    }
+
+    /// Settle through the link task (outcomes the disposer cannot send).
+    async fn settle(&self, handle: DeliveryHandle, settlement: Settlement) -> Result<(), PortError> {
+        self.ask(|reply| Command::Settle { handle: handle.0, settlement, reply }).await
+    }
+
+    /// Settle `accepted` or `released` from the caller's task.
+    async fn dispose(&self, handle: DeliveryHandle, accept: bool) -> Result<(), PortError> {
+        let (tracked, disposer) = self.held.take(handle.0).map_err(|g| self.gone(g, handle))?;
+        let sent = if accept { disposer.accept(tracked.info).await } else { disposer.release(tracked.info).await };
+        // A failure means the session is gone; the link task notices it on its own.
+        sent.map_err(|e| {
+            let err = error::disposition_error(&self.what, &e);
+            tracing::warn!(source = %self.what, error = %err, "settlement failed; the link is gone");
+            actor::lock_lost(&self.what, handle.0)
+        })
+    }
+
+    async fn renew(&self, handle: DeliveryHandle) -> Result<Duration, PortError> {
+        let info = self.lock_info(handle).await?;
+        let Some(token) = info.token else {
+            return Err(PortError::new(
+                ErrorKind::Protocol,
+                format!("{}: delivery {} carries no lock token", self.what, handle.0),
+            ));
+        };
+        let op = self.options.operation_timeout;
+        let mut slot = self.management.lock().await;
+        if slot.as_ref().is_none_or(|m| m.generation != info.generation) {
+            *slot = Some(self.ask(|reply| Command::Management { reply }).await?);
+        }
+        let Some(mgmt) = slot.as_mut() else { return Err(self.closed()) };
+        if mgmt.generation != info.generation {
+            return Err(actor::lock_lost(&self.what, handle.0));
+        }
+        let request = RenewLockRequest { tokens: vec![token], link_name: Some(info.link_name), server_timeout: op };
+        let result = timeout(op, mgmt.client.call(request)).await;
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        match result {
+            Ok(Ok(response)) => match response.expirations_ms.first() {
+                Some(expires) => Ok(lock_duration(now_ms, *expires)),
+                None => Err(PortError::new(
+                    ErrorKind::Protocol,
+                    format!("{}: renew-lock returned no expiration", self.what),
+                )),
+            },
+            Ok(Err(e)) => {
+                let err = renew_error(&e);
+                if err.kind != ErrorKind::LockLost && err.kind != ErrorKind::Other {
+                    // The request/response pair may be out of step now: start over next time.
+                    *slot = None;
+                }
+                Err(err)
+            }
+            Err(_) => {
+                *slot = None;
+                Err(error::timeout(&self.what, "renew-lock", op))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl MessageSource for AmqpSource {
+    fn capabilities(&self) -> Capabilities {
+        self.profile.capabilities()
+    }
+
+    async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
+        let deadline = Instant::now() + max_wait;
+        self.ask(|reply| Command::Receive { max, deadline, reply }).await
+    }
+
+    async fn complete(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.dispose(handle, true).await
+    }
+
+    async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        match self.profile {
+            Profile::Generic => self.dispose(handle, false).await,
+            Profile::ServiceBus => self.settle(handle, Settlement::Abandon).await,
+        }
+    }
+
+    async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
+        let settlement = Settlement::DeadLetter { reason: reason.to_owned(), description: description.to_owned() };
+        self.settle(handle, settlement).await
+    }
+
+    async fn renew_lock(&self, handle: DeliveryHandle) -> Result<Duration, PortError> {
+        if !self.profile.capabilities().lock_renewal {
+            return Err(PortError::new(
+                ErrorKind::Unsupported,
+                format!("{}: this broker holds a delivery until its link ends; there is no lock to renew", self.what),
+            ));
+        }
+        self.renew(handle).await
+    }
+}

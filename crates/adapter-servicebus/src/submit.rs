@@ -1,0 +1,380 @@
+//! [`AmqpSubmitter`]: drain-core's [`Submitter`] on an AMQP 1.0 sender link.
+//!
+//! One task owns the connection and the sender. A submit is queued to it; the task
+//! puts the transfer on the link (unsettled: the broker must answer with an outcome)
+//! and hands the outcome's future to a small waiter task, so many submits are in
+//! flight at once. `Ok` means the broker's `accepted`; `rejected`, `released` and
+//! `modified` map to [`PortError`]s. After a lost link the task reconnects with
+//! jittered backoff; submits wait for it up to [`SubmitterOptions::send_timeout`].
+//!
+//! RabbitMQ accepts and drops messages sent to `/amq/queue/<q>` when `<q>` does not
+//! exist, so on the generic profile every (re)connect first checks that the queue
+//! exists (a receiver attach without credit) and fails with `NotFound` otherwise.
+//! A queue deleted while the link is up is not noticed.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use drain_core::ports::{Message, SubmitContext, Submitter};
+use drain_core::{ErrorKind, PortError};
+use fe2o3_amqp::link::CreditMode;
+use fe2o3_amqp::types::definitions::SenderSettleMode;
+use fe2o3_amqp::types::messaging::{Data, Outcome};
+use fe2o3_amqp::{Receiver, Sendable, Sender};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep_until, timeout};
+
+use crate::backoff::Backoff;
+use crate::connect::{self, Conn};
+use crate::endpoint::{Endpoint, Profile};
+use crate::{convert, error};
+
+/// Settings of an [`AmqpSubmitter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmitterOptions {
+    /// Bound on one submit: waiting for a connection, link credit and the outcome.
+    pub send_timeout: Duration,
+    /// Bound on opening the connection, the session and the link.
+    pub connect_timeout: Duration,
+    /// Bound on detach and close.
+    pub operation_timeout: Duration,
+    /// AMQP idle timeout announced to the broker.
+    pub idle_timeout: Duration,
+    /// Delays between reconnect attempts.
+    pub backoff: Backoff,
+}
+
+impl Default for SubmitterOptions {
+    fn default() -> Self {
+        SubmitterOptions {
+            send_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            operation_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(30),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// Sends drained messages to one queue, implementing drain-core's [`Submitter`].
+///
+/// Must be created inside a Tokio runtime. Call [`AmqpSubmitter::close`] to detach
+/// cleanly.
+#[derive(Debug)]
+pub struct AmqpSubmitter {
+    what: String,
+    commands: mpsc::Sender<Command>,
+}
+
+type Reply = oneshot::Sender<Result<(), PortError>>;
+
+enum Command {
+    Send { message: Box<Sendable<Data>>, reply: Reply },
+    Close { reply: oneshot::Sender<()> },
+}
+
+struct Link {
+    conn: Conn,
+    sender: Sender,
+}
+
+async fn open_link(endpoint: &Endpoint, opts: &SubmitterOptions) -> Result<Link, PortError> {
+    let entity = endpoint.require_entity()?;
+    let what = endpoint.to_string();
+    let mut conn = connect::open(endpoint, opts.idle_timeout, opts.connect_timeout).await?;
+    if endpoint.profile == Profile::Generic {
+        // RabbitMQ accepts (and drops) messages sent to /amq/queue/<q> when <q> does not
+        // exist. A receiver attach fails then, so probe with one (no credit) first.
+        let probe = Receiver::builder()
+            .name(connect::unique_name("drain-probe"))
+            .source(endpoint.profile.queue_address(entity))
+            .credit_mode(CreditMode::Manual)
+            .attach(&mut conn.session);
+        let result = match timeout(opts.connect_timeout, probe).await {
+            Ok(Ok(receiver)) => {
+                let _ = timeout(opts.operation_timeout, receiver.detach()).await;
+                Ok(())
+            }
+            Ok(Err(e)) => Err(error::receiver_attach_error(&what, &e)),
+            Err(_) => Err(error::timeout(&what, "checking that the queue exists", opts.connect_timeout)),
+        };
+        if let Err(e) = result {
+            conn.close(opts.operation_timeout).await;
+            return Err(e);
+        }
+    }
+    let attach = Sender::builder()
+        .name(connect::unique_name("drain-sender"))
+        .target(endpoint.profile.queue_address(entity))
+        .sender_settle_mode(SenderSettleMode::Unsettled)
+        .attach(&mut conn.session);
+    match timeout(opts.connect_timeout, attach).await {
+        Ok(Ok(sender)) => Ok(Link { conn, sender }),
+        Ok(Err(e)) => {
+            conn.close(opts.operation_timeout).await;
+            Err(error::sender_attach_error(&what, &e))
+        }
+        Err(_) => {
+            conn.close(opts.operation_timeout).await;
+            Err(error::timeout(&what, "attaching the sender", opts.connect_timeout))
+        }
+    }
+}
+
+impl AmqpSubmitter {
+    /// Connect to `endpoint`'s queue and attach the sender. Fails fast on a wrong
+    /// address, credentials or queue; later outages are retried in the background.
+    ///
+    /// # Errors
+    /// `Config` without a queue, `Connection`/`Timeout` when unreachable, `Auth`,
+    /// `Permission`, `NotFound`.
+    pub async fn connect(endpoint: Endpoint, options: SubmitterOptions) -> Result<Self, PortError> {
+        let link = open_link(&endpoint, &options).await?;
+        let (tx, rx) = mpsc::channel(1024);
+        let what = endpoint.to_string();
+        let actor = Actor {
+            what: what.clone(),
+            endpoint,
+            opts: options,
+            commands: rx,
+            link: Some(link),
+            connecting: None,
+            retry_at: None,
+            attempt: 0,
+            last_error: None,
+            queue: VecDeque::new(),
+        };
+        tokio::spawn(actor.run());
+        Ok(AmqpSubmitter { what, commands: tx })
+    }
+
+    /// Detach the sender, end the session and close the connection. Submits still
+    /// queued fail with [`ErrorKind::Closed`]; later calls too.
+    ///
+    /// # Errors
+    /// Never fails today; the `Result` leaves room for reporting a dirty close.
+    pub async fn close(&self) -> Result<(), PortError> {
+        let (reply, rx) = oneshot::channel();
+        if self.commands.send(Command::Close { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
+        Ok(())
+    }
+
+    fn closed(&self) -> PortError {
+        PortError::new(ErrorKind::Closed, format!("{}: the submitter was closed", self.what))
+    }
+}
+
+#[async_trait]
+impl Submitter for AmqpSubmitter {
+    async fn submit(&self, message: &Message, _ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::Send { message: Box::new(Sendable::from(convert::to_amqp(message))), reply };
+        self.commands.send(cmd).await.map_err(|_| self.closed())?;
+        rx.await.map_err(|_| self.closed())?
+    }
+}
+
+struct Queued {
+    message: Box<Sendable<Data>>,
+    deadline: Instant,
+    reply: Reply,
+}
+
+enum Event {
+    Command(Option<Command>),
+    Connected(Result<Box<Link>, PortError>),
+    Retry,
+    Expire,
+    Detached(PortError),
+}
+
+struct Actor {
+    what: String,
+    endpoint: Endpoint,
+    opts: SubmitterOptions,
+    commands: mpsc::Receiver<Command>,
+    link: Option<Link>,
+    connecting: Option<JoinHandle<Result<Link, PortError>>>,
+    retry_at: Option<Instant>,
+    attempt: u32,
+    last_error: Option<PortError>,
+    /// Submits waiting for a link.
+    queue: VecDeque<Queued>,
+}
+
+impl Actor {
+    async fn run(mut self) {
+        loop {
+            self.flush().await;
+            let expire_at = self.queue.front().map(|q| q.deadline);
+            let event = tokio::select! {
+                biased;
+                cmd = self.commands.recv() => Event::Command(cmd),
+                e = on_detach(&mut self.link), if self.link.is_some() => Event::Detached(e),
+                r = join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
+                () = sleep_until(self.retry_at.unwrap_or_else(Instant::now)),
+                    if self.retry_at.is_some() && self.connecting.is_none() && self.link.is_none() => Event::Retry,
+                () = sleep_until(expire_at.unwrap_or_else(Instant::now)), if expire_at.is_some() => Event::Expire,
+            };
+            match event {
+                Event::Command(None) => {
+                    self.shutdown().await;
+                    return;
+                }
+                Event::Command(Some(Command::Close { reply })) => {
+                    self.shutdown().await;
+                    let _ = reply.send(());
+                    return;
+                }
+                Event::Command(Some(Command::Send { message, reply, .. })) => {
+                    let deadline = Instant::now() + self.opts.send_timeout;
+                    self.queue.push_back(Queued { message, deadline, reply });
+                    if self.link.is_none() && self.connecting.is_none() && self.retry_at.is_none() {
+                        self.start_connecting();
+                    }
+                }
+                Event::Connected(Ok(link)) => {
+                    self.connecting = None;
+                    self.attempt = 0;
+                    self.last_error = None;
+                    self.link = Some(*link);
+                    tracing::debug!(target_queue = %self.what, "sender attached");
+                }
+                Event::Connected(Err(e)) => {
+                    self.connecting = None;
+                    self.attempt = self.attempt.saturating_add(1);
+                    let delay = self.opts.backoff.delay(self.attempt, &mut rand::rng());
+                    tracing::warn!(target_queue = %self.what, error = %e, attempt = self.attempt, "reconnect failed");
+                    self.last_error = Some(e);
+                    self.retry_at = Some(Instant::now() + delay);
+                }
+                Event::Retry => self.start_connecting(),
+                Event::Expire => self.expire(),
+                Event::Detached(e) => self.link_lost(e),
+            }
+        }
+    }
+
+    /// Put queued messages on the link; each outcome is awaited by a waiter task.
+    async fn flush(&mut self) {
+        while let Some(link) = &mut self.link {
+            let Some(q) = self.queue.pop_front() else { return };
+            let budget = q.deadline.saturating_duration_since(Instant::now());
+            match timeout(budget, link.sender.send_batchable_ref(&q.message)).await {
+                Ok(Ok(outcome)) => {
+                    let what = self.what.clone();
+                    let timeout_after = budget;
+                    tokio::spawn(async move {
+                        let result = match timeout(timeout_after, outcome).await {
+                            Ok(Ok(Outcome::Accepted(_))) => Ok(()),
+                            Ok(Ok(other)) => Err(error::outcome_error(&what, &other)),
+                            Ok(Err(e)) => Err(error::send_error(&what, &e)),
+                            Err(_) => Err(error::timeout(&what, "waiting for the broker's outcome", timeout_after)),
+                        };
+                        let _ = q.reply.send(result);
+                    });
+                }
+                Ok(Err(e)) => {
+                    let err = error::send_error(&self.what, &e);
+                    if e.recovery().link_is_usable() {
+                        let _ = q.reply.send(Err(err));
+                    } else {
+                        // Not sent: keep it for the next link.
+                        self.queue.push_front(q);
+                        self.link_lost(err);
+                    }
+                }
+                Err(_) => {
+                    let _ = q.reply.send(Err(error::timeout(&self.what, "waiting for link credit", budget)));
+                }
+            }
+        }
+    }
+
+    fn link_lost(&mut self, err: PortError) {
+        tracing::warn!(target_queue = %self.what, error = %err, "the sender link is gone; reconnecting");
+        if let Some(link) = self.link.take() {
+            let op = self.opts.operation_timeout.min(Duration::from_secs(1));
+            drop(link.sender);
+            tokio::spawn(link.conn.close(op));
+        }
+        self.last_error = Some(err);
+        self.attempt = 0;
+        self.retry_at = Some(Instant::now() + self.opts.backoff.delay(0, &mut rand::rng()));
+    }
+
+    fn start_connecting(&mut self) {
+        self.retry_at = None;
+        let endpoint = self.endpoint.clone();
+        let opts = self.opts.clone();
+        self.connecting = Some(tokio::spawn(async move { open_link(&endpoint, &opts).await }));
+    }
+
+    /// Fail the queued submits whose time is up.
+    fn expire(&mut self) {
+        let now = Instant::now();
+        while self.queue.front().is_some_and(|q| q.deadline <= now) {
+            if let Some(q) = self.queue.pop_front() {
+                let why = self.last_error.as_ref().map_or_else(|| "not connected".to_owned(), ToString::to_string);
+                let err = PortError::new(
+                    ErrorKind::Connection,
+                    format!(
+                        "{}: not sent within {} ms; the broker is unreachable ({why})",
+                        self.what,
+                        self.opts.send_timeout.as_millis()
+                    ),
+                );
+                let _ = q.reply.send(Err(err));
+            }
+        }
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(c) = self.connecting.take() {
+            c.abort();
+        }
+        let closed = || PortError::new(ErrorKind::Closed, format!("{}: the submitter was closed", self.what));
+        for q in self.queue.drain(..) {
+            let _ = q.reply.send(Err(closed()));
+        }
+        if let Some(link) = self.link.take() {
+            let op = self.opts.operation_timeout;
+            if let Ok(Err((_, e))) = timeout(op, link.sender.detach()).await {
+                tracing::debug!(target_queue = %self.what, error = %e, "detach on close");
+            }
+            link.conn.close(op).await;
+        }
+        self.commands.close();
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                Command::Send { reply, .. } => drop(reply.send(Err(closed()))),
+                Command::Close { reply } => drop(reply.send(())),
+            }
+        }
+    }
+}
+
+/// Resolves when the broker detaches the sender or the session ends.
+async fn on_detach(link: &mut Option<Link>) -> PortError {
+    match link {
+        Some(link) => {
+            let e = link.sender.on_detach().await;
+            PortError::new(ErrorKind::Connection, format!("the sender link was detached: {e}"))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+async fn join(task: &mut Option<JoinHandle<Result<Link, PortError>>>) -> Result<Link, PortError> {
+    match task {
+        Some(t) => match t.await {
+            Ok(r) => r,
+            Err(e) => Err(PortError::new(ErrorKind::Other, format!("connect task failed: {e}"))),
+        },
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,290 @@
+//! Test harness for the real RabbitMQ: where it is, per-test queues (with a
+//! dead-letter queue through a per-queue policy), private vhosts, a TCP proxy that
+//! can cut every connection, and a real-time clock for drain-core.
+//!
+//! RabbitMQ is `DRAIN_TEST_AMQP_URL` (set by `cargo xtask test`) or
+//! `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
+//! test panics, otherwise it prints why it skips and returns.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{SocketAddr, TcpStream as StdTcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use adapter_servicebus::Endpoint;
+use async_trait::async_trait;
+use drain_core::Time;
+use drain_core::ports::Clock;
+use fe2o3_amqp::{Connection, Sender, Session};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
+
+/// The machine's RabbitMQ.
+#[derive(Debug, Clone)]
+pub struct Rabbit {
+    /// `amqp://user:password@host:port`, no path.
+    pub base: String,
+    pub addr: SocketAddr,
+}
+
+/// RabbitMQ, or `None` (after printing why) when it does not answer outside CI.
+///
+/// # Panics
+/// When it does not answer and `CI` is set.
+pub fn rabbit(test: &str) -> Option<Rabbit> {
+    let base = std::env::var("DRAIN_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
+    let base = base.trim_end_matches('/').to_owned();
+    let parsed = Endpoint::parse(&base).expect("DRAIN_TEST_AMQP_URL parses").endpoint;
+    let addr = (parsed.host.as_str(), parsed.port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .expect("RabbitMQ address resolves");
+    if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
+        return Some(Rabbit { base, addr });
+    }
+    let why = format!(
+        "RabbitMQ does not answer on {addr}: run `bash .ci/setup-services.sh` (installs, starts, enables rabbitmq_amqp1_0)"
+    );
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+    None
+}
+
+impl Rabbit {
+    /// The endpoint of `queue`, in `vhost` when given.
+    pub fn endpoint(&self, queue: &str, vhost: Option<&str>) -> Endpoint {
+        let url = match vhost {
+            Some(v) => format!("{}/{queue}?vhost={v}", self.base),
+            None => format!("{}/{queue}", self.base),
+        };
+        Endpoint::parse(&url).expect("test URL parses").endpoint
+    }
+
+    /// The endpoint of `queue` reached through `proxy`.
+    pub fn endpoint_via(&self, proxy: &Proxy, queue: &str, vhost: Option<&str>) -> Endpoint {
+        let mut e = self.endpoint(queue, vhost);
+        e.host = proxy.addr.ip().to_string();
+        e.port = proxy.addr.port();
+        e
+    }
+}
+
+/// `drain-test-<pid>-<n>`.
+pub fn unique_name() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("drain-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn rabbitmqctl_path() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join("rabbitmqctl"))
+        .find(|p| p.is_file())
+        .expect("rabbitmqctl not found: the tests create queues, policies and vhosts with it")
+}
+
+/// Run `rabbitmqctl args…`; panics with its output when it fails.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let out =
+        Command::new(rabbitmqctl_path()).arg("-q").args(args).stdin(Stdio::null()).output().expect("run rabbitmqctl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "rabbitmqctl {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+fn rabbitmqctl_quiet(args: &[&str]) {
+    let _ = Command::new(rabbitmqctl_path()).arg("-q").args(args).stdin(Stdio::null()).output();
+}
+
+/// A queue of this test (and its dead-letter queue), deleted on drop.
+#[derive(Debug)]
+pub struct TestQueue {
+    pub name: String,
+    pub dlq: Option<String>,
+    vhost: String,
+    policy: Option<String>,
+}
+
+impl TestQueue {
+    /// Declare a fresh queue in `vhost` (default `/`). With `dead_letters`, a
+    /// per-queue policy dead-letters rejected messages to `<name>.dlq` through the
+    /// default exchange. Queues are declared by attaching once to `/queue/<q>`; the
+    /// adapter then uses `/amq/queue/<q>`.
+    pub async fn declare(rabbit: &Rabbit, vhost: Option<&str>, dead_letters: bool) -> TestQueue {
+        let name = unique_name();
+        let vhost_name = vhost.unwrap_or("/").to_owned();
+        let mut q = TestQueue { name: name.clone(), dlq: None, vhost: vhost_name.clone(), policy: None };
+        if dead_letters {
+            let dlq = format!("{name}.dlq");
+            let definition = format!(r#"{{"dead-letter-exchange":"","dead-letter-routing-key":"{dlq}"}}"#);
+            let pattern = format!("^{}$", name.replace('.', "\\."));
+            rabbitmqctl(&["set_policy", "-p", &vhost_name, "--apply-to", "queues", &name, &pattern, &definition]);
+            q.policy = Some(name.clone());
+            declare_queue(rabbit, vhost, &dlq).await;
+            q.dlq = Some(dlq);
+        }
+        declare_queue(rabbit, vhost, &name).await;
+        q
+    }
+
+    /// Messages ready in the queue, as RabbitMQ counts them.
+    pub fn ready(&self, queue: &str) -> u64 {
+        let out = rabbitmqctl(&["list_queues", "-p", &self.vhost, "name", "messages_ready", "messages_unacknowledged"]);
+        out.lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next() == Some(queue)).then(|| f.next().and_then(|n| n.parse().ok()).unwrap_or(0))
+            })
+            .next()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for TestQueue {
+    fn drop(&mut self) {
+        for q in std::iter::once(&self.name).chain(self.dlq.as_ref()) {
+            rabbitmqctl_quiet(&["delete_queue", "-p", &self.vhost, q]);
+        }
+        if let Some(p) = &self.policy {
+            rabbitmqctl_quiet(&["clear_policy", "-p", &self.vhost, p]);
+        }
+    }
+}
+
+async fn declare_queue(rabbit: &Rabbit, vhost: Option<&str>, queue: &str) {
+    let host = match vhost {
+        Some(v) => format!("vhost:{v}"),
+        None => rabbit.addr.ip().to_string(),
+    };
+    let mut conn = Connection::builder()
+        .container_id(unique_name())
+        .hostname(host.as_str())
+        .open(rabbit.base.as_str())
+        .await
+        .expect("connect to declare");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let sender = Sender::attach(&mut session, unique_name(), format!("/queue/{queue}")).await.expect("declare queue");
+    let _ = sender.detach().await;
+    let _ = session.end().await;
+    let _ = conn.close().await;
+}
+
+/// A vhost of this test only, with full rights for the test user; deleted on drop.
+#[derive(Debug)]
+pub struct PrivateVhost {
+    pub name: String,
+}
+
+impl PrivateVhost {
+    pub fn create(rabbit: &Rabbit) -> PrivateVhost {
+        let name = unique_name();
+        let user = rabbit.endpoint("x", None);
+        let user = match &user.credentials {
+            adapter_servicebus::Credentials::Plain { username, .. } => username.clone(),
+            _ => "guest".to_owned(),
+        };
+        rabbitmqctl(&["add_vhost", &name]);
+        rabbitmqctl(&["set_permissions", "-p", &name, &user, ".*", ".*", ".*"]);
+        PrivateVhost { name }
+    }
+
+    /// Close every connection of this vhost, and only of this vhost.
+    pub fn close_connections(&self) {
+        rabbitmqctl(&["close_all_connections", "-p", &self.name, "drain test: simulated outage"]);
+    }
+}
+
+impl Drop for PrivateVhost {
+    fn drop(&mut self) {
+        rabbitmqctl_quiet(&["delete_vhost", &self.name]);
+    }
+}
+
+/// A TCP proxy in front of the broker that can cut every connection and refuse new
+/// ones (a broker outage as the client sees it), then let them through again.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    up: Arc<AtomicBool>,
+    cut: watch::Sender<u64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    pub async fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy addr");
+        let up = Arc::new(AtomicBool::new(true));
+        let (cut, cut_rx) = watch::channel(0u64);
+        let up2 = up.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else { return };
+                if !up2.load(Ordering::Acquire) {
+                    drop(client); // the broker is "down": the handshake fails
+                    continue;
+                }
+                let mut cut_rx = cut_rx.clone();
+                cut_rx.mark_unchanged();
+                tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let (mut c, mut s) = (client, server);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut c, &mut s) => {}
+                        _ = cut_rx.changed() => {} // dropping both ends resets the connection
+                    }
+                });
+            }
+        });
+        Proxy { addr, up, cut, task }
+    }
+
+    /// Drop every open connection and refuse new ones.
+    pub fn cut(&self) {
+        self.up.store(false, Ordering::Release);
+        self.cut.send_modify(|n| *n += 1);
+    }
+
+    /// Let connections through again.
+    pub fn restore(&self) {
+        self.up.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// drain-core's clock on real (tokio) time.
+#[derive(Debug)]
+pub struct RealClock {
+    start: tokio::time::Instant,
+}
+
+impl RealClock {
+    pub fn new() -> RealClock {
+        RealClock { start: tokio::time::Instant::now() }
+    }
+}
+
+#[async_trait]
+impl Clock for RealClock {
+    fn now(&self) -> Time {
+        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    async fn sleep_until(&self, deadline: Time) {
+        let now = self.now();
+        tokio::time::sleep(deadline.saturating_since(now)).await;
+    }
+}
