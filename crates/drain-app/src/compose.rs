@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
+use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use drain_core::KeySpace;
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, Submitter};
 use drain_core::testkit::{MemorySource, MemoryStore};
 use drain_core::tick::{TickConfig, TickPorts};
 
-use crate::config::Config;
+use crate::config::{Config, Secret};
 use crate::demo::{self, DemoTarget};
 use crate::lazy_redis::LazyRedis;
 
@@ -46,6 +47,31 @@ pub(crate) struct Runtime {
     pub(crate) observer: Arc<dyn Observer>,
     /// The embedded demo queue, when no source URL is set (the producer feeds it).
     pub(crate) demo_queue: Option<Arc<MemorySource>>,
+    /// AMQP links to close at shutdown (returns unsettled deliveries to the queue).
+    pub(crate) amqp: AmqpLinks,
+}
+
+/// The AMQP source and target, when configured, for a clean close.
+#[derive(Default)]
+pub(crate) struct AmqpLinks {
+    source: Option<Arc<AmqpSource>>,
+    target: Option<Arc<AmqpSubmitter>>,
+}
+
+impl AmqpLinks {
+    /// Detach and close; errors are logged (the broker ends the session anyway).
+    pub(crate) async fn close(&self) {
+        if let Some(s) = &self.source
+            && let Err(e) = s.close().await
+        {
+            tracing::warn!("closing the source link: {e}");
+        }
+        if let Some(t) = &self.target
+            && let Err(e) = t.close().await
+        {
+            tracing::warn!("closing the target link: {e}");
+        }
+    }
 }
 
 impl Runtime {
@@ -82,6 +108,21 @@ pub(crate) async fn connect_redis(config: &Config) -> Result<RedisStore, Compose
     })
 }
 
+/// Parse an AMQP URL or Service Bus connection string, logging its warnings.
+pub(crate) fn parse_endpoint(name: &str, url: &Secret) -> Result<Endpoint, ComposeError> {
+    let parsed = Endpoint::parse(url.expose()).map_err(|e| ComposeError::Unavailable(format!("{name}={url}: {e}")))?;
+    for w in &parsed.warnings {
+        tracing::warn!("{name}: {w}");
+    }
+    Ok(parsed.endpoint)
+}
+
+/// Credit kept open on the receiver: one batch, so a tick's receive never waits on
+/// credit and never strands more than a batch.
+fn prefetch(config: &Config) -> u32 {
+    u32::try_from(config.drain_batch).unwrap_or(u32::MAX).max(1)
+}
+
 /// Build the runtime from the configuration. `owner_drains` says whether owner
 /// drains will run (they peek and take claims in the store).
 pub(crate) async fn compose(
@@ -113,28 +154,40 @@ pub(crate) async fn compose(
         }
     };
 
-    let (queue, source, demo_queue): (String, Arc<dyn MessageSource>, Option<Arc<MemorySource>>) = match &config
-        .source_url
-    {
-        None => {
-            let q = Arc::new(MemorySource::new(clock.clone(), Duration::from_secs(60)));
-            (demo::DEMO_QUEUE.to_owned(), q.clone(), Some(q))
-        }
-        Some(url) => {
-            return Err(ComposeError::Unavailable(format!(
-                "DRAIN_SOURCE_URL={url} is set, but the AMQP 1.0 adapter is not built yet; unset it to drain the embedded demo queue"
-            )));
-        }
-    };
+    let mut amqp = AmqpLinks::default();
+    let (queue, source, demo_queue): (String, Arc<dyn MessageSource>, Option<Arc<MemorySource>>) =
+        match &config.source_url {
+            None => {
+                let q = Arc::new(MemorySource::new(clock.clone(), Duration::from_secs(60)));
+                (demo::DEMO_QUEUE.to_owned(), q.clone(), Some(q))
+            }
+            Some(url) => {
+                let endpoint = parse_endpoint("DRAIN_SOURCE_URL", url)?;
+                let queue = endpoint.entity.clone().ok_or_else(|| {
+                    ComposeError::Unavailable(format!("DRAIN_SOURCE_URL={url} names no queue (path or EntityPath)"))
+                })?;
+                let options = SourceOptions { prefetch: prefetch(&config), ..SourceOptions::default() };
+                let source = Arc::new(AmqpSource::connect(endpoint, options).await.map_err(|e| {
+                    ComposeError::Unavailable(format!("cannot receive from DRAIN_SOURCE_URL={url}: {e}"))
+                })?);
+                amqp.source = Some(source.clone());
+                (queue, source, None)
+            }
+        };
     let target: Arc<dyn Submitter> = match &config.target_url {
         None => Arc::new(DemoTarget::new(clock.clone(), Duration::from_millis(100))),
         Some(url) => {
-            return Err(ComposeError::Unavailable(format!(
-                "DRAIN_TARGET_URL={url} is set, but the AMQP 1.0 adapter is not built yet; unset it to use the embedded target"
-            )));
+            let endpoint = parse_endpoint("DRAIN_TARGET_URL", url)?;
+            let submitter = Arc::new(
+                AmqpSubmitter::connect(endpoint, SubmitterOptions::default())
+                    .await
+                    .map_err(|e| ComposeError::Unavailable(format!("cannot send to DRAIN_TARGET_URL={url}: {e}")))?,
+            );
+            amqp.target = Some(submitter.clone());
+            submitter
         }
     };
 
     let tick = config.tick_config(&queue);
-    Ok(Runtime { config, keys, tick, leases, claims, backend, source, target, clock, observer, demo_queue })
+    Ok(Runtime { config, keys, tick, leases, claims, backend, source, target, clock, observer, demo_queue, amqp })
 }

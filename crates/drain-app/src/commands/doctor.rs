@@ -56,10 +56,12 @@ pub(crate) async fn main(loaded: Loaded) -> ExitCode {
         redis_checks(&mut r, &loaded).await;
     }
 
-    for (name, url) in [("source", &c.source_url), ("target", &c.target_url)] {
+    for (name, var, url) in
+        [("source", "DRAIN_SOURCE_URL", &c.source_url), ("target", "DRAIN_TARGET_URL", &c.target_url)]
+    {
         match url {
             None => r.ok(name, "embedded demo queue"),
-            Some(u) => r.fail(name, format!("{u}: the AMQP 1.0 adapter is not built into this binary yet")),
+            Some(u) => amqp_check(&mut r, name, var, u, name == "source").await,
         }
     }
 
@@ -69,6 +71,44 @@ pub(crate) async fn main(loaded: Loaded) -> ExitCode {
     } else {
         println!("{} check(s) failed", r.failed);
         ExitCode::FAILURE
+    }
+}
+
+/// Connect (which attaches a link to the queue and, for a target, checks that the
+/// queue exists), then close.
+async fn amqp_check(r: &mut Report, name: &str, var: &str, url: &crate::config::Secret, source: bool) {
+    let endpoint = match compose::parse_endpoint(var, url) {
+        Ok(e) => e,
+        Err(e) => {
+            r.fail(name, e);
+            return;
+        }
+    };
+    let profile = endpoint.profile.as_str();
+    let queue = endpoint.entity.clone().unwrap_or_default();
+    let started = std::time::Instant::now();
+    let result = if source {
+        match adapter_servicebus::AmqpSource::connect(endpoint, adapter_servicebus::SourceOptions::default()).await {
+            Ok(s) => s.close().await,
+            Err(e) => Err(e),
+        }
+    } else {
+        match adapter_servicebus::AmqpSubmitter::connect(endpoint, adapter_servicebus::SubmitterOptions::default())
+            .await
+        {
+            Ok(t) => t.close().await,
+            Err(e) => Err(e),
+        }
+    };
+    match result {
+        Ok(()) => r.ok(
+            name,
+            format!(
+                "{url} ({profile}, queue `{queue}`, attached in {:.0} ms)",
+                started.elapsed().as_secs_f64() * 1000.0
+            ),
+        ),
+        Err(e) => r.fail(name, format!("{var}: {e}")),
     }
 }
 

@@ -51,6 +51,7 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     if let Some(p) = producer {
         p.abort();
     }
+    rt.amqp.close().await;
     code
 }
 
