@@ -73,7 +73,10 @@ pub(crate) async fn produce(source: Arc<MemorySource>, clock: Arc<dyn Clock>, tr
     let burst = if trickle { BURST } else { ONCE_BURST };
     push(burst);
     tracing::info!(messages = burst, "demo producer: opening burst queued");
-    while trickle {
+    if !trickle {
+        return;
+    }
+    loop {
         let next = clock.now() + TRICKLE_EVERY;
         clock.sleep_until(next).await;
         push(TRICKLE);

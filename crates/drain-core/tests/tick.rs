@@ -288,6 +288,44 @@ fn claim_store_error_never_submits() {
     assert_eq!(stats(&r), (3, 3, 0, 0, 0), "after the store heals, the redeliveries go through once");
 }
 
+/// Abandoned messages come back at once, so a tick whose whole batch was abandoned
+/// stops instead of receiving and abandoning the same messages for as long as the
+/// cause lasts (a Redis outage would otherwise hold a worker and spin the broker).
+#[test]
+fn a_batch_that_is_wholly_abandoned_ends_the_tick_instead_of_spinning() {
+    for cause in ["claim store down", "foreign pending claims", "target refuses"] {
+        let mut h = Harness::new();
+        h.cfg.batch = 2;
+        // A bound, so that a regression fails this assertion instead of hanging the test.
+        h.cfg.max_batches = Some(50);
+        h.feed(&["a", "b", "c"]);
+        match cause {
+            "claim store down" => h.store.set_failing(Some(ErrorKind::Connection)),
+            "foreign pending claims" => {
+                for id in ["a", "b", "c"] {
+                    let key = h.keys.message_claim("requests", id);
+                    h.store.set_raw(&key, "pending:other:1", Some(Duration::from_secs(60)));
+                }
+            }
+            _ => h.target.set_fail_all(true),
+        }
+        let r = h.tick();
+        assert_eq!(stats(&r), (2, 0, 0, 2, 0), "{cause}: one batch, then stop");
+        assert_eq!(h.source.receive_calls(), 1, "{cause}: no second receive of the same messages");
+        assert_eq!(h.source.ready_len(), 3, "{cause}: everything is back for the next tick");
+    }
+    // A batch with progress keeps the tick going: [a, b] submits b, [c, a] submits c,
+    // then [a] alone is abandoned again and ends the tick.
+    let mut h = Harness::new();
+    h.cfg.batch = 2;
+    h.target.fail_id("a");
+    h.feed(&["a", "b", "c"]);
+    let r = h.tick();
+    assert_eq!(stats(&r), (5, 2, 0, 3, 0));
+    assert_eq!(h.source.receive_calls(), 3);
+    assert_eq!(h.target.submitted_ids(), ["b", "c"]);
+}
+
 #[test]
 fn claims_take_two_round_trips_per_batch() {
     let mut h = Harness::new();

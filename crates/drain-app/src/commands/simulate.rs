@@ -11,6 +11,9 @@ use crate::simulate::policy::{REPORTED, candidates};
 use crate::simulate::scenario::{PRESETS, Scenario};
 use crate::simulate::{chart, simulate};
 
+/// The largest workload accepted (items), about 20 times the `large` scenario.
+const MAX_ITEMS: f64 = 20_000_000.0;
+
 /// Arguments of `drain simulate`.
 #[derive(Debug, Args)]
 pub(crate) struct SimulateArgs {
@@ -25,8 +28,8 @@ pub(crate) struct SimulateArgs {
     /// Override the number of instances (1..=65535).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) instances: Option<u16>,
-    /// Override the number of owners.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    /// Override the number of owners (at most 1,000,000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub(crate) owners: Option<u32>,
     /// Override the arrival window, in seconds (the run then drains).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604_800))]
@@ -37,6 +40,9 @@ pub(crate) struct SimulateArgs {
     /// Override how many instances each arrival is requested of (at most --instances).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) requested_of: Option<u16>,
+    /// Override the median work of one item, in milliseconds (turns grow with it).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=60_000))]
+    pub(crate) item_ms: Option<u32>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
@@ -46,8 +52,12 @@ pub(crate) struct SimulateArgs {
     /// Compare the candidates of the search for a low-latency claim-aware policy
     /// (shorter windows, TTL-shaped backoff, wake all / one on release) instead of
     /// the four reported policies.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "policy")]
     pub(crate) explore: bool,
+    /// Run only these policies (repeatable), by report key: legacy, claim_aware,
+    /// claim_aware_wake, oracle, or a candidate of --explore.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) policy: Vec<String>,
     /// Print the wall time of the run on stderr.
     #[arg(long)]
     pub(crate) timing: bool,
@@ -73,11 +83,20 @@ impl SimulateArgs {
             }
             sc.rate_per_s = rate;
         }
+        if let Some(ms) = self.item_ms {
+            sc.service_median_ms = f64::from(ms);
+        }
         if let Some(k) = self.requested_of {
             if usize::from(k) > sc.instances {
                 return Err(format!("--requested-of {k}: more than the {} instances", sc.instances));
             }
             sc.requested_of = usize::from(k);
+        }
+        let items = sc.rate_per_s * sc.duration_s as f64;
+        if items > MAX_ITEMS {
+            return Err(format!(
+                "--rate x --duration asks for about {items:.0} items; at most {MAX_ITEMS:.0} fit in memory comfortably"
+            ));
         }
         Ok(sc)
     }
@@ -92,11 +111,36 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let policies = if args.explore {
+        candidates()
+    } else if args.policy.is_empty() {
+        REPORTED.to_vec()
+    } else {
+        let all = candidates();
+        let mut chosen = Vec::new();
+        for key in &args.policy {
+            match all.iter().find(|p| p.key == key) {
+                Some(p) => chosen.push(*p),
+                None => {
+                    let keys: Vec<&str> = all.iter().map(|p| p.key).collect();
+                    eprintln!("drain simulate: unknown policy `{key}`; one of: {}", keys.join(", "));
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        chosen
+    };
     let started = Instant::now();
-    let policies = if args.explore { candidates() } else { REPORTED.to_vec() };
     let outcome = simulate(&sc, args.seed, &policies);
     if args.timing {
-        eprintln!("drain simulate: {} policies simulated in {:.2} s", policies.len(), started.elapsed().as_secs_f64());
+        let jobs: Vec<String> =
+            outcome.wall.iter().map(|(job, took)| format!("{job} {:.2} s", took.as_secs_f64())).collect();
+        eprintln!(
+            "drain simulate: {} in {:.2} s of wall time (jobs in parallel: {})",
+            sc.name,
+            started.elapsed().as_secs_f64(),
+            jobs.join(", ")
+        );
     }
     if args.json {
         match serde_json::to_string(&outcome.report) {

@@ -17,6 +17,7 @@
 //! The same seed gives byte-identical output: every random draw comes from a
 //! `SmallRng` seeded from it, time is virtual, and nothing iterates a hash map.
 
+mod agenda;
 mod claims;
 mod engine;
 mod oracle;
@@ -27,6 +28,8 @@ mod svg;
 mod tally;
 mod ticks;
 mod workload;
+
+use std::time::{Duration, Instant};
 
 use drain_core::Switch;
 
@@ -44,6 +47,9 @@ pub(crate) struct Outcome {
     pub(crate) report: Report,
     /// Per policy (report order): the series over time.
     pub(crate) series: Vec<(Policy, Series)>,
+    /// Wall time of each job (tick runs, then policies), for `--timing` and the bench;
+    /// never part of the report.
+    pub(crate) wall: Vec<(&'static str, Duration)>,
 }
 
 /// Run one policy on the workload.
@@ -58,14 +64,41 @@ fn run_policy(sc: &Scenario, w: &Workload, policy: &Policy, seed: u64) -> Tally 
     }
 }
 
+/// The result of a scoped thread; a panic in it is re-raised here.
+fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// `f`'s result and its wall time.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
+    let started = Instant::now();
+    let out = f();
+    (out, started.elapsed())
+}
+
 /// Simulate `sc` with `seed` under each of `policies`.
 pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy]) -> Outcome {
     let w = Workload::generate(sc, seed);
-    let ticks = Ticks { lease_off: ticks::run(sc, seed, Switch::Off), lease_on: ticks::run(sc, seed, Switch::On) };
+    // Every policy and both tick runs are independent: run them on threads and
+    // collect the results in order, so the output does not depend on scheduling.
+    let (ticks, tallies, wall) = std::thread::scope(|s| {
+        let off = s.spawn(|| timed(|| ticks::run(sc, seed, Switch::Off)));
+        let on = s.spawn(|| timed(|| ticks::run(sc, seed, Switch::On)));
+        let w = &w;
+        let runs: Vec<_> = policies.iter().map(|p| s.spawn(move || timed(|| run_policy(sc, w, p, seed)))).collect();
+        let ((off, off_wall), (on, on_wall)) = (join(off), join(on));
+        let mut wall = vec![("ticks_lease_off", off_wall), ("ticks_lease_on", on_wall)];
+        let mut tallies = Vec::with_capacity(runs.len());
+        for (run, p) in runs.into_iter().zip(policies) {
+            let (tally, took) = join(run);
+            tallies.push(tally);
+            wall.push((p.key, took));
+        }
+        (Ticks { lease_off: off, lease_on: on }, tallies, wall)
+    });
     let mut figures = Vec::with_capacity(policies.len());
     let mut series = Vec::with_capacity(policies.len());
-    for policy in policies {
-        let mut tally = run_policy(sc, &w, policy, seed);
+    for (policy, mut tally) in policies.iter().zip(tallies) {
         series.push((*policy, std::mem::take(&mut tally.series)));
         figures.push((policy.key, Figures::new(policy, tally, sc.duration_s, &ticks)));
     }
@@ -79,7 +112,7 @@ pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy]) -> Outcome
         policies,
         ticks,
     };
-    Outcome { report, series }
+    Outcome { report, series, wall }
 }
 
 /// The chart of `outcome` as an SVG document.

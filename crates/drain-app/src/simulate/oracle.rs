@@ -10,9 +10,9 @@
 //! FIFO; an owner that is running absorbs the request (its holder continues while
 //! work remains, at the back of its FIFO, like a continuation).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
+use super::agenda::Agenda;
 use super::engine::DRAIN_GRACE_MS;
 use super::scenario::Scenario;
 use super::tally::Tally;
@@ -38,8 +38,7 @@ pub(crate) fn run(sc: &Scenario, w: &Workload) -> Tally {
         sc,
         w,
         now: 0,
-        seq: 0,
-        queue: BinaryHeap::new(),
+        agenda: Agenda::new(),
         free: vec![sc.workers.max(1); sc.instances.clamp(1, usize::from(u16::MAX))],
         fifo: vec![VecDeque::new(); sc.instances.clamp(1, usize::from(u16::MAX))],
         place: vec![Where::Idle; sc.owners],
@@ -50,10 +49,7 @@ pub(crate) fn run(sc: &Scenario, w: &Workload) -> Tally {
         m.at(first.at, Ev::Arrival(0));
     }
     let stop = sc.duration_ms() + DRAIN_GRACE_MS;
-    while let Some(Reverse((at, _, ev))) = m.queue.pop() {
-        if at > stop {
-            break;
-        }
+    while let Some((at, ev)) = m.agenda.pop(stop) {
         m.now = at;
         m.handle(ev);
     }
@@ -66,8 +62,7 @@ struct Oracle<'a> {
     sc: &'a Scenario,
     w: &'a Workload,
     now: u64,
-    seq: u64,
-    queue: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    agenda: Agenda<Ev>,
     free: Vec<usize>,
     fifo: Vec<VecDeque<u32>>,
     place: Vec<Where>,
@@ -77,8 +72,7 @@ struct Oracle<'a> {
 
 impl Oracle<'_> {
     fn at(&mut self, at: u64, ev: Ev) {
-        self.seq += 1;
-        self.queue.push(Reverse((at, self.seq, ev)));
+        self.agenda.push(at, ev);
     }
 
     fn handle(&mut self, ev: Ev) {

@@ -207,7 +207,7 @@ impl Report {
         out.push('\n');
         type Row = (&'static str, fn(&Figures) -> String);
         let rows: [Row; 17] = [
-            ("runs", |f| f.runs.to_owned()),
+            ("runs", |f| if f.runs == "model" { "model".to_owned() } else { "core Scheduler".to_owned() }),
             ("claim-busy turns", |f| f.claim_busy_turns.to_string()),
             ("useful turns", |f| f.useful_turns.to_string()),
             ("empty turns", |f| f.empty_turns.to_string()),
@@ -251,14 +251,15 @@ impl Report {
             cfg["beat_s"], cfg["worker_concurrency"]
         );
         type TickRow = (&'static str, fn(&TickFigures) -> u64);
-        let tick_rows: [TickRow; 10] = [
+        let tick_rows: [TickRow; 11] = [
             ("ticks", |f| f.ticks),
             ("skipped (locked)", |f| f.skipped_locked),
             ("overlapping drains", |f| f.overlapping_drains),
             ("max concurrent drains", |f| f.max_concurrent_drains),
             ("receives", |f| f.receives),
             ("wasted receives", |f| f.wasted_receives),
-            ("submitted / messages", |f| f.submitted),
+            ("messages", |f| f.messages),
+            ("submitted", |f| f.submitted),
             ("duplicates caught by the claim", |f| f.duplicates),
             ("message latency p99 ms", |f| u64::from(f.message_latency_p99_ms)),
             ("last submit at s", |f| f.last_submit_s),

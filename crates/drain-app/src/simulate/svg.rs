@@ -10,7 +10,7 @@ const W: f64 = 980.0;
 const PANEL_H: f64 = 250.0;
 const LEFT: f64 = 80.0;
 const RIGHT: f64 = 250.0;
-const TOP: f64 = 60.0;
+const TOP: f64 = 80.0;
 const GAP: f64 = 80.0;
 const COLORS: [&str; 8] = ["#d62728", "#1f77b4", "#2ca02c", "#555555", "#ff7f0e", "#9467bd", "#8c564b", "#17becf"];
 
@@ -112,18 +112,20 @@ fn panel(
             }
         }
         let dash = if *dashed { r#" stroke-dasharray="6,4""# } else { "" };
+        // Earlier lines are drawn wider, so a line hidden under an equal one still shows.
         let _ = writeln!(
             out,
-            r#"<path d="{}" fill="none" stroke="{}" stroke-width="2"{dash}/>"#,
+            r#"<path d="{}" fill="none" stroke="{}" stroke-width="{:.1}"{dash}/>"#,
             path.trim_end(),
-            COLORS[color % COLORS.len()]
+            COLORS[color % COLORS.len()],
+            (4.0 - 0.7 * *color as f64).max(1.5)
         );
     }
 }
 
 /// The whole chart.
 pub(crate) fn chart(title: &str, lines: &[Line<'_>], window_s: u64) -> String {
-    let height = TOP + 2.0 * PANEL_H + GAP + 70.0;
+    let height = TOP + 2.0 * PANEL_H + GAP + 80.0;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -131,6 +133,10 @@ pub(crate) fn chart(title: &str, lines: &[Line<'_>], window_s: u64) -> String {
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
     let _ = writeln!(out, r#"<text x="{LEFT}" y="26" font-size="17" font-weight="bold">{}</text>"#, esc(title));
+    let _ = writeln!(
+        out,
+        r##"<text x="{LEFT}" y="46" font-size="12" fill="#444444">Both panels on log scales; equal lines overlap (earlier policies are drawn wider); the dashed oracle is a model.</text>"##
+    );
     let minutes = window_s as f64 / 60.0;
     let per = lines.first().map_or(0, |l| l.series.bucket_ms);
     let wasted: Vec<_> = lines

@@ -142,13 +142,15 @@ fn arrivals(sc: &Scenario, seed: u64) -> Vec<Time> {
     let end = sc.duration_ms() as f64;
     let mut out = Vec::new();
     let mut at = 0.0f64;
-    while t.message_rate > 0.0 {
-        let u: f64 = rng.random();
-        at += -(1.0 - u).ln() * 1000.0 / t.message_rate;
-        if at >= end {
-            break;
+    if t.message_rate > 0.0 {
+        loop {
+            let u: f64 = rng.random();
+            at += -(1.0 - u).ln() * 1000.0 / t.message_rate;
+            if at >= end {
+                break;
+            }
+            out.push(Time::from_millis(at as u64));
         }
-        out.push(Time::from_millis(at as u64));
     }
     if t.burst_at_s * 1000 < sc.duration_ms() {
         out.extend(std::iter::repeat_n(Time::from_millis(t.burst_at_s * 1000), t.burst_messages as usize));

@@ -82,8 +82,18 @@ impl Drain<'_> {
             if batch.is_empty() {
                 break;
             }
-            stats.received += batch.len() as u64;
+            let received = batch.len() as u64;
+            stats.received += received;
+            let abandoned_before = stats.abandoned;
             self.process_batch(batch, &mut stats).await;
+            if stats.abandoned - abandoned_before == received {
+                // Every message went back to the source, which offers abandoned messages
+                // again at once: receiving them again in this tick cannot go better (the
+                // claim store fails, other holders' claims stand, the target refuses).
+                // Stop; the next tick retries. Otherwise an outage spins receive/abandon
+                // for as long as it lasts, holding a worker and burning delivery counts.
+                break;
+            }
         }
         DrainOutcome { stats, error }
     }

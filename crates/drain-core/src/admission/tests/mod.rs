@@ -3,6 +3,7 @@
 //! * [`admit`]: requests, peeks and the order of launches.
 //! * [`retry`]: turn outcomes, both backoffs and the timer cap.
 //! * [`lifecycle`]: close, events, determinism and scale.
+//! * [`wake`]: release wake-up, examples and properties.
 
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use TurnOutcome::{ClaimBusy, Done, Failed, Productive};
 mod admit;
 mod lifecycle;
 mod retry;
+mod wake;
 
 const MORE: TurnOutcome = Productive { more: true };
 const NO_MORE: TurnOutcome = Productive { more: false };
