@@ -30,7 +30,7 @@ Gates (`ci` runs them in this order and stops at the first failure):
   fmt      cargo fmt --all -- --check
   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings
   test     cargo test --workspace --all-features, with a private redis-server
-           (DRAIN_TEST_REDIS_URL) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
+           (tests start private redis-servers) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
   doc      cargo doc --workspace --no-deps --all-features, rustdoc warnings denied
   arch     architecture invariants: drain-core's dependencies and source,
            dependencies between workspace crates (docs/architecture.md)

@@ -1,15 +1,13 @@
-//! The servers the `test` gate provides: a private `redis-server` per run, and the
-//! machine's RabbitMQ with its AMQP 1.0 plugin.
+//! The servers the `test` gate checks: `redis-server` installed (tests start their
+//! own), and the machine's RabbitMQ with its AMQP 1.0 plugin.
 
-use std::fs::{self, File};
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::fs;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use crate::util::{Failure, display, run};
+use crate::util::{Failure, run};
 
 /// RabbitMQ's AMQP port on this machine (AMQP 0-9-1 and, with the plugin, 1.0).
 pub(crate) const RABBITMQ_PORT: u16 = 5672;
@@ -17,107 +15,10 @@ pub(crate) const RABBITMQ_PORT: u16 = 5672;
 const AMQP1_PLUGIN: &str = "rabbitmq_amqp1_0";
 const SETUP: &str = "run `bash .ci/setup-services.sh` (installs and starts the services)";
 
-/// A `redis-server` owned by this process: loopback only, nothing persisted, its
-/// files in a temporary directory. Dropping it kills the server and removes the
-/// directory, on success, failure and panic alike.
-pub(crate) struct PrivateRedis {
-    child: Child,
-    dir: PathBuf,
-    /// `redis://127.0.0.1:<port>`.
-    pub(crate) url: String,
-}
-
-impl PrivateRedis {
-    /// Start one on a free loopback port and wait until it answers `PING`.
-    pub(crate) fn start() -> Result<PrivateRedis, Failure> {
-        let mut last = String::new();
-        for attempt in 1..=3 {
-            match Self::try_start(attempt)? {
-                Ok(redis) => return Ok(redis),
-                // Someone took the port between our probe and redis' bind: try another.
-                Err(why) => last = why,
-            }
-        }
-        Err(Failure::new(format!("could not start a private redis-server: {last}")).fix(SETUP))
-    }
-
-    /// `Err(Failure)` for problems a retry cannot fix, `Ok(Err(why))` for ones it may.
-    fn try_start(attempt: u32) -> Result<Result<PrivateRedis, String>, Failure> {
-        let port = free_port().map_err(|e| Failure::new(format!("no free loopback port: {e}")))?;
-        let dir = std::env::temp_dir().join(format!("drain-xtask-redis-{}-{attempt}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).map_err(|e| Failure::new(format!("cannot create {}: {e}", dir.display())))?;
-        let log_path = dir.join("redis.log");
-        let log = File::create(&log_path).map_err(|e| Failure::new(format!("cannot create the redis log: {e}")))?;
-        let log_err = log.try_clone().map_err(|e| Failure::new(format!("cannot share the redis log: {e}")))?;
-
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        let child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let _ = fs::remove_dir_all(&dir);
-                return Err(Failure::new("redis-server is not installed").fix(SETUP));
-            }
-            Err(e) => {
-                return Err(Failure::new(format!("cannot start `{}`: {e}", display(&cmd))));
-            }
-        };
-        let mut redis = PrivateRedis { child, dir, url: format!("redis://127.0.0.1:{port}") };
-
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if redis_pong(port) {
-                return Ok(Ok(redis));
-            }
-            if let Ok(Some(status)) = redis.child.try_wait() {
-                let log = fs::read_to_string(&log_path).unwrap_or_default();
-                return Ok(Err(format!("it exited with {status}: {}", tail(&log))));
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        let log = fs::read_to_string(&log_path).unwrap_or_default();
-        Ok(Err(format!("it did not answer PING within 15 s: {}", tail(&log))))
-    }
-
-    /// The server's process id.
-    pub(crate) fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for PrivateRedis {
-    fn drop(&mut self) {
-        // Child::kill signals exactly this pid (SIGKILL): nothing is persisted.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn free_port() -> io::Result<u16> {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
-    Ok(listener.local_addr()?.port())
-}
-
-fn redis_pong(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut stream) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    if stream.write_all(b"PING\r\n").is_err() {
-        return false;
-    }
-    let mut buf = [0u8; 16];
-    let n = stream.read(&mut buf).unwrap_or(0);
-    buf[..n].starts_with(b"+PONG")
+/// Whether `redis-server` can be run: every test that touches Redis starts its own
+/// private server through `crates/test-servers`, so the gate only checks the program.
+pub(crate) fn redis_server_installed() -> bool {
+    find_program("redis-server").is_some()
 }
 
 fn tail(log: &str) -> String {

@@ -1,14 +1,12 @@
-//! `cargo xtask test`: the whole test suite (unit, integration, doctests) against a
-//! private `redis-server` and, when it answers, the machine's RabbitMQ.
-//!
-//! Test processes learn where the servers are from two variables (tests/README.md):
-//! `DRAIN_TEST_REDIS_URL` (always our private server, never the shared 6379) and
-//! `DRAIN_TEST_AMQP_URL` (kept when already set, otherwise set when RabbitMQ answers).
+//! `cargo xtask test`: the whole test suite (unit, integration, doctests). Tests
+//! that touch Redis start their own private `redis-server`s (crates/test-servers),
+//! so the gate only checks that the program is installed; AMQP tests use the
+//! machine's RabbitMQ, found through `DRAIN_TEST_AMQP_URL` (kept when already set,
+//! otherwise set when RabbitMQ answers), with the AMQP 1.0 plugin enabled here.
 
-use crate::services::{self, Plugin, PrivateRedis, RABBITMQ_PORT};
-use crate::util::{GateResult, Outcome, cargo, is_ci, run};
+use crate::services::{self, Plugin, RABBITMQ_PORT};
+use crate::util::{Failure, GateResult, Outcome, cargo, is_ci, run};
 
-const REDIS_VAR: &str = "DRAIN_TEST_REDIS_URL";
 const AMQP_VAR: &str = "DRAIN_TEST_AMQP_URL";
 
 /// Run the gate.
@@ -29,22 +27,14 @@ pub(crate) fn run_gate() -> GateResult {
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--all-features"]);
 
-    // Declared before the command runs, dropped (killed) after it, whatever happens.
-    let redis = match PrivateRedis::start() {
-        Ok(redis) => Some(redis),
-        Err(failure) if is_ci() => return Err(failure),
-        Err(failure) => {
-            println!("xtask test: warning: {failure}");
-            println!("xtask test: tests that need Redis will skip (they fail under CI=true)");
-            None
+    if !services::redis_server_installed() {
+        let failure = Failure::new("redis-server is not installed; tests that need Redis cannot start their servers")
+            .fix("run `bash .ci/setup-services.sh` (installs redis-server and RabbitMQ)");
+        if is_ci() {
+            return Err(failure);
         }
-    };
-    if let Some(redis) = &redis {
-        if std::env::var_os(REDIS_VAR).is_some() {
-            println!("xtask test: ignoring the {REDIS_VAR} you set: tests get a private server");
-        }
-        println!("xtask test: {REDIS_VAR}={} (private redis-server, pid {})", redis.url, redis.pid());
-        cmd.env(REDIS_VAR, &redis.url);
+        println!("xtask test: warning: {failure}");
+        println!("xtask test: tests that need Redis will skip (they fail under CI=true)");
     }
 
     if let Some(url) = std::env::var_os(AMQP_VAR) {
@@ -60,8 +50,6 @@ pub(crate) fn run_gate() -> GateResult {
         );
     }
 
-    let result = run(&mut cmd);
-    drop(redis);
-    result.map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
+    run(&mut cmd).map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
     Ok(Outcome::Passed)
 }
