@@ -58,9 +58,10 @@ fn a_foreign_lease_skips_the_tick_and_stays_untouched() {
     let Some(server) = redis() else { return };
     let key = "drain:lease:{requests}";
     let foreign = "other-host:00112233445566778899aabbccddeeff";
-    assert_eq!(server.command(&["SET", key, foreign, "PX", "60000"]).unwrap(), Reply::Simple("OK".into()));
+    // The command first (it may have to build the binary), then the foreign lease.
     let mut cmd = drain();
     cmd.args(["run", "--once"]).env("DRAIN_REDIS_URL", server.url()).env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on");
+    assert_eq!(server.command(&["SET", key, foreign, "PX", "600000"]).unwrap(), Reply::Simple("OK".into()));
     let out = output(cmd, LIMIT);
     assert!(out.status.success(), "a skipped tick is not an error: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8(out.stdout).unwrap(), "{\"queue\":\"requests\",\"skipped\":\"locked\"}\n");

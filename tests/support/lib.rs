@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::mpsc;
@@ -11,26 +11,58 @@ use std::time::{Duration, Instant};
 
 pub use test_servers::{RedisServer, free_port};
 
-/// The `drain` binary of this workspace, brought up to date once per test process
-/// (`cargo build` is a no-op when it is fresh; without it a stale binary would be
-/// tested after an edit to drain-app).
+/// The `drain` binary of this workspace. `cargo test --workspace` builds it before any
+/// test runs; when it is missing or older than a source file it is built from, it is
+/// brought up to date here (`cargo test -p drain-e2e` after an edit to drain-app
+/// would otherwise test a stale binary). Building only when needed matters: a
+/// `cargo build -p drain-app` resolves features differently from the workspace test
+/// build and would recompile dependencies.
 pub fn drain_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> -> target/<profile>/drain
         let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "-p", "drain-app", "--bin", "drain"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
+        let bin = profile_dir.join("drain");
+        let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+        let newest = newest_source(&root.join("crates"));
+        if built.is_none_or(|b| newest.is_some_and(|n| n > b)) {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let mut build = Command::new(cargo);
+            build.args(["build", "--quiet", "-p", "drain-app", "--bin", "drain"]);
+            if profile_dir.file_name().is_some_and(|n| n == "release") {
+                build.arg("--release");
+            }
+            let status = build.status().expect("run cargo build");
+            assert!(status.success(), "building the drain binary failed");
         }
-        let status = build.status().expect("run cargo build");
-        assert!(status.success(), "building the drain binary failed");
-        profile_dir.join("drain")
+        bin
     })
     .clone()
+}
+
+/// The newest modification time of a `.rs`, `.lua` or `Cargo.toml` file under `dir`.
+fn newest_source(dir: &Path) -> Option<std::time::SystemTime> {
+    let mut newest = None;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.file_name().is_some_and(|n| n != "target") {
+                    stack.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs" || e == "lua")
+                || path.file_name().is_some_and(|n| n == "Cargo.toml")
+            {
+                let m = entry.metadata().and_then(|m| m.modified()).ok();
+                newest = newest.max(m);
+            }
+        }
+    }
+    newest
 }
 
 /// A `drain` command with none of the caller's drain settings, metrics off and
