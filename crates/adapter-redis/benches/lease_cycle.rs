@@ -15,7 +15,7 @@
 //! The machine is shared, so each (client, tasks) pair is measured in three
 //! interleaved rounds of 0.5 s and the median round is reported.
 //!
-//! Writes `<target>/bench/redis_lease_cycle.json` and prints a table. Runs on a
+//! Writes `<target>/bench/redis.json` and prints a table. Runs on a
 //! current-thread Tokio runtime (one client core; the server gets the other) for
 //! about 25 s in all.
 
@@ -166,7 +166,7 @@ async fn measure(client: &Client, tasks: usize) -> Measured {
 
 fn out_path() -> std::path::PathBuf {
     // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("bench").join("redis_lease_cycle.json")
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("bench").join("redis.json")
 }
 
 fn write(json: &str) {
