@@ -16,6 +16,10 @@
 //! | `claim_batch` | `EVALSHA claim` over the batch's keys | 1 per hash slot |
 //! | `settle_batch` | `EVALSHA settle` over the batch's keys | 1 per hash slot |
 //!
+//! Besides the ports, a few plain list and hash operations serve an embedder's owner
+//! work on the same connection ([`RedisStore::pop_batch`], [`RedisStore::mark_processed`],
+//! [`RedisStore::list_lengths`], [`RedisStore::push_items`]; `drain owners` uses them).
+//!
 //! The scripts (`src/scripts/*.lua`) are loaded with `SCRIPT LOAD` at connect and
 //! called by SHA. When a server answers `NOSCRIPT` (restart, `SCRIPT FLUSH`,
 //! failover) the same call sends `EVAL` with the source, which also re-caches it.
@@ -81,6 +85,7 @@ mod config;
 mod conn;
 mod error;
 mod lease;
+mod lists;
 mod reply;
 mod scripts;
 mod store;

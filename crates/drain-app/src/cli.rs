@@ -49,6 +49,13 @@ pub(crate) enum Command {
         drain simulate --seed 7 --json\n  \
         drain simulate --scenario seed-fleet --svg target/sim.svg")]
     Simulate(crate::commands::simulate::SimulateArgs),
+    /// Owner drains on Redis: backlogs as lists, the owner claim taken per turn, a batch
+    /// popped per turn; exits with one JSON line once every backlog is empty.
+    #[command(after_help = "Examples:\n  \
+        DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners --owners 200 --seed 20000 --seed-only\n  \
+        DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners --owners 200   # run several at once\n  \
+        PROJECTION_DRAIN_CLAIM_AWARE=off DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners")]
+    Owners(crate::commands::owners::OwnersArgs),
     /// Print the effective configuration, where each value came from, and warnings.
     #[command(after_help = "Examples:\n  \
         drain config\n  \

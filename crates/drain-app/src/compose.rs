@@ -102,10 +102,19 @@ pub(crate) async fn connect_redis(config: &Config) -> Result<RedisStore, Compose
     let Some(url) = &config.redis_url else {
         return Err(ComposeError::Unavailable("DRAIN_REDIS_URL is not set".to_owned()));
     };
-    let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster);
-    RedisStore::connect(redis).await.map_err(|e| {
+    RedisStore::connect(redis_config(config, url)).await.map_err(|e| {
         ComposeError::Unavailable(format!("cannot use Redis at {url}: {e} (check DRAIN_REDIS_URL and that Redis runs)"))
     })
+}
+
+/// The adapter's configuration from `DRAIN_REDIS_URL`, `DRAIN_REDIS_CLUSTER` and
+/// `DRAIN_REDIS_CA_FILE`.
+fn redis_config(config: &Config, url: &Secret) -> RedisConfig {
+    let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster);
+    match &config.redis_ca_file {
+        Some(ca) => redis.tls_ca_file(ca),
+        None => redis,
+    }
 }
 
 /// Parse an AMQP URL or Service Bus connection string, logging its warnings.
@@ -140,8 +149,7 @@ pub(crate) async fn compose(
             (store.clone(), store, Backend::Embedded)
         }
         Some(url) if needs_redis => {
-            let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster);
-            let store = Arc::new(LazyRedis::new(redis, url.to_string(), observer.clone()));
+            let store = Arc::new(LazyRedis::new(redis_config(&config, url), url.to_string(), observer.clone()));
             // Connect now so the first tick does not pay for it; a failure is not fatal.
             let _ = store.store().await;
             (store.clone(), store.clone(), Backend::Redis(store))

@@ -13,6 +13,7 @@ mod demo;
 mod lazy_redis;
 mod logging;
 mod observe;
+mod owner_drains;
 mod owners;
 mod simulate;
 
@@ -43,6 +44,15 @@ fn main() -> ExitCode {
         }
         cli::Command::Leases(args) => block_on(commands::leases::main(&args, loaded)),
         cli::Command::Doctor => block_on(commands::doctor::main(loaded)),
+        cli::Command::Owners(args) => {
+            if let Some(w) = logging::init(&loaded.config) {
+                eprintln!("drain: {w}");
+            }
+            for w in &loaded.warnings {
+                tracing::warn!("config: {w}");
+            }
+            block_on(commands::owners::main(&args, loaded))
+        }
     }
 }
 

@@ -59,3 +59,19 @@ impl Observer for Fanout {
         }
     }
 }
+
+/// Start the Prometheus endpoint when `DRAIN_METRICS_ADDR` asks for one, and build
+/// the observer every command uses: metrics plus the log of notable decisions.
+///
+/// # Errors
+/// A one-line reason when the endpoint cannot start (the address is taken).
+pub(crate) fn start(
+    metrics_addr: Option<std::net::SocketAddr>,
+    serve: bool,
+) -> Result<std::sync::Arc<dyn Observer>, String> {
+    if serve && let Some(addr) = metrics_addr {
+        adapter_metrics::install(addr).map_err(|e| format!("{e}; set DRAIN_METRICS_ADDR to a free port, or `off`"))?;
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
+    Ok(std::sync::Arc::new(Fanout(vec![Box::new(adapter_metrics::MetricsObserver), Box::new(LogObserver)])))
+}

@@ -15,7 +15,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, SchedulerConfig, TurnOutcome, drive};
+use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, TurnOutcome, drive};
 use drain_core::ports::{Acquire, Clock, LeaseStore};
 use drain_core::{KeySpace, LeaseToken};
 use rand::RngExt;
@@ -86,14 +86,7 @@ impl OwnerWork for DemoOwnerWork {
 /// Run the demo owner workload over `owners` owners until `shutdown` flips.
 pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, mut shutdown: watch::Receiver<bool>) {
     let c = &rt.config;
-    let cfg = SchedulerConfig {
-        claim_aware: c.claim_aware,
-        workers: c.worker_concurrency,
-        backoff_min: c.backoff_min,
-        backoff_max: c.backoff_max,
-        max_retry_timers: c.max_retry_timers,
-        ..SchedulerConfig::default()
-    };
+    let cfg = c.scheduler_config();
     let seed: u64 = rand::rng().random();
     let mut scheduler = Scheduler::new(cfg, <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed));
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();

@@ -9,20 +9,39 @@
 //! crates drain-core already uses), so the figure is the one `drain simulate
 //! --scenario large` gives, without building the binary.
 //!
+//! Heap allocations per operation in steady state are counted by a wrapping global
+//! allocator (`stats_alloc`), over a separate, untimed pass of each cycle after the
+//! warm-up: the admission cycles, and the tick decision (a tick whose lease is held
+//! elsewhere: acquire, `Held`, skip, report) on drain-core's in-memory store.
+//!
 //! Writes `<target>/bench/scheduler.json` and prints a table. Runs in about 10 s
 //! (bench profile) on two cores.
 
+use std::alloc::System;
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::Path;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use drain_core::Time;
 use drain_core::admission::{Action, OwnerId, PeekResult, Scheduler, SchedulerConfig, TurnOutcome, Woken};
+use drain_core::ports::{Acquire, LeaseStore, NoopObserver};
 use drain_core::switch::Switch;
+use drain_core::testkit::{ManualClock, MemorySource, MemoryStore, RecordingSubmitter};
+use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_core::{KeySpace, LeaseToken, Time};
 use rand::SeedableRng;
-use rand::rngs::SmallRng;
+use rand::rngs::{SmallRng, StdRng};
 use serde_json::json;
+use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
+
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+/// Operations per allocation-counting pass.
+const COUNTED: u64 = 10_000;
 
 // Its unit tests (compiled out here) leave imports unused; its report-only items
 // are unused by the bench.
@@ -88,8 +107,9 @@ fn claim_busy_then_wake(s: &mut S, owner: &OwnerId, now: Time) -> u32 {
     4 + calls + drain_events(s)
 }
 
-/// Median over rounds of (cycles per second, scheduler calls per second).
-fn measure(config: &SchedulerConfig, cycle: Cycle) -> (f64, f64) {
+/// Median over rounds of (cycles per second, scheduler calls per second), and heap
+/// allocations per cycle in steady state (counted over an untimed pass).
+fn measure(config: &SchedulerConfig, cycle: Cycle) -> (f64, f64, f64) {
     let owners: Vec<OwnerId> = (0..OWNERS).map(|i| OwnerId::from(format!("owner-{i}"))).collect();
     let mut s = Scheduler::new(config.clone(), SmallRng::seed_from_u64(1));
     let mut rounds = Vec::with_capacity(ROUNDS);
@@ -114,7 +134,76 @@ fn measure(config: &SchedulerConfig, cycle: Cycle) -> (f64, f64) {
         rounds.push((cycles as f64 / secs, calls as f64 / secs));
     }
     rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
-    rounds[ROUNDS / 2]
+    let region = Region::new(GLOBAL);
+    for _ in 0..COUNTED {
+        black_box(cycle(&mut s, &owners[i % OWNERS], now));
+        i += 1;
+    }
+    let allocs = region.change().allocations as f64 / COUNTED as f64;
+    let (per_s, calls_per_s) = rounds[ROUNDS / 2];
+    (per_s, calls_per_s, allocs)
+}
+
+/// Poll a future that never waits (drain-core's in-memory ports) to completion.
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..1000 {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+    }
+    panic!("an in-memory port future did not complete");
+}
+
+/// The tick decision with the lease held elsewhere: ns per tick (median round) and
+/// heap allocations per tick in steady state.
+fn tick_skip() -> (f64, f64) {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryStore::new(clock.clone());
+    let source = MemorySource::new(clock.clone(), Duration::from_secs(60));
+    let target = RecordingSubmitter::new(clock.clone());
+    let keys = KeySpace::new("drain");
+    let mut cfg = TickConfig::new("requests");
+    cfg.singleflight = Switch::On;
+    let mut rng = StdRng::seed_from_u64(7);
+    let other = LeaseToken::generate("other-host", &mut rng);
+    let held = ready(store.acquire(&keys.lease("requests"), &other, Duration::from_secs(86_400)));
+    assert!(matches!(held, Ok(Acquire::Acquired { .. })), "{held:?}");
+    let ports = TickPorts {
+        leases: &store,
+        claims: &store,
+        source: &source,
+        target: &target,
+        clock: &*clock,
+        observer: &NoopObserver,
+    };
+    let token = LeaseToken::generate("bench", &mut rng);
+    let tick = || {
+        let report = ready(run_tick(&cfg, &keys, &ports, &token));
+        assert!(report.is_skipped(), "{report:?}");
+        black_box(report);
+    };
+    for _ in 0..1000 {
+        tick();
+    }
+    let mut rounds = Vec::with_capacity(ROUNDS);
+    for _ in 0..ROUNDS {
+        let (mut ticks, started) = (0u64, Instant::now());
+        while started.elapsed() < ROUND {
+            for _ in 0..256 {
+                tick();
+                ticks += 1;
+            }
+        }
+        rounds.push(started.elapsed().as_secs_f64() * 1e9 / ticks as f64);
+    }
+    rounds.sort_by(f64::total_cmp);
+    let region = Region::new(GLOBAL);
+    for _ in 0..COUNTED {
+        tick();
+    }
+    (rounds[ROUNDS / 2], region.change().allocations as f64 / COUNTED as f64)
 }
 
 fn main() {
@@ -135,19 +224,42 @@ fn main() {
         ),
     ];
     let mut table = String::new();
-    let _ = writeln!(table, "{:<24}{:>16}{:>12}{:>18}  cycle", "scheduler", "cycles/s", "ns/cycle", "calls/s");
+    let _ = writeln!(
+        table,
+        "{:<24}{:>16}{:>12}{:>18}{:>14}  cycle",
+        "scheduler", "cycles/s", "ns/cycle", "calls/s", "allocs/cycle"
+    );
     let mut results = Vec::new();
     for (name, what, config, cycle) in cases {
-        let (per_s, calls_per_s) = measure(&config, cycle);
-        let _ = writeln!(table, "{name:<24}{per_s:>16.0}{:>12.0}{calls_per_s:>18.0}  {what}", 1e9 / per_s);
+        let (per_s, calls_per_s, allocs) = measure(&config, cycle);
+        let _ =
+            writeln!(table, "{name:<24}{per_s:>16.0}{:>12.0}{calls_per_s:>18.0}{allocs:>14.2}  {what}", 1e9 / per_s);
         results.push(json!({
             "name": name,
             "cycle": what,
             "cycles_per_s": per_s.round(),
             "ns_per_cycle": (1e9 / per_s * 10.0).round() / 10.0,
             "scheduler_calls_per_s": calls_per_s.round(),
+            "allocs_per_cycle": round2(allocs),
         }));
     }
+    // What a driver's own `owner.clone()` into `request` costs: one allocation per
+    // cycle is the caller's, not the scheduler's.
+    let owner = OwnerId::from("owner-0");
+    let region = Region::new(GLOBAL);
+    for _ in 0..COUNTED {
+        black_box(owner.clone());
+    }
+    let clone_allocs = region.change().allocations as f64 / COUNTED as f64;
+    let (tick_ns, tick_allocs) = tick_skip();
+    let _ = writeln!(
+        table,
+        "{:<24}{:>16.0}{tick_ns:>12.0}{:>18}{tick_allocs:>14.2}  run_tick, lease held elsewhere: acquire (Held) + skip report",
+        "tick_skip_locked",
+        1e9 / tick_ns,
+        "-"
+    );
+    let _ = writeln!(table, "(the caller's OwnerId clone into request: {clone_allocs:.2} allocs)");
 
     let sc = simulate::scenario::Scenario::preset("large").expect("the large preset");
     let started = Instant::now();
@@ -172,6 +284,12 @@ fn main() {
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
         "threads_available": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "scheduler": results,
+        "owner_clone_allocs": round2(clone_allocs),
+        "tick_skip_locked": {
+            "what": "run_tick with the lease held elsewhere (in-memory store): acquire -> Held -> skip",
+            "ns_per_tick": (tick_ns * 10.0).round() / 10.0,
+            "allocs_per_tick": round2(tick_allocs),
+        },
         "simulate_large": {
             "scenario": sc.name,
             "seed": 1,

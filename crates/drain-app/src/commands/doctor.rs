@@ -139,6 +139,18 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
 
     let keys = KeySpace::new(c.key_prefix.clone());
     let probe = format!("drain-doctor.{}", c.instance_id);
+    match store.missing_rights(&keys.lease(&format!("{probe}.rights")).fence).await {
+        Ok(missing) if missing.is_empty() => r.ok("acl rights", "every command drain sends is allowed"),
+        // Without SCRIPT LOAD the first call of each script after a connect falls back to EVAL.
+        Ok(missing) if missing == ["+script|load"] => {
+            r.warn("acl rights", "the Redis user may not run +script|load: scripts are cached by EVAL instead");
+        }
+        Ok(missing) => r.fail(
+            "acl rights",
+            format!("the Redis user may not run {}: grant them (docs/operations.md, minimal ACL)", missing.join(" ")),
+        ),
+        Err(e) => r.fail("acl rights", explain(&e)),
+    }
     let lease = keys.lease(&probe);
     let token = LeaseToken::generate(&c.instance_id, &mut rand::rng());
     let ttl = Duration::from_secs(10);

@@ -3,7 +3,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use drain_core::event::Event;
-use drain_core::ports::{Clock, Observer};
+use drain_core::ports::Clock;
 use tokio::sync::watch;
 
 use crate::beat;
@@ -12,24 +12,20 @@ use crate::clock::SystemClock;
 use crate::compose::{self, Runtime};
 use crate::config::Loaded;
 use crate::demo;
-use crate::observe::{Fanout, LogObserver};
+use crate::observe;
 use crate::owners;
 
 /// `drain run` and `drain run --once`.
 pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     let config = loaded.config;
-    if !args.once
-        && let Some(addr) = config.metrics_addr
-    {
-        if let Err(e) = adapter_metrics::install(addr) {
-            tracing::error!("{e}; set DRAIN_METRICS_ADDR to a free port, or `off`");
+    let observer = match observe::start(config.metrics_addr, !args.once) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!("{e}");
             return ExitCode::from(2);
         }
-        tracing::info!(%addr, "metrics at http://{addr}/metrics");
-    }
+    };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    let observer: Arc<dyn Observer> =
-        Arc::new(Fanout(vec![Box::new(adapter_metrics::MetricsObserver), Box::new(LogObserver)]));
     for (switch, mode) in [
         ("SERVICEBUS_DRAIN_SINGLEFLIGHT", config.singleflight),
         ("SERVICEBUS_DRAIN_LEASE_RENEW", config.lease_renew),

@@ -13,10 +13,11 @@ mod render;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use drain_core::Switch;
+use drain_core::admission::SchedulerConfig;
 use drain_core::settings::{self, Parsed, Warning};
 use drain_core::tick::TickConfig;
 
@@ -84,6 +85,7 @@ pub(crate) struct Config {
     pub(crate) shutdown_grace: Duration,
     pub(crate) redis_url: Option<Secret>,
     pub(crate) redis_cluster: bool,
+    pub(crate) redis_ca_file: Option<PathBuf>,
     pub(crate) source_url: Option<Secret>,
     pub(crate) target_url: Option<Secret>,
     pub(crate) key_prefix: String,
@@ -102,6 +104,18 @@ pub(crate) struct Loaded {
 }
 
 impl Config {
+    /// The owner admission settings (SPEC §5), with the worker count as turn slots.
+    pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
+        SchedulerConfig {
+            claim_aware: self.claim_aware,
+            workers: self.worker_concurrency,
+            backoff_min: self.backoff_min,
+            backoff_max: self.backoff_max,
+            max_retry_timers: self.max_retry_timers,
+            ..SchedulerConfig::default()
+        }
+    }
+
     /// The tick settings for `queue`.
     pub(crate) fn tick_config(&self, queue: &str) -> TickConfig {
         TickConfig {
@@ -227,6 +241,7 @@ pub(crate) fn resolve(
         shutdown_grace: Duration::from_secs(r.int("DRAIN_SHUTDOWN_GRACE_SECONDS")),
         redis_url: r.url("DRAIN_REDIS_URL", &["redis://", "rediss://"])?,
         redis_cluster: r.switch("DRAIN_REDIS_CLUSTER") == Switch::On,
+        redis_ca_file: r.path("DRAIN_REDIS_CA_FILE"),
         source_url: r.url("DRAIN_SOURCE_URL", &["amqp://", "amqps://", "endpoint="])?,
         target_url: r.url("DRAIN_TARGET_URL", &["amqp://", "amqps://", "endpoint="])?,
         key_prefix: r.take("DRAIN_KEY_PREFIX", prefix),
@@ -310,6 +325,14 @@ impl Resolver<'_> {
         }
         self.take(name, Parsed::clean(raw.clone()));
         Ok(Some(Secret::new(raw)))
+    }
+
+    /// A file path; unset or blank is `None`. Whether it can be read is checked
+    /// where it is used (a clear error at connect).
+    fn path(&mut self, name: &'static str) -> Option<PathBuf> {
+        let raw = self.raw(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        self.take(name, Parsed::clean(raw.clone().unwrap_or_else(|| "unset".to_owned())));
+        raw.map(PathBuf::from)
     }
 
     fn metrics_addr(&mut self) -> Option<SocketAddr> {

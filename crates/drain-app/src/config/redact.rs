@@ -33,28 +33,53 @@ impl fmt::Display for Secret {
 const MASK: &str = "***";
 
 /// Redact the secret parts of a URL or connection string: the password of
-/// `scheme://user:password@host`, and the values of `SharedAccessKey`,
-/// `SharedAccessSignature`, `password`, `AccountKey` and `token` pairs in
-/// `key=value;` connection strings and `?key=value&` queries.
+/// `scheme://user:password@host` (of each URL of a comma-separated seed list), and
+/// the values of `SharedAccessKey`, `SharedAccessSignature`, `password`,
+/// `AccountKey` and `token` pairs in `key=value;` connection strings and
+/// `?key=value&` queries.
 pub(crate) fn redact(value: &str) -> String {
-    let mut out = redact_userinfo(value);
+    let mut out = urls(value).into_iter().map(redact_userinfo).collect::<Vec<_>>().join(",");
     for key in ["sharedaccesskey", "sharedaccesssignature", "password", "accountkey", "token", "sas", "sig"] {
         out = redact_pairs(&out, key);
     }
     out
 }
 
+/// `value` cut at the commas that start another `scheme://` URL (a Redis Cluster
+/// seed list); a comma anywhere else, e.g. in a password, stays in its URL.
+fn urls(value: &str) -> Vec<&str> {
+    let starts_url = |s: &str| {
+        let s = s.trim_start();
+        s.find("://").is_some_and(|end| {
+            let scheme = &s[..end];
+            scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b))
+        })
+    };
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, _) in value.match_indices(',') {
+        if starts_url(&value[i + 1..]) {
+            out.push(&value[start..i]);
+            start = i + 1;
+        }
+    }
+    out.push(&value[start..]);
+    out
+}
+
+/// Everything between `://` and the last `@` is user information, even a `/`, `?`,
+/// `#` or `,` (a password that was not percent-encoded): over-redacting an odd URL
+/// beats printing a password.
 fn redact_userinfo(value: &str) -> String {
     let Some(scheme_end) = value.find("://") else {
         return value.to_owned();
     };
     let rest = &value[scheme_end + 3..];
-    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
+    let Some(at) = rest.rfind('@') else {
         return value.to_owned();
     };
-    let userinfo = &authority[..at];
+    let userinfo = &rest[..at];
     let redacted_userinfo = match userinfo.find(':') {
         Some(colon) => format!("{}:{MASK}", &userinfo[..colon]),
         // `redis://secret@host` puts the password in the user part.
@@ -113,6 +138,15 @@ mod tests {
         check("redis://host/?password=abc&db=1", "redis://host/?password=***&db=1");
         check("SharedAccessSignature=SharedAccessSignature sr=x&sig=y", "SharedAccessSignature=***&sig=***");
         check("no secrets here", "no secrets here");
+        // Seed lists: every seed's password (the second one used to show).
+        check("redis://u:hunter2@a:1,redis://u:hunter2@b:2", "redis://u:***@a:1,redis://u:***@b:2");
+        check("redis://u:hunter2@a:1, rediss://:hunter2@b:2", "redis://u:***@a:1, rediss://:***@b:2");
+        // Passwords that were not percent-encoded used to show up to the `/`, `?`, `#`.
+        check("redis://u:hun/ter2@h:1/0", "redis://u:***@h:1/0");
+        check("redis://u:hun?ter2@h", "redis://u:***@h");
+        check("rediss://:hun#ter2@h", "rediss://:***@h");
+        check("redis://u:hun,ter2@h", "redis://u:***@h");
+        check("amqp://u:p/w@h:5672/q", "amqp://u:***@h:5672/q");
     }
 
     #[test]

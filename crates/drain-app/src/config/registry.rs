@@ -189,6 +189,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "`redis://` or `rediss://`, with ACL user and password. Unset: the embedded in-memory store (one process only).",
     ),
     switch("DRAIN_REDIS_CLUSTER", Off, PLATFORM, "Use Redis Cluster (every key carries a hash tag)."),
+    text(
+        "DRAIN_REDIS_CA_FILE",
+        "unset",
+        PLATFORM,
+        "For `rediss://`: a PEM file of the CA certificate(s) to trust instead of the system roots (a private CA). Unset: the system roots.",
+    ),
     url(
         "DRAIN_SOURCE_URL",
         QUEUE,

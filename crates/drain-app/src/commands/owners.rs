@@ -1,0 +1,125 @@
+//! `drain owners`: seed and drain owner backlogs on Redis (see `owner_drains`).
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Args;
+use drain_core::event::Event;
+use drain_core::ports::Clock;
+use tokio::sync::watch;
+
+use crate::clock::SystemClock;
+use crate::compose::{self, Backend};
+use crate::config::Loaded;
+use crate::observe;
+use crate::owner_drains::{self, OwnerKeys};
+
+/// `drain owners` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct OwnersArgs {
+    /// Owners `owner-0` … `owner-<N-1>`, each with the backlog list
+    /// `<prefix>:backlog:{owner-i}`.
+    #[arg(long, value_name = "N", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) owners: u32,
+    /// First push ITEMS items (`item-0` …) round-robin onto the owners' backlogs.
+    #[arg(long, value_name = "ITEMS")]
+    pub(crate) seed: Option<u64>,
+    /// Only seed (with --seed), then exit without draining.
+    #[arg(long, requires = "seed")]
+    pub(crate) seed_only: bool,
+    /// Items popped per turn (one `LPOP key count`).
+    #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub(crate) batch: u32,
+    /// Simulated work per item, in microseconds, while the turn holds the owner's claim.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub(crate) item_delay_us: u64,
+    /// Milliseconds between passes over the backlogs (each pass requests every owner
+    /// with items, and ends the run once all are empty).
+    #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub(crate) pass_ms: u64,
+}
+
+/// Run `drain owners`.
+pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
+    let config = loaded.config;
+    let draining = !args.seed_only;
+    let observer = match observe::start(config.metrics_addr, draining) {
+        Ok(o) => o,
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    observer.observe(&Event::SwitchMode { switch: "PROJECTION_DRAIN_CLAIM_AWARE", mode: config.claim_aware });
+    let rt = match compose::compose(config, clock, observer, true).await {
+        Ok(rt) => Arc::new(rt),
+        Err(e) => {
+            tracing::error!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let Backend::Redis(lazy) = &rt.backend else {
+        tracing::error!("drain owners needs Redis: set DRAIN_REDIS_URL (e.g. redis://127.0.0.1:6379)");
+        return ExitCode::from(2);
+    };
+    let store = match lazy.store().await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot use Redis at {}: {e}", lazy.shown());
+            return ExitCode::from(2);
+        }
+    };
+    let owners = args.owners as usize;
+    if let Some(items) = args.seed {
+        if let Err(e) = owner_drains::seed(&store, &OwnerKeys::new(rt.keys.clone()), owners, items).await {
+            tracing::error!("seeding the backlogs failed: {e}");
+            return ExitCode::FAILURE;
+        }
+        tracing::info!(owners, items, "backlogs seeded");
+    }
+    if !draining {
+        return ExitCode::SUCCESS;
+    }
+    let (tx, rx) = watch::channel(false);
+    let signals = tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: stopping after the running turns");
+        let _ = tx.send(true);
+    });
+    let options = owner_drains::Options {
+        owners,
+        batch: args.batch as usize,
+        item_delay: Duration::from_micros(args.item_delay_us),
+        pass: Duration::from_millis(args.pass_ms),
+    };
+    let report = owner_drains::run(rt.clone(), store, options, rx).await;
+    signals.abort();
+    rt.amqp.close().await;
+    match serde_json::to_string(&report) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!("cannot print the report: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
