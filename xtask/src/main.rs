@@ -12,6 +12,7 @@ mod ci;
 mod env_gate;
 mod files;
 mod flags;
+mod fuzz;
 mod lines;
 mod metadata;
 mod scan;
@@ -41,6 +42,10 @@ Gates (`ci` runs them in this order and stops at the first failure):
            xtask/line-exceptions.txt
   bench    runs the benches; each writes target/bench/<name>.json
   ci       all of the above, then a summary
+
+Not in `ci` (needs the nightly toolchain, takes minutes):
+  fuzz     every cargo-fuzz target in fuzz/ for --seconds N each (default 30);
+           installs cargo-fuzz when missing (docs/reliability.md)
 
 Options:
   -h, --help   this text
@@ -133,6 +138,10 @@ fn main() -> ExitCode {
         }
         ["ci"] => exit(ci::run()),
         ["flags", "--write"] => exit(Gate::Flags.run_with(true).map(|_| ())),
+        ["fuzz", rest @ ..] => match fuzz::parse_args(rest) {
+            Ok(seconds) => exit(fuzz::run_and_report(seconds)),
+            Err(problem) => usage(&problem),
+        },
         [name] => match Gate::parse(name) {
             Some(gate) => exit(gate.run().map(|_| ())),
             None => usage(&format!("unknown gate `{name}`")),

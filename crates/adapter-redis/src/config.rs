@@ -1,6 +1,7 @@
 //! [`RedisConfig`]: where Redis is and how patient to be with it; [`redact_url`].
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// How to reach Redis. Build it with [`RedisConfig::new`] and adjust the public
@@ -23,6 +24,11 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// How long one round trip may take once connected.
     pub response_timeout: Duration,
+    /// For `rediss://`: a PEM file of the CA certificate(s) to trust *instead of* the
+    /// system roots (a private CA, a test certificate). `None`: the system roots.
+    /// Read at connect; an unreadable file or one without a PEM certificate is a
+    /// `Config` error.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 /// Default [`RedisConfig::pool_size`].
@@ -43,7 +49,16 @@ impl RedisConfig {
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
+            tls_ca_file: None,
         }
+    }
+
+    /// The same configuration trusting the CA certificate(s) in the PEM file at
+    /// `path` for `rediss://` instead of the system roots.
+    #[must_use]
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls_ca_file = Some(path.into());
+        self
     }
 
     /// The same configuration in cluster mode.
@@ -73,7 +88,7 @@ impl RedisConfig {
 
     /// The seed URLs (one unless cluster mode lists several), trimmed.
     pub(crate) fn urls(&self) -> Vec<&str> {
-        self.url.split(',').map(str::trim).filter(|u| !u.is_empty()).collect()
+        seeds(&self.url).into_iter().map(str::trim).filter(|u| !u.is_empty()).collect()
     }
 
     /// `host:port` of every seed, without scheme, credentials or database: what
@@ -93,7 +108,7 @@ impl RedisConfig {
     pub(crate) fn password(&self) -> Option<&str> {
         let url = self.urls().into_iter().next()?;
         let (_, rest) = url.split_once("://")?;
-        let userinfo = authority(rest).rsplit_once('@')?.0;
+        let userinfo = rest.rsplit_once('@')?.0;
         userinfo.split_once(':').map(|(_, p)| p).filter(|p| !p.is_empty())
     }
 }
@@ -106,11 +121,40 @@ impl fmt::Debug for RedisConfig {
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("tls_ca_file", &self.tls_ca_file)
             .finish()
     }
 }
 
-/// The authority part of what follows `scheme://`: up to the first `/`, `?` or `#`.
+/// `url` cut at the commas that start another `redis://` or `rediss://` URL (a
+/// Cluster seed list); a comma anywhere else, e.g. in a password, stays in its URL.
+fn seeds(url: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, _) in url.match_indices(',') {
+        let next = url[i + 1..].trim_start();
+        if next.starts_with("redis://") || next.starts_with("rediss://") {
+            out.push(&url[start..i]);
+            start = i + 1;
+        }
+    }
+    out.push(&url[start..]);
+    out
+}
+
+/// What follows `scheme://` split at its last `@` into user information and the
+/// rest. Everything before the last `@` counts as user information, even a `/`,
+/// `?`, `#` or `,` (a password that was not percent-encoded): over-redacting an odd
+/// URL beats printing a password.
+fn userinfo(rest: &str) -> (Option<&str>, &str) {
+    match rest.rsplit_once('@') {
+        Some((userinfo, after)) => (Some(userinfo), after),
+        None => (None, rest),
+    }
+}
+
+/// The authority part of what follows the user information: up to the first `/`,
+/// `?` or `#`.
 fn authority(rest: &str) -> &str {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     &rest[..end]
@@ -119,8 +163,7 @@ fn authority(rest: &str) -> &str {
 /// `host:port` of one URL (default port 6379), for messages.
 fn host_port(url: &str) -> String {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let auth = authority(rest);
-    let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+    let host = authority(userinfo(rest).1);
     if host.is_empty() {
         return "127.0.0.1:6379".to_owned();
     }
@@ -136,23 +179,23 @@ fn host_port(url: &str) -> String {
 ///
 /// Handles `redis://user:pass@host`, `redis://:pass@host`, a bare userinfo
 /// (`redis://secret@host`, which some clients read as a password: hidden entirely),
-/// `password=`/`pass=`/`token=` query parameters, and comma-separated seed lists.
-/// Anything that is not a URL comes back unchanged.
+/// passwords that were not percent-encoded (everything before the last `@` is
+/// hidden, even a `/`, `#` or `,`), `password=`/`pass=`/`token=` query parameters,
+/// and comma-separated seed lists. Anything that is not a URL comes back unchanged.
 #[must_use]
 pub fn redact_url(url: &str) -> String {
-    url.split(',').map(redact_one).collect::<Vec<_>>().join(",")
+    seeds(url).into_iter().map(redact_one).collect::<Vec<_>>().join(",")
 }
 
 fn redact_one(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let auth = authority(rest);
-    let tail = &rest[auth.len()..];
-    let auth = match auth.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("***@{host}"),
-        },
-        None => auth.to_owned(),
+    let (info, rest) = userinfo(rest);
+    let host = authority(rest);
+    let tail = &rest[host.len()..];
+    let auth = match info.map(|i| i.split_once(':')) {
+        Some(Some((user, _))) => format!("{user}:***@{host}"),
+        Some(None) => format!("***@{host}"),
+        None => host.to_owned(),
     };
     let tail = match tail.split_once('?') {
         Some((path, query)) => {
@@ -224,6 +267,21 @@ mod tests {
         check("redis://[::1]:6390", "redis://[::1]:6390", "[::1]:6390");
         check("redis://[::1]", "redis://[::1]", "[::1]:6379");
         check("not a url", "not a url", "not a url:6379");
+        // Passwords that were not percent-encoded (found by `fuzz/` target redis_url).
+        check("redis://:#@", "redis://:***@", "127.0.0.1:6379");
+        check("redis://u:hun/ter2@h:1/0", "redis://u:***@h:1/0", "h:1");
+        check("redis://u:hun?ter2@h:1", "redis://u:***@h:1", "h:1");
+        check("rediss://u:hun#ter2@h", "rediss://u:***@h", "h:6379");
+        check("redis://u:hun,ter2@h:1", "redis://u:***@h:1", "h:1");
+        // Ambiguous: a seed list whose first seed is `u:a`; a password holding
+        // `,redis://` must be percent-encoded.
+        check("redis://u:a,redis://b@h:1", "redis://u:a,redis://***@h:1", "u:a,h:1");
+        check(
+            "redis://u:hun,ter2@a:7000,redis://u:hun,ter2@b:7001",
+            "redis://u:***@a:7000,redis://u:***@b:7001",
+            "a:7000,b:7001",
+        );
+        check("redis://h:1/0?user=a@b", "redis://h:***@b", "b:6379");
     }
 
     #[test]
@@ -231,6 +289,8 @@ mod tests {
         assert_eq!(RedisConfig::new("redis://u:hunter2@h").password(), Some("hunter2"));
         assert_eq!(RedisConfig::new("redis://:hunter2@h/0").password(), Some("hunter2"));
         assert_eq!(RedisConfig::new("redis://h").password(), None);
+        assert_eq!(RedisConfig::new("redis://u:hun/ter,2@h").password(), Some("hun/ter,2"));
+        assert_eq!(RedisConfig::new("redis://u:hun,ter2@h").urls(), ["redis://u:hun,ter2@h"]);
         assert_eq!(
             scrub("cannot reach redis://u:hunter2@h:1 (hunter2)", Some("hunter2")),
             "cannot reach redis://u:***@h:1 (***)"

@@ -7,7 +7,7 @@ use std::sync::{PoisonError, RwLock};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, TlsCertificates, Value};
 
 use crate::config::RedisConfig;
 
@@ -34,27 +34,24 @@ pub(crate) struct Single {
 }
 
 impl Conn {
-    /// Connect (eagerly: the first round trip proves the server is there).
-    pub(crate) async fn connect(config: &RedisConfig) -> RedisResult<Conn> {
+    /// Connect (eagerly: the first round trip proves the server is there). `ca` is
+    /// the PEM of [`RedisConfig::tls_ca_file`], already read.
+    pub(crate) async fn connect(config: &RedisConfig, ca: Option<&[u8]>) -> RedisResult<Conn> {
         let urls = config.urls();
         if config.cluster {
-            let client = ClusterClientBuilder::new(urls)
+            let mut builder = ClusterClientBuilder::new(urls)
                 .connection_timeout(config.connect_timeout)
                 .response_timeout(config.response_timeout)
                 .overall_response_timeout(Some(config.operation_deadline()))
                 .retries(3)
                 .min_retry_wait(20)
-                .max_retry_wait(500)
-                .build()?;
-            return Ok(Conn::Cluster(client.get_async_connection().await?));
+                .max_retry_wait(500);
+            if let Some(ca) = ca {
+                builder = builder.certs(certificates(ca));
+            }
+            return Ok(Conn::Cluster(builder.build()?.get_async_connection().await?));
         }
-        let [url] = urls.as_slice() else {
-            return Err(RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "several URLs are only allowed with DRAIN_REDIS_CLUSTER=on",
-            )));
-        };
-        let client = redis::Client::open(*url)?;
+        let client = client(config, ca)?;
         let manager_config = manager_config(config);
         let manager = ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
         Ok(Conn::Single(Box::new(Single {
@@ -131,6 +128,24 @@ impl Single {
             *self.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
         }
     }
+}
+
+/// The standalone client: system roots, or only the CA in `ca` for `rediss://`.
+pub(crate) fn client(config: &RedisConfig, ca: Option<&[u8]>) -> RedisResult<redis::Client> {
+    let [url] = config.urls()[..] else {
+        return Err(RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "several URLs are only allowed with DRAIN_REDIS_CLUSTER=on",
+        )));
+    };
+    match ca {
+        Some(ca) => redis::Client::build_with_tls(url, certificates(ca)),
+        None => redis::Client::open(url),
+    }
+}
+
+fn certificates(ca: &[u8]) -> TlsCertificates {
+    TlsCertificates { client_tls: None, root_cert: Some(ca.to_vec()) }
 }
 
 fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {

@@ -132,6 +132,16 @@ fn generic_server_error(code: &str, detail: &str, at: &str) -> PortError {
             format!("{at} does not allow Lua scripts ({detail}): drain needs EVAL/EVALSHA"),
         );
     }
+    if lower.contains("user executing the script can't run") || lower.contains("no permissions to run") {
+        // A right missing for a command a script runs (Redis names the script and its
+        // line, not the command; `RedisStore::missing_rights` names it).
+        return PortError::new(
+            ErrorKind::Permission,
+            format!(
+                "the Redis user lacks a right a drain script needs ({detail}): grant the minimal ACL in docs/operations.md; `drain doctor` names the missing command"
+            ),
+        );
+    }
     if lower.contains("error running script") || lower.contains("user_script") {
         return PortError::new(ErrorKind::Protocol, format!("a drain script failed on {at}: {detail}"));
     }
@@ -292,6 +302,14 @@ mod tests {
         check(server("CROSSSLOT Keys in request don't hash to the same slot"), ErrorKind::Protocol, Permanent, "bug");
         check(server("ERR unknown command 'EVALSHA'"), ErrorKind::Unsupported, Permanent, "Lua");
         check(server("ERR Error running script (call to f_1): oops"), ErrorKind::Protocol, Permanent, "script failed");
+        check(
+            server(
+                "ERR The user executing the script can't run this command or subcommand script: 1f2e, on @user_script:4.",
+            ),
+            ErrorKind::Permission,
+            Permanent,
+            "drain doctor",
+        );
         check(server("ERR something new"), ErrorKind::Other, Permanent, "something new");
         check(
             RedisError::from((RedisKind::InvalidClientConfig, "Redis URL did not parse")),

@@ -73,12 +73,17 @@ impl RedisStore {
         let deadline = config.operation_deadline();
         let password = config.password().map(str::to_owned);
         let fail = |f: Failure| connect_error(f, &endpoint, deadline, password.as_deref());
-        let conn = match tokio::time::timeout(deadline, Conn::connect(&config)).await {
+        let ca = read_ca(&config)?;
+        let conn = match tokio::time::timeout(deadline, Conn::connect(&config, ca.as_deref())).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return Err(fail(Failure::Redis(e))),
             Err(_) => return Err(fail(Failure::Deadline)),
         };
-        let pool = if config.cluster { None } else { Some(build_pool(&config).map_err(|e| fail(Failure::Redis(e)))?) };
+        let pool = if config.cluster {
+            None
+        } else {
+            Some(build_pool(&config, ca.as_deref()).map_err(|e| fail(Failure::Redis(e)))?)
+        };
         let store = RedisStore {
             inner: Arc::new(Inner { conn, pool, endpoint: endpoint.clone(), deadline, config }),
             observer: None,
@@ -176,6 +181,59 @@ impl RedisStore {
             }
         }
         Ok(found.into_iter().collect())
+    }
+
+    /// Which rights of the minimal ACL (docs/operations.md) this user lacks, as ACL
+    /// rules (`+pexpire`), empty when it has them all. Every command drain sends
+    /// (also those its scripts run, and `EVAL`, which only a restart or
+    /// `SCRIPT FLUSH` makes it send) is tried once directly, so that a refusal names
+    /// its command: on `probe` and `probe` + `:n` (keys of one slot under the key
+    /// prefix, deleted again unless `DEL` is refused) and on a one-line script. `SCAN` is tried on a
+    /// standalone server, `CLUSTER NODES` on a Cluster.
+    ///
+    /// # Errors
+    /// The mapped error of a probe that failed for another reason than a missing right.
+    pub async fn missing_rights(&self, probe: &str) -> Result<Vec<&'static str>, PortError> {
+        const TRIVIAL: &str = "return 1";
+        let counter = format!("{probe}:n");
+        let cmd = |args: &[&str]| {
+            let mut c = redis::cmd(args[0]);
+            c.arg(&args[1..]);
+            c
+        };
+        let sha = redis::Script::new(TRIVIAL).get_hash().to_owned();
+        let cluster = self.inner.conn.cluster().is_some();
+        let mut probes = vec![
+            ("+ping", cmd(&["PING"])),
+            ("+set", cmd(&["SET", probe, "1", "PX", "10000"])),
+            ("+get", cmd(&["GET", probe])),
+            ("+pttl", cmd(&["PTTL", probe])),
+            ("+pexpire", cmd(&["PEXPIRE", probe, "10000"])),
+            ("+incr", cmd(&["INCR", &counter])),
+            ("+del", cmd(&["DEL", probe, &counter])),
+            ("+script|load", cmd(&["SCRIPT", "LOAD", TRIVIAL])),
+            ("+evalsha", cmd(&["EVALSHA", &sha, "0"])),
+            ("+eval", cmd(&["EVAL", TRIVIAL, "0"])),
+        ];
+        if cluster {
+            probes.push(("+cluster|nodes", cmd(&["CLUSTER", "NODES"])));
+        } else {
+            probes.push(("+scan", cmd(&["SCAN", "0", "MATCH", probe, "COUNT", "10"])));
+        }
+        let mut missing = Vec::new();
+        for (right, probe) in &probes {
+            match self.query("rights", probe).await {
+                Ok(_) => {}
+                Err(e) if e.kind == ErrorKind::Permission => missing.push(*right),
+                // Unknown SHA (SCRIPT LOAD refused): the ACL check passed before it.
+                Err(e) if *right == "+evalsha" && e.message.contains("NOSCRIPT") => {}
+                Err(mut e) => {
+                    e.message = format!("probing {right}: {}", e.message);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(missing)
     }
 
     /// The primaries of the cluster, from `CLUSTER NODES`.
@@ -350,9 +408,24 @@ fn connect_error(failure: Failure, endpoint: &str, deadline: Duration, password:
     e
 }
 
-fn build_pool(config: &RedisConfig) -> Result<deadpool_redis::Pool, RedisError> {
-    let url = config.urls().first().copied().unwrap_or_default();
-    let manager = deadpool_redis::Manager::new_with_config(url, pool_connection_config(config))?;
+/// The PEM of [`RedisConfig::tls_ca_file`], when set.
+fn read_ca(config: &RedisConfig) -> Result<Option<Vec<u8>>, PortError> {
+    let Some(path) = &config.tls_ca_file else { return Ok(None) };
+    let bad = |why: String| Err(PortError::new(ErrorKind::Config, why));
+    if !config.uses_tls() {
+        return bad(format!("a TLS CA file ({}) is set, but the Redis URL is not rediss://", path.display()));
+    }
+    match std::fs::read(path) {
+        Ok(pem) if pem.windows(27).any(|w| w == b"-----BEGIN CERTIFICATE-----") => Ok(Some(pem)),
+        Ok(_) => bad(format!("the TLS CA file {} holds no PEM certificate", path.display())),
+        Err(e) => bad(format!("cannot read the TLS CA file {}: {e}", path.display())),
+    }
+}
+
+fn build_pool(config: &RedisConfig, ca: Option<&[u8]>) -> Result<deadpool_redis::Pool, RedisError> {
+    // The client's connection info carries the TLS roots too.
+    let info = crate::conn::client(config, ca)?.get_connection_info().clone();
+    let manager = deadpool_redis::Manager::new_with_config(info, pool_connection_config(config))?;
     deadpool_redis::Pool::builder(manager)
         .max_size(config.pool_size)
         .runtime(deadpool_redis::Runtime::Tokio1)

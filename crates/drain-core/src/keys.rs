@@ -33,8 +33,11 @@ pub fn encode_name(name: &[u8]) -> String {
 /// Decode what [`encode_name`] produced; `None` for anything it could not have produced.
 #[must_use]
 pub fn decode_name(encoded: &str) -> Option<Vec<u8>> {
-    if encoded == "%" {
-        return Some(Vec::new());
+    match encoded {
+        "%" => return Some(Vec::new()),
+        // The empty name is `%`; an empty tag is no name (and no hash tag at all).
+        "" => return None,
+        _ => {}
     }
     let bytes = encoded.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
@@ -230,9 +233,13 @@ mod tests {
 
     #[test]
     fn decode_refuses_non_canonical() {
-        for bad in ["%41", "%7b", "a{", "%7", "%%", "%G0", ":"] {
+        // "" was found by `fuzz/` target keys: it decoded to the empty name, whose
+        // encoding is "%", so `drain:lease:{}` parsed as the empty queue's lease.
+        for bad in ["%41", "%7b", "a{", "%7", "%%", "%G0", ":", ""] {
             assert_eq!(decode_name(bad), None, "{bad}");
         }
+        assert_eq!(KeySpace::new("drain").parse("drain:lease:{}"), None);
+        assert_eq!(KeySpace::new("drain").parse("drain:msg:{q}:"), None);
     }
 
     #[test]

@@ -4,14 +4,14 @@
 -- Returns {1, fence} when acquired, {0, holder_token, pttl} when held.
 --
 -- The hot path runs two commands (SET NX PX, INCR). When the fence key cannot be
--- incremented (another type, not a counter) the lease just written is deleted
--- again before the error is returned: the script is atomic, so nobody ever sees
--- a lease without a fence, and an error never leaves a lease behind.
+-- incremented (another type, not a counter, no right to INCR) the lease just
+-- written is deleted again before the error is returned: the script is atomic, so
+-- nobody ever sees a lease without a fence, and an error never leaves a lease behind.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
   if type(fence) == 'table' and fence.err then
     redis.call('DEL', KEYS[1])
-    if string.sub(fence.err, 1, 9) ~= 'WRONGTYPE' then
+    if string.find(fence.err, 'not an integer', 1, true) then
       fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err
     end
     return fence

@@ -1,0 +1,86 @@
+//! Setting parsing (drain-core `settings`, `Switch::parse`): any text, never a panic,
+//! and every rule's promise holds — the switch grammar exactly, only `off` turns a
+//! default-on switch off, numbers always inside their rule's range, a warning for
+//! every value that was not taken as it stands, prefixes and instance ids valid.
+#![no_main]
+
+use drain_core::settings::{self, IntRule};
+use drain_core::{KeySpace, Switch};
+use libfuzzer_sys::fuzz_target;
+
+const RULES: [IntRule; 12] = [
+    settings::LEASE_TTL_SECONDS,
+    settings::CLAIM_TTL_SECONDS,
+    settings::CLAIM_PENDING_SECONDS,
+    settings::DRAIN_CONCURRENCY,
+    settings::DRAIN_BATCH,
+    settings::DRAIN_MAX_WAIT_MS,
+    settings::BACKOFF_MIN_SECONDS,
+    settings::BACKOFF_MAX_SECONDS,
+    settings::MAX_RETRY_TIMERS,
+    settings::BEAT_INTERVAL_SECONDS,
+    settings::WORKER_CONCURRENCY,
+    settings::SHUTDOWN_GRACE_SECONDS,
+];
+
+fn switch(raw: &str) {
+    let word = raw.trim().to_ascii_lowercase();
+    let grammar = match word.as_str() {
+        "off" => Some(Switch::Off),
+        "on" | "serve" | "true" | "1" | "yes" => Some(Switch::On),
+        "shadow" => Some(Switch::Shadow),
+        _ => None,
+    };
+    for default in [Switch::Off, Switch::Shadow, Switch::On] {
+        let p = Switch::parse("FUZZ_SWITCH", Some(raw), default);
+        match grammar {
+            Some(v) => assert!(p.value == v && p.warning.is_none(), "{raw:?}"),
+            None => {
+                assert_eq!(p.value, default, "{raw:?}");
+                let w = p.warning.expect("a bad switch value is warned about");
+                assert_eq!(w.variable, "FUZZ_SWITCH");
+                assert!(w.value.chars().count() <= 65, "warnings shorten the value");
+                let _ = w.to_string();
+            }
+        }
+        if default == Switch::On && p.value == Switch::Off {
+            assert_eq!(word, "off", "only `off` disables a default-on switch");
+        }
+    }
+}
+
+fn int(raw: &str) {
+    for rule in RULES {
+        let p = rule.parse("FUZZ_INT", Some(raw));
+        assert!(rule.min <= p.value && p.value <= rule.max, "{raw:?} -> {} outside {rule:?}", p.value);
+        match &p.warning {
+            None => {
+                let t = raw.trim();
+                let digits = t.strip_prefix('+').unwrap_or(t);
+                assert_eq!(digits.parse::<u64>().ok(), Some(p.value), "{raw:?} taken as it stands");
+            }
+            Some(w) => {
+                assert!(w.value.chars().count() <= 65);
+                let _ = w.to_string();
+            }
+        }
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let (a, b) = text.split_once('\n').unwrap_or((&text, ""));
+    switch(a);
+    int(a);
+
+    let (lo, hi) = settings::backoff_window_seconds(Some(a), Some(b));
+    assert!(lo.value <= hi.value, "the jitter window is never inverted: {a:?} {b:?}");
+
+    let prefix = settings::key_prefix(Some(a)).value;
+    assert!(!prefix.is_empty() && prefix.len() <= 64);
+    assert!(prefix.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_.:".contains(&c)), "{prefix:?}");
+    assert!(KeySpace::new(prefix).scan_pattern().ends_with(":*"));
+
+    let id = settings::instance_id(Some(a), "host-1").value;
+    assert!(!id.is_empty() && id.len() <= 128 && id.bytes().all(|c| c.is_ascii_graphic()), "{id:?}");
+});

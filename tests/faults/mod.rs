@@ -1,0 +1,389 @@
+//! The fault suite's harness: a real-time clock on Tokio, a recording target with
+//! hooks, one scenario's `World` (a private server, a store, a queue, an observer),
+//! and a store wrapper that kills Redis while a chosen call is in flight.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use adapter_redis::{RedisConfig, RedisStore};
+use async_trait::async_trait;
+use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::ports::{
+    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseStore, Message, Release, Renew, SettleResult, Settlement,
+    SubmitContext, Submitter,
+};
+use drain_core::testkit::{MemorySource, RecordingObserver, TestRng, message};
+use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
+use drain_core::{KeySpace, LeaseKey, LeaseToken, PortError, Switch, Time};
+use test_servers::RedisServer;
+
+/// The longest one tick may take before the test fails as hung.
+pub(crate) const TICK_BOUND: Duration = Duration::from_secs(20);
+/// The store's connect and response timeouts.
+pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Real time for the core: `now` since a start instant, sleeps on Tokio.
+pub(crate) struct TokioClock {
+    start: Instant,
+}
+
+#[async_trait]
+impl Clock for TokioClock {
+    fn now(&self) -> Time {
+        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+    }
+
+    async fn sleep_until(&self, deadline: Time) {
+        let wait = deadline.saturating_since(self.now());
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+pub(crate) type Server = Arc<Mutex<RedisServer>>;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) type Hook = Box<dyn FnOnce() + Send>;
+
+/// The target: records accepted message ids (with the fence), takes `delay` per
+/// submit, and runs a hook at the start of a chosen call (kill Redis, pause it, …).
+pub(crate) struct Target {
+    clock: Arc<TokioClock>,
+    delay: Duration,
+    calls: AtomicUsize,
+    hooks: Mutex<BTreeMap<usize, Hook>>,
+    accepted: Mutex<Vec<(String, Option<u64>)>>,
+}
+
+impl Target {
+    /// Run `hook` when submit number `n` (1-based, over the target's life) starts.
+    pub(crate) fn on_call(&self, n: usize, hook: impl FnOnce() + Send + 'static) {
+        lock(&self.hooks).insert(n, Box::new(hook));
+    }
+
+    pub(crate) fn ids(&self) -> Vec<String> {
+        lock(&self.accepted).iter().map(|(id, _)| id.clone()).collect()
+    }
+}
+
+#[async_trait]
+impl Submitter for Target {
+    async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let hook = lock(&self.hooks).remove(&n);
+        if let Some(hook) = hook {
+            hook();
+        }
+        if !self.delay.is_zero() {
+            self.clock.sleep_until(self.clock.now() + self.delay).await;
+        }
+        let id = message.message_id.clone().unwrap_or_default();
+        lock(&self.accepted).push((id, ctx.fence));
+        Ok(())
+    }
+}
+
+/// One scenario: a private server, one store on it for the whole test, a queue of
+/// `ids`, the target and the observer.
+pub(crate) struct World {
+    pub(crate) server: Server,
+    pub(crate) store: RedisStore,
+    pub(crate) clock: Arc<TokioClock>,
+    pub(crate) source: Arc<MemorySource>,
+    pub(crate) target: Arc<Target>,
+    pub(crate) observer: Arc<RecordingObserver>,
+    pub(crate) keys: KeySpace,
+    pub(crate) cfg: TickConfig,
+    pub(crate) ids: Vec<String>,
+    pub(crate) seed: u64,
+    pub(crate) last_token: Option<LeaseToken>,
+    pub(crate) threads: Vec<JoinHandle<()>>,
+}
+
+impl World {
+    /// `None` when redis-server is not installed (outside CI).
+    pub(crate) async fn new(extra: &[&str], messages: usize, delay: Duration) -> Option<World> {
+        let server = RedisServer::start_with(extra)?;
+        Some(World::on(server, messages, delay).await)
+    }
+
+    /// A world on `server`, with `messages` queued and submits that take `delay`.
+    pub(crate) async fn on(server: RedisServer, messages: usize, delay: Duration) -> World {
+        let store = RedisStore::connect(RedisConfig::new(server.url()).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
+            .await
+            .expect("connect to the private redis-server");
+        let clock = Arc::new(TokioClock { start: Instant::now() });
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let source = Arc::new(MemorySource::new(dyn_clock, Duration::from_secs(600)));
+        let ids: Vec<String> = (0..messages).map(|i| format!("m{i:03}")).collect();
+        for id in &ids {
+            source.push(message(id));
+        }
+        let target = Arc::new(Target {
+            clock: clock.clone(),
+            delay,
+            calls: AtomicUsize::new(0),
+            hooks: Mutex::new(BTreeMap::new()),
+            accepted: Mutex::new(Vec::new()),
+        });
+        let mut cfg = TickConfig::new("requests");
+        cfg.singleflight = Switch::On;
+        cfg.lease_ttl = Duration::from_secs(3);
+        cfg.claim_pending_ttl = Duration::from_secs(10);
+        cfg.claim_done_ttl = Duration::from_secs(600);
+        cfg.batch = 5;
+        cfg.max_wait = Duration::from_millis(30);
+        World {
+            server: Arc::new(Mutex::new(server)),
+            store,
+            clock,
+            source,
+            target,
+            observer: Arc::new(RecordingObserver::new()),
+            keys: KeySpace::new("drain"),
+            cfg,
+            ids,
+            seed: 0,
+            last_token: None,
+            threads: Vec::new(),
+        }
+    }
+
+    pub(crate) fn server(&self) -> MutexGuard<'_, RedisServer> {
+        lock(&self.server)
+    }
+
+    pub(crate) fn lease_key(&self) -> LeaseKey {
+        self.keys.lease(&self.cfg.queue)
+    }
+
+    /// One tick with the store as both ports.
+    pub(crate) async fn tick(&mut self) -> TickReport {
+        let store = self.store.clone();
+        self.tick_with(&store, &store).await
+    }
+
+    /// One tick with these lease and claim ports, bounded by [`TICK_BOUND`].
+    pub(crate) async fn tick_with(&mut self, leases: &dyn LeaseStore, claims: &dyn ClaimStore) -> TickReport {
+        self.seed += 1;
+        let token = LeaseToken::generate("faults", &mut TestRng::new(self.seed));
+        self.last_token = Some(token.clone());
+        let ports = TickPorts {
+            leases,
+            claims,
+            source: &*self.source,
+            target: &*self.target,
+            clock: &*self.clock,
+            observer: &*self.observer,
+        };
+        tokio::time::timeout(TICK_BOUND, run_tick(&self.cfg, &self.keys, &ports, &token))
+            .await
+            .unwrap_or_else(|_| panic!("a tick MUST end: still running after {TICK_BOUND:?}"))
+    }
+
+    /// Tick (150 ms apart) until every message was submitted and the queue is empty;
+    /// the reports. Fails after `within`.
+    pub(crate) async fn drain_until_done(&mut self, within: Duration) -> Vec<TickReport> {
+        let deadline = Instant::now() + within;
+        let mut reports = Vec::new();
+        loop {
+            reports.push(self.tick().await);
+            if self.target.ids().len() >= self.ids.len()
+                && self.source.ready_len() == 0
+                && self.source.locked_len() == 0
+            {
+                return reports;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not drained within {within:?}: submitted {}/{}, ready {}; reports {reports:?}",
+                self.target.ids().len(),
+                self.ids.len(),
+                self.source.ready_len()
+            );
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    }
+
+    /// A tick on the recovered store takes and releases the lease (and finds nothing
+    /// left to drain).
+    pub(crate) async fn assert_lease_works(&mut self) {
+        let released = self.lease_ops(LeaseOp::Release, "released");
+        let r = self.tick().await;
+        assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
+        assert!(r.fence.is_some_and(|f| f >= 1), "{r:?}");
+        assert_eq!(stats(&r), (0, 0, 0, 0), "{r:?}");
+        assert_eq!(self.lease_ops(LeaseOp::Release, "released"), released + 1);
+    }
+
+    /// Every message was submitted exactly once (no loss, no duplicate).
+    #[track_caller]
+    pub(crate) fn assert_exactly_once(&self) {
+        let (mut got, mut expected) = (self.target.ids(), self.ids.clone());
+        got.sort();
+        expected.sort();
+        assert_eq!(got, expected, "every message submitted exactly once");
+        assert_eq!(self.source.completed().len(), self.ids.len(), "and completed at the source");
+    }
+
+    pub(crate) fn count(&self, pred: impl Fn(&Event<'static>) -> bool) -> usize {
+        self.observer.count(pred)
+    }
+
+    pub(crate) fn lease_ops(&self, op: LeaseOp, result: &str) -> usize {
+        self.count(|e| matches!(e, Event::LeaseOp { op: o, result: r } if *o == op && *r == result))
+    }
+
+    pub(crate) fn messages(&self, outcome: MessageOutcome) -> usize {
+        self.count(|e| matches!(e, Event::Message { outcome: o, .. } if *o == outcome))
+    }
+
+    pub(crate) fn ticks(&self, outcome: TickOutcome) -> usize {
+        self.count(|e| matches!(e, Event::Tick { outcome: o, .. } if *o == outcome))
+    }
+
+    /// Run `f` on a thread of its own (kept to be joined at the end).
+    pub(crate) fn spawn(&mut self, f: impl FnOnce() + Send + 'static) {
+        self.threads.push(std::thread::spawn(f));
+    }
+
+    pub(crate) fn join(&mut self) {
+        for t in self.threads.drain(..) {
+            t.join().expect("helper thread");
+        }
+    }
+}
+
+pub(crate) fn stats(r: &TickReport) -> (u64, u64, u64, u64) {
+    let s = r.stats.expect("a tick that ran has stats");
+    (s.received, s.submitted, s.duplicates, s.abandoned)
+}
+
+/// Retry a read until the store answers (the first call after a restart may find
+/// the old connection dead), at most 20 times.
+pub(crate) async fn answered<T, F: Future<Output = Result<T, PortError>>>(mut call: impl FnMut() -> F) -> T {
+    let mut last = None;
+    for _ in 0..20 {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) => {
+                assert!(e.is_temporary(), "{e}");
+                last = Some(e);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the store did not recover: {last:?}");
+}
+
+/// Which operation [`KillDuring`] interrupts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Acquire,
+    Release,
+    Claim,
+}
+
+/// Delegates to the store; the `nth` call of `op` goes out while the server is
+/// frozen, and the server is SIGKILLed 100 ms later, so the request is sent and its
+/// answer never comes: Redis dies *during* the operation.
+pub(crate) struct KillDuring {
+    store: RedisStore,
+    server: Server,
+    op: Op,
+    nth: usize,
+    seen: Mutex<BTreeMap<&'static str, usize>>,
+}
+
+impl KillDuring {
+    pub(crate) fn new(store: RedisStore, server: Server, op: Op, nth: usize) -> Self {
+        KillDuring { store, server, op, nth, seen: Mutex::new(BTreeMap::new()) }
+    }
+
+    async fn call<T>(&self, op: Op, fut: impl Future<Output = T>) -> T {
+        let n = {
+            let mut seen = lock(&self.seen);
+            let n = seen.entry(op_name(op)).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if op != self.op || n != self.nth {
+            return fut.await;
+        }
+        lock(&self.server).pause();
+        let server = self.server.clone();
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            lock(&server).kill();
+        });
+        let out = fut.await;
+        killer.join().expect("killer thread");
+        out
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Acquire => "acquire",
+        Op::Release => "release",
+        Op::Claim => "claim",
+    }
+}
+
+#[async_trait]
+impl LeaseStore for KillDuring {
+    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.call(Op::Acquire, self.store.acquire(key, token, ttl)).await
+    }
+    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+        self.call(Op::Release, self.store.release(key, token)).await
+    }
+    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.store.renew(key, token, ttl).await
+    }
+    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
+        self.store.peek(key).await
+    }
+    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+        self.store.peek_many(keys).await
+    }
+}
+
+#[async_trait]
+impl ClaimStore for KillDuring {
+    async fn claim_batch(
+        &self,
+        keys: &[String],
+        token: &LeaseToken,
+        pending_ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        self.call(Op::Claim, self.store.claim_batch(keys, token, pending_ttl)).await
+    }
+    async fn settle_batch(
+        &self,
+        settlements: &[Settlement],
+        token: &LeaseToken,
+        done_ttl: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        self.store.settle_batch(settlements, token, done_ttl).await
+    }
+}
+
+impl World {
+    /// As [`World::assert_exactly_once`] when redeliveries were pushed as well.
+    #[track_caller]
+    pub(crate) fn assert_exactly_once_allowing_redeliveries(&self) {
+        let mut got = self.target.ids();
+        got.sort();
+        assert_eq!(got, self.ids, "every message submitted exactly once");
+        assert_eq!(self.source.ready_len() + self.source.locked_len(), 0);
+    }
+}
