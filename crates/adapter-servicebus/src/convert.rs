@@ -119,12 +119,25 @@ fn property_value(v: SimpleValue) -> Option<PropertyValue> {
     })
 }
 
+/// Type tags for message ids that are not strings. The per-message claim is keyed on
+/// the id string, so the mapping must be injective: ulong `42` and the string `"42"`
+/// are different messages, and mapping both to `"42"` would complete one of them as a
+/// duplicate of the other without ever submitting it.
+const ID_TAGS: [&str; 4] = ["string:", "ulong:", "uuid:", "binary:"];
+
+/// An AMQP message id as the string drain keys its claim on: a string id as it is
+/// (the common case), other types tagged (`ulong:42`, `uuid:…`, `binary:<hex>`), and a
+/// string that happens to start with a tag escaped as `string:<id>`.
 fn id_string(id: MessageId) -> String {
     match id {
+        MessageId::String(s) if ID_TAGS.iter().any(|t| s.starts_with(t)) => format!("string:{s}"),
         MessageId::String(s) => s,
-        MessageId::Ulong(n) => n.to_string(),
-        MessageId::Uuid(u) => crate::lock::LockToken::from_bytes(u.into_inner()).to_string(),
-        MessageId::Binary(b) => b.iter().map(|byte| format!("{byte:02x}")).collect(),
+        MessageId::Ulong(n) => format!("ulong:{n}"),
+        MessageId::Uuid(u) => format!("uuid:{}", crate::lock::LockToken::from_bytes(u.into_inner())),
+        MessageId::Binary(b) => {
+            let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
+            format!("binary:{hex}")
+        }
     }
 }
 
@@ -136,6 +149,29 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    #[test]
+    fn ids_of_different_types_never_collide() {
+        use fe2o3_amqp::types::primitives::Binary;
+        let ids = [
+            MessageId::String("42".into()),
+            MessageId::Ulong(42),
+            MessageId::String("ulong:42".into()),
+            MessageId::String("string:ulong:42".into()),
+            MessageId::Binary(Binary::from(b"42".to_vec())),
+            MessageId::String("3432".into()),
+            MessageId::String("binary:3432".into()),
+            MessageId::Uuid(Uuid::from([7u8; 16])),
+        ];
+        let strings: Vec<String> = ids.iter().cloned().map(id_string).collect();
+        let mut unique = strings.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), strings.len(), "{strings:?}");
+        assert_eq!(strings[0], "42", "plain string ids are kept as they are");
+        assert_eq!(strings[1], "ulong:42");
+        assert_eq!(strings[2], "string:ulong:42");
+    }
 
     fn full() -> Message {
         let mut properties = BTreeMap::new();
@@ -202,12 +238,12 @@ mod tests {
         check(Body::Value(AmqpValue(Value::Int(5))), &[0x54, 5]);
 
         let id = |id: MessageId| received(Body::Empty, None, Some(id)).0.message_id.unwrap();
-        assert_eq!(id(MessageId::Ulong(42)), "42");
-        assert_eq!(id(MessageId::Binary(Binary::from(vec![0xab, 0x01]))), "ab01");
+        assert_eq!(id(MessageId::Ulong(42)), "ulong:42");
+        assert_eq!(id(MessageId::Binary(Binary::from(vec![0xab, 0x01]))), "binary:ab01");
         let uuid = Uuid::from([
             0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
         ]);
-        assert_eq!(id(MessageId::Uuid(uuid)), "00112233-4455-6677-8899-aabbccddeeff");
+        assert_eq!(id(MessageId::Uuid(uuid)), "uuid:00112233-4455-6677-8899-aabbccddeeff");
 
         let count = |header: Header| received(Body::Empty, Some(header), None).1;
         assert_eq!(count(Header { first_acquirer: true, ..Header::default() }), 0);
