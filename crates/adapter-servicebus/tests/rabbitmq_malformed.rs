@@ -1,0 +1,268 @@
+//! Bad input over the real RabbitMQ: messages a foreign producer may send (no message
+//! id, huge application properties, a binary or odd-typed body, an empty body, ids
+//! that are not strings) never crash the drain. The id-less one is dead-lettered,
+//! every other one reaches the target exactly once, and the source ends empty.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use adapter_servicebus::{AmqpSource, AmqpSubmitter, SourceOptions, SubmitterOptions};
+use async_trait::async_trait;
+use drain_core::PortError;
+use drain_core::ports::{
+    Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageSource, NoopObserver, PropertyValue,
+};
+use drain_core::testkit::{MemoryStore, TestRng};
+use drain_core::tick::{MISSING_ID_REASON, TickConfig, TickPorts, run_tick};
+use drain_core::{KeySpace, LeaseToken};
+use fe2o3_amqp::types::messaging::{
+    AmqpValue, ApplicationProperties, Batch, Body, Data, Message as AmqpMessage, MessageId, Properties,
+};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Uuid, Value};
+use fe2o3_amqp::{Connection, Sender, Session};
+use support::{Rabbit, RealClock, TestQueue, rabbit};
+
+/// Every wait of this test ends within this.
+const BOUND: Duration = Duration::from_secs(60);
+
+/// One malformed message: what is sent, and what drain-core should see of it.
+struct Case {
+    id: Option<MessageId>,
+    properties: BTreeMap<String, String>,
+    body: Body<Value>,
+    /// The body drain-core sees (and submits).
+    want_body: Vec<u8>,
+}
+
+impl Case {
+    fn new(id: Option<MessageId>, body: Body<Value>, want_body: &[u8]) -> Case {
+        Case { id, properties: BTreeMap::new(), body, want_body: want_body.to_vec() }
+    }
+
+    fn amqp(&self) -> AmqpMessage<Body<Value>> {
+        let application_properties = (!self.properties.is_empty()).then(|| {
+            let mut map = ApplicationProperties::default();
+            for (k, v) in &self.properties {
+                map.0.insert(k.clone(), SimpleValue::String(v.clone()));
+            }
+            map
+        });
+        AmqpMessage {
+            header: None,
+            delivery_annotations: None,
+            message_annotations: None,
+            properties: Some(Properties { message_id: self.id.clone(), ..Properties::default() }),
+            application_properties,
+            body: self.body.clone(),
+            footer: None,
+        }
+    }
+
+    fn want_properties(&self) -> BTreeMap<String, PropertyValue> {
+        self.properties.iter().map(|(k, v)| (k.clone(), PropertyValue::String(v.clone()))).collect()
+    }
+}
+
+fn data(bytes: &[u8]) -> Body<Value> {
+    Body::Data(Batch::new(vec![Data(Binary::from(bytes.to_vec()))]))
+}
+
+/// The malformed messages, keyed by the id drain-core gives them on the target: the
+/// drain submits the adapter's id string (`ulong:42`), which the collector, reading a
+/// string id that starts with a type tag, escapes as `string:ulong:42`.
+fn cases() -> (Case, BTreeMap<String, Case>) {
+    let no_id = Case::new(None, data(b"I have no id"), b"I have no id");
+    let mut many = Case::new(Some(MessageId::String("many-properties".into())), data(b"many"), b"many");
+    for i in 0..200 {
+        many.properties.insert(format!("p{i:03}"), format!("{i:03}").repeat(342)[..1024].to_owned());
+    }
+    let mut huge = Case::new(Some(MessageId::String("huge-property".into())), data(b"huge"), b"huge");
+    huge.properties.insert("huge".into(), "x".repeat(256 * 1024));
+    // A map, not a list: RabbitMQ 3.10's AMQP 1.0 plugin ends the session on an
+    // amqp-value list (`badarg` in `amqp10_framing:fill_from_list`).
+    let mut map = fe2o3_amqp::types::primitives::OrderedMap::new();
+    map.insert(Value::String("n".into()), Value::Int(5));
+    map.insert(Value::Symbol("none".into()), Value::Null);
+    map.insert(Value::Ulong(7), Value::Uuid(Uuid::from([9; 16])));
+    let odd_value = Value::Map(map);
+    let odd_bytes = serde_amqp::to_vec(&odd_value).expect("encode");
+    let uuid = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff];
+    let others = [
+        ("many-properties", many),
+        ("huge-property", huge),
+        (
+            "non-utf8-body",
+            Case::new(
+                Some(MessageId::String("non-utf8-body".into())),
+                data(&[0xff, 0xfe, 0, 0xc3, 0x28]),
+                &[0xff, 0xfe, 0, 0xc3, 0x28],
+            ),
+        ),
+        (
+            "odd-value",
+            Case::new(Some(MessageId::String("odd-value".into())), Body::Value(AmqpValue(odd_value)), &odd_bytes),
+        ),
+        ("empty-body", Case::new(Some(MessageId::String("empty-body".into())), Body::Empty, b"")),
+        ("empty-data", Case::new(Some(MessageId::String("empty-data".into())), data(b""), b"")),
+        ("string:ulong:42", Case::new(Some(MessageId::Ulong(42)), data(b"ulong id"), b"ulong id")),
+        (
+            "string:uuid:00112233-4455-6677-8899-aabbccddeeff",
+            Case::new(Some(MessageId::Uuid(Uuid::from(uuid))), data(b"uuid id"), b"uuid id"),
+        ),
+        (
+            "string:binary:deadbeef00ff",
+            Case::new(
+                Some(MessageId::Binary(Binary::from(vec![0xde, 0xad, 0xbe, 0xef, 0x00, 0xff]))),
+                data(b"binary id"),
+                b"binary id",
+            ),
+        ),
+    ];
+    (no_id, others.into_iter().map(|(k, c)| (k.to_owned(), c)).collect())
+}
+
+/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted.
+async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
+    let mut conn = Connection::builder()
+        .container_id(support::unique_name())
+        .hostname(r.addr.ip().to_string().as_str())
+        .open(r.base.as_str())
+        .await
+        .expect("connect");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let mut sender =
+        Sender::attach(&mut session, support::unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    for m in messages {
+        let outcome = sender.send(m).await.expect("send");
+        assert!(outcome.is_accepted(), "the broker accepts the message: {outcome:?}");
+    }
+    // As the harness does: RabbitMQ answers a link close with a detach.
+    let _ = sender.detach().await;
+    let _ = session.end().await;
+    let _ = conn.close().await;
+}
+
+/// The adapter's source, recording the reason of every dead-letter (RabbitMQ keeps
+/// only its own `x-death` reason, `rejected`, on the dead-lettered message).
+struct Recording {
+    inner: AmqpSource,
+    reasons: Mutex<Vec<(String, String)>>,
+}
+
+#[async_trait]
+impl MessageSource for Recording {
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
+        self.inner.receive(max, max_wait).await
+    }
+
+    async fn complete(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.inner.complete(handle).await
+    }
+
+    async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.inner.abandon(handle).await
+    }
+
+    async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
+        self.reasons.lock().expect("reasons").push((reason.to_owned(), description.to_owned()));
+        self.inner.dead_letter(handle, reason, description).await
+    }
+
+    async fn renew_lock(&self, handle: DeliveryHandle) -> Result<Duration, PortError> {
+        self.inner.renew_lock(handle).await
+    }
+}
+
+/// Everything on `queue` (completed), bounded.
+async fn take_all(r: &Rabbit, queue: &str) -> Vec<Message> {
+    let source = AmqpSource::connect(r.endpoint(queue, None), SourceOptions::default()).await.expect("collector");
+    let mut all = Vec::new();
+    for _ in 0..100 {
+        let got = source.receive(64, Duration::from_millis(500)).await.expect("receive");
+        if got.is_empty() {
+            break;
+        }
+        for d in got {
+            source.complete(d.handle).await.expect("complete");
+            all.push(d.message);
+        }
+    }
+    source.close().await.expect("close collector");
+    all
+}
+
+async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
+    let source_q = TestQueue::declare(&r, None, true).await;
+    let target_q = TestQueue::declare(&r, None, false).await;
+    let dlq = source_q.dlq.clone().expect("dlq");
+    let (no_id, others) = cases();
+    let sent: Vec<_> = std::iter::once(&no_id).chain(others.values()).map(Case::amqp).collect();
+    let n = sent.len() as u64;
+    send_raw(&r, &source_q.name, sent).await;
+    assert_eq!(source_q.ready(&source_q.name), n);
+
+    let source = AmqpSource::connect(r.endpoint(&source_q.name, None), SourceOptions::default()).await.unwrap();
+    let source = Recording { inner: source, reasons: Mutex::new(Vec::new()) };
+    let target = AmqpSubmitter::connect(r.endpoint(&target_q.name, None), SubmitterOptions::default()).await.unwrap();
+    let clock = Arc::new(RealClock::new());
+    let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+    let mut cfg = TickConfig::new(&source_q.name);
+    cfg.concurrency = 4;
+    cfg.max_wait = Duration::from_millis(500);
+    let ports = TickPorts {
+        leases: &store,
+        claims: &store,
+        source: &source,
+        target: &target,
+        clock: &*clock,
+        observer: &NoopObserver,
+    };
+    let token = LeaseToken::generate("drain-test", &mut TestRng::new(6));
+    let report = run_tick(&cfg, &KeySpace::new(support::unique_name()), &ports, &token).await;
+    eprintln!("{report:?}");
+    assert_eq!(report.error, None);
+    let stats = report.stats.expect("stats");
+    assert_eq!(
+        (stats.received, stats.submitted, stats.dead_lettered, stats.duplicates, stats.abandoned, stats.settle_errors),
+        (n, n - 1, 1, 0, 0, 0),
+        "{stats:?}"
+    );
+    let reasons = source.reasons.lock().expect("reasons").clone();
+    assert_eq!(reasons.len(), 1, "one dead-letter: {reasons:?}");
+    assert_eq!(reasons[0].0, MISSING_ID_REASON);
+    assert!(!reasons[0].1.is_empty(), "with a description");
+
+    assert!(source.receive(10, Duration::from_millis(300)).await.unwrap().is_empty(), "the source ends empty");
+    assert_eq!(source_q.ready(&source_q.name), 0);
+    source.inner.close().await.unwrap();
+    target.close().await.unwrap();
+
+    let dead = take_all(&r, &dlq).await;
+    assert_eq!(dead.len(), 1, "only the id-less message is dead-lettered");
+    assert_eq!((dead[0].message_id.as_deref(), dead[0].body.as_slice()), (None, no_id.want_body.as_slice()));
+
+    let delivered = take_all(&r, &target_q.name).await;
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    for m in &delivered {
+        let id = m.message_id.clone().expect("every submitted message has an id");
+        *seen.entry(id.clone()).or_insert(0) += 1;
+        let case = others.get(&id).unwrap_or_else(|| panic!("unexpected id {id:?} on the target"));
+        assert_eq!(m.body, case.want_body, "{id}: body");
+        assert_eq!(m.properties, case.want_properties(), "{id}: application properties");
+    }
+    let want: BTreeMap<String, u32> = others.keys().map(|k| (k.clone(), 1)).collect();
+    assert_eq!(seen, want, "each malformed message reaches the target exactly once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_messages_are_submitted_once_or_dead_lettered() {
+    let Some(r) = rabbit("malformed") else { return };
+    tokio::time::timeout(BOUND, malformed_messages_never_crash_the_drain(r)).await.expect("bounded");
+}
