@@ -6,7 +6,7 @@
 //!
 //! (drain-app's own redaction of connection strings is in a binary crate and cannot be
 //! linked here; its cases are unit tests in `crates/drain-app/src/config/redact.rs`.
-//! The AMQP connection-string parser of adapter-servicebus is not fuzzed yet.)
+//! The AMQP parser has its own target, `amqp_endpoint`.)
 #![no_main]
 
 use adapter_redis::{RedisConfig, redact_url};

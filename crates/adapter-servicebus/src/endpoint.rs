@@ -339,12 +339,16 @@ fn parse_url(input: &str) -> Result<ParsedEndpoint, PortError> {
     if rest.contains('#') {
         return Err(config_error("amqp URL: a '#' fragment is not allowed (percent-encode '#' in a password as %23)"));
     }
-    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = before_query.split_once('/').unwrap_or((before_query, ""));
-    let (userinfo, hostport) = match authority.rsplit_once('@') {
-        Some((userinfo, hostport)) => (Some(userinfo), hostport),
-        None => (None, authority),
+    // Everything before the last '@' is user info, so an unencoded '/', '?' or ':' in
+    // a user name or password cannot end the authority early and push credentials
+    // into the host, port or path, which errors echo. (An '@' elsewhere, e.g. in a
+    // vhost, must be percent-encoded as %40.)
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((userinfo, rest)) => (Some(userinfo), rest),
+        None => (None, rest),
     };
+    let (before_query, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (hostport, path) = before_query.split_once('/').unwrap_or((before_query, ""));
     let credentials = match userinfo {
         None => Credentials::Anonymous,
         Some(userinfo) => {

@@ -157,6 +157,11 @@ fn amqp_urls() {
         0,
     );
     check("amqp://u:p@ss@rabbit/q", amqp("rabbit", 5672, false, Some(("u", "p@ss")), Some("q")), 0);
+    // Unencoded '/', '?' and ':' in the user info stay in it (everything before the
+    // last '@'); found by the amqp_endpoint fuzz target, where a '/' in the user name
+    // pushed the password into the path, which an error echoed.
+    check("amqp://u:pa/ss?x@rabbit/q", amqp("rabbit", 5672, false, Some(("u", "pa/ss?x")), Some("q")), 0);
+    check("amqp://us/er:pw@rabbit:5673/q", amqp("rabbit", 5673, false, Some(("us/er", "pw")), Some("q")), 0);
     check("amqp://user@rabbit/q", amqp("rabbit", 5672, false, Some(("user", "")), Some("q")), 0);
     check("amqp://[::1]:5673/q", amqp("::1", 5673, false, None, Some("q")), 0);
     let mut with_vhost = amqp("rabbit", 5672, false, Some(("u", "p")), Some("q"));
@@ -176,6 +181,8 @@ fn bad_amqp_urls() {
     check_err("amqp://u:s3%ffcret@rabbit/q", "password is not valid");
     check_err("amqp://u:s3cret#x@rabbit/q", "fragment");
     check_err("amqp://u:s3cret@[::1/q", "unclosed '['");
+    check_err("amqp://a/b:s3cret@rabbit/x/y", "one queue name");
+    check_err("amqp://u/:s3cret/@rabbit:99999/q", "port \"99999\"");
 }
 
 #[test]
