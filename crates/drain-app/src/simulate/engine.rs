@@ -161,14 +161,12 @@ impl<'a> Fleet<'a> {
         let now = Time::from_millis(self.now);
         match ev {
             Ev::Arrival(n) => {
-                let a = self.w.arrivals[n as usize];
-                let items = &self.w.work_ms[a.first_item as usize..][..a.items as usize];
-                self.backlog[a.owner as usize].extend(items.iter().map(|&work| (a.at, work)));
-                for d in &self.w.deliveries[a.first_delivery as usize..][..a.deliveries as usize] {
-                    self.at(a.at + u64::from(d.delay), Ev::Deliver { inst: d.instance, owner: a.owner });
+                let (deliveries, next) = self.w.arrive(n, &mut self.backlog);
+                for (at, inst, owner) in deliveries {
+                    self.at(at, Ev::Deliver { inst, owner });
                 }
-                if let Some(next) = self.w.arrivals.get(n as usize + 1) {
-                    self.at(next.at, Ev::Arrival(n + 1));
+                if let Some(at) = next {
+                    self.at(at, Ev::Arrival(n + 1));
                 }
             }
             Ev::Deliver { inst, owner } => {

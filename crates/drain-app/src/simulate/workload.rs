@@ -1,6 +1,8 @@
 //! The request stream, drawn once from the seed so that every policy faces exactly the
 //! same arrivals, deliveries and per-item work.
 
+use std::collections::VecDeque;
+
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
@@ -96,6 +98,23 @@ fn item_ms(rng: &mut SmallRng, sc: &Scenario) -> u32 {
 }
 
 impl Workload {
+    /// Arrival `n` happens: its items join its owner's backlog, stamped with the
+    /// arrival time. Returns its request's deliveries as `(at, instance, owner)` and
+    /// the time of the next arrival, for the caller to schedule in its own agenda.
+    pub(crate) fn arrive<'w>(
+        &'w self,
+        n: u32,
+        backlog: &mut [VecDeque<(u64, u32)>],
+    ) -> (impl Iterator<Item = (u64, u16, u32)> + 'w, Option<u64>) {
+        let a = self.arrivals[n as usize];
+        let items = &self.work_ms[a.first_item as usize..][..a.items as usize];
+        backlog[a.owner as usize].extend(items.iter().map(|&work| (a.at, work)));
+        let deliveries = self.deliveries[a.first_delivery as usize..][..a.deliveries as usize]
+            .iter()
+            .map(move |d| (a.at + u64::from(d.delay), d.instance, a.owner));
+        (deliveries, self.arrivals.get(n as usize + 1).map(|next| next.at))
+    }
+
     /// Draw the workload of `sc` from `seed`.
     pub(crate) fn generate(sc: &Scenario, seed: u64) -> Workload {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5EED_F1EE7);
