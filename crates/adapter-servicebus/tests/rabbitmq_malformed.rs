@@ -26,7 +26,15 @@ use fe2o3_amqp::{Connection, Sender, Session};
 use support::{Rabbit, RealClock, TestQueue, rabbit};
 
 /// Every wait of this test ends within this.
-const BOUND: Duration = Duration::from_secs(60);
+const BOUND: Duration = Duration::from_secs(90);
+/// Each step of the test ends within this, and a step that does not names itself.
+const STEP: Duration = Duration::from_secs(30);
+
+/// Await `fut` within [`STEP`]; a step that hangs fails with its name.
+async fn step<T>(name: &str, fut: impl Future<Output = T>) -> T {
+    eprintln!("step: {name}");
+    tokio::time::timeout(STEP, fut).await.unwrap_or_else(|_| panic!("step `{name}` did not end within {STEP:?}"))
+}
 
 /// One malformed message: what is sent, and what drain-core should see of it.
 struct Case {
@@ -139,10 +147,12 @@ async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>
         let outcome = sender.send(m).await.expect("send");
         assert!(outcome.is_accepted(), "the broker accepts the message: {outcome:?}");
     }
-    // As the harness does: RabbitMQ answers a link close with a detach.
-    let _ = sender.detach().await;
-    let _ = session.end().await;
-    let _ = conn.close().await;
+    // As the harness does: RabbitMQ answers a link close with a detach. The teardown
+    // is best effort and bounded: the messages are already accepted.
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, sender.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
 }
 
 /// The adapter's source, recording the reason of every dead-letter (RabbitMQ keeps
@@ -199,18 +209,26 @@ async fn take_all(r: &Rabbit, queue: &str) -> Vec<Message> {
 }
 
 async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
-    let source_q = TestQueue::declare(&r, None, true).await;
-    let target_q = TestQueue::declare(&r, None, false).await;
+    let source_q = step("declare the source", TestQueue::declare(&r, None, true)).await;
+    let target_q = step("declare the target", TestQueue::declare(&r, None, false)).await;
     let dlq = source_q.dlq.clone().expect("dlq");
     let (no_id, others) = cases();
     let sent: Vec<_> = std::iter::once(&no_id).chain(others.values()).map(Case::amqp).collect();
     let n = sent.len() as u64;
-    send_raw(&r, &source_q.name, sent).await;
+    step("send the malformed messages", send_raw(&r, &source_q.name, sent)).await;
     assert_eq!(source_q.ready(&source_q.name), n);
 
-    let source = AmqpSource::connect(r.endpoint(&source_q.name, None), SourceOptions::default()).await.unwrap();
+    let source =
+        step("connect the source", AmqpSource::connect(r.endpoint(&source_q.name, None), SourceOptions::default()))
+            .await
+            .unwrap();
     let source = Recording { inner: source, reasons: Mutex::new(Vec::new()) };
-    let target = AmqpSubmitter::connect(r.endpoint(&target_q.name, None), SubmitterOptions::default()).await.unwrap();
+    let target = step(
+        "connect the target",
+        AmqpSubmitter::connect(r.endpoint(&target_q.name, None), SubmitterOptions::default()),
+    )
+    .await
+    .unwrap();
     let clock = Arc::new(RealClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let mut cfg = TickConfig::new(&source_q.name);
@@ -225,7 +243,7 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
         observer: &NoopObserver,
     };
     let token = LeaseToken::generate("drain-test", &mut TestRng::new(6));
-    let report = run_tick(&cfg, &KeySpace::new(support::unique_name()), &ports, &token).await;
+    let report = step("run the tick", run_tick(&cfg, &KeySpace::new(support::unique_name()), &ports, &token)).await;
     eprintln!("{report:?}");
     assert_eq!(report.error, None);
     let stats = report.stats.expect("stats");
@@ -239,16 +257,17 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
     assert_eq!(reasons[0].0, MISSING_ID_REASON);
     assert!(!reasons[0].1.is_empty(), "with a description");
 
-    assert!(source.receive(10, Duration::from_millis(300)).await.unwrap().is_empty(), "the source ends empty");
+    let rest = step("receive the rest", source.receive(10, Duration::from_millis(300))).await.unwrap();
+    assert!(rest.is_empty(), "the source ends empty");
     assert_eq!(source_q.ready(&source_q.name), 0);
-    source.inner.close().await.unwrap();
-    target.close().await.unwrap();
+    step("close the source", source.inner.close()).await.unwrap();
+    step("close the target", target.close()).await.unwrap();
 
-    let dead = take_all(&r, &dlq).await;
+    let dead = step("collect the dead letters", take_all(&r, &dlq)).await;
     assert_eq!(dead.len(), 1, "only the id-less message is dead-lettered");
     assert_eq!((dead[0].message_id.as_deref(), dead[0].body.as_slice()), (None, no_id.want_body.as_slice()));
 
-    let delivered = take_all(&r, &target_q.name).await;
+    let delivered = step("collect the target", take_all(&r, &target_q.name)).await;
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     for m in &delivered {
         let id = m.message_id.clone().expect("every submitted message has an id");

@@ -173,9 +173,11 @@ async fn declare_queue(rabbit: &Rabbit, vhost: Option<&str>, queue: &str) {
         .expect("connect to declare");
     let mut session = Session::begin(&mut conn).await.expect("session");
     let sender = Sender::attach(&mut session, unique_name(), format!("/queue/{queue}")).await.expect("declare queue");
-    let _ = sender.detach().await;
-    let _ = session.end().await;
-    let _ = conn.close().await;
+    // The queue exists once the attach succeeded; the teardown is best effort, bounded.
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, sender.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
 }
 
 /// A vhost of this test only, with full rights for the test user; deleted on drop.
