@@ -43,6 +43,12 @@ impl Observer for LogObserver {
                     "settling a message at the source failed; its lock will expire and it is redelivered"
                 );
             }
+            Event::Message { queue, outcome: MessageOutcome::ClaimSettleFailed, .. } => {
+                tracing::warn!(
+                    queue,
+                    "settling a message's claim failed; it stays pending until the pending TTL (no second submit)"
+                );
+            }
             Event::RetryOverflow => tracing::warn!("owner retry timers at the cap; intent handed back"),
             _ => {}
         }

@@ -74,6 +74,9 @@ pub enum MessageOutcome {
     DeadLettered,
     /// Completing, abandoning or dead-lettering at the source failed.
     SettleFailed,
+    /// Settling the message's claim (mark done, or release) failed: the `pending`
+    /// claim stays until the pending TTL, so a redelivery waits that long.
+    ClaimSettleFailed,
     /// The tick stopped (lease lost) before the message was processed: abandoned.
     Cancelled,
 }
@@ -90,6 +93,7 @@ impl MessageOutcome {
             MessageOutcome::SubmitFailed => "submit_failed",
             MessageOutcome::DeadLettered => "dead_lettered",
             MessageOutcome::SettleFailed => "settle_failed",
+            MessageOutcome::ClaimSettleFailed => "claim_settle_failed",
             MessageOutcome::Cancelled => "cancelled",
         }
     }

@@ -512,6 +512,56 @@ fn source_error_ends_the_drain_and_releases() {
     assert_eq!(h.lease_value(), None);
 }
 
+/// A failed claim settlement is counted and reported, and costs no second submit:
+/// the completed messages are gone from the source, their claims stay `pending`
+/// until the pending TTL.
+#[test]
+fn claim_settle_error_is_counted_and_submits_nothing_twice() {
+    struct FailSettle(Arc<MemoryStore>);
+    #[async_trait]
+    impl ClaimStore for FailSettle {
+        async fn claim_batch(
+            &self,
+            keys: &[String],
+            token: &LeaseToken,
+            ttl: Duration,
+        ) -> Result<Vec<drain_core::ports::ClaimState>, PortError> {
+            self.0.claim_batch(keys, token, ttl).await
+        }
+        async fn settle_batch(
+            &self,
+            _: &[drain_core::ports::Settlement],
+            _: &LeaseToken,
+            _: Duration,
+        ) -> Result<Vec<drain_core::ports::SettleResult>, PortError> {
+            Err(PortError::new(ErrorKind::Connection, "settle refused by the test"))
+        }
+    }
+    let mut h = Harness::new();
+    h.feed(&["a", "b", "c"]);
+    let claims = FailSettle(h.store.clone());
+    let token = h.token();
+    let ports = TickPorts {
+        leases: &*h.store,
+        claims: &claims,
+        source: &*h.source,
+        target: &*h.target,
+        clock: &*h.clock,
+        observer: &h.observer,
+    };
+    let r = block_on(&h.clock, run_tick(&h.cfg, &h.keys, &ports, &token));
+    assert_eq!(stats(&r), (3, 3, 0, 0, 0), "submitted and completed once each");
+    assert_eq!(r.stats.expect("stats").claim_settle_errors, 3);
+    assert_eq!(h.messages(MessageOutcome::ClaimSettleFailed), 3);
+    let json = serde_json::to_string(&r).expect("json");
+    assert!(json.contains("\"claim_settle_errors\":3"), "{json}");
+    assert_eq!(h.target.attempts(), 3);
+    assert_eq!(h.source.ready_len(), 0, "nothing comes back to be submitted again");
+    let pending = h.keys.message_claim("requests", "a");
+    let held = block_on(&h.clock, h.store.peek(&pending)).expect("peek").expect("the claim stays");
+    assert!(held.value.starts_with("pending:"), "{}", held.value);
+}
+
 #[test]
 fn release_error_is_counted_and_the_ttl_frees_the_lease() {
     let mut h = Harness::new();

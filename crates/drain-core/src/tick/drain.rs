@@ -167,10 +167,16 @@ impl Drain<'_> {
                 },
             })
             .collect();
-        if !settlements.is_empty() {
-            // An error here leaves pending claims that expire after the pending TTL;
-            // completed messages stay completed, abandoned ones wait out the claim.
-            let _ = self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await;
+        if !settlements.is_empty()
+            && self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await.is_err()
+        {
+            // The claims stay pending until the pending TTL: completed messages stay
+            // completed (never submitted twice), abandoned ones wait out the claim.
+            // Counted and reported, never silent.
+            stats.claim_settle_errors += settlements.len() as u64;
+            for _ in &settlements {
+                self.observe(MessageOutcome::ClaimSettleFailed, mode);
+            }
         }
 
         // 5. Settle at the source.

@@ -35,6 +35,11 @@ pub struct DrainStats {
     /// redelivered; its claim prevents a second submit).
     #[serde(skip_serializing_if = "is_zero")]
     pub settle_errors: u64,
+    /// Claims whose settlement (mark done or release) failed: they stay `pending`
+    /// until the pending TTL. A completed message is not redelivered, so nothing is
+    /// submitted twice; an abandoned one waits out the TTL before it is taken again.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub claim_settle_errors: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
