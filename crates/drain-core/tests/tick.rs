@@ -216,7 +216,7 @@ fn contended_tick_skips_without_receive_or_release() {
 fn lease_store_error_fails_open() {
     let mut h = Harness::new();
     h.cfg.atomic_claim = Switch::Off;
-    h.store.set_failing(Some(ErrorKind::Timeout));
+    h.store.set_failing(Some(ErrorKind::Connection));
     h.feed(&["a", "b", "c"]);
     let r = h.tick();
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
@@ -227,6 +227,66 @@ fn lease_store_error_fails_open() {
     assert_eq!(h.store.calls().get("release"), None, "nothing acquired, nothing released");
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains(r#""lease":"fail_open""#), "{json}");
+}
+
+/// A timed-out acquire may still land (the server ran it after the client gave up):
+/// the tick fails open, then releases with its own token, so the next tick is not
+/// skipped for a whole TTL by a lease nobody holds.
+#[test]
+fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
+    struct LateAcquire(Arc<MemoryStore>);
+    #[async_trait]
+    impl LeaseStore for LateAcquire {
+        async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+            let _ = self.0.acquire(k, t, ttl).await;
+            Err(PortError::new(ErrorKind::Timeout, "no answer in time (the test let it land)"))
+        }
+        async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
+            self.0.release(k, t).await
+        }
+        async fn renew(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+            self.0.renew(k, t, ttl).await
+        }
+        async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
+            self.0.peek(k).await
+        }
+        async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+            self.0.peek_many(k).await
+        }
+    }
+    fn late_tick(h: &mut Harness) -> TickReport {
+        let leases = LateAcquire(h.store.clone());
+        let token = h.token();
+        let ports = TickPorts {
+            leases: &leases,
+            claims: &*h.store,
+            source: &*h.source,
+            target: &*h.target,
+            clock: &*h.clock,
+            observer: &h.observer,
+        };
+        block_on(&h.clock, run_tick(&h.cfg, &h.keys, &ports, &token))
+    }
+    let mut h = Harness::new();
+    h.feed(&["a", "b"]);
+    let r = late_tick(&mut h);
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
+    assert_eq!(stats(&r), (2, 2, 0, 0, 0), "fail open: drained");
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.lease_value(), None, "the late lease is gone");
+    h.feed(&["c"]);
+    let r = h.tick();
+    assert_eq!((r.lease, stats(&r)), (Some(LeaseStatus::Held), (1, 1, 0, 0, 0)), "the next tick is not skipped");
+
+    // A timed-out acquire that did not land: the release finds nothing of ours.
+    h.feed(&["d"]);
+    let other = LeaseToken::generate("other", &mut TestRng::new(99));
+    block_on(&h.clock, h.store.acquire(&h.lease_key(), &other, Duration::from_secs(60))).expect("other holder");
+    let before = h.lease_value();
+    let r = late_tick(&mut h);
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.lease_value(), before, "another holder's lease is untouched");
 }
 
 #[test]

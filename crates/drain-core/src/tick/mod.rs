@@ -6,6 +6,8 @@
 //! lease On ─► acquire ─┬─ Acquired{fence} ─► drain ∥ renew every TTL/3 ─► release ─► report {"lease":"held","fence":n}
 //!                      ├─ Held ────────────► report {"skipped":"locked"}   (no receive, no release)
 //!                      └─ Err ─────────────► drain ─► report {"lease":"fail_open"}
+//!                         (a timeout: the acquire may have landed late, so a
+//!                          best-effort release with this tick's token follows the drain)
 //! ```
 //!
 //! The release runs on every path that ends the drain: success, a source error,
@@ -25,6 +27,7 @@ use futures::future::{Either, select};
 pub use drain::MISSING_ID_REASON;
 pub use report::{DrainStats, LeaseStatus, TickReport};
 
+use crate::error::ErrorKind;
 use crate::event::{Event, LeaseOp, TickOutcome};
 use crate::keys::{KeySpace, LeaseKey};
 use crate::ports::{Acquire, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, Submitter};
@@ -124,13 +127,15 @@ pub async fn run_tick_until(
         ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, duration });
     };
 
-    let (status, fence, acquired) = match mode {
-        Switch::Off => (LeaseStatus::Off, None, false),
+    // `timed_out`: the acquire got no answer in time, so it may still have taken the
+    // lease with our token (a request is not withdrawn by a client timeout).
+    let (status, fence, acquired, timed_out) = match mode {
+        Switch::Off => (LeaseStatus::Off, None, false, false),
         Switch::On | Switch::Shadow => match ports.leases.acquire(&key, token, cfg.lease_ttl).await {
             Ok(Acquire::Acquired { fence }) => {
                 lease_op(ports, LeaseOp::Acquire, "acquired");
                 let status = if mode.enforces() { LeaseStatus::Held } else { LeaseStatus::ShadowAcquired };
-                (status, Some(fence), true)
+                (status, Some(fence), true, false)
             }
             Ok(Acquire::Held { .. }) => {
                 lease_op(ports, LeaseOp::Acquire, "held");
@@ -138,11 +143,11 @@ pub async fn run_tick_until(
                     finish(TickOutcome::SkippedLocked);
                     return TickReport::skipped_locked(&cfg.queue);
                 }
-                (LeaseStatus::ShadowWouldSkip, None, false)
+                (LeaseStatus::ShadowWouldSkip, None, false, false)
             }
-            Err(_) => {
+            Err(e) => {
                 lease_op(ports, LeaseOp::Acquire, "error");
-                (LeaseStatus::FailOpen, None, false)
+                (LeaseStatus::FailOpen, None, false, e.kind == ErrorKind::Timeout)
             }
         },
     };
@@ -170,7 +175,10 @@ pub async fn run_tick_until(
         drain_fut.await
     };
 
-    if acquired {
+    // After a timed-out acquire, a best-effort release with this tick's token: if the
+    // acquire landed late, the lease no tick holds is freed now instead of skipping
+    // every tick until its TTL; if it did not, the compare-and-delete touches nothing.
+    if acquired || timed_out {
         match ports.leases.release(&key, token).await {
             Ok(Release::Released) => lease_op(ports, LeaseOp::Release, "released"),
             Ok(Release::NotOwner) => lease_op(ports, LeaseOp::Release, "not_owner"),
