@@ -2,14 +2,19 @@
 
 use std::borrow::Borrow;
 use std::fmt;
+use std::sync::Arc;
 
 /// The name of one owner whose drain work the scheduler admits (a projection owner, a
 /// tenant, a partition: whatever the embedder drains one at a time).
 ///
 /// Compared, hashed and ordered as its string, so `HashMap<OwnerId, _>` can be looked
 /// up with a `&str` through [`Borrow`].
+///
+/// The name is shared (`Arc<str>`): cloning an `OwnerId` — into a request, the
+/// scheduler's queues, a launch — counts a reference and never allocates; only
+/// making one from a name does.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OwnerId(String);
+pub struct OwnerId(Arc<str>);
 
 impl OwnerId {
     /// The owner's name.
@@ -21,19 +26,19 @@ impl OwnerId {
     /// The owner's name, by value.
     #[must_use]
     pub fn into_string(self) -> String {
-        self.0
+        self.0.as_ref().to_owned()
     }
 }
 
 impl From<&str> for OwnerId {
     fn from(name: &str) -> Self {
-        OwnerId(name.to_owned())
+        OwnerId(Arc::from(name))
     }
 }
 
 impl From<String> for OwnerId {
     fn from(name: String) -> Self {
-        OwnerId(name)
+        OwnerId(Arc::from(name))
     }
 }
 
