@@ -61,8 +61,14 @@ pub struct Scheduler<R> {
     owners: HashMap<OwnerId, Slot, Fixed>,
     fifo: VecDeque<OwnerId>,
     ready: VecDeque<OwnerId>,
-    /// Outstanding peek batches, by id (issue order).
-    batches: BTreeMap<u64, Vec<OwnerId>>,
+    /// Outstanding peek batches, by id, in issue order (ids only grow, so the deque
+    /// stays sorted). A deque and recycled vectors, not a map of fresh ones: a
+    /// steady-state peek allocates nothing inside the scheduler.
+    batches: VecDeque<(u64, Vec<OwnerId>)>,
+    /// Emptied batch vectors, kept for the next batch.
+    spare: Vec<Vec<OwnerId>>,
+    /// Scratch for `on_peek`: the batches one answer named.
+    answered: Vec<u64>,
     /// Pending retry timers, by deadline then arming order.
     timers: BTreeMap<(Time, u64), OwnerId>,
     handoffs: VecDeque<OwnerId>,
@@ -89,7 +95,9 @@ impl<R: Rng> Scheduler<R> {
             owners: HashMap::default(),
             fifo: VecDeque::new(),
             ready: VecDeque::new(),
-            batches: BTreeMap::new(),
+            batches: VecDeque::new(),
+            spare: Vec::new(),
+            answered: Vec::new(),
             timers: BTreeMap::new(),
             handoffs: VecDeque::new(),
             events: VecDeque::new(),
@@ -190,7 +198,8 @@ impl<R: Rng> Scheduler<R> {
     /// lets several batches be in flight at once.
     pub fn on_peek(&mut self, now: Time, results: Vec<(OwnerId, PeekResult)>) {
         let now = self.observe(now);
-        let mut answered = Vec::new();
+        let mut answered = std::mem::take(&mut self.answered);
+        answered.clear();
         for (owner, result) in results {
             if let Some(Place::Peeking { batch }) = self.place_of(&owner) {
                 answered.push(batch);
@@ -199,13 +208,17 @@ impl<R: Rng> Scheduler<R> {
         }
         answered.sort_unstable();
         answered.dedup();
-        for batch in answered {
-            for owner in self.batches.remove(&batch).unwrap_or_default() {
+        for &batch in &answered {
+            let Ok(at) = self.batches.binary_search_by_key(&batch, |(id, _)| *id) else { continue };
+            let Some((_, mut owners)) = self.batches.remove(at) else { continue };
+            for owner in owners.drain(..) {
                 if self.place_of(&owner) == Some(Place::Peeking { batch }) {
                     self.settle_peek(now, owner, PeekResult::Error);
                 }
             }
+            self.spare.push(owners);
         }
+        self.answered = answered;
         self.gauges();
     }
 
@@ -373,7 +386,7 @@ impl<R: Rng> Scheduler<R> {
         );
         pending.extend(self.handoffs.drain(..));
         pending.extend(self.ready.drain(..));
-        pending.extend(std::mem::take(&mut self.batches).into_values().flatten());
+        pending.extend(self.batches.drain(..).flat_map(|(_, owners)| owners));
         pending.extend(self.fifo.drain(..));
         pending.extend(std::mem::take(&mut self.timers).into_values());
         // Every collection holds only pending owners, each once; checking anyway
@@ -540,7 +553,9 @@ impl<R: Rng> Scheduler<R> {
             owners.push(owner);
         }
         self.peeking += owners.len();
-        self.batches.insert(batch, owners.clone());
+        let mut kept = self.spare.pop().unwrap_or_default();
+        kept.extend(owners.iter().cloned());
+        self.batches.push_back((batch, kept));
         owners
     }
 
