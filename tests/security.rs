@@ -84,11 +84,14 @@ fn minimal_rights() -> Vec<String> {
     rights
 }
 
-/// `ACL SETUSER <user> on ><password> resetkeys ~<prefix>:* resetchannels -@all <rights>`.
+/// `ACL SETUSER <user> on ><password> resetkeys ~<prefix>:* resetchannels
+/// &<prefix>:wake:* -@all <rights>`.
 fn set_user(server: &RedisServer, user: &str, password: &str, prefix: &str, rights: &[String]) {
     let pass = format!(">{password}");
     let pattern = format!("~{prefix}:*");
-    let mut args = vec!["ACL", "SETUSER", user, "on", &pass, "resetkeys", &pattern, "resetchannels", "-@all"];
+    let channels = format!("&{prefix}:wake:*");
+    let mut args =
+        vec!["ACL", "SETUSER", user, "on", &pass, "resetkeys", &pattern, "resetchannels", &channels, "-@all"];
     args.extend(rights.iter().map(String::as_str));
     ok(server.command(&args));
 }

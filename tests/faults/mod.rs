@@ -18,32 +18,14 @@ use drain_core::ports::{
 };
 use drain_core::testkit::{MemorySource, RecordingObserver, TestRng, message};
 use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{KeySpace, LeaseKey, LeaseToken, PortError, Switch, Time};
+use drain_core::{KeySpace, LeaseKey, LeaseToken, PortError, Switch};
+use drain_e2e::TokioClock;
 use test_servers::RedisServer;
 
 /// The longest one tick may take before the test fails as hung.
 pub(crate) const TICK_BOUND: Duration = Duration::from_secs(20);
 /// The store's connect and response timeouts.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
-
-/// Real time for the core: `now` since a start instant, sleeps on Tokio.
-pub(crate) struct TokioClock {
-    start: Instant,
-}
-
-#[async_trait]
-impl Clock for TokioClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
-    }
-
-    async fn sleep_until(&self, deadline: Time) {
-        let wait = deadline.saturating_since(self.now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
 
 pub(crate) type Server = Arc<Mutex<RedisServer>>;
 
@@ -120,7 +102,7 @@ impl World {
         let store = RedisStore::connect(RedisConfig::new(server.url()).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
             .await
             .expect("connect to the private redis-server");
-        let clock = Arc::new(TokioClock { start: Instant::now() });
+        let clock = Arc::new(TokioClock::new());
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let source = Arc::new(MemorySource::new(dyn_clock, Duration::from_secs(600)));
         let ids: Vec<String> = (0..messages).map(|i| format!("m{i:03}")).collect();

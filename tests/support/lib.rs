@@ -9,7 +9,12 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+pub use clock::TokioClock;
 pub use test_servers::{RedisServer, free_port};
+
+mod clock;
+pub mod owners;
+pub mod rabbit;
 
 /// The `drain` binary of this workspace. `cargo test --workspace` builds it before any
 /// test runs; when it is missing or older than a source file it is built from, it is
@@ -21,9 +26,10 @@ pub fn drain_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> -> target/<profile>/drain
+        // target/<profile>/deps/<test> -> target/debug/drain: the benchmarks (release)
+        // run the binary the tests built, not a second, release build of drain-app.
         let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
-        let bin = profile_dir.join("drain");
+        let bin = profile_dir.parent().expect("target").join("debug").join("drain");
         let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
         let newest = newest_source(&root.join("crates"));
@@ -31,9 +37,6 @@ pub fn drain_bin() -> PathBuf {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let mut build = Command::new(cargo);
             build.args(["build", "--quiet", "-p", "drain-app", "--bin", "drain"]);
-            if profile_dir.file_name().is_some_and(|n| n == "release") {
-                build.arg("--release");
-            }
             let status = build.status().expect("run cargo build");
             assert!(status.success(), "building the drain binary failed");
         }

@@ -41,14 +41,16 @@ pub(crate) fn run_gate() -> GateResult {
     }
 
     let started = SystemTime::now();
-    for (package, names) in &benches {
-        let mut cmd = cargo();
-        cmd.args(["bench", "-p", package, "--all-features"]);
+    // One invocation for every bench target: one feature resolution, so each
+    // dependency is compiled once in release, not once per package.
+    let mut cmd = cargo();
+    cmd.args(["bench", "--workspace", "--all-features"]);
+    for (_, names) in &benches {
         for name in names {
             cmd.args(["--bench", name]);
         }
-        run(&mut cmd).map_err(|f| f.fix("fix the failing benchmark above"))?;
     }
+    run(&mut cmd).map_err(|f| f.fix("fix the failing benchmark above"))?;
 
     let dir = meta.target_directory.join("bench");
     let fresh: Vec<String> = fs::read_dir(&dir)
@@ -67,6 +69,13 @@ pub(crate) fn run_gate() -> GateResult {
     if took > BUDGET {
         println!("xtask bench: warning: took {:.0}s, over the {}s budget for CI", took.as_secs_f64(), BUDGET.as_secs());
     }
+    let mut shown = fresh.clone();
+    // The soak gate writes load.json; show the last one beside this run's figures.
+    if !shown.iter().any(|f| f == "load.json") && dir.join("load.json").exists() {
+        shown.push("load.json".to_owned());
+    }
+    shown.sort_unstable();
+    print!("{}", crate::bench_summary::render(&dir, &shown));
     println!("xtask bench: results in {}: {}", dir.display(), fresh.join(", "));
     Ok(Outcome::Passed)
 }

@@ -7,6 +7,7 @@
 
 mod arch;
 mod bench;
+mod bench_summary;
 mod cargo_gates;
 mod ci;
 mod env_gate;
@@ -17,6 +18,7 @@ mod lines;
 mod metadata;
 mod scan;
 mod services;
+mod soak;
 mod test_gate;
 mod util;
 
@@ -32,6 +34,10 @@ Gates (`ci` runs them in this order and stops at the first failure):
   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings
   test     cargo test --workspace --all-features, with a private redis-server
            (tests start private redis-servers) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
+  soak     the load program (tests/load/): 64 queues x 16 instances of the tick
+           path and 10,000 owners on a private redis-server; no error, commands
+           per operation as specified, flat memory; target/bench/load.json.
+           `cargo xtask soak [--seconds N]` runs 60 s by default, `ci` 15 s
   doc      cargo doc --workspace --no-deps --all-features, rustdoc warnings denied
   arch     architecture invariants: drain-core's dependencies and source,
            dependencies between workspace crates (docs/architecture.md)
@@ -60,6 +66,8 @@ pub(crate) enum Gate {
     Clippy,
     /// Tests with services.
     Test,
+    /// The load program, CI-length.
+    Soak,
     /// Documentation.
     Doc,
     /// Architecture invariants.
@@ -76,8 +84,18 @@ pub(crate) enum Gate {
 
 impl Gate {
     /// Every gate, in the order `ci` runs them.
-    pub(crate) const ALL: [Gate; 9] =
-        [Gate::Fmt, Gate::Clippy, Gate::Test, Gate::Doc, Gate::Arch, Gate::Flags, Gate::Env, Gate::Lines, Gate::Bench];
+    pub(crate) const ALL: [Gate; 10] = [
+        Gate::Fmt,
+        Gate::Clippy,
+        Gate::Test,
+        Gate::Soak,
+        Gate::Doc,
+        Gate::Arch,
+        Gate::Flags,
+        Gate::Env,
+        Gate::Lines,
+        Gate::Bench,
+    ];
 
     /// Its subcommand name.
     pub(crate) fn name(self) -> &'static str {
@@ -85,6 +103,7 @@ impl Gate {
             Gate::Fmt => "fmt",
             Gate::Clippy => "clippy",
             Gate::Test => "test",
+            Gate::Soak => "soak",
             Gate::Doc => "doc",
             Gate::Arch => "arch",
             Gate::Flags => "flags",
@@ -108,6 +127,7 @@ impl Gate {
             Gate::Fmt => cargo_gates::fmt(),
             Gate::Clippy => cargo_gates::clippy(),
             Gate::Test => test_gate::run_gate(),
+            Gate::Soak => soak::run_gate(soak::CI_SECONDS),
             Gate::Doc => cargo_gates::doc(),
             Gate::Arch => arch::run(),
             Gate::Flags => flags::run_gate(write),
@@ -138,6 +158,10 @@ fn main() -> ExitCode {
         }
         ["ci"] => exit(ci::run()),
         ["flags", "--write"] => exit(Gate::Flags.run_with(true).map(|_| ())),
+        ["soak", rest @ ..] => match soak::parse_args(rest) {
+            Ok(seconds) => exit(soak::run_and_report(seconds)),
+            Err(problem) => usage(&problem),
+        },
         ["fuzz", rest @ ..] => match fuzz::parse_args(rest) {
             Ok(seconds) => exit(fuzz::run_and_report(seconds)),
             Err(problem) => usage(&problem),

@@ -15,6 +15,10 @@
 //! The machine is shared, so each (client, tasks) pair is measured in three
 //! interleaved rounds of 0.5 s and the median round is reported.
 //!
+//! Then each store operation runs 100 times and its Redis commands and round trips
+//! per operation are read from `INFO commandstats` and the store's events
+//! (`support/commands.rs`).
+//!
 //! Writes `<target>/bench/redis.json` and prints a table. Runs on a
 //! current-thread Tokio runtime (one client core; the server gets the other) for
 //! about 25 s in all.
@@ -29,6 +33,9 @@ use drain_core::testkit::TestRng;
 use drain_core::{KeySpace, LeaseToken};
 use redis::aio::ConnectionLike;
 use test_servers::{RedisServer, Reply};
+
+#[path = "support/commands.rs"]
+mod commands;
 
 const WARMUP: Duration = Duration::from_millis(100);
 const RUN: Duration = Duration::from_millis(500);
@@ -189,8 +196,9 @@ fn main() {
             .unwrap_or_default(),
         _ => String::new(),
     };
-    let results = rt.block_on(async {
+    let (results, per_op) = rt.block_on(async {
         let store = RedisStore::connect(RedisConfig::new(redis.url())).await.expect("connect");
+        let per_op = commands::measure(&redis, &store).await;
         let manager = deadpool_redis::Manager::new(redis.url()).expect("deadpool manager");
         let pool = deadpool_redis::Pool::builder(manager)
             .max_size(16)
@@ -226,14 +234,20 @@ fn main() {
             }
         }
         // The median round of each pair.
-        rounds
+        let results = rounds
             .into_iter()
             .map(|mut r| {
                 r.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
                 r.swap_remove(r.len() / 2)
             })
-            .collect::<Vec<_>>()
+            .collect::<Vec<_>>();
+        (results, per_op)
     });
+
+    println!("{:<18} {:>12} {:>12} {:>10}", "operation", "commands/op", "round trips", "specified");
+    for r in &per_op {
+        println!("{:<18} {:>12.2} {:>12.2} {:>10}", r.op, r.commands, r.round_trips, r.specified);
+    }
 
     println!("{:<26} {:>5} {:>12} {:>9} {:>9}", "client", "tasks", "cycles/s", "p50 µs", "p99 µs");
     for r in &results {
@@ -267,6 +281,8 @@ fn main() {
         }
     }
     json.push_str(&ratios.join(","));
-    json.push_str("}}\n");
+    json.push_str("},\"commands\":");
+    json.push_str(&commands::json(&per_op));
+    json.push_str("}\n");
     write(&json);
 }

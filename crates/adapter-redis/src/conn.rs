@@ -144,6 +144,18 @@ pub(crate) fn client(config: &RedisConfig, ca: Option<&[u8]>) -> RedisResult<red
     }
 }
 
+/// A client of the first URL (a Cluster's first seed node): what the release
+/// subscriber connects to. A plain `PUBLISH` reaches the subscribers of every node.
+pub(crate) fn seed_client(config: &RedisConfig, ca: Option<&[u8]>) -> RedisResult<redis::Client> {
+    let Some(url) = config.urls().first().copied() else {
+        return Err(RedisError::from((redis::ErrorKind::InvalidClientConfig, "no Redis URL")));
+    };
+    match ca {
+        Some(ca) => redis::Client::build_with_tls(url, certificates(ca)),
+        None => redis::Client::open(url),
+    }
+}
+
 fn certificates(ca: &[u8]) -> TlsCertificates {
     TlsCertificates { client_tls: None, root_cert: Some(ca.to_vec()) }
 }

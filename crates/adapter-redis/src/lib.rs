@@ -20,6 +20,12 @@
 //! work on the same connection ([`RedisStore::pop_batch`], [`RedisStore::mark_processed`],
 //! [`RedisStore::list_lengths`], [`RedisStore::push_items`]; `drain owners` uses them).
 //!
+//! Release wake-up (issue 7) adds a waiter list per owner, registration inside the
+//! claim-held peek and the lost acquire, a release that publishes to one waiter, and a
+//! subscriber: [`RedisStore::peek_and_wait`], [`RedisStore::acquire_or_wait`],
+//! [`RedisStore::release_and_wake`], [`RedisStore::subscribe_releases`] (one round
+//! trip each; see the `wake` module's table).
+//!
 //! The scripts (`src/scripts/*.lua`) are loaded with `SCRIPT LOAD` at connect and
 //! called by SHA. When a server answers `NOSCRIPT` (restart, `SCRIPT FLUSH`,
 //! failover) the same call sends `EVAL` with the source, which also re-caches it.
@@ -86,10 +92,14 @@ mod conn;
 mod error;
 mod lease;
 mod lists;
+mod releases;
 mod reply;
 mod scripts;
 mod store;
+mod wake;
 
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url};
 pub use error::map_error;
+pub use releases::{ReleaseCounters, Releases};
 pub use store::RedisStore;
+pub use wake::{Waiter, WakeRelease};

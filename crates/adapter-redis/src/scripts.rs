@@ -27,12 +27,24 @@ pub(crate) struct Scripts {
     pub(crate) renew: LuaScript,
     pub(crate) claim: LuaScript,
     pub(crate) settle: LuaScript,
+    pub(crate) peek_wait: LuaScript,
+    pub(crate) acquire_wait: LuaScript,
+    pub(crate) release_wake: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 5] {
-        [&self.acquire, &self.release, &self.renew, &self.claim, &self.settle]
+    pub(crate) fn all(&self) -> [&LuaScript; 8] {
+        [
+            &self.acquire,
+            &self.release,
+            &self.renew,
+            &self.claim,
+            &self.settle,
+            &self.peek_wait,
+            &self.acquire_wait,
+            &self.release_wake,
+        ]
     }
 }
 
@@ -43,6 +55,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
     claim: LuaScript::new("claim", include_str!("scripts/claim.lua")),
     settle: LuaScript::new("settle", include_str!("scripts/settle.lua")),
+    peek_wait: LuaScript::new("peek_wait", include_str!("scripts/peek_wait.lua")),
+    acquire_wait: LuaScript::new("acquire_wait", include_str!("scripts/acquire_wait.lua")),
+    release_wake: LuaScript::new("release_wake", include_str!("scripts/release_wake.lua")),
 });
 
 #[cfg(test)]
@@ -59,6 +74,6 @@ mod tests {
         let mut shas: Vec<&str> = SCRIPTS.all().iter().map(|s| s.sha.as_str()).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 5);
+        assert_eq!(shas.len(), 8);
     }
 }

@@ -327,6 +327,11 @@ impl RedisStore {
         }
     }
 
+    /// Whether this store talks to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        self.inner.conn.cluster().is_some()
+    }
+
     /// Split key indices into groups that one script or pipeline may touch: all of
     /// them on a standalone server, one group per hash slot on a Cluster (in order
     /// of first appearance).
@@ -409,7 +414,7 @@ fn connect_error(failure: Failure, endpoint: &str, deadline: Duration, password:
 }
 
 /// The PEM of [`RedisConfig::tls_ca_file`], when set.
-fn read_ca(config: &RedisConfig) -> Result<Option<Vec<u8>>, PortError> {
+pub(crate) fn read_ca(config: &RedisConfig) -> Result<Option<Vec<u8>>, PortError> {
     let Some(path) = &config.tls_ca_file else { return Ok(None) };
     let bad = |why: String| Err(PortError::new(ErrorKind::Config, why));
     if !config.uses_tls() {

@@ -1,5 +1,6 @@
-//! The beat: a tick every interval onto a pool of `DRAIN_WORKER_CONCURRENCY`
-//! workers, an optional resident consumer, and graceful shutdown.
+//! The beat: a tick every interval (jittered by ±50 %) onto a pool of
+//! `DRAIN_WORKER_CONCURRENCY` workers, an optional resident consumer, and graceful
+//! shutdown.
 //!
 //! Shutdown, on the first SIGINT/SIGTERM: stop the beat; let running ticks finish
 //! within `DRAIN_SHUTDOWN_GRACE_SECONDS`; then ask the rest to stop (each abandons
@@ -62,8 +63,7 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
         tasks.spawn(resident_loop(rt.clone(), stop.clone(), shutdown.clone()));
     }
 
-    let mut beat = tokio::time::interval(rt.config.beat_interval);
-    beat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut next_beat = tokio::time::Instant::now();
     tracing::info!(
         queue = %rt.tick.queue,
         interval_s = rt.config.beat_interval.as_secs(),
@@ -75,7 +75,8 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
     );
     loop {
         tokio::select! {
-            _ = beat.tick() => {
+            () = tokio::time::sleep_until(next_beat) => {
+                next_beat = tokio::time::Instant::now() + jittered(rt.config.beat_interval);
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     tracing::warn!(workers, "all workers busy; this beat starts no tick");
                     continue;
@@ -102,6 +103,16 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
         }
     }
     shut_down(&rt, tasks, &stop, &held).await;
+}
+
+/// `interval` times a factor drawn from [0.5, 1.5): one tick per interval on average,
+/// but the beats of several processes never stay in phase. With single-flight, a
+/// process whose beat kept falling inside other holders' ticks never ran one, and the
+/// messages its receiver had prefetched stayed unacknowledged for as long as that
+/// lasted (found by `tests/fleet_amqp.rs`).
+fn jittered(interval: Duration) -> Duration {
+    use rand::RngExt;
+    interval.mul_f64(rand::rng().random_range(0.5..1.5))
 }
 
 async fn all_done(tasks: &mut JoinSet<()>) {
@@ -170,5 +181,20 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
         if report.error.is_some() {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beats_are_jittered_around_the_interval() {
+        let interval = Duration::from_secs(10);
+        let beats: Vec<Duration> = (0..1_000).map(|_| jittered(interval)).collect();
+        assert!(beats.iter().all(|b| *b >= interval / 2 && *b < interval * 3 / 2), "within ±50 %");
+        assert!(beats.iter().any(|b| *b < interval * 3 / 4) && beats.iter().any(|b| *b > interval * 5 / 4), "spread");
+        let mean = beats.iter().sum::<Duration>() / 1_000;
+        assert!(mean > interval * 9 / 10 && mean < interval * 11 / 10, "one beat per interval on average: {mean:?}");
     }
 }

@@ -14,6 +14,8 @@ mod lazy_redis;
 mod logging;
 mod observe;
 mod owner_drains;
+mod owner_keys;
+mod owner_wake;
 mod owners;
 mod simulate;
 

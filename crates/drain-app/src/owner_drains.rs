@@ -11,7 +11,8 @@
 //! full. A pass every `pass` reads every backlog's length in one pipeline and
 //! requests every owner with items, so processes started together contend for the
 //! same owners; when every backlog is empty the driver shuts down (running turns
-//! finish) and the process reports.
+//! finish) and the process reports. With `PROJECTION_DRAIN_RELEASE_WAKE` the claim
+//! and the peeks go through `owner_wake` (waiters, one wake per release).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,16 +21,19 @@ use std::time::{Duration, Instant};
 
 use adapter_redis::RedisStore;
 use async_trait::async_trait;
-use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, TurnOutcome, drive};
-use drain_core::keys::encode_name;
-use drain_core::ports::{Acquire, Holding, LeaseStore, Release, Renew};
-use drain_core::{KeySpace, LeaseKey, LeaseToken, PortError};
+use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, TurnOutcome, drive_with_releases};
+use drain_core::ports::Acquire;
+use drain_core::{LeaseToken, PortError};
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use rand::RngExt;
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 use crate::compose::Runtime;
+pub(crate) use crate::owner_keys::{OwnerKeys, seed};
+use crate::owner_wake::{Claims, Peeks, WakeCounter, wake_side};
 
 /// How long a turn's claim lives if the process dies holding it.
 const CLAIM_TTL: Duration = Duration::from_secs(30);
@@ -52,6 +56,8 @@ pub(crate) struct Options {
 pub(crate) struct Report {
     /// `PROJECTION_DRAIN_CLAIM_AWARE`.
     pub(crate) claim_aware: &'static str,
+    /// `PROJECTION_DRAIN_RELEASE_WAKE` (acts only with claim-aware on).
+    pub(crate) release_wake: &'static str,
     /// Owners served.
     pub(crate) owners: usize,
     /// Items this process popped and recorded.
@@ -70,54 +76,26 @@ pub(crate) struct Report {
     pub(crate) peeks: u64,
     /// Peek round trips (batches).
     pub(crate) peek_round_trips: u64,
+    /// Release notifications this process heard (it was the waiter a release woke).
+    pub(crate) releases_heard: u64,
+    /// Claim waits those notifications ended (`Woken::Queued`; in shadow, would have).
+    pub(crate) release_wakes: u64,
+    /// Releases of this process that notified a waiter.
+    pub(crate) wakes_sent: u64,
+    /// Times the release subscription was lost and made again.
+    pub(crate) subscriber_reconnects: u64,
     /// Passes over the backlogs.
     pub(crate) passes: u64,
     /// Intents handed off by the scheduler (timer cap, shutdown).
     pub(crate) handed_off: u64,
     /// From the first pass until the driver stopped.
     pub(crate) drain_ms: u64,
+    /// When this process recorded its last item, in milliseconds since the Unix
+    /// epoch (0: none): the fleet's drain time is the latest of these, minus the
+    /// fleet's start, free of the pass interval that `drain_ms` is quantised by.
+    pub(crate) last_item_unix_ms: u64,
     /// Every backlog was empty (false: stopped by a signal).
     pub(crate) complete: bool,
-}
-
-/// The keys of the owner workload.
-#[derive(Debug, Clone)]
-pub(crate) struct OwnerKeys {
-    keys: KeySpace,
-}
-
-impl OwnerKeys {
-    pub(crate) fn new(keys: KeySpace) -> Self {
-        OwnerKeys { keys }
-    }
-
-    /// The name of owner `i`.
-    pub(crate) fn owner(i: usize) -> OwnerId {
-        OwnerId::from(format!("owner-{i}"))
-    }
-
-    /// `<prefix>:backlog:{<owner>}`, in the owner's hash slot.
-    pub(crate) fn backlog(&self, owner: &str) -> String {
-        format!("{}:backlog:{{{}}}", self.keys.prefix(), encode_name(owner.as_bytes()))
-    }
-
-    /// `<prefix>:processed`: item -> times processed.
-    pub(crate) fn processed(&self) -> String {
-        format!("{}:processed", self.keys.prefix())
-    }
-}
-
-/// Push `items` items (`item-0` …) round-robin onto the backlogs of `owners` owners,
-/// one pipelined round trip.
-pub(crate) async fn seed(store: &RedisStore, keys: &OwnerKeys, owners: usize, items: u64) -> Result<(), PortError> {
-    let owners = owners.max(1);
-    let mut lists: Vec<(String, Vec<String>)> =
-        (0..owners).map(|i| (keys.backlog(OwnerKeys::owner(i).as_str()), Vec::new())).collect();
-    for n in 0..items {
-        let i = usize::try_from(n).unwrap_or(usize::MAX) % owners;
-        lists[i].1.push(format!("item-{n}"));
-    }
-    store.push_items(&lists).await
 }
 
 #[derive(Default)]
@@ -128,10 +106,9 @@ struct Counters {
     productive: AtomicU64,
     done: AtomicU64,
     failed: AtomicU64,
-    peeks: AtomicU64,
-    peek_round_trips: AtomicU64,
     handed_off: AtomicU64,
     passes: AtomicU64,
+    last_item_unix_ms: AtomicU64,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
@@ -140,9 +117,8 @@ fn bump(c: &AtomicU64, n: u64) {
 
 struct RedisOwnerWork {
     instance: String,
-    keys: KeySpace,
     owner_keys: OwnerKeys,
-    leases: Arc<dyn LeaseStore>,
+    claims: Claims,
     store: RedisStore,
     options: Options,
     counters: Arc<Counters>,
@@ -165,6 +141,10 @@ impl RedisOwnerWork {
             return Err(e);
         }
         bump(&self.counters.processed, items.len() as u64);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        self.counters
+            .last_item_unix_ms
+            .fetch_max(u64::try_from(now.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
         Ok(items.len())
     }
 }
@@ -173,9 +153,8 @@ impl RedisOwnerWork {
 impl OwnerWork for RedisOwnerWork {
     async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
         bump(&self.counters.turns, 1);
-        let key = self.keys.owner_lease(owner.as_str());
         let token = LeaseToken::generate(&self.instance, &mut rand::rng());
-        match self.leases.acquire(&key, &token, CLAIM_TTL).await {
+        match self.claims.acquire(owner, &token, CLAIM_TTL).await {
             Ok(Acquire::Acquired { .. }) => {}
             Ok(Acquire::Held { .. }) => {
                 bump(&self.counters.claim_busy, 1);
@@ -188,7 +167,10 @@ impl OwnerWork for RedisOwnerWork {
             }
         }
         let worked = self.work(owner).await;
-        if let Err(e) = self.leases.release(&key, &token).await {
+        // A full batch may have left items; a short one emptied the list.
+        let more = matches!(worked, Ok(n) if n >= self.options.batch);
+        // Unless this process continues at once, the release wakes one waiter.
+        if let Err(e) = self.claims.release(owner, &token, more).await {
             tracing::warn!(owner = %owner, "owner claim release failed ({e}); its TTL frees it");
         }
         match worked {
@@ -196,10 +178,9 @@ impl OwnerWork for RedisOwnerWork {
                 bump(&self.counters.done, 1);
                 TurnOutcome::Done
             }
-            Ok(n) => {
+            Ok(_) => {
                 bump(&self.counters.productive, 1);
-                // A full batch may have left items; a short one emptied the list.
-                TurnOutcome::Productive { more: n >= self.options.batch }
+                TurnOutcome::Productive { more }
             }
             Err(e) => {
                 tracing::warn!(owner = %owner, "owner turn failed: {e}");
@@ -212,35 +193,6 @@ impl OwnerWork for RedisOwnerWork {
     fn hand_off(&self, owner: OwnerId) {
         bump(&self.counters.handed_off, 1);
         let _ = self.requeue.send(owner);
-    }
-}
-
-/// The composed lease store, counting admission's peeks.
-struct CountingPeeks {
-    inner: Arc<dyn LeaseStore>,
-    counters: Arc<Counters>,
-}
-
-#[async_trait]
-impl LeaseStore for CountingPeeks {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.inner.acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.inner.renew(key, token, ttl).await
-    }
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
-        bump(&self.counters.peeks, 1);
-        bump(&self.counters.peek_round_trips, 1);
-        self.inner.peek(key).await
-    }
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        bump(&self.counters.peeks, keys.len() as u64);
-        bump(&self.counters.peek_round_trips, 1);
-        self.inner.peek_many(keys).await
     }
 }
 
@@ -259,21 +211,28 @@ pub(crate) async fn run(
     let counters = Arc::new(Counters::default());
     let owner_keys = OwnerKeys::new(rt.keys.clone());
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
+    let (wake, releases) = wake_side(&rt, &store).await;
+    let heard = releases.as_ref().map(adapter_redis::Releases::counters);
+    let releases: BoxStream<'static, OwnerId> = match releases {
+        Some(r) => r.boxed(),
+        None => futures::stream::empty().boxed(),
+    };
+    let claims = Claims { keys: rt.keys.clone(), leases: rt.leases.clone(), wake: wake.clone() };
     let work = RedisOwnerWork {
         instance: c.instance_id.clone(),
-        keys: rt.keys.clone(),
         owner_keys: owner_keys.clone(),
-        leases: rt.leases.clone(),
+        claims,
         store: store.clone(),
         options,
         counters: counters.clone(),
         requeue: tx.clone(),
     };
-    let peeks = CountingPeeks { inner: rt.leases.clone(), counters: counters.clone() };
+    let peeks = Peeks::new(rt.leases.clone(), wake.clone());
+    let observer = WakeCounter { inner: rt.observer.clone(), wakes: AtomicU64::new(0) };
     let keys = rt.keys.clone();
     let claim_key = move |o: &OwnerId| keys.owner_claim(o.as_str());
     let ports =
-        DriverPorts { peeks: &peeks, claim_key: &claim_key, work: &work, clock: &*rt.clock, observer: &*rt.observer };
+        DriverPorts { peeks: &peeks, claim_key: &claim_key, work: &work, clock: &*rt.clock, observer: &observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,
@@ -319,18 +278,21 @@ pub(crate) async fn run(
     tracing::info!(
         owners = options.owners,
         claim_aware = c.claim_aware.as_str(),
+        release_wake = c.release_wake.as_str(),
+        waiter = wake.as_ref().is_some_and(|w| w.waiter.is_some()),
         batch = options.batch,
         "owner drains on Redis started"
     );
     let start = Instant::now();
     tokio::select! {
-        () = drive(&mut scheduler, ports, requests, stop) => {}
+        () = drive_with_releases(&mut scheduler, ports, requests, releases, stop) => {}
         () = pass_loop => {}
     }
     let drain_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     Report {
         claim_aware: c.claim_aware.as_str(),
+        release_wake: c.release_wake.as_str(),
         owners: options.owners,
         processed: load(&counters.processed),
         turns: load(&counters.turns),
@@ -338,38 +300,16 @@ pub(crate) async fn run(
         productive: load(&counters.productive),
         done: load(&counters.done),
         failed: load(&counters.failed),
-        peeks: load(&counters.peeks),
-        peek_round_trips: load(&counters.peek_round_trips),
+        peeks: load(&peeks.owners),
+        peek_round_trips: load(&peeks.batches),
+        releases_heard: heard.as_ref().map_or(0, adapter_redis::ReleaseCounters::received),
+        release_wakes: load(&observer.wakes),
+        wakes_sent: wake.as_ref().map_or(0, |w| load(&w.sent)),
+        subscriber_reconnects: heard.as_ref().map_or(0, adapter_redis::ReleaseCounters::reconnects),
         passes: load(&counters.passes),
         handed_off: load(&counters.handed_off),
         drain_ms,
+        last_item_unix_ms: load(&counters.last_item_unix_ms),
         complete: complete.load(Ordering::Relaxed),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The text between the first `{` and the following `}`: the Cluster hash tag.
-    fn tag(key: &str) -> &str {
-        let open = key.find('{').expect("a hash tag");
-        let close = key[open..].find('}').expect("a closed hash tag") + open;
-        &key[open + 1..close]
-    }
-
-    #[test]
-    fn a_backlog_shares_its_owner_claims_hash_slot() {
-        let keys = KeySpace::new("drain");
-        let owners = OwnerKeys::new(keys.clone());
-        for owner in ["owner-7", "a b{c}", ""] {
-            let backlog = owners.backlog(owner);
-            assert!(backlog.starts_with("drain:backlog:{"), "{backlog}");
-            assert_eq!(tag(&backlog), tag(&keys.owner_lease(owner).lease), "{owner:?}");
-            assert_eq!(tag(&backlog), tag(&keys.owner_claim(owner)), "{owner:?}");
-        }
-        assert_eq!(owners.backlog("a b{c}"), "drain:backlog:{a%20b%7Bc%7D}");
-        assert_eq!(owners.processed(), "drain:processed");
-        assert_eq!(OwnerKeys::owner(3).as_str(), "owner-3");
     }
 }

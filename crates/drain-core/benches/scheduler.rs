@@ -279,6 +279,7 @@ fn main() {
     for (job, took) in &outcome.wall {
         let _ = writeln!(table, "  {job:<22}{:>8.2} s", took.as_secs_f64());
     }
+    let scenarios = scenario_table(&mut table);
     let out = json!({
         "bench": "scheduler",
         "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
@@ -298,6 +299,7 @@ fn main() {
             "items": report.items,
             "claim_busy_turns": busy,
         },
+        "simulate_scenarios": scenarios,
     });
     print!("{table}");
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
@@ -310,6 +312,47 @@ fn main() {
             std::process::exit(1);
         }
     }
+}
+
+/// The simulator's scenario table: the `default` and `seed-fleet` presets, seed 1,
+/// every reported policy (exact figures: the same on any machine).
+fn scenario_table(table: &mut String) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for name in ["default", "seed-fleet"] {
+        let sc = simulate::scenario::Scenario::preset(name).expect("a preset");
+        let report = simulate::simulate(&sc, 1, &simulate::policy::REPORTED).report;
+        let _ = writeln!(
+            table,
+            "\nsimulate --scenario {name}: {:<18}{:>12}{:>14}{:>9}{:>9}{:>12}",
+            "policy", "claim busy", "wasted/useful", "p50 ms", "p99 ms", "items/s"
+        );
+        let mut rows = serde_json::Map::new();
+        for (policy, f) in &report.policies.0 {
+            let _ = writeln!(
+                table,
+                "  {:<42}{:>12}{:>14.3}{:>9}{:>9}{:>12.3}",
+                policy,
+                f.claim_busy_turns,
+                f.wasted_turns_per_useful,
+                f.owner_latency_p50_ms,
+                f.owner_latency_p99_ms,
+                f.throughput_per_s
+            );
+            rows.insert(
+                (*policy).to_owned(),
+                json!({
+                    "claim_busy_turns": f.claim_busy_turns,
+                    "wasted_turns_per_useful": f.wasted_turns_per_useful,
+                    "owner_latency_p50_ms": f.owner_latency_p50_ms,
+                    "owner_latency_p99_ms": f.owner_latency_p99_ms,
+                    "throughput_per_s": f.throughput_per_s,
+                    "handoffs": f.handoffs,
+                }),
+            );
+        }
+        out.insert(name.to_owned(), serde_json::Value::Object(rows));
+    }
+    serde_json::Value::Object(out)
 }
 
 fn round2(x: f64) -> f64 {

@@ -194,6 +194,13 @@ pub enum Event<'a> {
         /// Claim-aware switch position.
         mode: Switch,
     },
+    /// A release notification ended an owner's claim wait (mode On), or would have
+    /// (mode Shadow). Emitted by the admission driver; not a kept metric (SPEC §9),
+    /// an embedder counts it.
+    ReleaseWake {
+        /// Release wake-up switch position.
+        mode: Switch,
+    },
     /// A retry timer beyond the cap was handed back to the caller.
     RetryOverflow,
     /// An admission peek failed; the owner was admitted.

@@ -121,6 +121,22 @@ impl KeySpace {
         }
     }
 
+    /// The owner's waiter list `<prefix>:waiters:{<owner>}`, in the claim's hash slot:
+    /// the wake channels of instances waiting for the owner's claim to be released
+    /// (oldest first). A claim release pops one and publishes the owner on it.
+    #[must_use]
+    pub fn owner_waiters(&self, owner: &str) -> String {
+        format!("{}:waiters:{{{}}}", self.prefix, encode_name(owner.as_bytes()))
+    }
+
+    /// The pub/sub channel `<prefix>:wake:<instance>` on which `instance` hears that
+    /// an owner it waits for was released. A channel, not a key (no hash tag: plain
+    /// `PUBLISH` reaches every node of a Cluster); the ACL grants `&<prefix>:wake:*`.
+    #[must_use]
+    pub fn wake_channel(&self, instance: &str) -> String {
+        format!("{}:wake:{}", self.prefix, encode_name(instance.as_bytes()))
+    }
+
     /// The per-message claim key `<prefix>:msg:{<queue>}:<message-id>`.
     #[must_use]
     pub fn message_claim(&self, queue: &str, message_id: &str) -> String {
@@ -140,6 +156,7 @@ impl KeySpace {
             ("fence", "") => Some(KeyKind::Fence { queue: name }),
             ("claim", "") => Some(KeyKind::OwnerClaim { owner: name }),
             ("claim-fence", "") => Some(KeyKind::OwnerFence { owner: name }),
+            ("waiters", "") => Some(KeyKind::OwnerWaiters { owner: name }),
             ("msg", tail) => {
                 let id = decode_name(tail.strip_prefix(':')?)?;
                 Some(KeyKind::MessageClaim { queue: name, message_id: id })
@@ -183,6 +200,11 @@ pub enum KeyKind {
     },
     /// An owner claim's fencing counter.
     OwnerFence {
+        /// Owner name bytes.
+        owner: Vec<u8>,
+    },
+    /// An owner's waiter list (wake channels of instances waiting for its release).
+    OwnerWaiters {
         /// Owner name bytes.
         owner: Vec<u8>,
     },
@@ -252,6 +274,10 @@ mod tests {
         assert_eq!(ks.owner_claim("o{1}"), "drain:claim:{o%7B1%7D}");
         assert_eq!(ks.owner_lease("o{1}").lease, ks.owner_claim("o{1}"));
         assert_eq!(hash_tag(&ks.owner_lease("o").fence), hash_tag(&ks.owner_lease("o").lease));
+        assert_eq!(ks.owner_waiters("o{1}"), "drain:waiters:{o%7B1%7D}");
+        assert_eq!(hash_tag(&ks.owner_waiters("o{1}")), hash_tag(&ks.owner_claim("o{1}")));
+        assert_eq!(ks.wake_channel("host-42"), "drain:wake:host-42");
+        assert_eq!(ks.wake_channel("a b:{c}"), "drain:wake:a%20b%3A%7Bc%7D");
         let m = ks.message_claim("q:1", "id}x");
         assert_eq!(m, "drain:msg:{q%3A1}:id%7Dx");
         assert_eq!(hash_tag(&m), "q%3A1");
@@ -269,6 +295,8 @@ mod tests {
         assert_eq!(ks.parse(&ks.lease("we{ird}:q").fence), Some(KeyKind::Fence { queue: q.clone() }));
         assert_eq!(ks.parse(&ks.owner_claim("o")), Some(KeyKind::OwnerClaim { owner: b"o".to_vec() }));
         assert_eq!(ks.parse(&ks.owner_lease("o").fence), Some(KeyKind::OwnerFence { owner: b"o".to_vec() }));
+        assert_eq!(ks.parse(&ks.owner_waiters("o:{x}")), Some(KeyKind::OwnerWaiters { owner: b"o:{x}".to_vec() }));
+        assert_eq!(ks.parse(&ks.wake_channel("i")), None, "a channel, not a key");
         assert_eq!(
             ks.parse(&ks.message_claim("we{ird}:q", "m:1")),
             Some(KeyKind::MessageClaim { queue: q, message_id: b"m:1".to_vec() })

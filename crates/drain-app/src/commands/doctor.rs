@@ -151,6 +151,21 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
         ),
         Err(e) => r.fail("acl rights", explain(&e)),
     }
+    if c.claim_aware == drain_core::Switch::On && c.release_wake != drain_core::Switch::Off {
+        // `drain owners` registers waiters and publishes releases (PROJECTION_DRAIN_RELEASE_WAKE).
+        let list = keys.owner_waiters(&format!("{probe}.rights"));
+        match store.missing_wake_rights(&list, &keys.wake_channel(&format!("{probe}.probe"))).await {
+            Ok(missing) if missing.is_empty() => r.ok("wake rights", "waiter lists, PUBLISH and SUBSCRIBE allowed"),
+            Ok(missing) => r.fail(
+                "wake rights",
+                format!(
+                    "the Redis user may not run {} (release wake-up; `drain owners` runs without it): grant them (docs/operations.md, minimal ACL) or set PROJECTION_DRAIN_RELEASE_WAKE=off",
+                    missing.join(" ")
+                ),
+            ),
+            Err(e) => r.fail("wake rights", explain(&e)),
+        }
+    }
     let lease = keys.lease(&probe);
     let token = LeaseToken::generate(&c.instance_id, &mut rand::rng());
     let ttl = Duration::from_secs(10);

@@ -90,7 +90,7 @@ fn classify(keys: &KeySpace, found: Vec<(String, Holding)>) -> Listing {
                     None => entry.done += 1,
                 }
             }
-            Some(KeyKind::OwnerFence { .. }) | None => {}
+            Some(KeyKind::OwnerFence { .. } | KeyKind::OwnerWaiters { .. }) | None => {}
         }
     }
     out.leases = leases.into_values().collect();

@@ -77,6 +77,7 @@ pub(crate) struct Config {
     pub(crate) drain_batch: usize,
     pub(crate) drain_max_wait: Duration,
     pub(crate) claim_aware: Switch,
+    pub(crate) release_wake: Switch,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) max_retry_timers: usize,
@@ -108,6 +109,7 @@ impl Config {
     pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig {
             claim_aware: self.claim_aware,
+            release_wake: self.release_wake,
             workers: self.worker_concurrency,
             backoff_min: self.backoff_min,
             backoff_max: self.backoff_max,
@@ -233,6 +235,7 @@ pub(crate) fn resolve(
         drain_batch: r.count("SERVICEBUS_DRAIN_BATCH"),
         drain_max_wait: Duration::from_millis(r.int("SERVICEBUS_DRAIN_MAX_WAIT_MS")),
         claim_aware: r.switch("PROJECTION_DRAIN_CLAIM_AWARE"),
+        release_wake: r.switch("PROJECTION_DRAIN_RELEASE_WAKE"),
         backoff_min: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", bmin)),
         backoff_max: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", bmax)),
         max_retry_timers: r.count("PROJECTION_DRAIN_MAX_RETRY_TIMERS"),

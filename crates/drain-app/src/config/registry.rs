@@ -142,6 +142,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         OWNERS,
         "Claim-aware owner admission: peek the owner's claim before launch and back off 5-15 s after a lost claim race. `off` restores immediate FIFO re-entry and no peek.",
     ),
+    switch(
+        "PROJECTION_DRAIN_RELEASE_WAKE",
+        On,
+        OWNERS,
+        "Release wake-up for claim-aware owner drains on Redis: an instance that finds an owner's claim held registers as a waiter, and the holder's release notifies one waiter (pub/sub on `<prefix>:wake:<instance>`), which retries at once instead of after the backoff window (kept as the backstop). Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `shadow` does the Redis side and counts the wakes without acting on them.",
+    ),
     int(
         "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS",
         settings::BACKOFF_MIN_SECONDS,
@@ -166,7 +172,14 @@ pub(crate) const SETTINGS: &[Setting] = &[
         OWNERS,
         "Cap on pending retry timers; the overflow is handed back to the next serving pass, never dropped.",
     ),
-    int("DRAIN_BEAT_INTERVAL_SECONDS", settings::BEAT_INTERVAL_SECONDS, "s", "10", PLATFORM, "Beat tick interval."),
+    int(
+        "DRAIN_BEAT_INTERVAL_SECONDS",
+        settings::BEAT_INTERVAL_SECONDS,
+        "s",
+        "10",
+        PLATFORM,
+        "Beat tick interval: each beat waits the interval times a random factor in [0.5, 1.5], so processes started together do not tick in lockstep (one process must not keep meeting the others' leases).",
+    ),
     int(
         "DRAIN_WORKER_CONCURRENCY",
         settings::WORKER_CONCURRENCY,

@@ -18,6 +18,8 @@ fn defaults() {
     assert_eq!(c.singleflight, Switch::Off);
     assert_eq!(c.lease_ttl, Duration::from_secs(120));
     assert_eq!((c.lease_renew, c.atomic_claim, c.claim_aware), (Switch::On, Switch::On, Switch::On));
+    assert_eq!(c.release_wake, Switch::On);
+    assert_eq!(c.scheduler_config().release_wake, Switch::On);
     assert_eq!((c.drain_concurrency, c.drain_batch, c.worker_concurrency), (1, 32, 4));
     assert_eq!((c.backoff_min, c.backoff_max), (Duration::from_secs(5), Duration::from_secs(15)));
     assert_eq!(c.metrics_addr, Some(SocketAddr::from(([127, 0, 0, 1], 9464))));

@@ -7,7 +7,7 @@ use crate::switch::Switch;
 /// How the [`Scheduler`](super::Scheduler) admits owners (SPEC §5).
 ///
 /// The drain binary builds it from `PROJECTION_DRAIN_CLAIM_AWARE`,
-/// `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS`/`_MAX_SECONDS` and
+/// `PROJECTION_DRAIN_RELEASE_WAKE`, `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS`/`_MAX_SECONDS` and
 /// `PROJECTION_DRAIN_MAX_RETRY_TIMERS`; the scheduler itself reads nothing.
 ///
 /// Durations are used at millisecond precision (the resolution of [`Time`](crate::Time)).
@@ -27,7 +27,8 @@ pub struct SchedulerConfig {
     /// claim retry timer leaves it at once and is peeked again. [`Switch::Shadow`]
     /// reports what it would wake and changes nothing; [`Switch::Off`] ignores
     /// releases. It only acts when `claim_aware` is On (no claim timer exists
-    /// otherwise), and only when the driver delivers releases.
+    /// otherwise), and only when the driver delivers releases
+    /// ([`drive_with_releases`](super::drive_with_releases); `drain owners` does on Redis).
     pub release_wake: Switch,
     /// Turn slots: owners running or being peeked at the same time (at least 1).
     pub workers: usize,

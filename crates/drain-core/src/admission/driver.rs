@@ -2,7 +2,11 @@
 //! owner turns through the embedder's [`OwnerWork`], timers on the [`Clock`] port,
 //! events to the [`Observer`]. Spawns nothing: turns run concurrently inside the one
 //! future [`drive`] returns, at most `workers` at a time.
+//!
+//! [`drive_with_releases`] also feeds release notifications (an owner's claim was
+//! released elsewhere) to [`Scheduler::on_release`]; [`drive`] is it with none.
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::Poll;
@@ -11,8 +15,9 @@ use async_trait::async_trait;
 use futures::future::{BoxFuture, poll_fn};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 
-use super::{Action, Entry, OwnerId, PeekResult, Scheduler, TurnOutcome};
+use super::{Action, Entry, OwnerId, OwnerState, PeekResult, Scheduler, TurnOutcome, Woken};
 use crate::error::PortError;
+use crate::event::Event;
 use crate::ports::{Clock, Holding, LeaseStore, Observer};
 use crate::time::Time;
 
@@ -55,6 +60,8 @@ enum Wake {
     Requests(Vec<OwnerId>, bool),
     Turn(OwnerId, TurnOutcome),
     Peeked(PeekDone),
+    /// Every release notification that was ready, and whether their stream ended.
+    Releases(Vec<OwnerId>, bool),
     Timer,
 }
 
@@ -63,14 +70,43 @@ enum Wake {
 /// and every running owner that would continue, goes to [`OwnerWork::hand_off`];
 /// running turns are awaited, not dropped. A request that arrives after close is
 /// handed off too.
-pub async fn drive<R, S, F>(scheduler: &mut Scheduler<R>, ports: DriverPorts<'_>, mut requests: S, shutdown: F)
+pub async fn drive<R, S, F>(scheduler: &mut Scheduler<R>, ports: DriverPorts<'_>, requests: S, shutdown: F)
 where
     R: rand::Rng + Send,
     S: Stream<Item = OwnerId> + Unpin + Send,
     F: Future<Output = ()> + Send,
 {
+    drive_with_releases(scheduler, ports, requests, futures::stream::empty(), shutdown).await;
+}
+
+/// [`drive`], also feeding `releases` to [`Scheduler::on_release`]: each item says
+/// that the owner's claim was released elsewhere (e.g. a notification the release
+/// published to this instance, a registered waiter). With
+/// [`release_wake`](super::SchedulerConfig::release_wake) On, an owner on a claim
+/// retry timer is queued (and peeked) at once, and [`Event::ReleaseWake`] is
+/// observed (mode Shadow: the event only); Off ignores releases.
+///
+/// A release that arrives while its owner's peek or turn is still outstanding (the
+/// notification overtook the reply that made this instance a waiter) is kept and
+/// applied when that peek or turn ends, if the owner then waits for the claim. The
+/// end of `releases` ends nothing: the driver stops as [`drive`] does.
+pub async fn drive_with_releases<R, S, L, F>(
+    scheduler: &mut Scheduler<R>,
+    ports: DriverPorts<'_>,
+    mut requests: S,
+    mut releases: L,
+    shutdown: F,
+) where
+    R: rand::Rng + Send,
+    S: Stream<Item = OwnerId> + Unpin + Send,
+    L: Stream<Item = OwnerId> + Unpin + Send,
+    F: Future<Output = ()> + Send,
+{
     let mut shutdown = Some(Box::pin(shutdown));
     let mut input_open = true;
+    let mut releases_open = true;
+    // Releases that overtook their owner's peek or turn.
+    let mut early: HashSet<OwnerId> = HashSet::new();
     let mut turns: FuturesUnordered<BoxFuture<'_, (OwnerId, TurnOutcome)>> = FuturesUnordered::new();
     let mut peeks: FuturesUnordered<BoxFuture<'_, PeekDone>> = FuturesUnordered::new();
     let mut timer: Option<Timer<'_>> = None;
@@ -142,6 +178,19 @@ where
                     return Poll::Ready(Wake::Requests(batch, false));
                 }
             }
+            if releases_open {
+                let mut batch = Vec::new();
+                loop {
+                    match releases.poll_next_unpin(cx) {
+                        Poll::Ready(Some(o)) => batch.push(o),
+                        Poll::Ready(None) => return Poll::Ready(Wake::Releases(batch, true)),
+                        Poll::Pending => break,
+                    }
+                }
+                if !batch.is_empty() {
+                    return Poll::Ready(Wake::Releases(batch, false));
+                }
+            }
             if let Some((_, sleep)) = timer.as_mut()
                 && sleep.as_mut().poll(cx).is_ready()
             {
@@ -171,9 +220,12 @@ where
             Wake::Turn(owner, outcome) => {
                 // The owner is running: it was launched by this loop.
                 let _ = scheduler.on_turn(now, &owner, outcome);
+                if early.remove(&owner) {
+                    release(scheduler, ports, now, &owner);
+                }
             }
             Wake::Peeked((owners, result)) => {
-                let results = match result {
+                let results: Vec<(OwnerId, PeekResult)> = match result {
                     Ok(found) if found.len() == owners.len() => owners
                         .into_iter()
                         .zip(found)
@@ -182,9 +234,38 @@ where
                     // An error, or an answer we cannot match to the owners: admit (as before).
                     _ => owners.into_iter().map(|o| (o, PeekResult::Error)).collect(),
                 };
+                let answered: Vec<OwnerId> = results.iter().map(|(o, _)| o.clone()).collect();
                 scheduler.on_peek(now, results);
+                for owner in answered {
+                    if early.remove(&owner) {
+                        release(scheduler, ports, now, &owner);
+                    }
+                }
+            }
+            Wake::Releases(owners, ended) => {
+                releases_open = !ended;
+                for owner in owners {
+                    if !release(scheduler, ports, now, &owner)
+                        && matches!(scheduler.state_of(&owner), Some(OwnerState::Peeking | OwnerState::Running { .. }))
+                    {
+                        early.insert(owner);
+                    }
+                }
             }
             Wake::Timer => timer = None,
         }
+    }
+}
+
+/// Hand one release to the scheduler and observe a wake; whether it woke (or, in
+/// Shadow, would have).
+fn release<R: rand::Rng>(scheduler: &mut Scheduler<R>, ports: DriverPorts<'_>, now: Time, owner: &OwnerId) -> bool {
+    let mode = scheduler.config().release_wake;
+    match scheduler.on_release(now, owner) {
+        Woken::Queued | Woken::WouldQueue => {
+            ports.observer.observe(&Event::ReleaseWake { mode });
+            true
+        }
+        Woken::Ignored => false,
     }
 }

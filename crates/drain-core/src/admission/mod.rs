@@ -92,7 +92,7 @@ mod types;
 mod tests;
 
 pub use config::SchedulerConfig;
-pub use driver::{DriverPorts, OwnerWork, drive};
+pub use driver::{DriverPorts, OwnerWork, drive, drive_with_releases};
 pub use owner::OwnerId;
 pub use scheduler::Scheduler;
 pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};

@@ -63,6 +63,7 @@ impl Observer for RecordingObserver {
             Event::LeaseOp { op, result } => Event::LeaseOp { op, result },
             Event::OwnerSkipped { reason, mode } => Event::OwnerSkipped { reason, mode },
             Event::ClaimBusyBackoff { mode } => Event::ClaimBusyBackoff { mode },
+            Event::ReleaseWake { mode } => Event::ReleaseWake { mode },
             Event::RetryOverflow => Event::RetryOverflow,
             Event::PeekError => Event::PeekError,
             Event::OwnerTurn { outcome } => Event::OwnerTurn { outcome },

@@ -1,0 +1,116 @@
+//! Redis commands and round trips per operation, read from the server's
+//! `INFO commandstats` and the store's own `StoreOp` events, for the table of
+//! `cargo xtask bench` (the tests in `tests/round_trips.rs` assert the same counts).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapter_redis::RedisStore;
+use drain_core::ports::{ClaimStore, LeaseStore, SettleAction, Settlement};
+use drain_core::testkit::{RecordingObserver, TestRng};
+use drain_core::{Event, KeySpace, LeaseToken};
+use test_servers::RedisServer;
+
+/// Commands Redis runs inside our scripts: counted by `INFO commandstats`, but
+/// never sent by the client.
+const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire", "exists"];
+/// Repetitions per operation; the figures are per operation.
+const REPEAT: u64 = 100;
+/// Owners per batched peek and messages per claim batch.
+const K: usize = 64;
+
+/// One row: what one operation cost.
+pub(crate) struct Row {
+    pub(crate) op: String,
+    /// Commands the client sent (scripts count once, their inner commands not).
+    pub(crate) commands: f64,
+    /// Round trips, from the store's `StoreOp` events.
+    pub(crate) round_trips: f64,
+    /// What SPEC §4/§6 specify, in round trips.
+    pub(crate) specified: u64,
+}
+
+fn sent(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, keep_reads: bool) -> u64 {
+    after
+        .iter()
+        .filter(|(k, _)| k.as_str() != "info")
+        .filter(|(k, _)| keep_reads || !INSIDE_SCRIPTS.contains(&k.as_str()))
+        .map(|(k, v)| v - before.get(k).copied().unwrap_or(0))
+        .sum()
+}
+
+/// Measure every operation `REPEAT` times on `store` against `redis`.
+pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row> {
+    let observer = Arc::new(RecordingObserver::new());
+    let store = store.clone().with_observer(observer.clone());
+    let keys = KeySpace::new("bench-commands");
+    let me = LeaseToken::generate("bench", &mut TestRng::new(7));
+    let ttl = Duration::from_secs(30);
+    let lease = keys.lease("q");
+    let owners: Vec<String> = (0..K).map(|i| keys.owner_claim(&format!("owner-{i}"))).collect();
+    let msgs: Vec<String> = (0..K).map(|i| keys.message_claim("q", &format!("m{i}"))).collect();
+    let settle: Vec<Settlement> = msgs
+        .iter()
+        .enumerate()
+        .map(|(i, k)| Settlement {
+            key: k.clone(),
+            action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
+        })
+        .collect();
+    let stats = || redis.command_calls().expect("INFO commandstats");
+
+    let mut rows = Vec::new();
+    // (name, specified round trips, whether the op is a pipeline of reads whose
+    // commands are the client's own, not a script's).
+    for (op, specified, reads) in [
+        ("acquire", 1, false),
+        ("renew", 1, false),
+        ("release", 1, false),
+        ("peek", 1, true),
+        ("peek_many_64", 1, true),
+        ("claim_batch_64", 1, false),
+        ("settle_batch_64", 1, false),
+    ] {
+        observer.clear();
+        let before = stats();
+        for _ in 0..REPEAT {
+            match op {
+                "acquire" => drop(store.acquire(&lease, &me, ttl).await.expect("acquire")),
+                "renew" => drop(store.renew(&lease, &me, ttl).await.expect("renew")),
+                "release" => drop(store.release(&lease, &me).await.expect("release")),
+                "peek" => drop(store.peek(&lease.lease).await.expect("peek")),
+                "peek_many_64" => drop(store.peek_many(&owners).await.expect("peek_many")),
+                "claim_batch_64" => drop(store.claim_batch(&msgs, &me, ttl).await.expect("claim_batch")),
+                _ => drop(store.settle_batch(&settle, &me, ttl).await.expect("settle_batch")),
+            }
+        }
+        let after = stats();
+        let trips = observer.count(|e| matches!(e, Event::StoreOp { .. })) as u64;
+        // `release` runs after a successful acquire only once; later releases find
+        // nothing to delete, which costs the same one EVALSHA.
+        rows.push(Row {
+            op: op.to_owned(),
+            commands: sent(&before, &after, reads) as f64 / REPEAT as f64,
+            round_trips: trips as f64 / REPEAT as f64,
+            specified,
+        });
+    }
+    rows
+}
+
+/// The rows as a JSON array.
+pub(crate) fn json(rows: &[Row]) -> String {
+    let mut out = String::from("[");
+    for (i, r) in rows.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(
+            out,
+            "{sep}{{\"op\":\"{}\",\"commands_per_op\":{:.2},\"round_trips_per_op\":{:.2},\"specified_round_trips\":{}}}",
+            r.op, r.commands, r.round_trips, r.specified
+        );
+    }
+    out.push(']');
+    out
+}

@@ -1,0 +1,272 @@
+//! Release wake-up on a private redis-server (issue 7): waiters register in the
+//! round trip that found the claim held, a release notifies exactly one of them in
+//! its own round trip, and the subscriber survives a killed connection. Also on a
+//! 3-master Cluster.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use adapter_redis::{RedisStore, Releases, Waiter};
+use drain_core::KeySpace;
+use drain_core::admission::OwnerId;
+use drain_core::ports::{Acquire, LeaseStore, Release};
+use drain_core::testkit::RecordingObserver;
+use futures::StreamExt;
+use test_servers::{RedisCluster, RedisServer, Reply};
+
+use support::{calls, connect, connect_cluster, delta, observed, round_trips, token};
+
+/// Commands the scripts run inside Redis (no round trip of their own).
+const INSIDE: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire", "lrem", "rpush", "lpop", "publish"];
+
+fn sent(d: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    d.into_iter().filter(|(k, _)| !INSIDE.contains(&k.as_str())).collect()
+}
+
+fn waiter(keys: &KeySpace, instance: &str) -> Waiter {
+    Waiter { channel: keys.wake_channel(instance), ttl: Duration::from_secs(30) }
+}
+
+/// The next release heard within `within`, if any.
+async fn heard(releases: &mut Releases, within: Duration) -> Option<OwnerId> {
+    tokio::time::timeout(within, releases.next()).await.ok().flatten()
+}
+
+fn list(server: &RedisServer, key: &str) -> Vec<String> {
+    match server.command(&["LRANGE", key, "0", "-1"]).expect("LRANGE") {
+        Reply::Array(Some(items)) => items
+            .into_iter()
+            .map(|r| match r {
+                Reply::Bulk(Some(b)) => String::from_utf8(b).expect("utf-8"),
+                other => panic!("{other:?}"),
+            })
+            .collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// One measured call: (commands the client sent, store round trips).
+async fn measure<T>(
+    stats: impl Fn() -> BTreeMap<String, u64>,
+    obs: &RecordingObserver,
+    op: impl Future<Output = T>,
+) -> (T, BTreeMap<String, u64>, usize) {
+    obs.clear();
+    let before = stats();
+    let out = op.await;
+    let d = delta(&before, &stats());
+    (out, sent(d), round_trips(obs))
+}
+
+#[tokio::test]
+async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
+    let Some(redis) = RedisServer::start() else { return };
+    let keys = KeySpace::new("wk");
+    let (store, obs) = observed(connect(&redis.url()).await);
+    let stats = || redis.command_calls().expect("INFO commandstats");
+    let (b, c) = (waiter(&keys, "b"), waiter(&keys, "c"));
+    let mut b_hears = store.subscribe_releases(&b.channel).await.expect("subscribe b");
+    let mut c_hears = store.subscribe_releases(&c.channel).await.expect("subscribe c");
+    let claim = keys.owner_lease("o{1}");
+    let waiters = keys.owner_waiters("o{1}");
+    let (holder, other) = (token("a", 1), token("c", 2));
+    let ttl = Duration::from_secs(30);
+
+    let got = store.acquire_or_wait(&claim, &waiters, &holder, ttl, &waiter(&keys, "a")).await.expect("acquire");
+    assert!(matches!(got, Acquire::Acquired { fence: 1 }), "{got:?}");
+
+    // b peeks the held claim (twice: registered once), c loses the acquire race.
+    let pair = [(claim.lease.clone(), waiters.clone())];
+    for _ in 0..2 {
+        let (held, d, n) = measure(stats, &obs, store.peek_and_wait(&pair, &b)).await;
+        let held = held.expect("peek_and_wait");
+        assert_eq!(held[0].as_ref().map(|h| h.value.as_str()), Some(holder.as_str()));
+        assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a registering peek = one EVALSHA");
+    }
+    let (got, d, n) = measure(stats, &obs, store.acquire_or_wait(&claim, &waiters, &other, ttl, &c)).await;
+    assert!(matches!(got.expect("acquire"), Acquire::Held { .. }));
+    assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a registering acquire = one EVALSHA");
+    assert_eq!(list(&redis, &waiters), [b.channel.clone(), c.channel.clone()], "each once, oldest first");
+    let pttl = redis.command(&["PTTL", &waiters]).expect("PTTL");
+    assert!(
+        matches!(pttl, Reply::Int(ms) if ms > 29_000 && ms <= 30_000),
+        "expires with the registration TTL: {pttl:?}"
+    );
+
+    // Not ours: nobody is woken.
+    let woke = store.release_and_wake(&claim, &waiters, &other, "o{1}", true).await.expect("release");
+    assert_eq!((woke.release, woke.woke), (Release::NotOwner, false));
+    assert_eq!(list(&redis, &waiters).len(), 2);
+
+    let (woke, d, n) = measure(stats, &obs, store.release_and_wake(&claim, &waiters, &holder, "o{1}", true)).await;
+    let woke = woke.expect("release");
+    assert_eq!((woke.release, woke.woke), (Release::Released, true));
+    assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a waking release = one EVALSHA");
+    assert_eq!(heard(&mut b_hears, Duration::from_secs(5)).await, Some(OwnerId::from("o{1}")), "the oldest waiter");
+    assert_eq!(heard(&mut c_hears, Duration::from_millis(300)).await, None, "exactly one waiter, no herd");
+    assert_eq!(list(&redis, &waiters), std::slice::from_ref(&c.channel));
+
+    // c wins the claim now: it leaves the list; its release finds nobody to wake.
+    let got = store.acquire_or_wait(&claim, &waiters, &other, ttl, &c).await.expect("acquire");
+    assert!(matches!(got, Acquire::Acquired { fence: 2 }), "{got:?}");
+    assert!(list(&redis, &waiters).is_empty(), "a winner is no longer a waiter");
+    let woke = store.release_and_wake(&claim, &waiters, &other, "o{1}", true).await.expect("release");
+    assert_eq!((woke.release, woke.woke), (Release::Released, false));
+
+    // A continuing holder (wake = false) leaves the waiters registered.
+    store.acquire_or_wait(&claim, &waiters, &holder, ttl, &waiter(&keys, "a")).await.expect("acquire");
+    store.peek_and_wait(&pair, &c).await.expect("peek");
+    let woke = store.release_and_wake(&claim, &waiters, &holder, "o{1}", false).await.expect("release");
+    assert_eq!((woke.release, woke.woke), (Release::Released, false));
+    assert_eq!(list(&redis, &waiters), std::slice::from_ref(&c.channel));
+    assert_eq!(heard(&mut c_hears, Duration::from_millis(200)).await, None);
+
+    // A dead waiter (nobody subscribed to its channel) is skipped for the next one.
+    store.acquire_or_wait(&claim, &waiters, &holder, ttl, &waiter(&keys, "a")).await.expect("acquire");
+    redis.command(&["LPUSH", &waiters, "wk:wake:gone"]).expect("LPUSH");
+    let woke = store.release_and_wake(&claim, &waiters, &holder, "o{1}", true).await.expect("release");
+    assert!(woke.woke);
+    assert_eq!(heard(&mut c_hears, Duration::from_secs(5)).await, Some(OwnerId::from("o{1}")));
+    assert!(list(&redis, &waiters).is_empty());
+    assert_eq!((b_hears.counters().received(), c_hears.counters().received()), (1, 1));
+}
+
+#[tokio::test]
+async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek_many() {
+    let Some(redis) = RedisServer::start() else { return };
+    let keys = KeySpace::new("wk");
+    let (store, obs) = observed(connect(&redis.url()).await);
+    let stats = || redis.command_calls().expect("INFO commandstats");
+    let me = waiter(&keys, "me");
+    let holder = token("h", 1);
+    let owners: Vec<String> = (0..50).map(|i| format!("owner-{i}")).collect();
+    for o in owners.iter().step_by(2) {
+        store.acquire(&keys.owner_lease(o), &holder, Duration::from_secs(30)).await.expect("acquire");
+    }
+    let pairs: Vec<(String, String)> = owners.iter().map(|o| (keys.owner_claim(o), keys.owner_waiters(o))).collect();
+    let (got, d, n) = measure(stats, &obs, store.peek_and_wait(&pairs, &me)).await;
+    assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "50 owners = one EVALSHA");
+    let claims: Vec<String> = pairs.iter().map(|(c, _)| c.clone()).collect();
+    let plain = store.peek_many(&claims).await.expect("peek_many");
+    let got = got.expect("peek_and_wait");
+    let values = |v: &[Option<drain_core::ports::Holding>]| -> Vec<Option<String>> {
+        v.iter().map(|h| h.as_ref().map(|h| h.value.clone())).collect()
+    };
+    assert_eq!(values(&got), values(&plain));
+    for (i, o) in owners.iter().enumerate() {
+        let expected = if i % 2 == 0 { vec![me.channel.clone()] } else { vec![] };
+        assert_eq!(list(&redis, &keys.owner_waiters(o)), expected, "{o}: registered only where held");
+    }
+    assert!(store.peek_and_wait(&[], &me).await.expect("empty").is_empty());
+}
+
+#[tokio::test]
+async fn the_subscriber_resubscribes_after_its_connection_is_killed() {
+    let Some(redis) = RedisServer::start() else { return };
+    let keys = KeySpace::new("wk");
+    let store: RedisStore = connect(&redis.url()).await;
+    let channel = keys.wake_channel("me");
+    let mut hears = store.subscribe_releases(&channel).await.expect("subscribe");
+    assert_eq!(redis.command(&["CLIENT", "KILL", "TYPE", "pubsub"]).expect("kill"), Reply::Int(1));
+    // Published until someone is subscribed again (messages before that are lost:
+    // the backstop timer covers them).
+    let mut back = false;
+    for _ in 0..100 {
+        if redis.command(&["PUBLISH", &channel, "o"]).expect("PUBLISH") == Reply::Int(1) {
+            back = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(back, "resubscribed within 5 s");
+    assert_eq!(heard(&mut hears, Duration::from_secs(5)).await, Some(OwnerId::from("o")));
+    assert!(hears.counters().reconnects() >= 1);
+}
+
+#[tokio::test]
+async fn on_a_cluster_waiters_and_wakes_work_across_nodes() {
+    let Some(cluster) = RedisCluster::start(3) else { return };
+    let keys = KeySpace::new("wk");
+    let (store, obs) = observed(connect_cluster(&cluster.urls()).await);
+    let stats = || cluster.command_calls().expect("INFO commandstats");
+    let me = waiter(&keys, "me");
+    let mut hears = store.subscribe_releases(&me.channel).await.expect("subscribe");
+    let holder = token("h", 1);
+    let owners: Vec<String> = (0..12).map(|i| format!("owner-{i}")).collect();
+    for o in &owners {
+        store.acquire(&keys.owner_lease(o), &holder, Duration::from_secs(30)).await.expect("acquire");
+    }
+    let pairs: Vec<(String, String)> = owners.iter().map(|o| (keys.owner_claim(o), keys.owner_waiters(o))).collect();
+    let mut slots: Vec<u16> = pairs.iter().map(|(c, _)| slot(c)).collect();
+    slots.sort_unstable();
+    slots.dedup();
+    let (got, d, n) = measure(stats, &obs, store.peek_and_wait(&pairs, &me)).await;
+    assert!(got.expect("peek_and_wait").iter().all(Option::is_some));
+    assert_eq!((d, n), (calls(&[("evalsha", slots.len() as u64)]), slots.len()), "one EVALSHA per hash slot");
+    // Every owner's release reaches the subscriber, whichever node holds its slot.
+    for o in &owners {
+        let (woke, d, n) = measure(
+            stats,
+            &obs,
+            store.release_and_wake(&keys.owner_lease(o), &keys.owner_waiters(o), &holder, o, true),
+        )
+        .await;
+        assert!(woke.expect("release").woke, "{o}");
+        assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "{o}: one EVALSHA");
+        assert_eq!(heard(&mut hears, Duration::from_secs(5)).await, Some(OwnerId::from(o.as_str())), "{o}");
+    }
+}
+
+/// CRC16/XMODEM of the hash tag, mod 16384: the Redis Cluster slot.
+fn slot(key: &str) -> u16 {
+    let tag = drain_core::keys::hash_tag(key);
+    let mut crc: u16 = 0;
+    for &b in tag.as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
+
+/// The wake-up's rights on top of the minimal lease ACL (docs/operations.md): with
+/// them nothing is missing; without one, `missing_wake_rights` names it, and without
+/// the channel pattern it names the channel.
+#[tokio::test]
+async fn missing_wake_rights_names_each_command_and_the_channel() {
+    let Some(redis) = RedisServer::start() else { return };
+    let base =
+        ["-@all", "+evalsha", "+eval", "+script|load", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+ping"];
+    let wake = ["+rpush", "+lrem", "+lpop", "+publish", "+subscribe"];
+    let set_user = |user: &str, channels: &str, rights: &[&str]| {
+        let mut args = vec!["ACL", "SETUSER", user, "on", ">wake-pass-1", "resetkeys", "~wk:*", "resetchannels"];
+        if !channels.is_empty() {
+            args.push(channels);
+        }
+        args.extend(base);
+        args.extend(rights);
+        assert_eq!(redis.command(&args).expect("acl"), Reply::Simple("OK".into()));
+    };
+    let keys = KeySpace::new("wk");
+    let (list, channel) = (keys.owner_waiters("probe"), keys.wake_channel("probe"));
+    let check = |user: &'static str| {
+        let url = format!("redis://{user}:wake-pass-1@127.0.0.1:{}", redis.port());
+        let (list, channel) = (list.clone(), channel.clone());
+        async move { connect(&url).await.missing_wake_rights(&list, &channel).await.expect("probe") }
+    };
+    set_user("all", "&wk:wake:*", &wake);
+    assert!(check("all").await.is_empty());
+    assert_eq!(redis.command(&["EXISTS", &list]).expect("EXISTS"), Reply::Int(0), "the probe list is removed");
+    for (user, right) in
+        [("norpush", "+rpush"), ("nolpop", "+lpop"), ("nopublish", "+publish"), ("nosub", "+subscribe")]
+    {
+        let others: Vec<&str> = wake.iter().copied().filter(|r| *r != right).collect();
+        set_user(user, "&wk:wake:*", &others);
+        assert_eq!(check(user).await, [right.to_owned()], "{user}");
+    }
+    set_user("nochannel", "", &wake);
+    assert_eq!(check("nochannel").await, [format!("&{channel}")]);
+}

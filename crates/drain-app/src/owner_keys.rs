@@ -1,0 +1,74 @@
+//! The keys of `drain owners`' workload: each owner's backlog list in the owner's
+//! hash slot, and the processed-items hash.
+
+use adapter_redis::RedisStore;
+use drain_core::admission::OwnerId;
+use drain_core::keys::encode_name;
+use drain_core::{KeySpace, PortError};
+
+/// The keys of the owner workload.
+#[derive(Debug, Clone)]
+pub(crate) struct OwnerKeys {
+    keys: KeySpace,
+}
+
+impl OwnerKeys {
+    pub(crate) fn new(keys: KeySpace) -> Self {
+        OwnerKeys { keys }
+    }
+
+    /// The name of owner `i`.
+    pub(crate) fn owner(i: usize) -> OwnerId {
+        OwnerId::from(format!("owner-{i}"))
+    }
+
+    /// `<prefix>:backlog:{<owner>}`, in the owner's hash slot.
+    pub(crate) fn backlog(&self, owner: &str) -> String {
+        format!("{}:backlog:{{{}}}", self.keys.prefix(), encode_name(owner.as_bytes()))
+    }
+
+    /// `<prefix>:processed`: item -> times processed.
+    pub(crate) fn processed(&self) -> String {
+        format!("{}:processed", self.keys.prefix())
+    }
+}
+
+/// Push `items` items (`item-0` …) round-robin onto the backlogs of `owners` owners,
+/// one pipelined round trip.
+pub(crate) async fn seed(store: &RedisStore, keys: &OwnerKeys, owners: usize, items: u64) -> Result<(), PortError> {
+    let owners = owners.max(1);
+    let mut lists: Vec<(String, Vec<String>)> =
+        (0..owners).map(|i| (keys.backlog(OwnerKeys::owner(i).as_str()), Vec::new())).collect();
+    for n in 0..items {
+        let i = usize::try_from(n).unwrap_or(usize::MAX) % owners;
+        lists[i].1.push(format!("item-{n}"));
+    }
+    store.push_items(&lists).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text between the first `{` and the following `}`: the Cluster hash tag.
+    fn tag(key: &str) -> &str {
+        let open = key.find('{').expect("a hash tag");
+        let close = key[open..].find('}').expect("a closed hash tag") + open;
+        &key[open + 1..close]
+    }
+
+    #[test]
+    fn a_backlog_shares_its_owner_claims_hash_slot() {
+        let keys = KeySpace::new("drain");
+        let owners = OwnerKeys::new(keys.clone());
+        for owner in ["owner-7", "a b{c}", ""] {
+            let backlog = owners.backlog(owner);
+            assert!(backlog.starts_with("drain:backlog:{"), "{backlog}");
+            assert_eq!(tag(&backlog), tag(&keys.owner_lease(owner).lease), "{owner:?}");
+            assert_eq!(tag(&backlog), tag(&keys.owner_claim(owner)), "{owner:?}");
+        }
+        assert_eq!(owners.backlog("a b{c}"), "drain:backlog:{a%20b%7Bc%7D}");
+        assert_eq!(owners.processed(), "drain:processed");
+        assert_eq!(OwnerKeys::owner(3).as_str(), "owner-3");
+    }
+}

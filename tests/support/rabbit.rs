@@ -1,0 +1,310 @@
+//! RabbitMQ for the end-to-end tests: the machine's broker (shared by every test, so
+//! only uniquely named queues, deleted on drop) or a private node of one test on free
+//! loopback ports, which the test may stop and start. Queues are declared over AMQP
+//! 1.0, fed and collected with adapter-servicebus, counted with `rabbitmqctl`.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use drain_core::ports::{MessageSource, SubmitContext, Submitter};
+use drain_core::testkit::message;
+use futures::stream::{self, StreamExt};
+
+const SHARED_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
+/// Where Debian keeps the real scripts (`/usr/sbin/*` re-run them as user `rabbitmq`).
+const RABBIT_BIN: &str = "/usr/lib/rabbitmq/bin";
+/// How long a private node may take to boot.
+const BOOT: Duration = Duration::from_secs(60);
+
+/// Run `fut` on a runtime shared by the tests of this process.
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
+    })
+    .block_on(fut)
+}
+
+/// `<test>-<pid>-<n>`: unique on this machine.
+pub fn unique(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("{test}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Skip (print why, `None`) outside CI; panic under `CI`.
+fn missing<T>(test: &str, why: &str) -> Option<T> {
+    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+    eprintln!("SKIP {test}: {why}");
+    None
+}
+
+/// A RabbitMQ broker with the AMQP 1.0 plugin.
+pub struct Broker {
+    /// `amqp://user:password@host:port`, no path.
+    pub base: String,
+    ctl: Vec<String>,
+    home: Option<PathBuf>,
+    node: Option<Node>,
+}
+
+/// A private node: its process group and directory.
+struct Node {
+    name: String,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Broker {
+    /// The machine's broker (`DRAIN_TEST_AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672`).
+    pub fn shared(test: &str) -> Option<Broker> {
+        let base = std::env::var("DRAIN_TEST_AMQP_URL").unwrap_or_else(|_| SHARED_URL.to_owned());
+        let base = base.trim_end_matches('/').to_owned();
+        let e = Endpoint::parse(&base).expect("DRAIN_TEST_AMQP_URL parses").endpoint;
+        let addr: SocketAddr = format!("{}:{}", e.host, e.port).parse().expect("RabbitMQ on a literal IP");
+        if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err() {
+            let why = format!("RabbitMQ does not answer on {addr}: run `bash .ci/setup-services.sh`");
+            return missing(test, &why);
+        }
+        let Some(ctl) = find("rabbitmqctl", &["/usr/sbin", "/usr/local/sbin", "/sbin"]) else {
+            return missing(test, "rabbitmqctl is not installed: run `bash .ci/setup-services.sh`");
+        };
+        let ctl = vec![ctl.display().to_string()];
+        Some(Broker { base, ctl, home: None, node: None })
+    }
+
+    /// A private node `drain-test-…@localhost` with only `rabbitmq_amqp1_0`, on free
+    /// loopback ports, in a directory of its own (its own Erlang cookie in `HOME`).
+    pub fn private(test: &str) -> Option<Broker> {
+        let Some(server) = find("rabbitmq-server", &[RABBIT_BIN]) else {
+            return missing(test, "rabbitmq-server is not installed: run `bash .ci/setup-services.sh`");
+        };
+        let ctl = find("rabbitmqctl", &[RABBIT_BIN]).expect("rabbitmqctl next to rabbitmq-server");
+        let name = format!("{}@localhost", unique("drain-test"));
+        let dir = std::env::temp_dir().join(unique("drain-e2e-rabbit"));
+        std::fs::create_dir_all(&dir).expect("node directory");
+        std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
+        std::fs::write(dir.join("rabbitmq.conf"), "loopback_users.guest = true\n").expect("config");
+        std::fs::write(dir.join("env.conf"), "").expect("env file");
+        let port = port();
+        let dist = std::iter::repeat_with(self::port).find(|p| *p != port).expect("a second port");
+        let log = std::fs::File::create(dir.join("node.log")).expect("node log");
+        let child = Command::new(server)
+            .current_dir(&dir)
+            .env("HOME", &dir)
+            .env("RABBITMQ_NODENAME", &name)
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", port.to_string())
+            .env("RABBITMQ_DIST_PORT", dist.to_string())
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_PID_FILE", dir.join("pid"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+            .env("RABBITMQ_CONF_ENV_FILE", dir.join("env.conf"))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("spawn rabbitmq-server");
+        let broker = Broker {
+            base: format!("amqp://guest:guest@127.0.0.1:{port}"),
+            ctl: vec![ctl.display().to_string(), "-n".to_owned(), name.clone()],
+            home: Some(dir.clone()),
+            node: Some(Node { name, dir, child }),
+        };
+        broker.await_up(port);
+        Some(broker)
+    }
+
+    fn await_up(&self, port: u16) {
+        let deadline = Instant::now() + BOOT;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(Instant::now() < deadline, "the private node did not listen within {BOOT:?}: {}", self.node_log());
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        self.ctl(&["await_startup", "--timeout", "60"]);
+    }
+
+    fn node_log(&self) -> String {
+        self.node
+            .as_ref()
+            .map(|n| std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default())
+            .unwrap_or_default()
+    }
+
+    /// Stop the broker application (every connection closes) for `down`, then start
+    /// it again: durable queues and persistent messages survive.
+    pub fn restart(&self, down: Duration) {
+        let name = &self.node.as_ref().expect("only a private node restarts").name;
+        self.ctl(&["stop_app"]);
+        eprintln!("{name}: stopped");
+        std::thread::sleep(down);
+        self.ctl(&["start_app"]);
+        self.ctl(&["await_startup", "--timeout", "60"]);
+        eprintln!("{name}: started again");
+    }
+
+    /// Run `rabbitmqctl -q args…` against this broker; panics with its output when it fails.
+    pub fn ctl(&self, args: &[&str]) -> String {
+        let out = self.ctl_command(args).output().expect("run rabbitmqctl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "rabbitmqctl {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
+        text
+    }
+
+    fn ctl_command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.ctl[0]);
+        c.args(&self.ctl[1..]).arg("-q").args(args).stdin(Stdio::null());
+        if let Some(home) = &self.home {
+            c.env("HOME", home);
+        }
+        c
+    }
+
+    /// The `amqp://…/<queue>` URL the binary drains or submits to.
+    pub fn url(&self, queue: &str) -> String {
+        format!("{}/{queue}", self.base)
+    }
+
+    fn endpoint(&self, queue: &str) -> Endpoint {
+        Endpoint::parse(&self.url(queue)).expect("queue URL parses").endpoint
+    }
+
+    /// `(ready, unacknowledged)` messages of `queue`.
+    pub fn counts(&self, queue: &str) -> (u64, u64) {
+        let out = self.ctl(&["list_queues", "name", "messages_ready", "messages_unacknowledged"]);
+        out.lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.first() == Some(&queue)).then(|| (num(f.get(1)), num(f.get(2))))
+            })
+            .unwrap_or_else(|| panic!("queue {queue} is not listed: {out}"))
+    }
+
+    /// Put a persistent message with each id on `queue`, 64 submits in flight.
+    pub fn feed(&self, queue: &str, ids: &[String]) {
+        block_on(async {
+            let feed = AmqpSubmitter::connect(self.endpoint(queue), SubmitterOptions::default()).await.expect("feed");
+            let ctx = SubmitContext { queue: "feed", fence: None };
+            stream::iter(ids)
+                .map(|id| {
+                    let (feed, ctx) = (&feed, &ctx);
+                    async move { feed.submit(&message(id), ctx).await.expect("feed submit") }
+                })
+                .buffer_unordered(64)
+                .collect::<Vec<()>>()
+                .await;
+            feed.close().await.expect("close feed");
+        });
+    }
+
+    /// Take everything off `queue`: message id -> times seen.
+    pub fn collect(&self, queue: &str) -> BTreeMap<String, u32> {
+        block_on(async {
+            let options = SourceOptions { prefetch: 256, ..SourceOptions::default() };
+            let source = AmqpSource::connect(self.endpoint(queue), options).await.expect("collector");
+            let mut seen = BTreeMap::new();
+            for _ in 0..10_000 {
+                let got = source.receive(256, Duration::from_millis(500)).await.expect("collect");
+                if got.is_empty() {
+                    break;
+                }
+                for d in got {
+                    *seen.entry(d.message.message_id.clone().expect("message id")).or_insert(0) += 1;
+                    source.complete(d.handle).await.expect("complete");
+                }
+            }
+            source.close().await.expect("close collector");
+            seen
+        })
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let Some(mut node) = self.node.take() else { return };
+        let _ = self.ctl_command(&["stop", "--timeout", "10"]).output();
+        // The group: the start script, beam.smp and its helpers.
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", node.child.id())]).status();
+        let _ = node.child.wait();
+        let _ = std::fs::remove_dir_all(&node.dir);
+    }
+}
+
+/// A queue of one test, declared on creation and deleted on drop.
+pub struct Queue<'a> {
+    /// Its name.
+    pub name: String,
+    broker: &'a Broker,
+}
+
+impl<'a> Queue<'a> {
+    /// Declare `<test>-<pid>-<n>`, durable, by attaching once to `/queue/<name>`.
+    pub fn declare(broker: &'a Broker, test: &str) -> Queue<'a> {
+        let name = unique(test);
+        block_on(async {
+            use fe2o3_amqp::types::messaging::{Target, TerminusDurability};
+            use fe2o3_amqp::{Connection, Sender, Session};
+            let mut conn = Connection::builder()
+                .container_id(unique("declare"))
+                .open(broker.base.as_str())
+                .await
+                .expect("connect to declare");
+            let mut session = Session::begin(&mut conn).await.expect("session");
+            // A durable terminus declares a durable queue (it survives a broker restart).
+            let target = Target::builder().address(format!("/queue/{name}")).durable(TerminusDurability::Configuration);
+            let sender = Sender::builder()
+                .name(unique("declare"))
+                .target(target.build())
+                .attach(&mut session)
+                .await
+                .expect("declare");
+            let bound = Duration::from_secs(5);
+            let _ = tokio::time::timeout(bound, sender.detach()).await;
+            let _ = tokio::time::timeout(bound, session.end()).await;
+            let _ = tokio::time::timeout(bound, conn.close()).await;
+        });
+        Queue { name, broker }
+    }
+}
+
+impl Drop for Queue<'_> {
+    fn drop(&mut self) {
+        if self.broker.node.is_none() {
+            let _ = self.broker.ctl_command(&["delete_queue", &self.name]).output();
+        }
+    }
+}
+
+fn num(field: Option<&&str>) -> u64 {
+    field.and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// A free loopback port outside 35672..=35682, where `rabbitmqctl` listens.
+fn port() -> u16 {
+    loop {
+        let p = crate::free_port();
+        if !(35_672..=35_682).contains(&p) {
+            return p;
+        }
+    }
+}
+
+/// `program` in `dirs`, then in `PATH`.
+fn find(program: &str, dirs: &[&str]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    dirs.iter()
+        .map(PathBuf::from)
+        .chain(std::env::split_paths(&path))
+        .map(|d| d.join(program))
+        .find(|p| Path::is_file(p))
+}
