@@ -42,6 +42,17 @@ pub(crate) fn to_amqp(message: &Message) -> AmqpMessage<Data> {
     }
 }
 
+/// Add the lease's fencing number to `message` as the application property `name`
+/// (a `long`; a fence beyond `i64::MAX` saturates), replacing one of that name.
+pub(crate) fn set_fence(message: &mut AmqpMessage<Data>, name: &str, fence: u64) {
+    let fence = i64::try_from(fence).unwrap_or(i64::MAX);
+    message
+        .application_properties
+        .get_or_insert_with(ApplicationProperties::default)
+        .0
+        .insert(name.to_owned(), SimpleValue::Long(fence));
+}
+
 fn simple_value(v: &PropertyValue) -> SimpleValue {
     match v {
         PropertyValue::String(s) => SimpleValue::String(s.clone()),
@@ -213,6 +224,22 @@ mod tests {
         let bare = Message { message_id: None, body: Vec::new(), ..Message::default() };
         assert_eq!(round_trip(&bare), (bare.clone(), 0));
         assert!(to_amqp(&full()).header.unwrap().durable, "sent messages are durable");
+    }
+
+    #[test]
+    fn the_fence_is_an_application_property_when_asked() {
+        let bare = Message { message_id: Some("m".into()), ..Message::default() };
+        let mut out = to_amqp(&bare);
+        set_fence(&mut out, "drain-fence", 7);
+        set_fence(&mut out, "drain-fence", 8);
+        let props = out.application_properties.expect("properties").0;
+        assert_eq!(props.len(), 1, "replaced, not added twice");
+        assert_eq!(props.get("drain-fence"), Some(&SimpleValue::Long(8)));
+        let mut full_out = to_amqp(&full());
+        set_fence(&mut full_out, "drain-fence", u64::MAX);
+        let props = full_out.application_properties.expect("properties").0;
+        assert_eq!(props.len(), 6, "the message's own properties are kept");
+        assert_eq!(props.get("drain-fence"), Some(&SimpleValue::Long(i64::MAX)), "saturates");
     }
 
     fn received(body: Body<Value>, header: Option<Header>, id: Option<MessageId>) -> (Message, u32) {

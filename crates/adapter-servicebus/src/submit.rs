@@ -44,6 +44,11 @@ pub struct SubmitterOptions {
     pub idle_timeout: Duration,
     /// Delays between reconnect attempts.
     pub backoff: Backoff,
+    /// When set, every submit made under a lease carries the lease's fencing number
+    /// as this application property (an AMQP `long`), so a consumer of the target can
+    /// reject writes from a holder older than one it has seen (SPEC §4). `None` (the
+    /// default): the message goes out as it came in.
+    pub fence_property: Option<String>,
 }
 
 impl Default for SubmitterOptions {
@@ -54,6 +59,7 @@ impl Default for SubmitterOptions {
             operation_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
+            fence_property: None,
         }
     }
 }
@@ -66,6 +72,7 @@ impl Default for SubmitterOptions {
 pub struct AmqpSubmitter {
     what: String,
     commands: mpsc::Sender<Command>,
+    fence_property: Option<String>,
 }
 
 type Reply = oneshot::Sender<Result<(), PortError>>;
@@ -134,6 +141,7 @@ impl AmqpSubmitter {
         let link = open_link(&endpoint, &options).await?;
         let (tx, rx) = mpsc::channel(1024);
         let what = endpoint.to_string();
+        let fence_property = options.fence_property.clone();
         let actor = Actor {
             what: what.clone(),
             endpoint,
@@ -147,7 +155,7 @@ impl AmqpSubmitter {
             queue: VecDeque::new(),
         };
         tokio::spawn(actor.run());
-        Ok(AmqpSubmitter { what, commands: tx })
+        Ok(AmqpSubmitter { what, commands: tx, fence_property })
     }
 
     /// Detach the sender, end the session and close the connection. Submits still
@@ -170,9 +178,13 @@ impl AmqpSubmitter {
 
 #[async_trait]
 impl Submitter for AmqpSubmitter {
-    async fn submit(&self, message: &Message, _ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+    async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        let mut amqp = convert::to_amqp(message);
+        if let (Some(name), Some(fence)) = (&self.fence_property, ctx.fence) {
+            convert::set_fence(&mut amqp, name, fence);
+        }
         let (reply, rx) = oneshot::channel();
-        let cmd = Command::Send { message: Box::new(Sendable::from(convert::to_amqp(message))), reply };
+        let cmd = Command::Send { message: Box::new(Sendable::from(amqp)), reply };
         self.commands.send(cmd).await.map_err(|_| self.closed())?;
         rx.await.map_err(|_| self.closed())?
     }

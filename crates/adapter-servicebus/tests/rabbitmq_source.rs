@@ -233,3 +233,37 @@ async fn connect_errors_are_typed_and_keep_secrets() {
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Config);
 }
+
+/// With `fence_property`, a submit under a lease carries the fence as an application
+/// property (a long) through the real broker; without a fence, or without the
+/// option, the message goes out as it came in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fence_rides_along_as_an_application_property_when_asked() {
+    let Some(r) = rabbit("fence") else { return };
+    let q = TestQueue::declare(&r, None, false).await;
+    let source = AmqpSource::connect(r.endpoint(&q.name, None), SourceOptions::default()).await.expect("source");
+    let options = SubmitterOptions { fence_property: Some("drain-fence".into()), ..SubmitterOptions::default() };
+    let fenced = AmqpSubmitter::connect(r.endpoint(&q.name, None), options).await.expect("submitter");
+    let plain = AmqpSubmitter::connect(r.endpoint(&q.name, None), SubmitterOptions::default()).await.expect("plain");
+    let held = SubmitContext { queue: "test", fence: Some(42) };
+    fenced.submit(&message("fenced"), &held).await.expect("submit");
+    fenced.submit(&message("no-lease"), &CTX).await.expect("submit");
+    plain.submit(&message("plain"), &held).await.expect("submit");
+    let mut got: Vec<(String, Option<PropertyValue>)> = take(&source, 3)
+        .await
+        .into_iter()
+        .map(|d| (d.message.message_id.clone().expect("id"), d.message.properties.get("drain-fence").cloned()))
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        got,
+        vec![
+            ("fenced".to_owned(), Some(PropertyValue::Long(42))),
+            ("no-lease".to_owned(), None),
+            ("plain".to_owned(), None),
+        ]
+    );
+    source.close().await.expect("close");
+    fenced.close().await.expect("close");
+    plain.close().await.expect("close");
+}

@@ -186,8 +186,12 @@ pub(crate) async fn compose(
         None => Arc::new(DemoTarget::new(clock.clone(), Duration::from_millis(100))),
         Some(url) => {
             let endpoint = parse_endpoint("DRAIN_TARGET_URL", url)?;
+            let options = SubmitterOptions {
+                fence_property: config.target_fence_property.clone(),
+                ..SubmitterOptions::default()
+            };
             let submitter = Arc::new(
-                AmqpSubmitter::connect(endpoint, SubmitterOptions::default())
+                AmqpSubmitter::connect(endpoint, options)
                     .await
                     .map_err(|e| ComposeError::Unavailable(format!("cannot send to DRAIN_TARGET_URL={url}: {e}")))?,
             );

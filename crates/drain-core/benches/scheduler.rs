@@ -68,8 +68,9 @@ fn drain_events(s: &mut S) -> u32 {
 
 fn launch(s: &mut S, owner: &OwnerId, now: Time) -> u32 {
     match s.poll_action(now) {
-        Some(Action::Peek(owners)) => {
-            s.on_peek(now, owners.into_iter().map(|o| (o, PeekResult::Free)).collect());
+        Some(Action::Peek(mut owners)) => {
+            s.on_peek(now, owners.drain(..).map(|o| (o, PeekResult::Free)));
+            s.recycle(owners);
             let launched = s.poll_action(now);
             assert!(matches!(launched, Some(Action::Launch { .. })), "{launched:?}");
             3

@@ -89,6 +89,7 @@ pub(crate) struct Config {
     pub(crate) redis_ca_file: Option<PathBuf>,
     pub(crate) source_url: Option<Secret>,
     pub(crate) target_url: Option<Secret>,
+    pub(crate) target_fence_property: Option<String>,
     pub(crate) key_prefix: String,
     pub(crate) instance_id: String,
     pub(crate) metrics_addr: Option<SocketAddr>,
@@ -247,6 +248,7 @@ pub(crate) fn resolve(
         redis_ca_file: r.path("DRAIN_REDIS_CA_FILE"),
         source_url: r.url("DRAIN_SOURCE_URL", &["amqp://", "amqps://", "endpoint="])?,
         target_url: r.url("DRAIN_TARGET_URL", &["amqp://", "amqps://", "endpoint="])?,
+        target_fence_property: r.fence_property(),
         key_prefix: r.take("DRAIN_KEY_PREFIX", prefix),
         instance_id: r.take("DRAIN_INSTANCE_ID", instance),
         metrics_addr: r.metrics_addr(),
@@ -336,6 +338,30 @@ impl Resolver<'_> {
         let raw = self.raw(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
         self.take(name, Parsed::clean(raw.clone().unwrap_or_else(|| "unset".to_owned())));
         raw.map(PathBuf::from)
+    }
+
+    /// An application property name: unset or blank is `None`; 1-128 printable
+    /// ASCII characters, anything else is `None` with a warning (the messages then
+    /// go out unchanged, as with the setting unset).
+    fn fence_property(&mut self) -> Option<String> {
+        const NAME: &str = "DRAIN_TARGET_FENCE_PROPERTY";
+        let raw = self.raw(NAME).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+        let parsed = match raw {
+            None => Parsed::clean(None),
+            Some(v) if v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()) => Parsed::clean(Some(v)),
+            Some(v) => Parsed::warned(
+                None,
+                Warning::new(
+                    NAME,
+                    &v,
+                    "not 1-128 printable ASCII characters without spaces; no fence property is sent",
+                ),
+            ),
+        };
+        let value = parsed.value.clone();
+        let shown = Parsed { value: value.clone().unwrap_or_else(|| "unset".to_owned()), warning: parsed.warning };
+        self.take(NAME, shown);
+        value
     }
 
     fn metrics_addr(&mut self) -> Option<SocketAddr> {

@@ -215,6 +215,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     url("DRAIN_TARGET_URL", QUEUE, "Where drained messages are resubmitted (same forms). Unset: an embedded target."),
     text(
+        "DRAIN_TARGET_FENCE_PROPERTY",
+        "unset",
+        QUEUE,
+        "When set (1-128 printable ASCII characters), every message submitted under a lease carries the lease's fencing number as this application property (an AMQP `long`), so the target's consumer can reject writes from a stale holder. Unset: messages go out as they came in.",
+    ),
+    text(
         "DRAIN_KEY_PREFIX",
         "drain",
         PLATFORM,

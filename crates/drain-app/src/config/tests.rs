@@ -136,3 +136,19 @@ fn log_filter_needs_levels() {
         assert_eq!(l.warnings.len(), 1, "{bad:?}");
     }
 }
+
+#[test]
+fn the_fence_property_is_a_plain_name_or_nothing() {
+    assert_eq!(load(&[]).config.target_fence_property, None);
+    assert_eq!(load(&[("DRAIN_TARGET_FENCE_PROPERTY", "  ")]).config.target_fence_property, None);
+    let l = load(&[("DRAIN_TARGET_FENCE_PROPERTY", " drain-fence ")]);
+    assert_eq!(l.config.target_fence_property.as_deref(), Some("drain-fence"));
+    assert!(l.warnings.is_empty(), "{:?}", l.warnings);
+    let long = "x".repeat(129);
+    for bad in ["with space", "tab\there", long.as_str(), "ünïcode"] {
+        let l = load(&[("DRAIN_TARGET_FENCE_PROPERTY", bad)]);
+        assert_eq!(l.config.target_fence_property, None, "{bad:?}");
+        assert_eq!(l.warnings.len(), 1, "{bad:?}: {:?}", l.warnings);
+        assert_eq!(l.warnings[0].variable, "DRAIN_TARGET_FENCE_PROPERTY");
+    }
+}

@@ -13,6 +13,9 @@ use crate::event::{Event, SkipReason};
 use crate::switch::Switch;
 use crate::time::Time;
 
+/// Emptied batch vectors kept for reuse (beyond this, recycled ones are dropped).
+const SPARE_VECTORS: usize = 64;
+
 /// A hasher with fixed keys: the scheduler must not read the operating system's
 /// randomness, and it never iterates the map, so the hasher only affects speed.
 type Fixed = BuildHasherDefault<DefaultHasher>;
@@ -196,7 +199,14 @@ impl<R: Rng> Scheduler<R> {
     /// least one result but left without one is treated as [`PeekResult::Error`]
     /// (admitted), so nothing is lost. Other outstanding batches are untouched, which
     /// lets several batches be in flight at once.
-    pub fn on_peek(&mut self, now: Time, results: Vec<(OwnerId, PeekResult)>) {
+    ///
+    /// Any iterator will do: a driver that zips the owners of
+    /// [`Action::Peek`](super::Action::Peek) with the store's answers (draining the
+    /// vector, then handing it back with [`recycle`](Self::recycle)) allocates nothing.
+    pub fn on_peek<I>(&mut self, now: Time, results: I)
+    where
+        I: IntoIterator<Item = (OwnerId, PeekResult)>,
+    {
         let now = self.observe(now);
         let mut answered = std::mem::take(&mut self.answered);
         answered.clear();
@@ -216,7 +226,7 @@ impl<R: Rng> Scheduler<R> {
                     self.settle_peek(now, owner, PeekResult::Error);
                 }
             }
-            self.spare.push(owners);
+            self.recycle(owners);
         }
         self.answered = answered;
         self.gauges();
@@ -537,10 +547,20 @@ impl<R: Rng> Scheduler<R> {
         self.ready.push_back(owner);
     }
 
+    /// Hand back the (emptied or not) vector of an [`Action::Peek`](super::Action::Peek)
+    /// once its owners are answered: the next batch reuses its allocation. Optional; a
+    /// few are kept, the rest dropped.
+    pub fn recycle(&mut self, mut owners: Vec<OwnerId>) {
+        owners.clear();
+        if self.spare.len() < SPARE_VECTORS {
+            self.spare.push(owners);
+        }
+    }
+
     /// Take the leading run of initial entries at the FIFO head, at most `free`.
     fn take_peek_batch(&mut self, free: usize) -> Vec<OwnerId> {
         let batch = self.next_seq();
-        let mut owners = Vec::new();
+        let mut owners = self.spare.pop().unwrap_or_default();
         while owners.len() < free {
             let Some(head) = self.fifo.front() else { break };
             if self.queued_entry(head) != Some(Entry::Initial) {

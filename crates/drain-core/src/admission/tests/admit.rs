@@ -199,7 +199,7 @@ fn check_polls(mode: Switch, workers: usize, steps: &[Step<'_>]) {
                 assert_eq!(s.poll_action(now), expected, "{mode} step {i}: {step:?}");
             }
             Step::PeekFree(owners) => {
-                s.on_peek(now, owners.iter().map(|o| (id(o), PeekResult::Free)).collect());
+                s.on_peek(now, owners.iter().map(|o| (id(o), PeekResult::Free)));
             }
             Step::Turn(o, outcome) => assert_eq!(s.on_turn(now, &id(o), outcome), Ok(())),
         }
@@ -311,4 +311,23 @@ fn zero_workers_means_one_slot() {
     let _ = s.request(t(0), id("b"));
     assert_eq!(s.poll_action(t(0)), launch("a", Initial));
     assert_eq!(s.poll_action(t(0)), None);
+}
+
+/// A recycled peek vector carries the next batch (its allocation is reused), and an
+/// answer given as an iterator settles the batch as a vector would.
+#[test]
+fn a_recycled_peek_vector_carries_the_next_batch() {
+    let mut s = sched(config(On, 2));
+    let now = Time::ZERO;
+    let _ = s.request(now, id("a"));
+    let Some(Action::Peek(mut first)) = s.poll_action(now) else { panic!("a peek") };
+    let reserved = first.capacity();
+    let at = first.as_ptr();
+    s.on_peek(now, first.drain(..).map(|o| (o, PeekResult::Free)));
+    s.recycle(first);
+    assert_eq!(s.poll_action(now), launch("a", Initial));
+    let _ = s.request(now, id("b"));
+    let Some(Action::Peek(second)) = s.poll_action(now) else { panic!("a peek") };
+    assert_eq!(second, ids(&["b"]));
+    assert!(second.capacity() >= reserved && second.as_ptr() == at, "the recycled allocation is reused");
 }

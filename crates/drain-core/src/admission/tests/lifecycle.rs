@@ -177,7 +177,7 @@ fn ten_thousand_owners_all_finish() {
                         let held = world.random_bool(0.2);
                         (o, if held { PeekResult::Held } else { PeekResult::Free })
                     });
-                    s.on_peek(now, answers.collect());
+                    s.on_peek(now, answers);
                 }
                 Action::Launch { owner, .. } => running.push(owner),
             }

@@ -196,7 +196,7 @@ impl Driven {
                 let batch = self.batches.remove(pick % self.batches.len());
                 let answers =
                     batch.into_iter().zip(held).map(|(o, &h)| (o, if h { PeekResult::Held } else { PeekResult::Free }));
-                self.s.on_peek(self.now, answers.collect());
+                self.s.on_peek(self.now, answers);
             }
             Op::Turn(pick, outcome) if !self.running.is_empty() => {
                 let owner = self.running.remove(pick % self.running.len());
