@@ -198,3 +198,22 @@ impl Conn {
         let _ = tokio::time::timeout(timeout, self.connection.close()).await;
     }
 }
+
+/// The outcome of attaching a link on `conn` within `limit` (`attach`: what the
+/// timed-out attach future gave): the link, or — after closing `conn` within
+/// `close_within` — an error naming `what` and `step`, mapped by `attach_error`.
+pub(crate) async fn attached<T, E>(
+    conn: Conn,
+    attach: Result<Result<T, E>, tokio::time::error::Elapsed>,
+    (what, step): (&str, &str),
+    (limit, close_within): (Duration, Duration),
+    attach_error: fn(&str, &E) -> PortError,
+) -> Result<(Conn, T), PortError> {
+    let failed = match attach {
+        Ok(Ok(link)) => return Ok((conn, link)),
+        Ok(Err(e)) => attach_error(what, &e),
+        Err(_) => error::timeout(what, step, limit),
+    };
+    conn.close(close_within).await;
+    Err(failed)
+}

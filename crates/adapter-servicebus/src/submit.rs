@@ -91,6 +91,7 @@ async fn open_link(endpoint: &Endpoint, opts: &SubmitterOptions) -> Result<Link,
     let entity = endpoint.require_entity()?;
     let what = endpoint.to_string();
     let mut conn = connect::open(endpoint, opts.idle_timeout, opts.connect_timeout).await?;
+    let limits = (opts.connect_timeout, opts.operation_timeout);
     if endpoint.profile == Profile::Generic {
         // RabbitMQ accepts (and drops) messages sent to /amq/queue/<q> when <q> does not
         // exist. A receiver attach fails then, so probe with one (no credit) first.
@@ -99,35 +100,21 @@ async fn open_link(endpoint: &Endpoint, opts: &SubmitterOptions) -> Result<Link,
             .source(endpoint.profile.queue_address(entity))
             .credit_mode(CreditMode::Manual)
             .attach(&mut conn.session);
-        let result = match timeout(opts.connect_timeout, probe).await {
-            Ok(Ok(receiver)) => {
-                let _ = timeout(opts.operation_timeout, receiver.detach()).await;
-                Ok(())
-            }
-            Ok(Err(e)) => Err(error::receiver_attach_error(&what, &e)),
-            Err(_) => Err(error::timeout(&what, "checking that the queue exists", opts.connect_timeout)),
-        };
-        if let Err(e) = result {
-            conn.close(opts.operation_timeout).await;
-            return Err(e);
-        }
+        let probe = timeout(opts.connect_timeout, probe).await;
+        let step = (what.as_str(), "checking that the queue exists");
+        let (probed, receiver) = connect::attached(conn, probe, step, limits, error::receiver_attach_error).await?;
+        conn = probed;
+        let _ = timeout(opts.operation_timeout, receiver.detach()).await;
     }
     let attach = Sender::builder()
         .name(connect::unique_name("drain-sender"))
         .target(endpoint.profile.queue_address(entity))
         .sender_settle_mode(SenderSettleMode::Unsettled)
         .attach(&mut conn.session);
-    match timeout(opts.connect_timeout, attach).await {
-        Ok(Ok(sender)) => Ok(Link { conn, sender }),
-        Ok(Err(e)) => {
-            conn.close(opts.operation_timeout).await;
-            Err(error::sender_attach_error(&what, &e))
-        }
-        Err(_) => {
-            conn.close(opts.operation_timeout).await;
-            Err(error::timeout(&what, "attaching the sender", opts.connect_timeout))
-        }
-    }
+    let attach = timeout(opts.connect_timeout, attach).await;
+    let (conn, sender) =
+        connect::attached(conn, attach, (&what, "attaching the sender"), limits, error::sender_attach_error).await?;
+    Ok(Link { conn, sender })
 }
 
 impl AmqpSubmitter {

@@ -83,17 +83,12 @@ pub(super) async fn open_link(endpoint: &Endpoint, opts: &SourceOptions) -> Resu
         .credit_mode(CreditMode::Manual)
         .auto_accept(false)
         .attach(&mut conn.session);
-    match timeout(opts.connect_timeout, attach).await {
-        Ok(Ok(receiver)) => Ok(Link { conn, receiver, name }),
-        Ok(Err(e)) => {
-            conn.close(opts.operation_timeout).await;
-            Err(error::receiver_attach_error(&what, &e))
-        }
-        Err(_) => {
-            conn.close(opts.operation_timeout).await;
-            Err(error::timeout(&what, "attaching the receiver", opts.connect_timeout))
-        }
-    }
+    let attach = timeout(opts.connect_timeout, attach).await;
+    let limits = (opts.connect_timeout, opts.operation_timeout);
+    let (conn, receiver) =
+        connect::attached(conn, attach, (&what, "attaching the receiver"), limits, error::receiver_attach_error)
+            .await?;
+    Ok(Link { conn, receiver, name })
 }
 
 /// A receive call waiting for messages.
