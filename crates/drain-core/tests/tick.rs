@@ -107,6 +107,33 @@ impl<T: LeaseStore + ClaimStore> LeaseStoreAndClaims for T {
     }
 }
 
+/// The in-memory store whose acquire answer goes through `hook` (which may also
+/// change the store); every other lease call passes through.
+struct AcquireHook<F>(Arc<MemoryStore>, F);
+
+#[async_trait]
+impl<F> LeaseStore for AcquireHook<F>
+where
+    F: Fn(&MemoryStore, Result<Acquire, PortError>) -> Result<Acquire, PortError> + Send + Sync,
+{
+    async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        let r = self.0.acquire(k, t, ttl).await;
+        (self.1)(&self.0, r)
+    }
+    async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
+        self.0.release(k, t).await
+    }
+    async fn renew(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.0.renew(k, t, ttl).await
+    }
+    async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
+        self.0.peek(k).await
+    }
+    async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+        self.0.peek_many(k).await
+    }
+}
+
 fn stats(r: &TickReport) -> (u64, u64, u64, u64, u64) {
     let s = r.stats.expect("stats");
     (s.received, s.submitted, s.duplicates, s.abandoned, s.dead_lettered)
@@ -234,28 +261,10 @@ fn lease_store_error_fails_open() {
 /// skipped for a whole TTL by a lease nobody holds.
 #[test]
 fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
-    struct LateAcquire(Arc<MemoryStore>);
-    #[async_trait]
-    impl LeaseStore for LateAcquire {
-        async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-            let _ = self.0.acquire(k, t, ttl).await;
-            Err(PortError::new(ErrorKind::Timeout, "no answer in time (the test let it land)"))
-        }
-        async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
-            self.0.release(k, t).await
-        }
-        async fn renew(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-            self.0.renew(k, t, ttl).await
-        }
-        async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
-            self.0.peek(k).await
-        }
-        async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-            self.0.peek_many(k).await
-        }
-    }
     fn late_tick(h: &mut Harness) -> TickReport {
-        let leases = LateAcquire(h.store.clone());
+        let leases = AcquireHook(h.store.clone(), |_: &MemoryStore, _| {
+            Err(PortError::new(ErrorKind::Timeout, "no answer in time (the test let it land)"))
+        });
         let token = h.token();
         let ports = TickPorts {
             leases: &leases,
@@ -628,28 +637,10 @@ fn release_error_is_counted_and_the_ttl_frees_the_lease() {
     h.cfg.atomic_claim = Switch::Off;
     h.feed(&["a"]);
     // acquire succeeds; then every call fails (the release).
-    struct FailAfterAcquire(Arc<MemoryStore>);
-    #[async_trait]
-    impl LeaseStore for FailAfterAcquire {
-        async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-            let r = self.0.acquire(k, t, ttl).await;
-            self.0.set_failing(Some(ErrorKind::Connection));
-            r
-        }
-        async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
-            self.0.release(k, t).await
-        }
-        async fn renew(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-            self.0.renew(k, t, ttl).await
-        }
-        async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
-            self.0.peek(k).await
-        }
-        async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-            self.0.peek_many(k).await
-        }
-    }
-    let leases = FailAfterAcquire(h.store.clone());
+    let leases = AcquireHook(h.store.clone(), |store: &MemoryStore, r| {
+        store.set_failing(Some(ErrorKind::Connection));
+        r
+    });
     let token = h.token();
     let ports = TickPorts {
         leases: &leases,
