@@ -70,8 +70,10 @@
 //! while let Some(action) = s.poll_action(now) {
 //!     match action {
 //!         // One batched read of the owners' claim keys.
-//!         Action::Peek(owners) => {
-//!             s.on_peek(now, owners.into_iter().map(|o| (o, PeekResult::Free)).collect());
+//!         // (Zip the owners with the store's answers; hand the vector back to reuse.)
+//!         Action::Peek(mut owners) => {
+//!             s.on_peek(now, owners.drain(..).map(|o| (o, PeekResult::Free)));
+//!             s.recycle(owners);
 //!         }
 //!         // Run the owner's drain turn (here: it had nothing to do).
 //!         Action::Launch { owner, .. } => s.on_turn(now, &owner, TurnOutcome::Done).unwrap(),
