@@ -31,6 +31,10 @@ fn keys_of(ks: &KeySpace, q: &str, id: &str) {
     assert_eq!(ks.parse(&owner.lease), Some(KeyKind::OwnerClaim { owner: q.as_bytes().to_vec() }));
     assert_eq!(ks.parse(&owner.fence), Some(KeyKind::OwnerFence { owner: q.as_bytes().to_vec() }));
     assert_eq!(hash_tag(&owner.fence), tag);
+    let waiters = ks.owner_waiters(q);
+    assert_eq!(hash_tag(&waiters), tag, "an owner's waiter list shares its claim's slot");
+    assert_eq!(ks.parse(&waiters), Some(KeyKind::OwnerWaiters { owner: q.as_bytes().to_vec() }));
+    assert_eq!(ks.parse(&ks.wake_channel(q)), None, "a wake channel is not a key");
 }
 
 fn rebuild(ks: &KeySpace, kind: &KeyKind) -> Option<String> {
@@ -40,6 +44,7 @@ fn rebuild(ks: &KeySpace, kind: &KeyKind) -> Option<String> {
         KeyKind::Fence { queue } => ks.lease(&s(queue)?).fence,
         KeyKind::OwnerClaim { owner } => ks.owner_claim(&s(owner)?),
         KeyKind::OwnerFence { owner } => ks.owner_lease(&s(owner)?).fence,
+        KeyKind::OwnerWaiters { owner } => ks.owner_waiters(&s(owner)?),
         KeyKind::MessageClaim { queue, message_id } => ks.message_claim(&s(queue)?, &s(message_id)?),
     })
 }
@@ -61,6 +66,8 @@ fuzz_target!(|data: &[u8]| {
         assert_ne!(ks.lease(&qa), ks.lease(&qb));
         assert_ne!(ks.message_claim(&qa, &qb), ks.message_claim(&qb, &qa));
         assert_ne!(ks.owner_claim(&qa), ks.owner_claim(&qb));
+        assert_ne!(ks.owner_waiters(&qa), ks.owner_waiters(&qb));
+        assert_ne!(ks.wake_channel(&qa), ks.wake_channel(&qb));
     }
 
     if let Ok(text) = std::str::from_utf8(data) {

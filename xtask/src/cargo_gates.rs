@@ -20,6 +20,11 @@ pub(crate) fn clippy() -> GateResult {
         .map_err(|f| {
             f.fix("fix the lints above; many are fixed by `cargo clippy --fix --workspace --all-targets --all-features --allow-dirty`")
         })?;
+    // The fuzz targets are their own workspace and only `cargo xtask fuzz` (nightly,
+    // not in `ci`) builds them: lint them here on stable, so a change to the code they
+    // cover cannot leave them broken unnoticed.
+    run(cargo().args(["clippy", "--manifest-path", "fuzz/Cargo.toml", "--bins", "--", "-D", "warnings"]))
+        .map_err(|f| f.fix("fix the fuzz targets in fuzz/fuzz_targets/ (they build against the workspace's crates)"))?;
     Ok(Outcome::Passed)
 }
 

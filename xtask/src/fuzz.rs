@@ -98,11 +98,15 @@ fn fuzz_one(cmd: &mut Command, name: &str) -> Result<(u64, u64), Failure> {
         cmd.stderr(Stdio::piped()).spawn().map_err(|e| Failure::new(format!("could not start `{line}`: {e}")))?;
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut done = None;
+    // libFuzzer prints `INITED` once the target runs: without it, the target did not
+    // build (or start), and there is no input to reproduce.
+    let mut started = false;
     if let Some(err) = child.stderr.take() {
         for l in BufReader::new(err).lines().map_while(Result::ok) {
             if let Some(d) = done_line(&l) {
                 done = Some(d);
             }
+            started |= l.contains("INITED");
             if milestone(&l) {
                 println!("  {l}");
             }
@@ -119,6 +123,10 @@ fn fuzz_one(cmd: &mut Command, name: &str) -> Result<(u64, u64), Failure> {
         (false, _) => {
             for l in &tail {
                 println!("  | {l}");
+            }
+            if !started {
+                return Err(Failure::new(format!("fuzz target `{name}` did not build or start (see above)"))
+                    .fix(format!("`cd fuzz && cargo +nightly fuzz build {name}` shows the error; fix the target")));
             }
             Err(Failure::new(format!("fuzz target `{name}` failed; libFuzzer saved the input under fuzz/artifacts/{name}/"))
                 .fix(format!(

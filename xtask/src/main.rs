@@ -31,7 +31,8 @@ cargo xtask <gate>: the drain workspace's CI gates, runnable locally
 
 Gates (`ci` runs them in this order and stops at the first failure):
   fmt      cargo fmt --all -- --check
-  clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings
+  clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings,
+           and the fuzz targets (fuzz/, their own workspace) on stable
   test     cargo test --workspace --all-features, with a private redis-server
            (tests start private redis-servers) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
   soak     the load program (tests/load/): 64 queues x 16 instances of the tick
