@@ -67,20 +67,39 @@ impl LeaseStore for RedisStore {
             return Ok(Vec::new());
         }
         let groups = self.groups(keys.iter().map(String::as_str));
-        let replies = try_join_all(groups.iter().map(|group| async move {
+        self.holdings_by_slot("peek_many", keys.len(), &groups, |group| async move {
             let pipe = peek_pipe(group.iter().map(|&i| keys[i].as_str()));
             let values = self.pipeline("peek_many", &pipe).await?;
             if values.len() != group.len() * 2 {
                 return Err(shape_error("peek_many", self.endpoint(), "a pipeline reply of the wrong length"));
             }
             Ok(values)
-        }))
-        .await?;
-        let mut out = vec![None; keys.len()];
+        })
+        .await
+    }
+}
+
+impl RedisStore {
+    /// One call of `fetch` per hash-slot group of `n` keys (in parallel), each
+    /// answering a value and a PTTL per key of its group; the holdings back in key
+    /// order. Shared by the plain batched peek and the peek that registers a waiter.
+    pub(crate) async fn holdings_by_slot<'g, F, Fut>(
+        &self,
+        op: &'static str,
+        n: usize,
+        groups: &'g [Vec<usize>],
+        fetch: F,
+    ) -> Result<Vec<Option<Holding>>, PortError>
+    where
+        F: Fn(&'g [usize]) -> Fut,
+        Fut: Future<Output = Result<Vec<redis::Value>, PortError>>,
+    {
+        let replies = try_join_all(groups.iter().map(|group| fetch(group))).await?;
+        let mut out = vec![None; n];
         for (group, values) in groups.iter().zip(replies) {
             for (&i, pair) in group.iter().zip(values.chunks(2)) {
                 out[i] = reply::holding(&pair[0], &pair[1])
-                    .ok_or_else(|| shape_error("peek_many", self.endpoint(), "a non-string value"))?;
+                    .ok_or_else(|| shape_error(op, self.endpoint(), "a non-string value"))?;
             }
         }
         Ok(out)

@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use drain_core::ports::{Acquire, Holding, Release};
 use drain_core::{ErrorKind, LeaseKey, LeaseToken, PortError};
-use futures::future::try_join_all;
 use redis::Value;
 
 use crate::error::shape_error;
@@ -73,7 +72,7 @@ impl RedisStore {
         }
         let groups = self.groups(claims.iter().map(|(claim, _)| claim.as_str()));
         let ttl = millis(waiter.ttl);
-        let replies = try_join_all(groups.iter().map(|group| async move {
+        self.holdings_by_slot("peek_wait", claims.len(), &groups, |group| async move {
             let keys: Vec<&str> = group.iter().flat_map(|&i| [claims[i].0.as_str(), claims[i].1.as_str()]).collect();
             let args = |cmd: &mut redis::Cmd| {
                 cmd.arg(waiter.channel.as_str()).arg(ttl);
@@ -82,16 +81,8 @@ impl RedisStore {
                 Value::Array(values) if values.len() == group.len() * 2 => Ok(values),
                 _ => Err(shape_error("peek_wait", self.endpoint(), "a reply of the wrong shape")),
             }
-        }))
-        .await?;
-        let mut out = vec![None; claims.len()];
-        for (group, values) in groups.iter().zip(replies) {
-            for (&i, pair) in group.iter().zip(values.chunks(2)) {
-                out[i] = reply::holding(&pair[0], &pair[1])
-                    .ok_or_else(|| shape_error("peek_wait", self.endpoint(), "a non-string value"))?;
-            }
-        }
-        Ok(out)
+        })
+        .await
     }
 
     /// [`acquire`](drain_core::ports::LeaseStore::acquire) of an owner's claim that,
