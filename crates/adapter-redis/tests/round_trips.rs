@@ -13,7 +13,7 @@ use drain_core::ports::{ClaimStore, LeaseStore, SettleAction, Settlement};
 use drain_core::testkit::RecordingObserver;
 use test_servers::{RedisCluster, RedisServer};
 
-use support::{calls, connect, connect_cluster, delta, observed, round_trips, token};
+use support::{calls, connect, connect_cluster, delta, observed, round_trips, slot, token};
 
 /// Commands the drain scripts run inside Redis: `INFO commandstats` counts them
 /// too, but they cost no round trip.
@@ -204,19 +204,6 @@ fn distinct_slots(keys: &[String]) -> usize {
     slots.sort_unstable();
     slots.dedup();
     slots.len()
-}
-
-/// CRC16/XMODEM of the hash tag, mod 16384: the Redis Cluster slot.
-fn slot(key: &str) -> u16 {
-    let tag = drain_core::keys::hash_tag(key);
-    let mut crc: u16 = 0;
-    for &b in tag.as_bytes() {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
-    }
-    crc % 16384
 }
 
 #[test]

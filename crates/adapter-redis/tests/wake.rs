@@ -16,7 +16,7 @@ use drain_core::testkit::RecordingObserver;
 use futures::StreamExt;
 use test_servers::{RedisCluster, RedisServer, Reply};
 
-use support::{calls, connect, connect_cluster, delta, observed, round_trips, token};
+use support::{calls, connect, connect_cluster, delta, observed, round_trips, slot, token};
 
 /// Commands the scripts run inside Redis (no round trip of their own).
 const INSIDE: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire", "lrem", "rpush", "lpop", "publish"];
@@ -217,19 +217,6 @@ async fn on_a_cluster_waiters_and_wakes_work_across_nodes() {
         assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "{o}: one EVALSHA");
         assert_eq!(heard(&mut hears, Duration::from_secs(5)).await, Some(OwnerId::from(o.as_str())), "{o}");
     }
-}
-
-/// CRC16/XMODEM of the hash tag, mod 16384: the Redis Cluster slot.
-fn slot(key: &str) -> u16 {
-    let tag = drain_core::keys::hash_tag(key);
-    let mut crc: u16 = 0;
-    for &b in tag.as_bytes() {
-        crc ^= u16::from(b) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
-        }
-    }
-    crc % 16384
 }
 
 /// The wake-up's rights on top of the minimal lease ACL (docs/operations.md): with

@@ -88,3 +88,16 @@ pub fn observed(store: RedisStore) -> (RedisStore, Arc<drain_core::testkit::Reco
     let observer = Arc::new(drain_core::testkit::RecordingObserver::new());
     (store.with_observer(observer.clone()), observer)
 }
+
+/// CRC16/XMODEM of the hash tag, mod 16384: the Redis Cluster slot.
+pub fn slot(key: &str) -> u16 {
+    let tag = drain_core::keys::hash_tag(key);
+    let mut crc: u16 = 0;
+    for &b in tag.as_bytes() {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
