@@ -217,3 +217,15 @@ pub(crate) async fn attached<T, E>(
     conn.close(close_within).await;
     Err(failed)
 }
+
+/// The result of a background (re)connect task, once it ends; pending forever when
+/// none runs (for a `select!` branch guarded by `task.is_some()`).
+pub(crate) async fn join<T>(task: &mut Option<tokio::task::JoinHandle<Result<T, PortError>>>) -> Result<T, PortError> {
+    match task {
+        Some(t) => match t.await {
+            Ok(r) => r,
+            Err(e) => Err(PortError::new(ErrorKind::Other, format!("connect task failed: {e}"))),
+        },
+        None => std::future::pending().await,
+    }
+}

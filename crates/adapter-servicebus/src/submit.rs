@@ -214,7 +214,7 @@ impl Actor {
                 biased;
                 cmd = self.commands.recv() => Event::Command(cmd),
                 e = on_detach(&mut self.link), if self.link.is_some() => Event::Detached(e),
-                r = join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
+                r = connect::join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
                 () = sleep_until(self.retry_at.unwrap_or_else(Instant::now)),
                     if self.retry_at.is_some() && self.connecting.is_none() && self.link.is_none() => Event::Retry,
                 () = sleep_until(expire_at.unwrap_or_else(Instant::now)), if expire_at.is_some() => Event::Expire,
@@ -364,16 +364,6 @@ async fn on_detach(link: &mut Option<Link>) -> PortError {
             let e = link.sender.on_detach().await;
             PortError::new(ErrorKind::Connection, format!("the sender link was detached: {e}"))
         }
-        None => std::future::pending().await,
-    }
-}
-
-async fn join(task: &mut Option<JoinHandle<Result<Link, PortError>>>) -> Result<Link, PortError> {
-    match task {
-        Some(t) => match t.await {
-            Ok(r) => r,
-            Err(e) => Err(PortError::new(ErrorKind::Other, format!("connect task failed: {e}"))),
-        },
         None => std::future::pending().await,
     }
 }

@@ -193,7 +193,7 @@ impl Actor {
                 biased;
                 cmd = self.commands.recv() => Event::Command(cmd),
                 d = recv(&mut self.link), if self.link.is_some() => Event::Delivery(Box::new(d)),
-                r = join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
+                r = connect::join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
                 () = sleep_until(self.retry_at.unwrap_or_else(Instant::now)),
                     if self.retry_at.is_some() && self.connecting.is_none() && self.link.is_none() => Event::Retry,
                 () = &mut head_timer, if head_due.is_some() => Event::HeadDue,
@@ -476,16 +476,6 @@ impl Actor {
 async fn recv(link: &mut Option<Link>) -> Result<fe2o3_amqp::Delivery<Body<Value>>, RecvError> {
     match link {
         Some(link) => link.receiver.recv::<Body<Value>>().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn join(task: &mut Option<JoinHandle<Result<Link, PortError>>>) -> Result<Link, PortError> {
-    match task {
-        Some(t) => match t.await {
-            Ok(r) => r,
-            Err(e) => Err(PortError::new(ErrorKind::Other, format!("connect task failed: {e}"))),
-        },
         None => std::future::pending().await,
     }
 }
