@@ -164,32 +164,12 @@ pub async fn drive_with_releases<R, S, L, F>(
             {
                 return Poll::Ready(Wake::Peeked((owners, r)));
             }
-            if input_open {
-                // Take every request that is ready, so their peeks go out as one batch.
-                let mut batch = Vec::new();
-                loop {
-                    match requests.poll_next_unpin(cx) {
-                        Poll::Ready(Some(o)) => batch.push(o),
-                        Poll::Ready(None) => return Poll::Ready(Wake::Requests(batch, true)),
-                        Poll::Pending => break,
-                    }
-                }
-                if !batch.is_empty() {
-                    return Poll::Ready(Wake::Requests(batch, false));
-                }
+            // Take every request that is ready, so their peeks go out as one batch.
+            if input_open && let Some((batch, ended)) = ready_items(&mut requests, cx) {
+                return Poll::Ready(Wake::Requests(batch, ended));
             }
-            if releases_open {
-                let mut batch = Vec::new();
-                loop {
-                    match releases.poll_next_unpin(cx) {
-                        Poll::Ready(Some(o)) => batch.push(o),
-                        Poll::Ready(None) => return Poll::Ready(Wake::Releases(batch, true)),
-                        Poll::Pending => break,
-                    }
-                }
-                if !batch.is_empty() {
-                    return Poll::Ready(Wake::Releases(batch, false));
-                }
+            if releases_open && let Some((batch, ended)) = ready_items(&mut releases, cx) {
+                return Poll::Ready(Wake::Releases(batch, ended));
             }
             if let Some((_, sleep)) = timer.as_mut()
                 && sleep.as_mut().poll(cx).is_ready()
@@ -234,7 +214,9 @@ pub async fn drive_with_releases<R, S, L, F>(
                     // An error, or an answer we cannot match to the owners: admit (as before).
                     _ => owners.into_iter().map(|o| (o, PeekResult::Error)).collect(),
                 };
-                let answered: Vec<OwnerId> = results.iter().map(|(o, _)| o.clone()).collect();
+                // Only when a release overtook a peek is there anything to look up.
+                let answered: Vec<OwnerId> =
+                    if early.is_empty() { Vec::new() } else { results.iter().map(|(o, _)| o.clone()).collect() };
                 scheduler.on_peek(now, results);
                 for owner in answered {
                     if early.remove(&owner) {
@@ -253,6 +235,22 @@ pub async fn drive_with_releases<R, S, L, F>(
                 }
             }
             Wake::Timer => timer = None,
+        }
+    }
+}
+
+/// Every item `stream` has ready now, and whether it ended after them; `None` when it
+/// has none and has not ended.
+fn ready_items<S: Stream<Item = OwnerId> + Unpin>(
+    stream: &mut S,
+    cx: &mut std::task::Context<'_>,
+) -> Option<(Vec<OwnerId>, bool)> {
+    let mut batch = Vec::new();
+    loop {
+        match stream.poll_next_unpin(cx) {
+            Poll::Ready(Some(o)) => batch.push(o),
+            Poll::Ready(None) => return Some((batch, true)),
+            Poll::Pending => return (!batch.is_empty()).then_some((batch, false)),
         }
     }
 }
