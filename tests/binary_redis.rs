@@ -3,13 +3,13 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use drain_e2e::{Running, drain, free_port, metric, output, redis, scrape};
+use drain_e2e::{RedisServer, Running, drain, free_port, metric, output, redis, scrape};
 
 /// The longest any one `drain` command may take.
 const LIMIT: Duration = Duration::from_secs(60);
 use test_servers::Reply;
 
-fn get(server: &test_servers::RedisServer, key: &str) -> Option<String> {
+fn get(server: &RedisServer, key: &str) -> Option<String> {
     match server.command(&["GET", key]).expect("GET") {
         Reply::Bulk(Some(v)) => Some(String::from_utf8(v).expect("utf-8")),
         Reply::Bulk(None) => None,
@@ -18,7 +18,7 @@ fn get(server: &test_servers::RedisServer, key: &str) -> Option<String> {
 }
 
 /// `total_connections_received`, counting the connection that asks.
-fn connections(server: &test_servers::RedisServer) -> u64 {
+fn connections(server: &RedisServer) -> u64 {
     let stats = server.info("stats").expect("INFO stats");
     stats.iter().find(|(k, _)| k == "total_connections_received").and_then(|(_, v)| v.parse().ok()).expect("field")
 }
@@ -30,6 +30,19 @@ fn changed(
     after: &std::collections::BTreeMap<String, u64>,
 ) -> BTreeSet<String> {
     after.iter().filter(|(c, n)| *c != "info" && before.get(*c) != Some(*n)).map(|(c, _)| c.clone()).collect()
+}
+
+/// `drain run` on `server` with the lease on, a beat every second, a 1 s shutdown
+/// grace and `/metrics` on `port`; each test adds its own settings.
+fn run_with_lease(server: &RedisServer, port: u16) -> std::process::Command {
+    let mut cmd = drain();
+    cmd.arg("run")
+        .env("DRAIN_REDIS_URL", server.url())
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
+        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
+        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    cmd
 }
 
 #[test]
@@ -75,14 +88,8 @@ fn a_foreign_lease_skips_the_tick_and_stays_untouched() {
 fn with_the_lease_at_most_one_tick_drains_at_a_time_and_skips_are_counted() {
     let Some(server) = redis() else { return };
     let port = free_port();
-    let mut cmd = drain();
-    cmd.arg("run")
-        .env("DRAIN_REDIS_URL", server.url())
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
-        .env("DRAIN_WORKER_CONCURRENCY", "4")
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
-        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
-        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    let mut cmd = run_with_lease(&server, port);
+    cmd.env("DRAIN_WORKER_CONCURRENCY", "4");
     let mut run = Running::spawn(cmd);
     // The demo burst takes ~15 s at 100 ms a submit: every beat meanwhile overlaps.
     assert!(run.wait_for("tick skipped", Duration::from_secs(20)), "{}", run.log());
@@ -111,15 +118,8 @@ fn with_the_lease_at_most_one_tick_drains_at_a_time_and_skips_are_counted() {
 fn redis_stopped_mid_run_fails_open_and_counts_it() {
     let Some(mut server) = redis() else { return };
     let port = free_port();
-    let mut cmd = drain();
-    cmd.arg("run")
-        .env("DRAIN_REDIS_URL", server.url())
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
-        .env("SERVICEBUS_ATOMIC_CLAIM", "off")
-        .env("SERVICEBUS_DRAIN_CONCURRENCY", "32")
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
-        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
-        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    let mut cmd = run_with_lease(&server, port);
+    cmd.env("SERVICEBUS_ATOMIC_CLAIM", "off").env("SERVICEBUS_DRAIN_CONCURRENCY", "32");
     let mut run = Running::spawn(cmd);
     assert!(run.wait_for("tick done", Duration::from_secs(20)), "{}", run.log());
     server.kill();

@@ -64,15 +64,14 @@ impl Harness {
     }
 
     fn tick_with(&mut self, leases: Arc<dyn LeaseStoreAndClaims>, target: &dyn Submitter) -> TickReport {
+        self.tick_on(leases.as_lease(), leases.as_claims(), target)
+    }
+
+    /// A tick with its own lease store, claim store and target.
+    fn tick_on(&mut self, leases: &dyn LeaseStore, claims: &dyn ClaimStore, target: &dyn Submitter) -> TickReport {
         let token = self.token();
-        let ports = TickPorts {
-            leases: leases.as_lease(),
-            claims: leases.as_claims(),
-            source: &*self.source,
-            target,
-            clock: &*self.clock,
-            observer: &self.observer,
-        };
+        let ports =
+            TickPorts { leases, claims, source: &*self.source, target, clock: &*self.clock, observer: &self.observer };
         block_on(&self.clock, run_tick(&self.cfg, &self.keys, &ports, &token))
     }
 
@@ -265,16 +264,8 @@ fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
         let leases = AcquireHook(h.store.clone(), |_: &MemoryStore, _| {
             Err(PortError::new(ErrorKind::Timeout, "no answer in time (the test let it land)"))
         });
-        let token = h.token();
-        let ports = TickPorts {
-            leases: &leases,
-            claims: &*h.store,
-            source: &*h.source,
-            target: &*h.target,
-            clock: &*h.clock,
-            observer: &h.observer,
-        };
-        block_on(&h.clock, run_tick(&h.cfg, &h.keys, &ports, &token))
+        let (store, target) = (h.store.clone(), h.target.clone());
+        h.tick_on(&leases, &*store, &*target)
     }
     let mut h = Harness::new();
     h.feed(&["a", "b"]);
@@ -609,16 +600,8 @@ fn claim_settle_error_is_counted_and_submits_nothing_twice() {
     let mut h = Harness::new();
     h.feed(&["a", "b", "c"]);
     let claims = FailSettle(h.store.clone());
-    let token = h.token();
-    let ports = TickPorts {
-        leases: &*h.store,
-        claims: &claims,
-        source: &*h.source,
-        target: &*h.target,
-        clock: &*h.clock,
-        observer: &h.observer,
-    };
-    let r = block_on(&h.clock, run_tick(&h.cfg, &h.keys, &ports, &token));
+    let (store, target) = (h.store.clone(), h.target.clone());
+    let r = h.tick_on(&*store, &claims, &*target);
     assert_eq!(stats(&r), (3, 3, 0, 0, 0), "submitted and completed once each");
     assert_eq!(r.stats.expect("stats").claim_settle_errors, 3);
     assert_eq!(h.messages(MessageOutcome::ClaimSettleFailed), 3);
@@ -641,16 +624,8 @@ fn release_error_is_counted_and_the_ttl_frees_the_lease() {
         store.set_failing(Some(ErrorKind::Connection));
         r
     });
-    let token = h.token();
-    let ports = TickPorts {
-        leases: &leases,
-        claims: &*h.store,
-        source: &*h.source,
-        target: &*h.target,
-        clock: &*h.clock,
-        observer: &h.observer,
-    };
-    let r = block_on(&h.clock, run_tick(&h.cfg, &h.keys, &ports, &token));
+    let (store, target) = (h.store.clone(), h.target.clone());
+    let r = h.tick_on(&leases, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::Held));
     assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "error" })), 1);
     h.store.set_failing(None);
