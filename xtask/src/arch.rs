@@ -43,16 +43,23 @@ const CORE_FORBIDDEN: &[Pattern] = &[
     Pattern::word("thread::Builder", SPAWN),
 ];
 
-/// The same modules brought in by a grouped import, `use std::{env, fs};`.
-const CORE_FORBIDDEN_GROUPED: &[Group] = &[Group {
-    open: "std::{",
-    inner: &[
-        Pattern::word("env", "reads the environment; configuration is drain-app's"),
-        Pattern::word("fs", IO),
-        Pattern::word("net", IO),
-        Pattern::word("process", IO),
-    ],
-}];
+/// The same modules and functions brought in by a grouped import, `use std::{env, fs};`
+/// or `use rand::{rng, Rng};`.
+const CORE_FORBIDDEN_GROUPED: &[Group] = &[
+    Group {
+        open: "std::{",
+        inner: &[
+            Pattern::word("env", "reads the environment; configuration is drain-app's"),
+            Pattern::word("fs", IO),
+            Pattern::word("net", IO),
+            Pattern::word("process", IO),
+        ],
+    },
+    Group {
+        open: "rand::{",
+        inner: &[Pattern::word("rng", RANDOM), Pattern::word("random", RANDOM), Pattern::word("thread_rng", RANDOM)],
+    },
+];
 
 /// Run the gate.
 pub(crate) fn run() -> GateResult {
@@ -202,5 +209,8 @@ mod tests {
         check("fn tick(now: Time, rng: &mut impl rand::Rng) {}", &[]);
         check("use rand::rngs::StdRng; use std::time::Duration;", &[]);
         check("use std::{fmt, time::Duration};", &[]);
+        check("use rand::{rng, Rng};", &["rng"]);
+        check("use rand::{random, thread_rng};", &["random", "thread_rng"]);
+        check("use rand::{rngs::StdRng, Rng, SeedableRng};", &[]);
     }
 }

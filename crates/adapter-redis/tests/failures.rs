@@ -44,17 +44,33 @@ async fn failures_until_recovered(store: &RedisStore, lease: &LeaseKey, me: &Lea
     }
 }
 
+/// The error MUST arrive within the configured deadline (connect plus response
+/// timeout), not the test's outer bound. The slack covers scheduling on a loaded
+/// machine; without the store's own timeouts a paused server would hang the call
+/// until `BOUND`.
+fn assert_within_deadline(started: tokio::time::Instant, deadline: Duration) {
+    let took = started.elapsed();
+    assert!(
+        took <= deadline + Duration::from_secs(1),
+        "the error came after {took:?}, the configured deadline is {deadline:?}"
+    );
+}
+
 #[tokio::test]
 async fn killed_server_gives_temporary_errors_then_the_same_store_recovers() {
     let Some(mut redis) = RedisServer::start() else { return };
-    let store = connect(&redis.url()).await;
+    let cfg = config(&redis.url()).timeouts(Duration::from_millis(500), Duration::from_millis(500));
+    let deadline = cfg.operation_deadline();
+    let store = RedisStore::connect(cfg).await.expect("connect");
     let lease = KeySpace::new("f").lease("q");
     let me = token("me", 1);
     cycle(&store, &lease, &me).await.expect("healthy");
 
     redis.kill();
     for _ in 0..3 {
+        let started = tokio::time::Instant::now();
         let e = cycle(&store, &lease, &me).await.expect_err("the server is gone");
+        assert_within_deadline(started, deadline);
         assert!(e.is_temporary(), "{e}");
         assert!(matches!(e.kind, ErrorKind::Connection | ErrorKind::Timeout), "{e}");
         assert!(e.message.contains(&format!("127.0.0.1:{}", redis.port())), "names the endpoint: {e}");
@@ -71,6 +87,7 @@ async fn killed_server_gives_temporary_errors_then_the_same_store_recovers() {
 async fn paused_server_times_out_then_recovers() {
     let Some(mut redis) = RedisServer::start() else { return };
     let cfg = config(&redis.url()).timeouts(Duration::from_millis(300), Duration::from_millis(300));
+    let deadline = cfg.operation_deadline();
     let store = RedisStore::connect(cfg).await.expect("connect");
     let lease = KeySpace::new("f").lease("q");
     let me = token("me", 1);
@@ -78,7 +95,9 @@ async fn paused_server_times_out_then_recovers() {
 
     redis.pause();
     for _ in 0..3 {
+        let started = tokio::time::Instant::now();
         let e = store.peek(&lease.lease).await.expect_err("paused");
+        assert_within_deadline(started, deadline);
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
         assert!(e.is_temporary());
     }

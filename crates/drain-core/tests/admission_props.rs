@@ -501,7 +501,7 @@ fn run_case(cfg: SchedulerConfig, seed: u64, ops: &[Op]) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(3_000))]
+    #![proptest_config(ProptestConfig::with_cases(4_000))]
 
     #[test]
     fn off_model_holds(cfg in config(Switch::Off), seed in any::<u64>(), ops in ops()) {

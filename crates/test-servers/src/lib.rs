@@ -288,9 +288,10 @@ impl Drop for RedisServer {
 ///
 /// Each node gets a client port and an explicit cluster-bus port (`--cluster-port`),
 /// both probed free, so nothing depends on `port + 10000` being available. The
-/// slots are split evenly with `CLUSTER ADDSLOTSRANGE` and the nodes joined with
-/// `CLUSTER MEET`, which is what `redis-cli --cluster create` does, without
-/// depending on its interactive output. Dropping it kills every node.
+/// cluster is formed by `redis-cli --cluster create … --cluster-replicas 0
+/// --cluster-yes` (slots split evenly, nodes joined over their bus ports), then
+/// polled until every node reports `cluster_state:ok` and knows every other node.
+/// Dropping it kills every node.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
@@ -328,20 +329,20 @@ impl RedisCluster {
 
     fn form(&self) {
         let n = self.nodes.len();
-        const SLOTS: usize = 16384;
-        for (i, node) in self.nodes.iter().enumerate() {
-            let first = (i * SLOTS / n).to_string();
-            let last = ((i + 1) * SLOTS / n - 1).to_string();
-            expect_ok(node.command(&["CLUSTER", "ADDSLOTSRANGE", &first, &last]), "CLUSTER ADDSLOTSRANGE");
-        }
-        let first = &self.nodes[0];
-        for node in &self.nodes[1..] {
-            let bus = cluster_port(node);
-            expect_ok(
-                first.command(&["CLUSTER", "MEET", "127.0.0.1", &node.port.to_string(), &bus.to_string()]),
-                "CLUSTER MEET",
-            );
-        }
+        let mut cli = Command::new("redis-cli");
+        cli.args(["--cluster", "create"]);
+        cli.args(self.nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
+        cli.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        let out = cli
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run redis-cli (package redis-tools; .ci/run installs it): {e}"));
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed with {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         let deadline = Instant::now() + CLUSTER_TIMEOUT;
         loop {
             let ready = self.nodes.iter().all(|node| match node.command(&["CLUSTER", "INFO"]) {
@@ -388,22 +389,6 @@ impl RedisCluster {
             }
         }
         Ok(out)
-    }
-}
-
-fn cluster_port(node: &RedisServer) -> u16 {
-    node.extra
-        .windows(2)
-        .find(|w| w[0] == "--cluster-port")
-        .and_then(|w| w[1].parse().ok())
-        .unwrap_or(node.port.saturating_add(10000))
-}
-
-#[track_caller]
-fn expect_ok(reply: io::Result<Reply>, what: &str) {
-    match reply {
-        Ok(Reply::Simple(s)) if s == "OK" => {}
-        other => panic!("{what} failed: {other:?}"),
     }
 }
 

@@ -161,6 +161,10 @@ impl<R: Rng> Scheduler<R> {
     /// run of initial entries at the head, up to the free slots, is returned as one
     /// batched [`Action::Peek`]; those owners hold their slots until
     /// [`on_peek`](Self::on_peek).
+    ///
+    /// This is the state machine's "poll launch" step: it hands out either a launch or
+    /// the peek that must precede one.
+    #[doc(alias = "poll_launch")]
     #[must_use]
     pub fn poll_action(&mut self, now: Time) -> Option<Action> {
         self.observe(now);
