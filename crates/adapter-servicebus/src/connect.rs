@@ -5,6 +5,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use async_trait::async_trait;
 use drain_core::{ErrorKind, PortError};
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::sasl_profile::SaslProfile;
@@ -17,27 +18,29 @@ use rand::RngExt as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::endpoint::{Credentials, Endpoint};
+use crate::endpoint::{Credentials, Endpoint, Secret};
 use crate::error;
+use crate::refresh::{PutToken, TokenRefresh};
 use crate::sas;
 
 /// The CBS token type of a SAS token.
 const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
 
-/// An open connection with one session, and for Service Bus the CBS client that
-/// keeps its token fresh.
+/// An open connection with one session, and for Service Bus the task that keeps its
+/// CBS token fresh (see [`crate::refresh`]).
 pub(crate) struct Conn {
     pub(crate) connection: ConnectionHandle<()>,
     pub(crate) session: SessionHandle<()>,
-    pub(crate) cbs: Option<Cbs>,
+    refresh: Option<TokenRefresh>,
 }
 
-/// The CBS client of a Service Bus connection and the token it put.
-pub(crate) struct Cbs {
+/// The CBS client of a Service Bus connection, and what it signs tokens with.
+struct Cbs {
     client: CbsClient,
     audience: String,
-    /// Unix seconds.
-    expires: u64,
+    key_name: String,
+    key: Secret,
+    what: String,
 }
 
 /// A name no other link or container of this process uses: `<prefix>-<pid>-<random>`.
@@ -52,13 +55,19 @@ fn unix_now() -> u64 {
 /// Open a connection and a session to `endpoint`, within `timeout`.
 pub(crate) async fn open(endpoint: &Endpoint, idle_timeout: Duration, timeout: Duration) -> Result<Conn, PortError> {
     let what = endpoint.to_string();
-    match tokio::time::timeout(timeout, open_inner(endpoint, &what, idle_timeout)).await {
+    match tokio::time::timeout(timeout, open_inner(endpoint, &what, idle_timeout, timeout)).await {
         Ok(r) => r,
         Err(_) => Err(error::timeout(&what, "connecting", timeout)),
     }
 }
 
-async fn open_inner(endpoint: &Endpoint, what: &str, idle_timeout: Duration) -> Result<Conn, PortError> {
+/// `put_limit` bounds each later CBS token refresh.
+async fn open_inner(
+    endpoint: &Endpoint,
+    what: &str,
+    idle_timeout: Duration,
+    put_limit: Duration,
+) -> Result<Conn, PortError> {
     let tcp =
         TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await.map_err(|e| error::io_error(what, &e))?;
     let _ = tcp.set_nodelay(true);
@@ -82,18 +91,20 @@ async fn open_inner(endpoint: &Endpoint, what: &str, idle_timeout: Duration) -> 
             return Err(error::begin_error(what, &e));
         }
     };
-    let cbs = match &endpoint.credentials {
-        Credentials::SharedAccessKey { .. } => match put_first_token(endpoint, what, &mut session).await {
-            Ok(cbs) => Some(cbs),
-            Err(e) => {
-                let _ = session.end().await;
-                let _ = connection.close().await;
-                return Err(e);
+    let refresh = match &endpoint.credentials {
+        Credentials::SharedAccessKey { key_name, key } => {
+            match put_first_token(endpoint, key_name, key, what, &mut session).await {
+                Ok((cbs, valid_for)) => Some(TokenRefresh::start(cbs, valid_for, put_limit, what.to_owned())),
+                Err(e) => {
+                    let _ = session.end().await;
+                    let _ = connection.close().await;
+                    return Err(e);
+                }
             }
-        },
+        }
         _ => None,
     };
-    Ok(Conn { connection, session, cbs })
+    Ok(Conn { connection, session, refresh })
 }
 
 async fn handshake<Io>(
@@ -152,47 +163,64 @@ fn audience(endpoint: &Endpoint) -> String {
     format!("amqps://{}/{}", endpoint.host, endpoint.entity.as_deref().unwrap_or(""))
 }
 
-async fn put_first_token(endpoint: &Endpoint, what: &str, session: &mut SessionHandle<()>) -> Result<Cbs, PortError> {
+async fn put_first_token(
+    endpoint: &Endpoint,
+    key_name: &str,
+    key: &Secret,
+    what: &str,
+    session: &mut SessionHandle<()>,
+) -> Result<(Cbs, Duration), PortError> {
     let client = CbsClient::attach(session).await.map_err(|e| {
         PortError::new(ErrorKind::Protocol, format!("{what}: could not attach to the CBS node $cbs: {e}"))
     })?;
-    let mut cbs = Cbs { client, audience: audience(endpoint), expires: 0 };
-    cbs.put_token(endpoint, what).await?;
-    Ok(cbs)
+    let mut cbs = Cbs {
+        client,
+        audience: audience(endpoint),
+        key_name: key_name.to_owned(),
+        key: key.clone(),
+        what: what.to_owned(),
+    };
+    let valid_for = cbs.put_token().await?;
+    Ok((cbs, valid_for))
 }
 
-impl Cbs {
+#[async_trait]
+impl PutToken for Cbs {
     /// Sign a fresh token and put it on the CBS node.
-    pub(crate) async fn put_token(&mut self, endpoint: &Endpoint, what: &str) -> Result<(), PortError> {
-        let Credentials::SharedAccessKey { key_name, key } = &endpoint.credentials else {
-            return Ok(());
-        };
+    async fn put_token(&mut self) -> Result<Duration, PortError> {
         let expires = unix_now() + sas::TOKEN_TTL.as_secs();
-        let token = sas::sas_token(&self.audience, key_name, key.expose(), expires);
+        let token = sas::sas_token(&self.audience, &self.key_name, self.key.expose(), expires);
         let expires_ms = i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX);
         let cbs_token = CbsToken::new(token, SAS_TOKEN_TYPE, Some(Timestamp::from_milliseconds(expires_ms)));
         self.client.put_token(self.audience.clone(), cbs_token).await.map_err(|e| {
             // The error describes the status, never the token.
             PortError::new(
                 ErrorKind::Auth,
-                format!("{what}: the CBS node refused the SAS token ({e}); check SharedAccessKeyName/SharedAccessKey and the policy's rights"),
+                format!("{}: the CBS node refused the SAS token ({e}); check SharedAccessKeyName/SharedAccessKey and the policy's rights", self.what),
             )
         })?;
-        self.expires = expires;
-        Ok(())
+        Ok(sas::TOKEN_TTL)
     }
 
-    /// How long until the token should be replaced.
-    pub(crate) fn refresh_in(&self) -> Duration {
-        sas::refresh_in(unix_now(), self.expires)
+    async fn close(self) {
+        let _ = self.client.close().await;
     }
 }
 
 impl Conn {
+    /// Resolves when the CBS token could not be kept valid (the connection must be
+    /// replaced); pending forever without CBS. Cancel-safe.
+    pub(crate) async fn token_lost(&mut self) -> PortError {
+        match &mut self.refresh {
+            Some(refresh) => refresh.failed().await,
+            None => std::future::pending().await,
+        }
+    }
+
     /// End the session and close the connection, each bounded by `timeout`.
     pub(crate) async fn close(mut self, timeout: Duration) {
-        if let Some(cbs) = self.cbs.take() {
-            let _ = tokio::time::timeout(timeout, cbs.client.close()).await;
+        if let Some(refresh) = self.refresh.take() {
+            refresh.stop(timeout).await;
         }
         let _ = tokio::time::timeout(timeout, self.session.end()).await;
         let _ = tokio::time::timeout(timeout, self.connection.close()).await;

@@ -10,10 +10,14 @@
 //! * [`AmqpSource`] is a peek-lock receiver: credit (prefetch) control, `receive`
 //!   that returns what arrived by `max_wait`, settlement that runs while another
 //!   receive waits, reconnect with jittered [`Backoff`], clean detach on
-//!   [`AmqpSource::close`].
+//!   [`AmqpSource::close`]. On Service Bus it renews the lock of every delivery it
+//!   hands out until the delivery is settled, up to
+//!   [`SourceOptions::max_lock_renewal`] (5 minutes), and reports each outcome as a
+//!   [`LockEvent`] ([`AmqpSource::lock_events`]; failures are also logged as warnings).
 //! * [`AmqpSubmitter`] sends to the target queue and reports `Ok` only on the
 //!   broker's `accepted`.
-//! * [`LockRenewal`] renews a Service Bus lock automatically up to a maximum duration.
+//! * [`LockRenewal`] renews one delivery's lock by hand, on any source, up to a maximum
+//!   duration (for a source whose automatic renewal is off).
 //!
 //! ## Composing a source and a submitter
 //!
@@ -56,13 +60,13 @@
 //! | | [`Profile::ServiceBus`] | [`Profile::Generic`] (RabbitMQ) |
 //! |---|---|---|
 //! | transport | TLS on 5671 (emulator: plain 5672) | `amqp://` plain 5672, `amqps://` TLS 5671 |
-//! | authentication | SASL ANONYMOUS + CBS `put-token` of a SAS token, refreshed 5 min before it expires | SASL PLAIN (user, password) or ANONYMOUS |
+//! | authentication | SASL ANONYMOUS + CBS `put-token` of a one-hour SAS token, refreshed 5 min before it expires on every connection (source and submitter); a refused refresh is retried, and the connection replaced once the token expired | SASL PLAIN (user, password) or ANONYMOUS |
 //! | queue address | the entity path | `/amq/queue/<q>` (other forms re-declare the queue) |
 //! | receive | peek-lock, `rcv-settle-mode first`, manual credit | same |
 //! | complete | `accepted` | `accepted` |
 //! | abandon | `modified{delivery-failed}` | `released` (`modified` ends the session on RabbitMQ) |
 //! | dead-letter | `rejected` with `com.microsoft:dead-letter` and `DeadLetterReason` / `DeadLetterErrorDescription` | `rejected`; the queue's dead-letter exchange routes it, the reason is not kept |
-//! | lock | expires after the queue's lock duration; [`renew_lock`](drain_core::ports::MessageSource::renew_lock) via `$management` `com.microsoft:renew-lock`; `capabilities().lock_renewal = true` | held until settled or the link ends; `renew_lock` is `Unsupported`, `lock_renewal = false` |
+//! | lock | expires after the queue's lock duration; [`renew_lock`](drain_core::ports::MessageSource::renew_lock) via `$management` `com.microsoft:renew-lock`; `capabilities().lock_renewal = true`; renewed automatically from `receive` until settled, up to `max_lock_renewal` | held until settled or the link ends; `renew_lock` is `Unsupported`, `lock_renewal = false`; nothing is renewed |
 //! | dead-letter queue | `<queue>/$deadletterqueue` | a queue of its own |
 //!
 //! Neither profile uses link `drain` (it ends the session on RabbitMQ when credit
@@ -79,6 +83,7 @@
 //! endpoint and never contain a password, key or token.
 #![forbid(unsafe_code)]
 
+mod auto_renew;
 mod backoff;
 mod connect;
 mod convert;
@@ -86,12 +91,14 @@ mod endpoint;
 mod error;
 mod lock;
 mod profile;
+mod refresh;
 mod renew;
 mod renewer;
 mod sas;
 mod source;
 mod submit;
 
+pub use auto_renew::LockEvent;
 pub use backoff::Backoff;
 pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint, Profile, Secret};
 pub use lock::LockToken;

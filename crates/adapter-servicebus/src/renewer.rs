@@ -1,16 +1,18 @@
-//! Automatic lock renewal up to a maximum duration (Service Bus), opt-in per delivery.
+//! Lock renewal up to a maximum duration (Service Bus): when to renew and the loop
+//! that does it.
 //!
-//! [`RenewSchedule`] decides when to renew (pure, tested on its own); [`LockRenewal`]
-//! runs it for one delivery on any [`MessageSource`] and reports [`RenewEvent`]s.
-//! Stop it (or drop it) when the delivery is settled.
+//! [`RenewSchedule`] decides when to renew (pure, tested on its own); `renew_until`
+//! is the one renewal loop, generic over the renew call. [`crate::AmqpSource`] runs
+//! it for every delivery it hands out (see `auto_renew`); [`LockRenewal`] runs it by
+//! hand for one delivery of any [`MessageSource`] and reports [`RenewEvent`]s. Stop
+//! it (or drop it) when the delivery is settled.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use drain_core::PortError;
 use drain_core::ports::{DeliveryHandle, MessageSource};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 /// How long before a lock expires it is renewed, at most.
@@ -52,10 +54,60 @@ pub enum RenewEvent {
     MaxDurationReached,
 }
 
-/// A running renewal of one delivery's lock. Dropping it stops the renewal.
+/// Renew a lock with `renew`, whose current lock lasts `remaining` more, on
+/// `schedule` (measured from now), telling `report` what happened, until the maximum
+/// duration is reached, a renewal fails, or `stop` fires (its sender sent or was
+/// dropped). `stop` is checked while waiting and again after each renewal: a renewal
+/// in flight is never cancelled halfway (that would leave a request/response link
+/// out of step), but once stopped nothing more is reported.
+pub(crate) async fn renew_until<F, Fut>(
+    mut renew: F,
+    remaining: Duration,
+    schedule: RenewSchedule,
+    mut stop: oneshot::Receiver<()>,
+    mut report: impl FnMut(RenewEvent),
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Duration, PortError>>,
+{
+    let start = Instant::now();
+    let mut remaining = remaining;
+    let mut at = start;
+    loop {
+        let Some(wait) = schedule.next(at - start, remaining) else {
+            report(RenewEvent::MaxDurationReached);
+            return;
+        };
+        tokio::select! {
+            biased;
+            _ = &mut stop => return,
+            () = tokio::time::sleep_until(at + wait) => {}
+        }
+        let result = renew().await;
+        if !matches!(stop.try_recv(), Err(oneshot::error::TryRecvError::Empty)) {
+            return;
+        }
+        match result {
+            Ok(lock) => {
+                at = Instant::now();
+                remaining = lock;
+                report(RenewEvent::Renewed { lock });
+            }
+            Err(e) => {
+                report(RenewEvent::Failed(e));
+                return;
+            }
+        }
+    }
+}
+
+/// A running renewal of one delivery's lock, started by hand. Dropping it stops the
+/// renewal. [`crate::AmqpSource`] renews the deliveries it hands out on its own
+/// (see [`crate::SourceOptions::max_lock_renewal`]); use this only with that turned off,
+/// or with another [`MessageSource`].
 #[derive(Debug)]
 pub struct LockRenewal {
-    task: JoinHandle<()>,
+    _stop: oneshot::Sender<()>,
     events: mpsc::UnboundedReceiver<RenewEvent>,
 }
 
@@ -69,31 +121,14 @@ impl LockRenewal {
         S: MessageSource + ?Sized + 'static,
     {
         let (tx, events) = mpsc::unbounded_channel();
-        let schedule = RenewSchedule { max_duration };
-        let task = tokio::spawn(async move {
-            let start = Instant::now();
-            let mut remaining = remaining;
-            let mut at = start;
-            loop {
-                let Some(wait) = schedule.next(at - start, remaining) else {
-                    let _ = tx.send(RenewEvent::MaxDurationReached);
-                    return;
-                };
-                tokio::time::sleep_until(at + wait).await;
-                match source.renew_lock(handle).await {
-                    Ok(lock) => {
-                        at = Instant::now();
-                        remaining = lock;
-                        let _ = tx.send(RenewEvent::Renewed { lock });
-                    }
-                    Err(e) => {
-                        let _ = tx.send(RenewEvent::Failed(e));
-                        return;
-                    }
-                }
-            }
-        });
-        LockRenewal { task, events }
+        let (stop, stopped) = oneshot::channel();
+        let renew = move || {
+            let source = source.clone();
+            async move { source.renew_lock(handle).await }
+        };
+        let report = move |event| drop(tx.send(event));
+        tokio::spawn(renew_until(renew, remaining, RenewSchedule { max_duration }, stopped, report));
+        LockRenewal { _stop: stop, events }
     }
 
     /// The next event; `None` once the renewer stopped and every event was read.
@@ -103,12 +138,6 @@ impl LockRenewal {
 
     /// Stop renewing (the delivery was settled).
     pub fn stop(self) {}
-}
-
-impl Drop for LockRenewal {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 #[cfg(test)]

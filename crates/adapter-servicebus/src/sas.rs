@@ -40,14 +40,12 @@ pub fn sas_token(resource: &str, key_name: &str, key: &str, expiry_unix_secs: u6
     )
 }
 
-/// How long to wait, from `now`, before replacing a token that expires at `expires`
-/// (both Unix seconds): [`REFRESH_MARGIN`] before expiry, but never sooner than a
-/// tenth of the remaining life (so a short-lived token is not refreshed in a loop)
-/// and never negative.
+/// How long to wait before replacing a token that is valid for `valid_for` more:
+/// [`REFRESH_MARGIN`] before it expires, but never sooner than a tenth of its
+/// remaining life (so a short-lived token is not refreshed in a loop).
 #[must_use]
-pub(crate) fn refresh_in(now_unix_secs: u64, expires_unix_secs: u64) -> Duration {
-    let remaining = Duration::from_secs(expires_unix_secs.saturating_sub(now_unix_secs));
-    remaining.saturating_sub(REFRESH_MARGIN).max(remaining / 10)
+pub(crate) fn refresh_after(valid_for: Duration) -> Duration {
+    valid_for.saturating_sub(REFRESH_MARGIN).max(valid_for / 10)
 }
 
 #[cfg(test)]
@@ -89,14 +87,17 @@ mod tests {
 
     #[test]
     fn refresh_schedule() {
-        let check = |now: u64, expires: u64, want: u64| {
-            assert_eq!(refresh_in(now, expires), Duration::from_secs(want), "now={now} expires={expires}");
+        let check = |valid_for: u64, want: u64| {
+            assert_eq!(
+                refresh_after(Duration::from_secs(valid_for)),
+                Duration::from_secs(want),
+                "valid_for={valid_for}"
+            );
         };
-        check(0, 3600, 3300); // a fresh one-hour token: 5 minutes before expiry
-        check(3000, 3600, 300);
-        check(3300, 3600, 30); // inside the margin: a tenth of what is left
-        check(0, 100, 10);
-        check(3600, 3600, 0); // expired: now
-        check(4000, 3600, 0);
+        check(3600, 3300); // a fresh one-hour token: 5 minutes before expiry
+        check(600, 300);
+        check(300, 30); // inside the margin: a tenth of what is left
+        check(100, 10);
+        check(0, 0); // expired: now
     }
 }

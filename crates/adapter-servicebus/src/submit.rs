@@ -7,6 +7,10 @@
 //! `modified` map to [`PortError`]s. After a lost link the task reconnects with
 //! jittered backoff; submits wait for it up to [`SubmitterOptions::send_timeout`].
 //!
+//! On Service Bus the connection's CBS token is refreshed before it expires by the
+//! same mechanism the source's connection uses ([`crate::refresh`], one task per
+//! connection); when it cannot be kept valid the link is replaced like a detached one.
+//!
 //! RabbitMQ accepts and drops messages sent to `/amq/queue/<q>` when `<q>` does not
 //! exist, so on the generic profile every (re)connect first checks that the queue
 //! exists (a receiver attach without credit) and fails with `NotFound` otherwise.
@@ -357,13 +361,12 @@ impl Actor {
     }
 }
 
-/// Resolves when the broker detaches the sender or the session ends.
+/// Resolves when the broker detaches the sender, the session ends, or (Service Bus)
+/// the CBS token could not be kept valid.
 async fn on_detach(link: &mut Option<Link>) -> PortError {
-    match link {
-        Some(link) => {
-            let e = link.sender.on_detach().await;
-            PortError::new(ErrorKind::Connection, format!("the sender link was detached: {e}"))
-        }
-        None => std::future::pending().await,
+    let Some(link) = link else { return std::future::pending().await };
+    tokio::select! {
+        e = link.sender.on_detach() => PortError::new(ErrorKind::Connection, format!("the sender link was detached: {e}")),
+        e = link.conn.token_lost() => e,
     }
 }

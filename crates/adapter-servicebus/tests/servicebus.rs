@@ -44,18 +44,50 @@ async fn service_bus_passes_the_message_source_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_bus_renews_locks_and_reports_the_max_duration() {
+async fn service_bus_renews_received_locks_automatically_until_settled() {
+    let Some(e) = service_bus("servicebus-auto-renew") else { return };
+    // Longer than the queue's lock (60 s by default): the first renewal falls 10 s
+    // before the lock expires, inside the maximum.
+    let options = SourceOptions { max_lock_renewal: Duration::from_secs(600), ..SourceOptions::default() };
+    let source = AmqpSource::connect(e.clone(), options).await.expect("source");
+    let feed = AmqpSubmitter::connect(e, SubmitterOptions::default()).await.expect("submitter");
+    feed.submit(&message("auto-renew-me"), &SubmitContext { queue: "sb", fence: None }).await.unwrap();
+    let mut events = source.lock_events();
+    let got = source.receive(1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    let handle = got[0].handle;
+    assert_eq!(source.renewing(), 1, "renewal starts on receive");
+    let before = source.locked_until(handle).await.unwrap().expect("Service Bus says when the lock expires");
+    let lock_duration = before.duration_since(std::time::SystemTime::now()).unwrap_or_default();
+    let first = tokio::time::timeout(lock_duration + Duration::from_secs(30), events.recv())
+        .await
+        .expect("a lock event before the lock expires")
+        .expect("an event");
+    assert_eq!(first.handle, handle);
+    assert_eq!(first.message_id.as_deref(), Some("auto-renew-me"));
+    assert!(first.lock_token.is_some());
+    assert!(matches!(first.event, RenewEvent::Renewed { .. }), "{first:?}");
+    source.complete(handle).await.expect("complete after the original lock would have run out");
+    assert_eq!(source.renewing(), 0, "settling stops the renewal");
+    source.close().await.unwrap();
+    feed.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_bus_renews_locks_by_hand_and_reports_the_max_duration() {
     let Some(e) = service_bus("servicebus-renew") else { return };
-    let source = Arc::new(AmqpSource::connect(e.clone(), SourceOptions::default()).await.expect("source"));
+    let options = SourceOptions { max_lock_renewal: Duration::ZERO, ..SourceOptions::default() };
+    let source = Arc::new(AmqpSource::connect(e.clone(), options).await.expect("source"));
     let feed = AmqpSubmitter::connect(e, SubmitterOptions::default()).await.expect("submitter");
     feed.submit(&message("renew-me"), &SubmitContext { queue: "sb", fence: None }).await.unwrap();
     let got = source.receive(1, Duration::from_secs(10)).await.unwrap();
     assert_eq!(got.len(), 1);
     let handle = got[0].handle;
+    assert_eq!(source.renewing(), 0, "automatic renewal is off");
     assert!(source.locked_until(handle).await.unwrap().is_some(), "Service Bus says when the lock expires");
     let lock = source.renew_lock(handle).await.expect("renew-lock");
     assert!(lock > Duration::ZERO);
-    // Renew automatically for a short maximum: the renewer reports when it stops.
+    // Renew for a short maximum: the renewer reports when it stops.
     let mut renewal =
         LockRenewal::start(source.clone(), handle, lock.min(Duration::from_secs(4)), Duration::from_secs(3));
     let mut last = None;

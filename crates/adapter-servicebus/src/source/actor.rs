@@ -113,7 +113,8 @@ enum Event {
     Connected(Result<Box<Link>, PortError>),
     Retry,
     HeadDue,
-    RefreshToken,
+    /// The CBS token could not be kept valid: the connection must be replaced.
+    TokenLost(PortError),
 }
 
 pub(super) struct Actor {
@@ -131,7 +132,6 @@ pub(super) struct Actor {
     ready: VecDeque<Delivery>,
     held: Arc<Held>,
     next_handle: u64,
-    refresh_at: Option<Instant>,
 }
 
 impl Actor {
@@ -157,7 +157,6 @@ impl Actor {
             ready: VecDeque::new(),
             held,
             next_handle: 1,
-            refresh_at: None,
         };
         actor.install(link);
         actor
@@ -168,7 +167,6 @@ impl Actor {
         self.attempt = 0;
         self.retry_at = None;
         self.last_error = None;
-        self.refresh_at = link.conn.cbs.as_ref().map(|c| Instant::now() + c.refresh_in());
         self.held.attach(self.generation, link.receiver.disposer(), link.name.clone());
         self.link = Some(link);
         tracing::debug!(source = %self.what, generation = self.generation, "receiver attached");
@@ -192,13 +190,11 @@ impl Actor {
             let event = tokio::select! {
                 biased;
                 cmd = self.commands.recv() => Event::Command(cmd),
-                d = recv(&mut self.link), if self.link.is_some() => Event::Delivery(Box::new(d)),
+                e = on_link(&mut self.link), if self.link.is_some() => e,
                 r = connect::join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
                 () = sleep_until(self.retry_at.unwrap_or_else(Instant::now)),
                     if self.retry_at.is_some() && self.connecting.is_none() && self.link.is_none() => Event::Retry,
                 () = &mut head_timer, if head_due.is_some() => Event::HeadDue,
-                () = sleep_until(self.refresh_at.unwrap_or_else(Instant::now)),
-                    if self.refresh_at.is_some() && self.link.is_some() => Event::RefreshToken,
             };
             match event {
                 Event::Command(None) => {
@@ -225,7 +221,7 @@ impl Actor {
                 }
                 Event::Retry => self.start_connecting(),
                 Event::HeadDue => self.finish_head(),
-                Event::RefreshToken => self.refresh_token().await,
+                Event::TokenLost(e) => self.link_lost(e).await,
             }
         }
     }
@@ -350,7 +346,6 @@ impl Actor {
             p.got.clear();
             p.linger_until = None;
         }
-        self.refresh_at = None;
         self.last_error = Some(err);
         // Reconnect soon: the first attempt after a loss waits only the first backoff step.
         self.attempt = 0;
@@ -433,20 +428,6 @@ impl Actor {
         let _ = head.reply.send(result);
     }
 
-    async fn refresh_token(&mut self) {
-        self.refresh_at = None;
-        let Some(link) = &mut self.link else { return };
-        let Some(cbs) = &mut link.conn.cbs else { return };
-        match timeout(self.opts.operation_timeout, cbs.put_token(&self.endpoint, &self.what)).await {
-            Ok(Ok(())) => self.refresh_at = Some(Instant::now() + cbs.refresh_in()),
-            Ok(Err(e)) => self.link_lost(e).await,
-            Err(_) => {
-                let e = error::timeout(&self.what, "refreshing the CBS token", self.opts.operation_timeout);
-                self.link_lost(e).await;
-            }
-        }
-    }
-
     /// Detach the receiver, end the session, close the connection; fail what waits.
     async fn shutdown(&mut self) {
         if let Some(c) = self.connecting.take() {
@@ -472,11 +453,14 @@ impl Actor {
     }
 }
 
-/// The next delivery of the link (only polled while there is one).
-async fn recv(link: &mut Option<Link>) -> Result<fe2o3_amqp::Delivery<Body<Value>>, RecvError> {
-    match link {
-        Some(link) => link.receiver.recv::<Body<Value>>().await,
-        None => std::future::pending().await,
+/// The next delivery of the link, or the loss of its CBS token (only polled while
+/// there is a link). Both are cancel-safe.
+async fn on_link(link: &mut Option<Link>) -> Event {
+    let Some(link) = link else { return std::future::pending().await };
+    tokio::select! {
+        biased;
+        d = link.receiver.recv::<Body<Value>>() => Event::Delivery(Box::new(d)),
+        e = link.conn.token_lost() => Event::TokenLost(e),
     }
 }
 

@@ -9,11 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use drain_core::ports::{Capabilities, Delivery, DeliveryHandle, MessageSource};
 use drain_core::{ErrorKind, PortError};
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use tokio::time::{Instant, timeout};
 
 use self::actor::{Actor, Command, Management, Settlement};
 use self::held::{Gone, Held, LockInfo};
+use crate::auto_renew::{AutoRenew, HeldLock, LockEvent, LockLookup};
 use crate::backoff::Backoff;
 use crate::endpoint::{Endpoint, Profile};
 use crate::error;
@@ -44,6 +45,16 @@ pub struct SourceOptions {
     pub idle_timeout: Duration,
     /// Delays between reconnect attempts.
     pub backoff: Backoff,
+    /// How long, at most, the lock of each delivery `receive` hands out is renewed
+    /// automatically, counted from the `receive`. Only on Service Bus: the generic
+    /// profile has no lock to renew (`capabilities().lock_renewal` is false) and
+    /// renews nothing. Renewal stops when the delivery is completed, abandoned or
+    /// dead-lettered, when this much time passed, or when a renewal fails; a failure
+    /// is logged as a warning with the message id and lock token, and every outcome
+    /// is sent to [`AmqpSource::lock_events`]. `Duration::ZERO` turns automatic
+    /// renewal off (renew by hand then, e.g. with [`crate::LockRenewal`]). Default:
+    /// 5 minutes, as in the Azure SDKs.
+    pub max_lock_renewal: Duration,
 }
 
 impl Default for SourceOptions {
@@ -55,11 +66,16 @@ impl Default for SourceOptions {
             operation_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
+            max_lock_renewal: Duration::from_secs(300),
         }
     }
 }
 
 /// A peek-lock receiver on one queue, implementing drain-core's [`MessageSource`].
+///
+/// On Service Bus, the lock of every delivery `receive` hands out is renewed
+/// automatically until it is settled, up to [`SourceOptions::max_lock_renewal`];
+/// see [`AmqpSource::lock_events`].
 ///
 /// One task owns the connection and the link; receives talk to it over channels.
 /// Settlements never wait for a pending `receive`: `complete` (and `abandon` on
@@ -73,6 +89,12 @@ impl Default for SourceOptions {
 /// Must be created inside a Tokio runtime.
 #[derive(Debug)]
 pub struct AmqpSource {
+    auto: AutoRenew<Inner>,
+}
+
+/// The receiver itself, without automatic lock renewal.
+#[derive(Debug)]
+struct Inner {
     what: String,
     profile: Profile,
     options: SourceOptions,
@@ -101,13 +123,31 @@ impl AmqpSource {
         let profile = endpoint.profile;
         let held = Arc::new(Held::default());
         tokio::spawn(Actor::new(endpoint, options.clone(), rx, held.clone(), link).run());
-        Ok(AmqpSource { what, profile, options, commands: tx, held, management: Mutex::new(None) })
+        let max_lock_renewal = options.max_lock_renewal;
+        let inner = Inner { what: what.clone(), profile, options, commands: tx, held, management: Mutex::new(None) };
+        Ok(AmqpSource { auto: AutoRenew::new(inner, max_lock_renewal, what) })
     }
 
     /// The broker profile.
     #[must_use]
     pub fn profile(&self) -> Profile {
-        self.profile
+        self.auto.source().profile
+    }
+
+    /// Events of the automatic lock renewal from now on: each renewal, failure, and
+    /// maximum duration reached, with the delivery's handle, message id and lock
+    /// token. Nothing arrives on the generic profile. A subscriber that falls more
+    /// than 1024 events behind loses the oldest (`RecvError::Lagged`).
+    #[must_use]
+    pub fn lock_events(&self) -> broadcast::Receiver<LockEvent> {
+        self.auto.events()
+    }
+
+    /// How many deliveries' locks are being renewed automatically now (always 0 on
+    /// the generic profile).
+    #[must_use]
+    pub fn renewing(&self) -> usize {
+        self.auto.renewing()
     }
 
     /// When the delivery's lock expires, from Service Bus's `x-opt-locked-until`
@@ -116,7 +156,7 @@ impl AmqpSource {
     /// # Errors
     /// `LockLost` when the handle is not held.
     pub async fn locked_until(&self, handle: DeliveryHandle) -> Result<Option<SystemTime>, PortError> {
-        let info = self.lock_info(handle).await?;
+        let info = self.auto.source().lock_info(handle)?;
         Ok(info.locked_until_ms.and_then(|ms| u64::try_from(ms).ok()).map(|ms| UNIX_EPOCH + Duration::from_millis(ms)))
     }
 
@@ -126,6 +166,40 @@ impl AmqpSource {
     /// # Errors
     /// Never fails today; the `Result` leaves room for reporting a dirty close.
     pub async fn close(&self) -> Result<(), PortError> {
+        self.auto.stop_all();
+        self.auto.source().close().await
+    }
+}
+
+#[async_trait]
+impl MessageSource for AmqpSource {
+    fn capabilities(&self) -> Capabilities {
+        self.auto.capabilities()
+    }
+
+    async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
+        self.auto.receive(max, max_wait).await
+    }
+
+    async fn complete(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.auto.complete(handle).await
+    }
+
+    async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.auto.abandon(handle).await
+    }
+
+    async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
+        self.auto.dead_letter(handle, reason, description).await
+    }
+
+    async fn renew_lock(&self, handle: DeliveryHandle) -> Result<Duration, PortError> {
+        self.auto.renew_lock(handle).await
+    }
+}
+
+impl Inner {
+    async fn close(&self) -> Result<(), PortError> {
         *self.management.lock().await = None;
         self.held.close();
         let (reply, rx) = oneshot::channel();
@@ -155,7 +229,7 @@ impl AmqpSource {
         }
     }
 
-    async fn lock_info(&self, handle: DeliveryHandle) -> Result<LockInfo, PortError> {
+    fn lock_info(&self, handle: DeliveryHandle) -> Result<LockInfo, PortError> {
         self.held.lock_info(handle.0).map_err(|g| self.gone(g, handle))
     }
 
@@ -177,7 +251,7 @@ impl AmqpSource {
     }
 
     async fn renew(&self, handle: DeliveryHandle) -> Result<Duration, PortError> {
-        let info = self.lock_info(handle).await?;
+        let info = self.lock_info(handle)?;
         let Some(token) = info.token else {
             return Err(PortError::new(
                 ErrorKind::Protocol,
@@ -220,8 +294,16 @@ impl AmqpSource {
     }
 }
 
+impl LockLookup for Inner {
+    fn held_lock(&self, handle: DeliveryHandle) -> HeldLock {
+        let Ok(info) = self.held.lock_info(handle.0) else { return HeldLock::default() };
+        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        HeldLock { token: info.token, remaining: info.locked_until_ms.map(|until| lock_duration(now_ms, until)) }
+    }
+}
+
 #[async_trait]
-impl MessageSource for AmqpSource {
+impl MessageSource for Inner {
     fn capabilities(&self) -> Capabilities {
         self.profile.capabilities()
     }
