@@ -102,9 +102,16 @@ async fn an_empty_queue_returns_empty_and_the_link_stays_usable() {
     let Some(r) = rabbit("empty") else { return };
     let q = TestQueue::declare(&r, None, false).await;
     let (source, feed) = open(&r, &q.name).await;
+    // `max_wait` bounds the receive: it waits for messages until then (not much less)
+    // and returns empty in time. Generous bounds: a loaded machine can only add delay.
+    let max_wait = Duration::from_millis(200);
     for _ in 0..3 {
-        let got = source.receive(10, Duration::from_millis(200)).await.expect("receive on empty");
+        let started = std::time::Instant::now();
+        let got = source.receive(10, max_wait).await.expect("receive on empty");
+        let took = started.elapsed();
         assert!(got.is_empty(), "an empty queue gives an empty batch");
+        assert!(took >= max_wait / 2, "the receive waited for messages: returned after {took:?}");
+        assert!(took <= max_wait + Duration::from_secs(2), "the receive returned in time: {took:?}");
     }
     // Still usable after the timeouts: a message sent now arrives.
     feed.submit(&message("late"), &CTX).await.unwrap();
