@@ -125,7 +125,11 @@ fn log_join(done: Result<(), tokio::task::JoinError>) {
     if let Err(e) = done
         && e.is_panic()
     {
-        tracing::error!("a tick panicked (its lease was released first): {e}");
+        // The error quotes the panic message: mask the secrets in it as the hook does.
+        tracing::error!(
+            "a tick panicked (its lease was released first): {}",
+            crate::panic_hook::scrubbed(&e.to_string())
+        );
     }
 }
 

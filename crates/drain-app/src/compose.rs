@@ -174,7 +174,11 @@ pub(crate) async fn compose(
                 let queue = endpoint.entity.clone().ok_or_else(|| {
                     ComposeError::Unavailable(format!("DRAIN_SOURCE_URL={url} names no queue (path or EntityPath)"))
                 })?;
-                let options = SourceOptions { prefetch: prefetch(&config), ..SourceOptions::default() };
+                let options = SourceOptions {
+                    prefetch: prefetch(&config),
+                    max_lock_renewal: config.max_lock_renewal,
+                    ..SourceOptions::default()
+                };
                 let source = Arc::new(AmqpSource::connect(endpoint, options).await.map_err(|e| {
                     ComposeError::Unavailable(format!("cannot receive from DRAIN_SOURCE_URL={url}: {e}"))
                 })?);

@@ -17,6 +17,7 @@ mod owner_drains;
 mod owner_keys;
 mod owner_wake;
 mod owners;
+mod panic_hook;
 mod simulate;
 
 use std::process::ExitCode;
@@ -24,6 +25,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    panic_hook::install();
     let cli = cli::Cli::parse();
     let loaded = match config::load(cli.config.as_deref()) {
         Ok(l) => l,
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    panic_hook::set_secrets(loaded.config.secret_parts());
     match cli.command {
         cli::Command::Config(args) => commands::config::main(&args, &loaded),
         cli::Command::Simulate(args) => commands::simulate::main(&args),

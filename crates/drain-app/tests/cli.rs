@@ -187,3 +187,33 @@ fn run_skips_overlapping_ticks_serves_metrics_and_shuts_down_on_sigterm() {
     assert!(report.is_some(), "the running tick was stopped cooperatively:\n{}", seen.join("\n"));
     assert!(seen.iter().any(|l| l.contains("grace period over")), "{}", seen.join("\n"));
 }
+
+/// Every subcommand `drain --help` lists has examples in its own `--help`, and
+/// each example section runs that subcommand.
+#[test]
+fn every_subcommand_help_shows_its_examples() {
+    let out = drain().arg("--help").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    let commands: Vec<String> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .filter(|c| c != "help")
+        .collect();
+    assert!(commands.len() >= 6, "the command list was found: {commands:?}\n{help}");
+    for command in &commands {
+        let out = drain().args([command.as_str(), "--help"]).output().unwrap();
+        assert!(out.status.success(), "{command}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let examples: Vec<&str> =
+            text.lines().skip_while(|l| *l != "Examples:").skip(1).take_while(|l| l.starts_with("  ")).collect();
+        let runs_it = |l: &&str| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            words.windows(2).any(|w| w == ["drain", command.as_str()])
+        };
+        assert!(examples.iter().any(runs_it), "`drain {command} --help` shows examples of it:\n{text}");
+    }
+}

@@ -132,6 +132,9 @@ pub const DRAIN_CONCURRENCY: IntRule = IntRule { default: 1, min: 1, max: 256 };
 pub const DRAIN_BATCH: IntRule = IntRule { default: 32, min: 1, max: 1_000 };
 /// `SERVICEBUS_DRAIN_MAX_WAIT_MS`: longest wait of one receive.
 pub const DRAIN_MAX_WAIT_MS: IntRule = IntRule { default: 1_000, min: 1, max: 60_000 };
+/// `SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS`: how long a received message's lock
+/// is renewed automatically (Service Bus); 0 turns automatic renewal off.
+pub const MAX_LOCK_RENEWAL_SECONDS: IntRule = IntRule { default: 300, min: 0, max: 86_400 };
 /// `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS`: lower end of the claim-busy jitter window.
 pub const BACKOFF_MIN_SECONDS: IntRule = IntRule { default: 5, min: 1, max: 3_600 };
 /// `PROJECTION_DRAIN_BACKOFF_MAX_SECONDS`: upper end of the claim-busy jitter window.

@@ -10,6 +10,7 @@ use drain_core::ports::Clock;
 use tokio::sync::watch;
 
 use crate::clock::SystemClock;
+use crate::commands::run::Signals;
 use crate::compose::{self, Backend};
 use crate::config::Loaded;
 use crate::observe;
@@ -83,8 +84,9 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let (tx, rx) = watch::channel(false);
+    let mut subscribed = Signals::new();
     let signals = tokio::spawn(async move {
-        wait_for_signal().await;
+        subscribed.next().await;
         tracing::info!("signal received: stopping after the running turns");
         let _ = tx.send(true);
     });
@@ -107,19 +109,4 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-async fn wait_for_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-            return;
-        }
-    }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -67,21 +67,28 @@ async fn once(rt: &Runtime) -> ExitCode {
 
 async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
     let (tx, rx) = watch::channel(false);
+    // Subscribe before anything runs, and keep the subscription: a signal that lands
+    // between two waits is not lost.
+    let mut signals = Signals::new();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signals.next().await;
         let first = tokio::time::Instant::now();
         tracing::info!("signal received: shutting down (a second signal exits at once)");
         let _ = tx.send(true);
         loop {
-            wait_for_signal().await;
-            // `timeout`, shells and some supervisors deliver one signal twice (to the
-            // process and to its group) within microseconds: that is not a second request.
-            if first.elapsed() >= SAME_SIGNAL {
+            signals.next().await;
+            let after = first.elapsed();
+            if !same_delivery(after) {
                 break;
             }
+            tracing::info!(
+                after_ms = after.as_millis() as u64,
+                "signal ignored: within {} ms of the first it counts as the same one; send another to exit now",
+                SAME_SIGNAL.as_millis()
+            );
         }
-        tracing::warn!("second signal: exiting now");
-        std::process::exit(130);
+        tracing::warn!("second signal: exiting now (running ticks are not finished; leases expire by TTL)");
+        std::process::exit(SECOND_SIGNAL_EXIT);
     });
     let owners = args.owners.map(|n| tokio::spawn(owners::run(rt.clone(), n as usize, rx.clone())));
     beat::run(rt, rx, args.resident).await;
@@ -92,27 +99,72 @@ async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// Signals this close to the first count as the same one.
-const SAME_SIGNAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// The exit status of a second signal (documented in docs/operations.md).
+const SECOND_SIGNAL_EXIT: i32 = 130;
 
-async fn wait_for_signal() {
+/// Signals this close to the first count as the same one: `timeout`, and supervisors
+/// that signal both a process and its group, deliver one request twice within
+/// microseconds. A person pressing Ctrl-C twice is far slower than this (a keystroke
+/// alone lasts longer), so their second press exits. (This was 1 s, which swallowed a
+/// quick double Ctrl-C: the process then waited out the whole grace period.)
+const SAME_SIGNAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether a signal `after` the first is that first signal delivered twice.
+fn same_delivery(after: std::time::Duration) -> bool {
+    after < SAME_SIGNAL
+}
+
+/// SIGINT and SIGTERM (Ctrl-C elsewhere), subscribed once.
+pub(crate) struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+    streams: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    pub(crate) fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let streams = match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+                (Ok(int), Ok(term)) => Some((int, term)),
+                _ => {
+                    tracing::warn!("cannot subscribe to SIGINT/SIGTERM; falling back to Ctrl-C only");
+                    None
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-            }
+            };
+            Signals { streams }
+        }
+        #[cfg(not(unix))]
+        {
+            Signals {}
         }
     }
-    #[cfg(not(unix))]
-    {
+
+    /// The next SIGINT or SIGTERM.
+    pub(crate) async fn next(&mut self) {
+        #[cfg(unix)]
+        if let Some((int, term)) = &mut self.streams {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            return;
+        }
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn only_a_near_simultaneous_signal_is_the_same_delivery() {
+        assert!(same_delivery(Duration::ZERO));
+        assert!(same_delivery(Duration::from_micros(50)), "timeout(1) signals the child and then its group");
+        assert!(!same_delivery(Duration::from_millis(150)), "a quick double Ctrl-C exits");
+        assert!(!same_delivery(Duration::from_millis(900)), "within 1 s of the first still exits");
     }
 }

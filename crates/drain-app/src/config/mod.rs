@@ -5,7 +5,7 @@
 //! in drain-core's `settings` (or here, for addresses and URLs); a bad value gives
 //! the default or the clamped value with one warning, never a panic, and never
 //! silently disables a safety feature. A value that cannot be used safely at all (a
-//! Redis URL with an unknown scheme) is a fatal [`ConfigError`].
+//! `*_URL` with an unknown scheme, or set but blank) is a fatal [`ConfigError`].
 
 mod redact;
 pub(crate) mod registry;
@@ -21,7 +21,7 @@ use drain_core::admission::SchedulerConfig;
 use drain_core::settings::{self, Parsed, Warning};
 use drain_core::tick::TickConfig;
 
-pub(crate) use redact::{Secret, redact};
+pub(crate) use redact::{Secret, redact, scrub, secret_parts};
 pub(crate) use render::{effective_table, flags_markdown};
 
 use registry::{Kind, SETTINGS, setting};
@@ -53,7 +53,8 @@ pub(crate) enum ConfigError {
     File { path: String, reason: String },
     #[error("config file {path}: {reason}")]
     FileSyntax { path: String, reason: String },
-    #[error("{name}={value}: {reason}")]
+    /// `value` is redacted; it is quoted and escaped, so the message stays one line.
+    #[error("{name}={value:?}: {reason}")]
     Invalid { name: &'static str, value: String, reason: String },
 }
 
@@ -76,6 +77,8 @@ pub(crate) struct Config {
     pub(crate) drain_concurrency: usize,
     pub(crate) drain_batch: usize,
     pub(crate) drain_max_wait: Duration,
+    /// `SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS` (zero: no automatic renewal).
+    pub(crate) max_lock_renewal: Duration,
     pub(crate) claim_aware: Switch,
     pub(crate) release_wake: Switch,
     pub(crate) backoff_min: Duration,
@@ -106,6 +109,16 @@ pub(crate) struct Loaded {
 }
 
 impl Config {
+    /// The clear secret parts of every configured URL (passwords, SAS keys, their
+    /// percent-decoded forms), for scrubbing free text such as a panic message.
+    pub(crate) fn secret_parts(&self) -> Vec<String> {
+        [&self.redis_url, &self.source_url, &self.target_url]
+            .into_iter()
+            .flatten()
+            .flat_map(|s| secret_parts(s.expose()))
+            .collect()
+    }
+
     /// The owner admission settings (SPEC §5), with the worker count as turn slots.
     pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig {
@@ -235,6 +248,7 @@ pub(crate) fn resolve(
         drain_concurrency: r.count("SERVICEBUS_DRAIN_CONCURRENCY"),
         drain_batch: r.count("SERVICEBUS_DRAIN_BATCH"),
         drain_max_wait: Duration::from_millis(r.int("SERVICEBUS_DRAIN_MAX_WAIT_MS")),
+        max_lock_renewal: Duration::from_secs(r.int("SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS")),
         claim_aware: r.switch("PROJECTION_DRAIN_CLAIM_AWARE"),
         release_wake: r.switch("PROJECTION_DRAIN_RELEASE_WAKE"),
         backoff_min: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", bmin)),
@@ -312,14 +326,25 @@ impl Resolver<'_> {
         usize::try_from(self.int(name)).unwrap_or(usize::MAX)
     }
 
-    /// A URL must start with one of `schemes` (case-insensitive); anything else is
-    /// fatal, because falling back to the embedded default would silently turn a
-    /// fleet-wide lease or claim into a per-process one.
+    /// A URL must start with one of `schemes` (case-insensitive); anything else,
+    /// blank included, is fatal, because falling back to the embedded default would
+    /// silently turn a fleet-wide lease or claim into a per-process one (and drain a
+    /// demo queue instead of the real one). Only an unset variable means "embedded".
     fn url(&mut self, name: &'static str, schemes: &[&str]) -> Result<Option<Secret>, ConfigError> {
-        let Some(raw) = self.raw(name).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty()) else {
+        let Some(raw) = self.raw(name).map(|v| v.trim().to_owned()) else {
             self.take(name, Parsed::clean("unset".to_owned()));
             return Ok(None);
         };
+        if raw.is_empty() {
+            return Err(ConfigError::Invalid {
+                name,
+                value: raw,
+                reason: format!(
+                    "set but blank; unset it for the embedded default, or give a URL starting with {}",
+                    schemes.join(", ")
+                ),
+            });
+        }
         let lower = raw.to_ascii_lowercase();
         if !schemes.iter().any(|s| lower.starts_with(s)) {
             return Err(ConfigError::Invalid {

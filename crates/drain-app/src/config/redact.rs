@@ -32,6 +32,10 @@ impl fmt::Display for Secret {
 
 const MASK: &str = "***";
 
+/// Keys of `key=value` pairs whose value is a secret, lower case.
+const SECRET_KEYS: [&str; 7] =
+    ["sharedaccesskey", "sharedaccesssignature", "password", "accountkey", "token", "sas", "sig"];
+
 /// Redact the secret parts of a URL or connection string: the password of
 /// `scheme://user:password@host` (of each URL of a comma-separated seed list), and
 /// the values of `SharedAccessKey`, `SharedAccessSignature`, `password`,
@@ -39,10 +43,91 @@ const MASK: &str = "***";
 /// `?key=value&` queries.
 pub(crate) fn redact(value: &str) -> String {
     let mut out = urls(value).into_iter().map(redact_userinfo).collect::<Vec<_>>().join(",");
-    for key in ["sharedaccesskey", "sharedaccesssignature", "password", "accountkey", "token", "sas", "sig"] {
+    for key in SECRET_KEYS {
         out = redact_pairs(&out, key);
     }
     out
+}
+
+/// The secret parts of a URL or connection string, as [`redact`] sees them: the
+/// password of each URL (the whole user information when it has no `:`), the
+/// value of each secret `key=value` pair, each also percent-decoded. A text that
+/// quotes one of them (a panic message, say) can then be scrubbed even when the
+/// URL around it is gone.
+pub(crate) fn secret_parts(value: &str) -> Vec<String> {
+    let mut parts = Vec::new();
+    for url in urls(value) {
+        let Some(scheme_end) = url.find("://") else { continue };
+        let rest = &url[scheme_end + 3..];
+        let Some(at) = rest.rfind('@') else { continue };
+        let userinfo = &rest[..at];
+        let password = userinfo.find(':').map_or(userinfo, |colon| &userinfo[colon + 1..]);
+        parts.push(password.to_owned());
+    }
+    let lower = value.to_ascii_lowercase();
+    for key in SECRET_KEYS {
+        let mut from = 0;
+        while let Some(found) = lower[from..].find(key) {
+            let start = from + found;
+            let after = start + key.len();
+            from = after;
+            let boundary_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b';' | b'&' | b'?' | b' ');
+            if boundary_ok && lower.as_bytes().get(after) == Some(&b'=') {
+                let rest = &value[after + 1..];
+                parts.push(rest[..rest.find([';', '&']).unwrap_or(rest.len())].to_owned());
+            }
+        }
+    }
+    let decoded: Vec<String> = parts.iter().filter_map(|p| percent_decoded(p)).collect();
+    parts.extend(decoded);
+    parts.retain(|p| !p.is_empty());
+    parts.sort_unstable();
+    parts.dedup();
+    parts
+}
+
+/// Free `text` (a panic message, say) with every occurrence of each of `secrets`
+/// masked (longest first, so a secret that contains another is masked whole), and
+/// then each whitespace-separated word [`redact`]ed, which also catches a URL or
+/// connection string whose secret was not configured.
+pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
+    let mut sorted: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    let mut masked = text.to_owned();
+    for secret in sorted {
+        masked = masked.replace(secret.as_str(), MASK);
+    }
+    let mut out = String::with_capacity(masked.len());
+    for chunk in masked.split_inclusive(char::is_whitespace) {
+        let word = chunk.trim_end();
+        out.push_str(&redact(word));
+        out.push_str(&chunk[word.len()..]);
+    }
+    out
+}
+
+/// `%XX` sequences decoded, when there are any and the result is UTF-8.
+fn percent_decoded(value: &str) -> Option<String> {
+    if !value.contains('%') {
+        return None;
+    }
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (bytes[i], bytes.get(i + 1).copied().and_then(hex), bytes.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok().filter(|d| d != value)
 }
 
 /// `value` cut at the commas that start another `scheme://` URL (a Redis Cluster
@@ -147,6 +232,40 @@ mod tests {
         check("rediss://:hun#ter2@h", "rediss://:***@h");
         check("redis://u:hun,ter2@h", "redis://u:***@h");
         check("amqp://u:p/w@h:5672/q", "amqp://u:***@h:5672/q");
+    }
+
+    #[test]
+    fn secret_parts_are_what_redact_masks() {
+        let parts = |v: &str| secret_parts(v);
+        assert_eq!(parts("redis://127.0.0.1:6379"), Vec::<String>::new());
+        assert_eq!(parts("redis://u:hun%2Fter2@h,rediss://:other@h2"), ["hun%2Fter2", "hun/ter2", "other"]);
+        assert_eq!(parts("redis://justapassword@h"), ["justapassword"]);
+        assert_eq!(parts("amqp://a:p@ss@host/q"), ["p@ss"]);
+        assert_eq!(
+            parts("Endpoint=sb://ns/;SharedAccessKeyName=root;SharedAccessKey=abc+/=;EntityPath=q"),
+            ["abc+/="],
+            "the key's name is not a secret"
+        );
+        assert_eq!(parts("redis://host/?password=pw1&db=1"), ["pw1"]);
+        // Every part is masked by `redact` in the value it came from.
+        for v in ["redis://u:hunter2@a:1,redis://u:second@b:2", "endpoint=sb://x/;sharedaccesskey=abc"] {
+            for p in parts(v) {
+                assert!(!redact(v).contains(&p), "{p} in {}", redact(v));
+            }
+        }
+    }
+
+    #[test]
+    fn scrub_masks_secrets_quoted_anywhere() {
+        let secrets = secret_parts("redis://u:hun%2Fter2@h:1");
+        let text = "connecting with hun/ter2 (raw hun%2Fter2) to amqp://g:other@h and redis://u:hun%2Fter2@h:1";
+        let out = scrub(text, &secrets);
+        assert_eq!(out, "connecting with *** (raw ***) to amqp://g:***@h and redis://u:***@h:1");
+        assert_eq!(scrub("nothing to hide", &[]), "nothing to hide");
+        assert_eq!(
+            scrub("unconfigured \"redis://x:pw9@h\",\n\tEndpoint=sb://n/;SharedAccessKey=k1;", &[]),
+            "unconfigured \"redis://x:***@h\",\n\tEndpoint=sb://n/;SharedAccessKey=***;"
+        );
     }
 
     #[test]

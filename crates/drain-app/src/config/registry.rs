@@ -136,6 +136,14 @@ pub(crate) const SETTINGS: &[Setting] = &[
         QUEUE,
         "Longest wait of one receive; a receive returns what arrived by then.",
     ),
+    int(
+        "SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS",
+        settings::MAX_LOCK_RENEWAL_SECONDS,
+        "s",
+        "300",
+        QUEUE,
+        "Service Bus: a received message's lock is renewed automatically (through `$management`) until it is settled or for this long; `0` turns automatic renewal off. A failed renewal is logged as a warning. RabbitMQ has no lock renewal; ignored there.",
+    ),
     switch(
         "PROJECTION_DRAIN_CLAIM_AWARE",
         On,

@@ -26,6 +26,13 @@ pub(crate) fn flags_markdown() -> String {
         "Whole numbers: unset -> default; empty, negative or not a number -> default with a warning; \
          below the floor or above the ceiling -> clamped with a warning.\n\n",
     );
+    out.push_str(
+        "URLs (`DRAIN_REDIS_URL`: `redis://`, `rediss://`; `DRAIN_SOURCE_URL`, `DRAIN_TARGET_URL`: `amqp://`, \
+         `amqps://`, `Endpoint=`): unset -> the embedded default. Any other value must start with one of \
+         those; anything else, blank included, is fatal: `drain` exits 2 with one line naming the variable \
+         (the value redacted), because falling back to the embedded default would quietly turn a fleet-wide \
+         lease or claim into a per-process one.\n\n",
+    );
     out.push_str("| variable | type | default | range | owner | description |\n");
     out.push_str("|---|---|---|---|---|---|\n");
     for s in SETTINGS {

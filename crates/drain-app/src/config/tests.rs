@@ -22,6 +22,7 @@ fn defaults() {
     assert_eq!(c.scheduler_config().release_wake, Switch::On);
     assert_eq!((c.drain_concurrency, c.drain_batch, c.worker_concurrency), (1, 32, 4));
     assert_eq!((c.backoff_min, c.backoff_max), (Duration::from_secs(5), Duration::from_secs(15)));
+    assert_eq!(c.max_lock_renewal, Duration::from_secs(300));
     assert_eq!(c.metrics_addr, Some(SocketAddr::from(([127, 0, 0, 1], 9464))));
     assert_eq!(c.key_prefix, "drain");
     assert_eq!(c.instance_id, "host-1");
@@ -29,6 +30,16 @@ fn defaults() {
     assert!(l.warnings.is_empty(), "{:?}", l.warnings);
     assert_eq!(l.effective.len(), SETTINGS.len(), "every registry entry is resolved once");
     assert!(l.effective.iter().all(|e| e.origin == Origin::Default));
+}
+
+#[test]
+fn lock_renewal_can_be_turned_off_or_bounded() {
+    assert_eq!(load(&[("SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS", "0")]).config.max_lock_renewal, Duration::ZERO);
+    let l = load(&[("SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS", "1800")]);
+    assert_eq!(l.config.max_lock_renewal, Duration::from_secs(1800));
+    let l = load(&[("SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS", "forever")]);
+    assert_eq!(l.config.max_lock_renewal, Duration::from_secs(300), "garbage falls back to the default");
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
 }
 
 #[test]
@@ -151,4 +162,33 @@ fn the_fence_property_is_a_plain_name_or_nothing() {
         assert_eq!(l.warnings.len(), 1, "{bad:?}: {:?}", l.warnings);
         assert_eq!(l.warnings[0].variable, "DRAIN_TARGET_FENCE_PROPERTY");
     }
+}
+
+#[test]
+fn a_set_but_blank_url_is_fatal_not_the_embedded_default() {
+    for name in ["DRAIN_REDIS_URL", "DRAIN_SOURCE_URL", "DRAIN_TARGET_URL"] {
+        for blank in ["", "  "] {
+            let e = resolve(&env(&[(name, blank)]), None, "h").unwrap_err();
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("{name}=")) && msg.contains("blank"), "{msg}");
+        }
+        let file = parse_file("f.toml", &format!("{name} = \"\"")).expect("file parses");
+        assert!(resolve(&env(&[]), Some(&file), "h").is_err(), "{name} blank in the file");
+    }
+    let e = resolve(&env(&[("DRAIN_REDIS_URL", "\u{1}x")]), None, "h").unwrap_err();
+    assert_eq!(e.to_string().lines().count(), 1, "escaped, one line: {e}");
+    assert!(!e.to_string().contains('\u{1}'), "{e}");
+}
+
+#[test]
+fn secret_parts_cover_every_url() {
+    let l = load(&[
+        ("DRAIN_REDIS_URL", "redis://app:redis-pw@127.0.0.1:6379"),
+        ("DRAIN_SOURCE_URL", "amqp://guest:amqp-pw@h:5672/requests"),
+        ("DRAIN_TARGET_URL", "Endpoint=sb://ns/;SharedAccessKeyName=k;SharedAccessKey=sas-key;EntityPath=q"),
+    ]);
+    let mut parts = l.config.secret_parts();
+    parts.sort_unstable();
+    assert_eq!(parts, ["amqp-pw", "redis-pw", "sas-key"]);
+    assert!(load(&[]).config.secret_parts().is_empty());
 }
