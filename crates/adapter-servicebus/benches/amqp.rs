@@ -10,8 +10,10 @@
 //!   claims in memory, each message resubmitted to a second queue and completed):
 //!   the whole drain, for scale.
 //!
-//! Each mode is measured in five interleaved rounds of 4,000 messages and the
-//! median round is reported (the machine is shared; single rounds are noisy). Writes `<target>/bench/amqp.json` and prints a table.
+//! Each mode is measured in seven interleaved rounds of 10,000 messages and the
+//! median round is reported; the overhead is the median of the per-round ratios
+//! (the machine is shared; single rounds are noisy). Writes
+//! `<target>/bench/amqp.json` and prints a table.
 //! Without RabbitMQ on 127.0.0.1:5672 it writes the reason instead.
 
 use std::fmt::Write as _;
@@ -37,9 +39,12 @@ const BASE: &str = match option_env!("DRAIN_TEST_AMQP_URL") {
     Some(url) => url,
     None => "amqp://guest:guest@127.0.0.1:5672",
 };
-const N: usize = 4_000;
+const N: usize = 10_000;
 const BATCH: usize = 64;
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
+/// A round (fill plus drain of 10,000 messages) takes a few seconds; one that
+/// takes this long is stuck.
+const ROUND_LIMIT: Duration = Duration::from_secs(60);
 const MODES: [&str; 5] = ["bare_fe2o3", "source_c1", "source_c8", "tick_c1", "tick_c8"];
 
 fn main() {
@@ -49,6 +54,8 @@ fn main() {
     std::fs::create_dir_all(out.parent().expect("dir")).expect("create target/bench");
     std::fs::write(&out, json).expect("write amqp.json");
     println!("wrote {}", out.display());
+    // A stalled round leaves its connection task behind; do not wait for it.
+    std::process::exit(0);
 }
 
 fn endpoint(queue: &str) -> Endpoint {
@@ -69,15 +76,32 @@ async fn run() -> String {
     declare(&target_q).await;
 
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
-    for _ in 0..ROUNDS {
+    for round in 0..ROUNDS {
         for (i, mode) in MODES.iter().enumerate() {
-            fill(&source_q, N).await;
-            let took = match *mode {
-                "bare_fe2o3" => bare(&source_q, N).await,
-                "source_c1" => source(&source_q, N, 1).await,
-                "source_c8" => source(&source_q, N, 8).await,
-                "tick_c1" => tick(&source_q, &target_q, 1).await,
-                _ => tick(&source_q, &target_q, 8).await,
+            let measured = tokio::time::timeout(ROUND_LIMIT, async {
+                fill(&source_q, N).await;
+                match *mode {
+                    "bare_fe2o3" => bare(&source_q, N).await,
+                    "source_c1" => source(&source_q, N, 1).await,
+                    "source_c8" => source(&source_q, N, 8).await,
+                    "tick_c1" => tick(&source_q, &target_q, 1).await,
+                    _ => tick(&source_q, &target_q, 8).await,
+                }
+            })
+            .await;
+            let Ok(took) = measured else {
+                // Seen once while benchmarking (2026-11-30): the fe2o3 session task spinning at
+                // 100 % CPU without progress. Say so instead of hanging the gate.
+                let why = format!(
+                    "stalled: {mode}, round {}, made no progress in {} s (fe2o3 session engine spinning; see docs/performance.md)",
+                    round + 1,
+                    ROUND_LIMIT.as_secs()
+                );
+                eprintln!("amqp bench: {why}");
+                for q in [&source_q, &target_q] {
+                    let _ = rabbitmqctl(&["delete_queue", q]);
+                }
+                return format!("{{\"skipped\":{why:?}}}\n");
             };
             rates[i].push(N as f64 / took.as_secs_f64());
             purge(&target_q);
@@ -88,13 +112,21 @@ async fn run() -> String {
     }
 
     let medians: Vec<f64> = rates
-        .iter_mut()
+        .iter()
         .map(|r| {
+            let mut r = r.clone();
             r.sort_by(f64::total_cmp);
             r[r.len() / 2]
         })
         .collect();
-    let overhead = |i: usize| (1.0 - medians[i] / medians[0]) * 100.0;
+    // The overhead is the median of each round's own ratio: the adapter's rate
+    // against the bare loop's in the same round, seconds apart, so that the host's
+    // drift between rounds (often ±20 % here) cancels out.
+    let overhead = |i: usize| {
+        let mut ratios: Vec<f64> = rates[i].iter().zip(&rates[0]).map(|(a, bare)| 1.0 - a / bare).collect();
+        ratios.sort_by(f64::total_cmp);
+        ratios[ratios.len() / 2] * 100.0
+    };
     println!("{:<12} {:>10}", "mode", "msg/s");
     for ((mode, rate), all) in MODES.iter().zip(&medians).zip(&rates) {
         let all: Vec<String> = all.iter().map(|r| format!("{r:.0}")).collect();
@@ -161,7 +193,10 @@ async fn source(queue: &str, n: usize, concurrency: usize) -> Duration {
     let start = Instant::now();
     let mut done = 0;
     while done < n {
-        let batch = source.receive(BATCH, Duration::from_secs(5)).await.expect("receive");
+        // Ask for no more than the round still needs, as the bare loop stops at `n`:
+        // asking for 64 when 32 are left would time the linger wait for messages
+        // that do not exist (20 ms, a sixth of a round), not the adapter's overhead.
+        let batch = source.receive(BATCH.min(n - done), Duration::from_secs(5)).await.expect("receive");
         assert!(!batch.is_empty(), "the queue ran dry early");
         done += batch.len();
         let source = &source;

@@ -100,6 +100,19 @@ impl<S: LockLookup> AutoRenew<S> {
         self.lock().clear();
     }
 
+    /// Stop renewing `handle` (it is being settled).
+    fn stop(&self, handle: DeliveryHandle) {
+        if self.renews() {
+            self.lock().remove(&handle);
+        }
+    }
+
+    /// Whether `receive` starts renewals at all (else the map stays empty and
+    /// settling needs no look at it).
+    fn renews(&self) -> bool {
+        !self.max_duration.is_zero() && self.source.capabilities().lock_renewal
+    }
+
     /// Start renewing `delivery`'s lock.
     fn start(&self, delivery: &Delivery) {
         let handle = delivery.handle;
@@ -143,11 +156,6 @@ impl<S> AutoRenew<S> {
         self.lock().values().filter(|r| !r.task.is_finished()).count()
     }
 
-    /// Stop renewing `handle` (it is being settled).
-    fn stop(&self, handle: DeliveryHandle) {
-        self.lock().remove(&handle);
-    }
-
     fn lock(&self) -> MutexGuard<'_, HashMap<DeliveryHandle, Running>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -181,7 +189,7 @@ impl<S: LockLookup> MessageSource for AutoRenew<S> {
 
     async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
         let deliveries = self.source.receive(max, max_wait).await?;
-        if !self.max_duration.is_zero() && self.source.capabilities().lock_renewal {
+        if self.renews() {
             for d in &deliveries {
                 self.start(d);
             }

@@ -88,7 +88,15 @@ pub(crate) fn from_amqp(message: AmqpMessage<Body<Value>>) -> (Message, u32) {
 
 fn body_bytes(body: Body<Value>) -> Vec<u8> {
     match body {
-        Body::Data(batch) => batch.into_iter().flat_map(|d| d.0.into_vec()).collect(),
+        // One section (the usual case): its bytes as they are, without a copy.
+        Body::Data(batch) if batch.len() == 1 => batch.into_iter().next().map(|d| d.0.into_vec()).unwrap_or_default(),
+        Body::Data(batch) => {
+            let mut bytes = Vec::with_capacity(batch.iter().map(|d| d.0.len()).sum());
+            for d in batch {
+                bytes.extend_from_slice(&d.0);
+            }
+            bytes
+        }
         Body::Value(v) => match v.0 {
             Value::Binary(b) => b.into_vec(),
             Value::String(s) => s.into_bytes(),

@@ -129,7 +129,9 @@ pub(super) struct Actor {
     attempt: u32,
     last_error: Option<PortError>,
     pending: VecDeque<Pending>,
-    ready: VecDeque<Delivery>,
+    /// Deliveries not handed out yet, with when their lock expires (Unix ms; Service
+    /// Bus only), kept here so handing them out needs no lookup in `held`.
+    ready: VecDeque<(Delivery, Option<i64>)>,
     held: Arc<Held>,
     next_handle: u64,
 }
@@ -287,20 +289,19 @@ impl Actor {
 
     fn on_delivery(&mut self, d: fe2o3_amqp::Delivery<Body<Value>>) {
         let info = DeliveryInfo::from(&d);
-        let tag = d.delivery_tag().to_vec();
-        let message = d.into_message();
         let (token, locked_until_ms) = if self.endpoint.profile == Profile::ServiceBus {
+            let message = d.message();
             let da = message.delivery_annotations.as_ref().map(|a| &a.0);
             let ma = message.message_annotations.as_ref().map(|a| &a.0);
-            (LockToken::of_delivery(&tag, da, ma), lock::locked_until_ms(ma))
+            (LockToken::of_delivery(d.delivery_tag(), da, ma), lock::locked_until_ms(ma))
         } else {
             (None, None)
         };
-        let (message, delivery_count) = convert::from_amqp(message);
+        let (message, delivery_count) = convert::from_amqp(d.into_message());
         let handle = self.next_handle;
         self.next_handle += 1;
         self.held.insert(handle, Tracked { generation: self.generation, info, token, locked_until_ms });
-        self.ready.push_back(Delivery { handle: DeliveryHandle(handle), message, delivery_count });
+        self.ready.push_back((Delivery { handle: DeliveryHandle(handle), message, delivery_count }, locked_until_ms));
     }
 
     async fn on_recv_error(&mut self, e: RecvError) {
@@ -379,10 +380,10 @@ impl Actor {
         let now_ms = unix_ms();
         while let Some(head) = self.pending.front_mut() {
             while head.got.len() < head.max {
-                let Some(d) = self.ready.pop_front() else { break };
+                let Some((d, locked_until_ms)) = self.ready.pop_front() else { break };
                 // A Service Bus lock that ran out while the delivery waited here: the
                 // broker redelivers it; handing it out would only end in LockLost.
-                let expired = self.held.locked_until_ms(d.handle.0).is_some_and(|until| until <= now_ms);
+                let expired = locked_until_ms.is_some_and(|until| until <= now_ms);
                 if expired {
                     self.held.forget(d.handle.0);
                     continue;

@@ -98,11 +98,6 @@ impl Held {
         self.lock().deliveries.remove(&handle);
     }
 
-    /// When the delivery's lock expires (Unix ms), when known.
-    pub(super) fn locked_until_ms(&self, handle: u64) -> Option<i64> {
-        self.lock().deliveries.get(&handle).and_then(|t| t.locked_until_ms)
-    }
-
     /// Take a delivery for settlement, with the disposer of its link when that link
     /// is still the live one.
     pub(super) fn take(&self, handle: u64) -> Result<(Tracked, ReceiverDisposer), Gone> {
