@@ -180,10 +180,22 @@ async fn bare(queue: &str, n: usize) -> Duration {
         receiver.accept(&d).await.expect("accept");
     }
     let took = start.elapsed();
-    let _ = receiver.detach().await;
-    let _ = session.end().await;
-    let _ = conn.close().await;
+    teardown(receiver.detach(), session, conn).await;
     took
+}
+
+/// Detach, end the session and close the connection, each bounded: RabbitMQ 3.10
+/// sometimes never answers a session `end`, and fe2o3 then waits for it forever in
+/// a busy loop (the adapter bounds the same steps; see `connect::SESSION_END_LIMIT`).
+async fn teardown<F: Future>(
+    detach: F,
+    mut session: fe2o3_amqp::session::SessionHandle<()>,
+    mut conn: fe2o3_amqp::connection::ConnectionHandle<()>,
+) {
+    const STEP: Duration = Duration::from_secs(2);
+    let _ = tokio::time::timeout(STEP, detach).await;
+    let _ = tokio::time::timeout(STEP, session.end()).await;
+    let _ = tokio::time::timeout(STEP, conn.close()).await;
 }
 
 /// The adapter: `receive(64)`, then complete each with `concurrency` in flight.
@@ -261,9 +273,7 @@ async fn declare(queue: &str) {
     let mut session = Session::begin(&mut conn).await.expect("session");
     let sender =
         Sender::attach(&mut session, format!("{queue}-declare"), format!("/queue/{queue}")).await.expect("declare");
-    let _ = sender.detach().await;
-    let _ = session.end().await;
-    let _ = conn.close().await;
+    teardown(sender.detach(), session, conn).await;
 }
 
 fn purge(queue: &str) {

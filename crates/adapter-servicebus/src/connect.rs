@@ -28,6 +28,13 @@ const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
 
 /// An open connection with one session, and for Service Bus the task that keeps its
 /// CBS token fresh (see [`crate::refresh`]).
+/// How long to wait for the broker's answer to our session `end`. It comes within
+/// milliseconds, but RabbitMQ 3.10's AMQP 1.0 plugin sometimes never sends it (its
+/// session process stops before its writer flushes the frame), and fe2o3-amqp 0.18
+/// waits for it in a busy loop at 100 % CPU. Closing the connection afterwards ends
+/// the session anyway, so a missing answer costs this long, not the whole timeout.
+pub(crate) const SESSION_END_LIMIT: Duration = Duration::from_secs(1);
+
 pub(crate) struct Conn {
     pub(crate) connection: ConnectionHandle<()>,
     pub(crate) session: SessionHandle<()>,
@@ -96,8 +103,8 @@ async fn open_inner(
             match put_first_token(endpoint, key_name, key, what, &mut session).await {
                 Ok((cbs, valid_for)) => Some(TokenRefresh::start(cbs, valid_for, put_limit, what.to_owned())),
                 Err(e) => {
-                    let _ = session.end().await;
-                    let _ = connection.close().await;
+                    let _ = tokio::time::timeout(SESSION_END_LIMIT, session.end()).await;
+                    let _ = tokio::time::timeout(put_limit, connection.close()).await;
                     return Err(e);
                 }
             }
@@ -217,12 +224,13 @@ impl Conn {
         }
     }
 
-    /// End the session and close the connection, each bounded by `timeout`.
+    /// End the session (bounded by [`SESSION_END_LIMIT`] or `timeout`, whichever is
+    /// shorter) and close the connection (bounded by `timeout`).
     pub(crate) async fn close(mut self, timeout: Duration) {
         if let Some(refresh) = self.refresh.take() {
             refresh.stop(timeout).await;
         }
-        let _ = tokio::time::timeout(timeout, self.session.end()).await;
+        let _ = tokio::time::timeout(timeout.min(SESSION_END_LIMIT), self.session.end()).await;
         let _ = tokio::time::timeout(timeout, self.connection.close()).await;
     }
 }
