@@ -2,6 +2,7 @@
 //! or panics.
 
 use std::fmt;
+use std::ops::Range;
 
 /// A value that may contain a secret. `Debug` and `Display` show it redacted.
 #[derive(Clone, PartialEq, Eq)]
@@ -55,28 +56,10 @@ pub(crate) fn redact(value: &str) -> String {
 /// quotes one of them (a panic message, say) can then be scrubbed even when the
 /// URL around it is gone.
 pub(crate) fn secret_parts(value: &str) -> Vec<String> {
-    let mut parts = Vec::new();
-    for url in urls(value) {
-        let Some(scheme_end) = url.find("://") else { continue };
-        let rest = &url[scheme_end + 3..];
-        let Some(at) = rest.rfind('@') else { continue };
-        let userinfo = &rest[..at];
-        let password = userinfo.find(':').map_or(userinfo, |colon| &userinfo[colon + 1..]);
-        parts.push(password.to_owned());
-    }
-    let lower = value.to_ascii_lowercase();
+    let mut parts: Vec<String> =
+        urls(value).into_iter().filter_map(|url| password_span(url).map(|span| url[span].to_owned())).collect();
     for key in SECRET_KEYS {
-        let mut from = 0;
-        while let Some(found) = lower[from..].find(key) {
-            let start = from + found;
-            let after = start + key.len();
-            from = after;
-            let boundary_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b';' | b'&' | b'?' | b' ');
-            if boundary_ok && lower.as_bytes().get(after) == Some(&b'=') {
-                let rest = &value[after + 1..];
-                parts.push(rest[..rest.find([';', '&']).unwrap_or(rest.len())].to_owned());
-            }
-        }
+        parts.extend(pair_values(value, key).into_iter().map(|span| value[span].to_owned()));
     }
     let decoded: Vec<String> = parts.iter().filter_map(|p| percent_decoded(p)).collect();
     parts.extend(decoded);
@@ -153,46 +136,62 @@ fn urls(value: &str) -> Vec<&str> {
     out
 }
 
-/// Everything between `://` and the last `@` is user information, even a `/`, `?`,
-/// `#` or `,` (a password that was not percent-encoded): over-redacting an odd URL
-/// beats printing a password.
-fn redact_userinfo(value: &str) -> String {
-    let Some(scheme_end) = value.find("://") else {
-        return value.to_owned();
-    };
-    let rest = &value[scheme_end + 3..];
-    let Some(at) = rest.rfind('@') else {
-        return value.to_owned();
-    };
-    let userinfo = &rest[..at];
-    let redacted_userinfo = match userinfo.find(':') {
-        Some(colon) => format!("{}:{MASK}", &userinfo[..colon]),
-        // `redis://secret@host` puts the password in the user part.
-        None if !userinfo.is_empty() => MASK.to_owned(),
-        None => String::new(),
-    };
-    format!("{}://{}@{}", &value[..scheme_end], redacted_userinfo, &rest[at + 1..])
+/// Where the password of `url` is: after the `:` of the user information, or all
+/// of it when it has no `:` (`redis://secret@host`); `None` without user
+/// information. Everything between `://` and the last `@` is user information, even
+/// a `/`, `?`, `#` or `,` (a password that was not percent-encoded): over-redacting
+/// an odd URL beats printing a password.
+fn password_span(url: &str) -> Option<Range<usize>> {
+    let start = url.find("://")? + 3;
+    let at = start + url[start..].rfind('@')?;
+    match url[start..at].find(':') {
+        Some(colon) => Some(start + colon + 1..at),
+        None if at > start => Some(start..at),
+        None => None,
+    }
 }
 
-/// Mask `key=value` up to the next `;`, `&` or end, case-insensitively.
-fn redact_pairs(value: &str, key: &str) -> String {
+fn redact_userinfo(url: &str) -> String {
+    match password_span(url) {
+        Some(span) => format!("{}{MASK}{}", &url[..span.start], &url[span.end..]),
+        None => url.to_owned(),
+    }
+}
+
+/// Where the values of `key=value` pairs are (the key case-insensitive, at the
+/// start or after `;`, `&`, `?` or a space; the value up to the next `;`, `&` or
+/// the end), in order. A pair quoted inside another's value is listed too.
+fn pair_values(value: &str, key: &str) -> Vec<Range<usize>> {
     let lower = value.to_ascii_lowercase();
-    let mut out = String::with_capacity(value.len());
-    let mut i = 0;
-    while let Some(found) = lower[i..].find(key) {
-        let start = i + found;
+    let mut spans = Vec::new();
+    let mut from = 0;
+    while let Some(found) = lower[from..].find(key) {
+        let start = from + found;
         let after = start + key.len();
+        from = after;
         let boundary_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b';' | b'&' | b'?' | b' ');
         if boundary_ok && lower.as_bytes().get(after) == Some(&b'=') {
             let value_start = after + 1;
             let value_end = value[value_start..].find([';', '&']).map_or(value.len(), |e| value_start + e);
-            out.push_str(&value[i..value_start]);
-            out.push_str(MASK);
-            i = value_end;
-        } else {
-            out.push_str(&value[i..after]);
-            i = after;
+            spans.push(value_start..value_end);
         }
+    }
+    spans
+}
+
+/// Mask the values of `key=value` pairs ([`pair_values`]). A pair inside a value
+/// already masked starts at or before that value's end and is skipped; any other
+/// starts past it (after a `;` or `&`), and the first starts after its key.
+fn redact_pairs(value: &str, key: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut i = 0;
+    for span in pair_values(value, key) {
+        if span.start <= i {
+            continue;
+        }
+        out.push_str(&value[i..span.start]);
+        out.push_str(MASK);
+        i = span.end;
     }
     out.push_str(&value[i..]);
     out
@@ -232,6 +231,14 @@ mod tests {
         check("rediss://:hun#ter2@h", "rediss://:***@h");
         check("redis://u:hun,ter2@h", "redis://u:***@h");
         check("amqp://u:p/w@h:5672/q", "amqp://u:***@h:5672/q");
+    }
+
+    #[test]
+    fn a_pair_quoted_inside_a_masked_value_is_masked_once() {
+        check("password=a password=b", "password=***");
+        check("Password=a password=b;token=t&x=1", "Password=***;token=***&x=1");
+        check("password=;password=b", "password=***;password=***");
+        assert_eq!(secret_parts("password=a password=b"), ["a password=b", "b"]);
     }
 
     #[test]
