@@ -144,9 +144,13 @@ impl<S: LockLookup> AutoRenew<S> {
         let schedule = RenewSchedule { max_duration: self.max_duration };
         let remaining = lock.remaining.unwrap_or(Duration::ZERO);
         let task = tokio::spawn(renew_until(renew, remaining, schedule, stopped, report));
-        let mut running = self.lock();
-        running.retain(|_, r| !r.task.is_finished());
-        running.insert(handle, Running { _stop: stop, task });
+        self.lock().insert(handle, Running { _stop: stop, task });
+    }
+
+    /// Forget renewals that ended by themselves (the maximum reached, or a failure)
+    /// while their delivery stayed unsettled.
+    fn sweep(&self) {
+        self.lock().retain(|_, r| !r.task.is_finished());
     }
 }
 
@@ -190,6 +194,7 @@ impl<S: LockLookup> MessageSource for AutoRenew<S> {
     async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
         let deliveries = self.source.receive(max, max_wait).await?;
         if self.renews() {
+            self.sweep();
             for d in &deliveries {
                 self.start(d);
             }
