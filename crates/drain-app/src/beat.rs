@@ -9,7 +9,7 @@
 //! signal exits at once.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -58,6 +58,14 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
     let held = Arc::new(Held::default());
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut next_id = 0u64;
+    // With the lease on, this process drains only inside ticks it holds the lease for:
+    // between them its receiver holds no credit, so it sits on no message the holder
+    // could drain (a resident consumer receives all the time, so it keeps its credit).
+    let park = rt.tick.singleflight.enforces() && !resident;
+    let running = Arc::new(AtomicUsize::new(0));
+    if park {
+        rt.amqp.park_source().await;
+    }
 
     if resident {
         tasks.spawn(resident_loop(rt.clone(), stop.clone(), shutdown.clone()));
@@ -82,13 +90,18 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
                     continue;
                 };
                 next_id += 1;
-                let (id, rt, stop, held) = (next_id, rt.clone(), stop.clone(), held.clone());
+                let (id, rt, stop, held, running) = (next_id, rt.clone(), stop.clone(), held.clone(), running.clone());
                 tasks.spawn(async move {
                     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
                     if rt.tick.singleflight != Switch::Off {
                         held.lock().insert(id, token.clone());
                     }
+                    running.fetch_add(1, Ordering::AcqRel);
                     let report = run_tick_until(&rt.tick, &rt.keys, &rt.ports(), &token, &stop).await;
+                    // The last tick to end parks the source (one still draining keeps it).
+                    if running.fetch_sub(1, Ordering::AcqRel) == 1 && park {
+                        rt.amqp.park_source().await;
+                    }
                     held.lock().remove(&id);
                     log_report(&report);
                     drop(permit);

@@ -59,6 +59,13 @@ pub(crate) struct AmqpLinks {
 }
 
 impl AmqpLinks {
+    /// Give back the source's credit until its next receive (see [`AmqpSource::park`]).
+    pub(crate) async fn park_source(&self) {
+        if let Some(s) = &self.source {
+            s.park().await;
+        }
+    }
+
     /// Detach and close; errors are logged (the broker ends the session anyway).
     pub(crate) async fn close(&self) {
         if let Some(s) = &self.source
@@ -127,7 +134,8 @@ pub(crate) fn parse_endpoint(name: &str, url: &Secret) -> Result<Endpoint, Compo
 }
 
 /// Credit kept open on the receiver: one batch, so a tick's receive never waits on
-/// credit and never strands more than a batch.
+/// credit and never strands more than a batch (and with the single-flight lease on,
+/// none at all between ticks: the beat parks the source, see `beat::run`).
 fn prefetch(config: &Config) -> u32 {
     u32::try_from(config.drain_batch).unwrap_or(u32::MAX).max(1)
 }

@@ -35,10 +35,26 @@ use crate::{convert, error};
 
 /// A request to the link task.
 pub(super) enum Command {
-    Receive { max: usize, deadline: Instant, reply: oneshot::Sender<Result<Vec<Delivery>, PortError>> },
-    Settle { handle: u64, settlement: Settlement, reply: oneshot::Sender<Result<(), PortError>> },
-    Management { reply: oneshot::Sender<Result<Management, PortError>> },
-    Close { reply: oneshot::Sender<()> },
+    Receive {
+        max: usize,
+        deadline: Instant,
+        reply: oneshot::Sender<Result<Vec<Delivery>, PortError>>,
+    },
+    Settle {
+        handle: u64,
+        settlement: Settlement,
+        reply: oneshot::Sender<Result<(), PortError>>,
+    },
+    Management {
+        reply: oneshot::Sender<Result<Management, PortError>>,
+    },
+    /// Hold no credit and no message until the next receive (see [`Actor::park`]).
+    Park {
+        reply: oneshot::Sender<bool>,
+    },
+    Close {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 /// An owned [`Settle`].
@@ -134,6 +150,8 @@ pub(super) struct Actor {
     ready: VecDeque<(Delivery, Option<i64>)>,
     held: Arc<Held>,
     next_handle: u64,
+    /// Parked: no link on purpose; the next receive attaches one.
+    parked: bool,
 }
 
 impl Actor {
@@ -159,6 +177,7 @@ impl Actor {
             ready: VecDeque::new(),
             held,
             next_handle: 1,
+            parked: false,
         };
         actor.install(link);
         actor
@@ -234,6 +253,11 @@ impl Actor {
                 if max == 0 {
                     let _ = reply.send(Ok(Vec::new()));
                 } else {
+                    if self.parked {
+                        self.parked = false;
+                        tracing::debug!(source = %self.what, "attaching the receiver again for a receive");
+                        self.start_connecting();
+                    }
                     self.pending.push_back(Pending { max, deadline, linger_until: None, got: Vec::new(), reply });
                 }
             }
@@ -242,6 +266,9 @@ impl Actor {
             }
             Command::Management { reply } => {
                 let _ = reply.send(self.attach_management().await);
+            }
+            Command::Park { reply } => {
+                let _ = reply.send(self.park().await);
             }
             Command::Close { .. } => {} // handled in run
         }
@@ -331,6 +358,43 @@ impl Actor {
         }
         tracing::warn!(source = %self.what, error = %err, "the receiver link is gone; reconnecting");
         self.link_lost(err).await;
+    }
+
+    /// Hold nothing until the next receive: release the deliveries that arrived and
+    /// were not handed out, detach the receiver and close its connection (in the
+    /// background, bounded), so no credit stays open and every message that was on
+    /// its way comes back to the queue (RabbitMQ keeps a detached link's unsettled
+    /// deliveries until its session ends). The next receive attaches again (one
+    /// connection set-up). Nothing happens while a receive waits or a delivery it
+    /// handed out is not settled yet: the source is in use. Says whether it parked.
+    async fn park(&mut self) -> bool {
+        let handed_out = self.held.len().saturating_sub(self.ready.len());
+        if self.parked || !self.pending.is_empty() || handed_out > 0 {
+            return self.parked;
+        }
+        if let Some(c) = self.connecting.take() {
+            c.abort();
+        }
+        self.retry_at = None;
+        if let Some(link) = self.link.take() {
+            for (d, _) in self.ready.drain(..) {
+                if let Ok((tracked, _)) = self.held.take(d.handle.0) {
+                    let _ = link.receiver.release(tracked.info).await;
+                }
+            }
+            let op = self.opts.operation_timeout;
+            tokio::spawn(async move {
+                if let Ok(Err((_, e))) = timeout(op, link.receiver.detach()).await {
+                    tracing::debug!(error = %e, "detach on park");
+                }
+                link.conn.close(op).await;
+            });
+        }
+        self.held.detach();
+        self.ready.clear();
+        self.parked = true;
+        tracing::debug!(source = %self.what, "receiver parked: no credit until the next receive");
+        true
     }
 
     /// Forget the link and everything it handed out, and reconnect.
@@ -490,6 +554,7 @@ fn reject_closed(cmd: Command, what: &str) {
         Command::Receive { reply, .. } => drop(reply.send(Err(closed()))),
         Command::Settle { reply, .. } => drop(reply.send(Err(closed()))),
         Command::Management { reply } => drop(reply.send(Err(closed()))),
+        Command::Park { reply } => drop(reply.send(false)),
         Command::Close { reply } => drop(reply.send(())),
     }
 }

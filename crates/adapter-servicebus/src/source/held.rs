@@ -89,6 +89,11 @@ impl Held {
         inner.deliveries.clear();
     }
 
+    /// Deliveries held now: handed out or buffered, not settled.
+    pub(super) fn len(&self) -> usize {
+        self.lock().deliveries.len()
+    }
+
     pub(super) fn insert(&self, handle: u64, tracked: Tracked) {
         self.lock().deliveries.insert(handle, tracked);
     }

@@ -31,8 +31,8 @@ pub struct SourceOptions {
     /// transfers in flight), so when a receive returns early the rest of its window
     /// stays open: up to that many messages may arrive and wait, locked to this
     /// source, for the next `receive` (or go back to the queue on
-    /// [`AmqpSource::close`]). Service Bus deliveries whose lock ran out while
-    /// waiting are dropped; the broker redelivers them.
+    /// [`AmqpSource::close`], or [`AmqpSource::park`]). Service Bus deliveries whose
+    /// lock ran out while waiting are dropped; the broker redelivers them.
     pub prefetch: u32,
     /// Once the first message of a `receive` arrived, how long to wait for more
     /// before returning fewer than `max` (bounded by `max_wait`).
@@ -160,6 +160,20 @@ impl AmqpSource {
         Ok(info.locked_until_ms.and_then(|ms| u64::try_from(ms).ok()).map(|ms| UNIX_EPOCH + Duration::from_millis(ms)))
     }
 
+    /// Hold no credit and no message until the next `receive`: the messages that
+    /// arrived on credit left open by the last receive and were not handed out are
+    /// released, the receiver is detached and its connection closed, so every message
+    /// on its way goes back to the queue; the next `receive` connects and attaches
+    /// again (a connection set-up, milliseconds on a local broker). A process that
+    /// drains only inside ticks under a single-flight lease calls it after each tick,
+    /// so that between its ticks it sits on nothing that the lease holder could drain.
+    ///
+    /// Does nothing while a `receive` waits or a delivery it handed out is not
+    /// settled: the source is still in use. Returns whether the source is parked.
+    pub async fn park(&self) -> bool {
+        self.auto.source().park().await
+    }
+
     /// Detach the receiver, end the session and close the connection. Deliveries not
     /// settled yet go back to the queue. Later calls fail with [`ErrorKind::Closed`].
     ///
@@ -199,6 +213,14 @@ impl MessageSource for AmqpSource {
 }
 
 impl Inner {
+    async fn park(&self) -> bool {
+        let (reply, rx) = oneshot::channel();
+        if self.commands.send(Command::Park { reply }).await.is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
     async fn close(&self) -> Result<(), PortError> {
         *self.management.lock().await = None;
         self.held.close();

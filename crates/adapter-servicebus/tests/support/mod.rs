@@ -136,6 +136,18 @@ impl TestQueue {
         q
     }
 
+    /// `(ready, unacknowledged)` messages of `queue`, as RabbitMQ counts them.
+    pub fn counts(&self, queue: &str) -> (u64, u64) {
+        let out = rabbitmqctl(&["list_queues", "-p", &self.vhost, "name", "messages_ready", "messages_unacknowledged"]);
+        let num = |f: Option<&str>| f.and_then(|n| n.parse().ok()).unwrap_or(0);
+        out.lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                (f.next() == Some(queue)).then(|| (num(f.next()), num(f.next())))
+            })
+            .unwrap_or_else(|| panic!("queue {queue} is not listed: {out}"))
+    }
+
     /// Messages ready in the queue, as RabbitMQ counts them.
     pub fn ready(&self, queue: &str) -> u64 {
         let out = rabbitmqctl(&["list_queues", "-p", &self.vhost, "name", "messages_ready", "messages_unacknowledged"]);
