@@ -16,7 +16,10 @@ use std::path::Path;
 use drain_e2e::RedisServer;
 use drain_e2e::owners::{FLEET, OwnerRun, run_owners};
 
-const ROUNDS: usize = 7;
+/// Rounds: 7 at `--full`, 3 at the `ci` length.
+fn rounds() -> (usize, &'static str) {
+    if std::env::args().any(|a| a == "--full") { (7, "full") } else { (3, "ci") }
+}
 
 /// The policies compared: name and settings.
 const POLICIES: [(&str, [(&str, &str); 2]); 3] = [
@@ -36,8 +39,9 @@ fn main() {
         return;
     }
     let policies = POLICIES;
+    let (rounds, length) = rounds();
     let mut runs: Vec<Vec<OwnerRun>> = vec![Vec::new(); policies.len()];
-    for _ in 0..ROUNDS {
+    for _ in 0..rounds {
         for (i, (_, env)) in policies.iter().enumerate() {
             let server = RedisServer::start().expect("a private redis-server");
             runs[i].push(run_owners(&server, FLEET, env));
@@ -46,7 +50,7 @@ fn main() {
 
     let w = FLEET;
     let mut json = format!(
-        "{{\"bench\":\"owners\",\"processes\":{},\"owners\":{},\"items\":{},\"rounds\":{ROUNDS},\"statistic\":\"median round\",\"drain_ms\":\"spawn of the processes to the last item recorded\",\"build\":\"debug\",\"policies\":{{",
+        "{{\"bench\":\"owners\",\"length\":\"{length}\",\"processes\":{},\"owners\":{},\"items\":{},\"rounds\":{rounds},\"statistic\":\"median round\",\"drain_ms\":\"spawn of the processes to the last item recorded\",\"build\":\"debug\",\"policies\":{{",
         w.processes, w.owners, w.items
     );
     println!("{:<18} {:>10} {:>11} {:>8} {:>7} {:>8}", "policy", "drain ms", "claim busy", "turns", "peeks", "wakes");

@@ -161,6 +161,11 @@ impl Broker {
         text
     }
 
+    /// Run `rabbitmqctl -q args…`, quietly; whether it succeeded (for clean-ups).
+    pub fn ctl_status(&self, args: &[&str]) -> bool {
+        self.ctl_command(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    }
+
     fn ctl_command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(&self.ctl[0]);
         c.args(&self.ctl[1..]).arg("-q").args(args).stdin(Stdio::null());

@@ -1,10 +1,18 @@
-//! `cargo xtask bench`: run the workspace's benchmarks and check that they wrote their
-//! results to `target/bench/*.json`.
+//! `cargo xtask bench [--full]`: run the workspace's benchmarks and check that they
+//! wrote their results to `target/bench/*.json`.
+//!
+//! Two lengths. The default, which `cargo xtask ci` runs, is the `ci` length: the
+//! bench targets are built in the `dev` profile, whose dependencies the `test` gate
+//! has just compiled (a release build of them alone takes longer than the gate's
+//! budget on two cores), and each bench runs its short length. `--full` builds them
+//! in release and passes `--full` to each bench: the figures docs/performance.md
+//! quotes. Both write the same JSON shapes.
 //!
 //! Contract for a bench target: write one JSON file per run into
 //! `Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench")` (that is
-//! `<target>/bench/`, known at compile time, so no environment is read at run time).
-//! It runs in CI, so it must finish in well under two minutes on two cores.
+//! `<target>/bench/`, known at compile time, so no environment is read at run time),
+//! with `"length"` (`"ci"`, or `"full"` when its arguments hold `--full`) and
+//! `"build"` (`"debug"` or `"release"`) at the top level.
 
 use std::fs;
 use std::time::{Duration, SystemTime};
@@ -12,11 +20,29 @@ use std::time::{Duration, SystemTime};
 use crate::metadata::Metadata;
 use crate::util::{Failure, GateResult, Outcome, cargo, run};
 
-/// Beyond this, the gate warns: CI runs it on every submission.
+/// Beyond this, the `ci` length warns: CI runs it on every submission.
 const BUDGET: Duration = Duration::from_secs(120);
 
+/// How long the benches run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Length {
+    /// Short, on the test build's dependencies: inside `ci`'s budget.
+    Ci,
+    /// Long, in release: `cargo xtask bench --full`.
+    Full,
+}
+
+/// Parse the gate's arguments: nothing, or `--full`.
+pub(crate) fn parse_args(args: &[&str]) -> Result<Length, String> {
+    match args {
+        [] => Ok(Length::Ci),
+        ["--full"] => Ok(Length::Full),
+        _ => Err(format!("unexpected arguments to `bench`: `{}` (expected nothing or `--full`)", args.join(" "))),
+    }
+}
+
 /// Run the gate.
-pub(crate) fn run_gate() -> GateResult {
+pub(crate) fn run_gate(length: Length) -> GateResult {
     let meta = Metadata::load()?;
     // (package, its bench targets). Only bench targets run: `--benches` would also
     // build every library's unit tests in release mode.
@@ -45,10 +71,16 @@ pub(crate) fn run_gate() -> GateResult {
     // dependency is compiled once in release, not once per package.
     let mut cmd = cargo();
     cmd.args(["bench", "--workspace", "--all-features"]);
+    if length == Length::Ci {
+        cmd.args(["--profile", "dev"]);
+    }
     for (_, names) in &benches {
         for name in names {
             cmd.args(["--bench", name]);
         }
+    }
+    if length == Length::Full {
+        cmd.args(["--", "--full"]);
     }
     run(&mut cmd).map_err(|f| f.fix("fix the failing benchmark above"))?;
 
@@ -66,7 +98,7 @@ pub(crate) fn run_gate() -> GateResult {
             .fix("make each bench write `<target>/bench/<name>.json` (see xtask/src/bench.rs)"));
     }
     let took = started.elapsed().unwrap_or_default();
-    if took > BUDGET {
+    if length == Length::Ci && took > BUDGET {
         println!("xtask bench: warning: took {:.0}s, over the {}s budget for CI", took.as_secs_f64(), BUDGET.as_secs());
     }
     let mut shown = fresh.clone();
@@ -78,4 +110,17 @@ pub(crate) fn run_gate() -> GateResult {
     print!("{}", crate::bench_summary::render(&dir, &shown));
     println!("xtask bench: results in {}: {}", dir.display(), fresh.join(", "));
     Ok(Outcome::Passed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse_args(&[]), Ok(Length::Ci));
+        assert_eq!(parse_args(&["--full"]), Ok(Length::Full));
+        assert!(parse_args(&["--fast"]).is_err());
+        assert!(parse_args(&["--full", "x"]).is_err());
+    }
 }

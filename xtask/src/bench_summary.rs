@@ -25,6 +25,7 @@ pub(crate) fn render(dir: &Path, fresh: &[String]) -> String {
             "redis.json" => redis(&mut out, &v),
             "amqp.json" => amqp(&mut out, &v),
             "owners.json" => owners(&mut out, &v),
+            "idle.json" => idle(&mut out, &v),
             "load.json" => load(&mut out, &v),
             _ => {
                 let _ = writeln!(out, "  {name}: written");
@@ -80,7 +81,13 @@ fn scheduler(out: &mut String, v: &Value) {
 }
 
 fn redis(out: &mut String, v: &Value) {
-    let _ = writeln!(out, "  redis lease cycles/s (redis.json, {})", num(v, "/server"));
+    let _ = writeln!(
+        out,
+        "  redis lease cycles/s (redis.json, {}, {} length, {} build)",
+        num(v, "/server"),
+        num(v, "/length"),
+        num(v, "/build")
+    );
     let _ = writeln!(out, "    {:<28}{:>10}{:>10}", "client", "1 task", "16 tasks");
     let rows = v["results"].as_array().cloned().unwrap_or_default();
     let mut clients: Vec<String> = Vec::new();
@@ -97,6 +104,11 @@ fn redis(out: &mut String, v: &Value) {
         };
         let _ = writeln!(out, "    {client:<28}{:>10}{:>10}", rate(1), rate(16));
     }
+    for (ratio, x) in v["ratios"].as_object().into_iter().flatten() {
+        let spread = v.pointer(&format!("/ratio_spread/{ratio}/iqr_over_median")).and_then(Value::as_f64);
+        let spread = spread.map_or_else(|| "-".to_owned(), |s| format!("{:.1} %", s * 100.0));
+        let _ = writeln!(out, "    {ratio}: {x} (spread {spread})");
+    }
     let _ = writeln!(out, "  redis commands per operation       commands  round trips  specified");
     for row in v["commands"].as_array().into_iter().flatten() {
         let _ = writeln!(
@@ -111,9 +123,34 @@ fn redis(out: &mut String, v: &Value) {
 }
 
 fn amqp(out: &mut String, v: &Value) {
-    let _ = writeln!(out, "  amqp messages/s (amqp.json)");
+    let _ = writeln!(out, "  amqp messages/s (amqp.json, {} length, {} build)", num(v, "/length"), num(v, "/build"));
     for (mode, rate) in v["msg_per_sec"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "    {mode:<30}{rate:>10}");
+    }
+    for (ratio, f) in v["ratios"].as_object().into_iter().flatten() {
+        let spread = f["iqr_over_median"].as_f64().map_or_else(|| "-".to_owned(), |s| format!("{:.1} %", s * 100.0));
+        let _ = writeln!(out, "    {ratio}: {}x (spread {spread})", num(f, "/median"));
+    }
+}
+
+fn idle(out: &mut String, v: &Value) {
+    let _ = writeln!(
+        out,
+        "  idle drain run, {} s (idle.json, {} length, {} build; goal: {})",
+        num(v, "/idle_s"),
+        num(v, "/length"),
+        num(v, "/build"),
+        num(v, "/goal")
+    );
+    let _ = writeln!(out, "    {:<22}{:>12}{:>16}{:>16}", "config", "cpu s/min", "rss KiB start", "rss KiB end");
+    for (config, f) in v["configs"].as_object().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "    {config:<22}{:>12}{:>16}{:>16}",
+            num(f, "/cpu_s_per_idle_minute"),
+            num(f, "/rss_kib_at_start"),
+            num(f, "/rss_kib_at_end")
+        );
     }
 }
 
@@ -194,6 +231,10 @@ mod tests {
                 r#"{"seconds":60,"ok":true,"rss_kib":{"start":10436,"warm":16028,"end":16496,"bound":32412},"per_op":{"ticks":{"acquire":{"calls":59561,"round_trips_per_call":1.0,"commands_sent_per_call":1.0}}}}"#,
             ),
             ("amqp.json", r#"{"skipped":"RabbitMQ does not answer"}"#),
+            (
+                "idle.json",
+                r#"{"idle_s":15.0,"length":"ci","build":"debug","goal":"g","configs":{"embedded":{"cpu_s_per_idle_minute":0.125,"rss_kib_at_start":9000,"rss_kib_at_end":9100}}}"#,
+            ),
             ("broken.json", "{"),
         ];
         for (name, text) in files {
@@ -216,6 +257,8 @@ mod tests {
             "RSS KiB start 10436 / warm 16028 / end 16496 (bound 32412)",
             "ticks acquire",
             "amqp.json: skipped: RabbitMQ does not answer",
+            "0.125",
+            "9100",
             "broken.json: not valid JSON",
         ] {
             assert!(out.contains(want), "{want:?} missing from:\n{out}");

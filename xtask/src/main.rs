@@ -47,7 +47,9 @@ Gates (`ci` runs them in this order and stops at the first failure):
   env      only the config layer reads the environment
   lines    no source file over 800 lines without a reason in
            xtask/line-exceptions.txt
-  bench    runs the benches; each writes target/bench/<name>.json
+  bench    runs the benches; each writes target/bench/<name>.json. The `ci`
+           length (short, on the test build's dev-profile dependencies) by
+           default; `cargo xtask bench --full` runs them long, in release
   ci       all of the above, then a summary
 
 Not in `ci` (needs the nightly toolchain, takes minutes):
@@ -134,8 +136,13 @@ impl Gate {
             Gate::Flags => flags::run_gate(write),
             Gate::Env => env_gate::run(),
             Gate::Lines => lines::run(),
-            Gate::Bench => bench::run_gate(),
+            Gate::Bench => bench::run_gate(bench::Length::Ci),
         };
+        self.report(result)
+    }
+
+    /// Print the gate's closing line for `result`, and pass it on.
+    fn report(self, result: GateResult) -> GateResult {
         match &result {
             Ok(Outcome::Passed) => println!("xtask {}: ok", self.name()),
             Ok(Outcome::Skipped(why)) => println!("xtask {}: skipped ({why})", self.name()),
@@ -161,6 +168,10 @@ fn main() -> ExitCode {
         ["flags", "--write"] => exit(Gate::Flags.run_with(true).map(|_| ())),
         ["soak", rest @ ..] => match soak::parse_args(rest) {
             Ok(seconds) => exit(soak::run_and_report(seconds)),
+            Err(problem) => usage(&problem),
+        },
+        ["bench", rest @ ..] => match bench::parse_args(rest) {
+            Ok(length) => exit(Gate::Bench.report(bench::run_gate(length)).map(|_| ())),
             Err(problem) => usage(&problem),
         },
         ["fuzz", rest @ ..] => match fuzz::parse_args(rest) {

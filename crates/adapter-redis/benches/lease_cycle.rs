@@ -12,16 +12,20 @@
 //!   `ConnectionManager` (what the adapter uses), to attribute its cost;
 //! * `rslock` — rslock 0.10 `lock` + `unlock` (no fence) on the same server.
 //!
-//! The machine is shared, so each (client, tasks) pair is measured in three
-//! interleaved rounds of 0.5 s and the median round is reported.
+//! The machine is shared, so each (client, tasks) pair is measured in many short
+//! interleaved rounds (every client once per round, in turn, so that all of them
+//! meet the same noise) and the median round is reported; each ratio is the median
+//! of the per-round ratios, with its spread: the interquartile range of those
+//! ratios over their median (and their full range). `ci` length (the default): 5
+//! rounds of 100 ms; `--full`: 31 rounds of 300 ms.
 //!
 //! Then each store operation runs 100 times and its Redis commands and round trips
 //! per operation are read from `INFO commandstats` and the store's events
 //! (`support/commands.rs`).
 //!
 //! Writes `<target>/bench/redis.json` and prints a table. Runs on a
-//! current-thread Tokio runtime (one client core; the server gets the other) for
-//! about 25 s in all.
+//! current-thread Tokio runtime (one client core; the server gets the other): about
+//! 10 s in all at the `ci` length, 2 minutes at `--full`.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -37,9 +41,7 @@ use test_servers::{RedisServer, Reply};
 #[path = "support/commands.rs"]
 mod commands;
 
-const WARMUP: Duration = Duration::from_millis(100);
-const RUN: Duration = Duration::from_millis(500);
-const ROUNDS: usize = 3;
+const WARMUP: Duration = Duration::from_millis(50);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 
@@ -121,6 +123,23 @@ impl Task {
     }
 }
 
+/// How long the bench runs: `ci` (the default) or `full` (`--full`).
+struct Length {
+    name: &'static str,
+    rounds: usize,
+    run: Duration,
+}
+
+impl Length {
+    fn from_args() -> Length {
+        if std::env::args().any(|a| a == "--full") {
+            Length { name: "full", rounds: 31, run: Duration::from_millis(300) }
+        } else {
+            Length { name: "ci", rounds: 5, run: Duration::from_millis(100) }
+        }
+    }
+}
+
 struct Measured {
     client: &'static str,
     tasks: usize,
@@ -130,10 +149,10 @@ struct Measured {
     p99_us: u64,
 }
 
-async fn measure(client: &Client, tasks: usize) -> Measured {
+async fn measure(client: &Client, tasks: usize, run: Duration) -> Measured {
     let start = Instant::now();
     let warm_until = start + WARMUP;
-    let stop = warm_until + RUN;
+    let stop = warm_until + run;
     let handles: Vec<_> = (0..tasks)
         .map(|n| {
             let mut client = client.clone();
@@ -165,7 +184,7 @@ async fn measure(client: &Client, tasks: usize) -> Measured {
         client: client.name(),
         tasks,
         cycles: all.len(),
-        per_sec: all.len() as f64 / RUN.as_secs_f64(),
+        per_sec: all.len() as f64 / run.as_secs_f64(),
         p50_us: pct(0.50),
         p99_us: pct(0.99),
     }
@@ -183,7 +202,18 @@ fn write(json: &str) {
     println!("wrote {}", path.display());
 }
 
+/// Median, spread (interquartile range over the median) and full range of `v`.
+fn spread(v: &[f64]) -> (f64, f64, f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    let median = at(0.5);
+    (median, (at(0.75) - at(0.25)) / median, v[0], v[v.len() - 1])
+}
+
 fn main() {
+    let len = Length::from_args();
+    let build = if cfg!(debug_assertions) { "debug" } else { "release" };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let Some(redis) = RedisServer::start() else {
         write("{\"bench\":\"redis_lease_cycle\",\"skipped\":\"redis-server is not installed\"}\n");
@@ -196,7 +226,7 @@ fn main() {
             .unwrap_or_default(),
         _ => String::new(),
     };
-    let (results, per_op) = rt.block_on(async {
+    let (rounds, per_op) = rt.block_on(async {
         let store = RedisStore::connect(RedisConfig::new(redis.url())).await.expect("connect");
         let per_op = commands::measure(&redis, &store).await;
         let manager = deadpool_redis::Manager::new(redis.url()).expect("deadpool manager");
@@ -226,23 +256,29 @@ fn main() {
         let clients: Vec<Client> =
             clients.into_iter().filter(|c| only.is_empty() || only.iter().any(|o| o == c.name())).collect();
         let mut rounds: Vec<Vec<Measured>> = (0..clients.len() * TASKS.len()).map(|_| Vec::new()).collect();
-        for _ in 0..ROUNDS {
+        for round in 0..len.rounds {
             for (t, tasks) in TASKS.into_iter().enumerate() {
-                for (c, client) in clients.iter().enumerate() {
-                    rounds[t * clients.len() + c].push(measure(client, tasks).await);
+                // Each round starts with another client, so none always runs first.
+                for k in 0..clients.len() {
+                    let c = (k + round) % clients.len();
+                    rounds[t * clients.len() + c].push(measure(&clients[c], tasks, len.run).await);
                 }
             }
         }
-        // The median round of each pair.
-        let results = rounds
-            .into_iter()
-            .map(|mut r| {
-                r.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
-                r.swap_remove(r.len() / 2)
-            })
-            .collect::<Vec<_>>();
-        (results, per_op)
+        (rounds, per_op)
     });
+    let per_round = |client: &str, tasks: usize| -> Option<&Vec<Measured>> {
+        rounds.iter().find(|r| r.first().is_some_and(|m| m.client == client && m.tasks == tasks))
+    };
+    // The median round of each pair.
+    let results: Vec<&Measured> = rounds
+        .iter()
+        .map(|r| {
+            let mut sorted: Vec<&Measured> = r.iter().collect();
+            sorted.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
+            sorted[sorted.len() / 2]
+        })
+        .collect();
 
     println!("{:<18} {:>12} {:>12} {:>10}", "operation", "commands/op", "round trips", "specified");
     for r in &per_op {
@@ -253,13 +289,12 @@ fn main() {
     for r in &results {
         println!("{:<26} {:>5} {:>12.0} {:>9} {:>9}", r.client, r.tasks, r.per_sec, r.p50_us, r.p99_us);
     }
-    let rate = |client: &str, tasks: usize| {
-        results.iter().find(|r| r.client == client && r.tasks == tasks).map_or(0.0, |r| r.per_sec)
-    };
     let mut json = format!(
-        "{{\"bench\":\"redis_lease_cycle\",\"server\":\"redis {version}\",\"runtime\":\"tokio current_thread\",\"warmup_ms\":{},\"run_ms\":{},\"rounds\":{ROUNDS},\"statistic\":\"median round\",\"results\":[",
+        "{{\"bench\":\"redis_lease_cycle\",\"length\":\"{}\",\"build\":\"{build}\",\"server\":\"redis {version}\",\"runtime\":\"tokio current_thread\",\"warmup_ms\":{},\"run_ms\":{},\"rounds\":{},\"statistic\":\"median round; ratios: median of per-round ratios, spread = interquartile range / median\",\"results\":[",
+        len.name,
         WARMUP.as_millis(),
-        RUN.as_millis()
+        len.run.as_millis(),
+        len.rounds
     );
     for (i, r) in results.iter().enumerate() {
         let sep = if i == 0 { "" } else { "," };
@@ -271,16 +306,26 @@ fn main() {
     }
     json.push_str("],\"ratios\":{");
     let mut ratios = Vec::new();
+    let mut spreads = Vec::new();
     for tasks in TASKS {
-        let adapter = rate("adapter", tasks);
+        let Some(adapter) = per_round("adapter", tasks) else { continue };
         for other in ["hand_written", "hand_written_manager", "rslock", "adapter_scripts_via_pool"] {
-            let base = rate(other, tasks);
-            let ratio = if base > 0.0 { adapter / base } else { 0.0 };
+            let Some(base) = per_round(other, tasks) else { continue };
+            let each: Vec<f64> = adapter.iter().zip(base).map(|(a, b)| a.per_sec / b.per_sec.max(1.0)).collect();
+            let (ratio, iqr, lo, hi) = spread(&each);
             ratios.push(format!("\"adapter_vs_{other}_{tasks}_tasks\":{ratio:.3}"));
-            println!("adapter / {other} at {tasks} task(s): {ratio:.2}x");
+            spreads.push(format!(
+                "\"adapter_vs_{other}_{tasks}_tasks\":{{\"iqr_over_median\":{iqr:.3},\"min\":{lo:.3},\"max\":{hi:.3}}}"
+            ));
+            println!(
+                "adapter / {other} at {tasks} task(s): {ratio:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})",
+                iqr * 100.0
+            );
         }
     }
     json.push_str(&ratios.join(","));
+    json.push_str("},\"ratio_spread\":{");
+    json.push_str(&spreads.join(","));
     json.push_str("},\"commands\":");
     json.push_str(&commands::json(&per_op));
     json.push_str("}\n");

@@ -49,8 +49,17 @@ const COUNTED: u64 = 10_000;
 #[path = "../../drain-app/src/simulate/mod.rs"]
 mod simulate;
 
-const ROUND: Duration = Duration::from_millis(500);
 const ROUNDS: usize = 3;
+
+/// `--full` (`cargo xtask bench --full`): longer rounds and the `large` scenario.
+fn full() -> bool {
+    std::env::args().any(|a| a == "--full")
+}
+
+/// One timed round: 500 ms at `--full`, 100 ms at the `ci` length.
+fn round() -> Duration {
+    if full() { Duration::from_millis(500) } else { Duration::from_millis(100) }
+}
 const OWNERS: usize = 1024;
 
 type S = Scheduler<SmallRng>;
@@ -123,7 +132,7 @@ fn measure(config: &SchedulerConfig, cycle: Cycle) -> (f64, f64, f64) {
     for _ in 0..ROUNDS {
         let (mut cycles, mut calls) = (0u64, 0u64);
         let started = Instant::now();
-        while started.elapsed() < ROUND {
+        while started.elapsed() < round() {
             for _ in 0..256 {
                 calls += u64::from(cycle(&mut s, &owners[i % OWNERS], now));
                 i += 1;
@@ -191,7 +200,7 @@ fn tick_skip() -> (f64, f64) {
     let mut rounds = Vec::with_capacity(ROUNDS);
     for _ in 0..ROUNDS {
         let (mut ticks, started) = (0u64, Instant::now());
-        while started.elapsed() < ROUND {
+        while started.elapsed() < round() {
             for _ in 0..256 {
                 tick();
                 ticks += 1;
@@ -262,6 +271,41 @@ fn main() {
     );
     let _ = writeln!(table, "(the caller's OwnerId clone into request: {clone_allocs:.2} allocs)");
 
+    // The one-hour `large` scenario takes minutes in a debug build: `--full` only.
+    let large =
+        if full() { simulate_large(&mut table) } else { json!({"scenario": "large", "skipped": "runs with --full"}) };
+    let scenarios = scenario_table(&mut table);
+    let out = json!({
+        "bench": "scheduler",
+        "length": if full() { "full" } else { "ci" },
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "threads_available": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "scheduler": results,
+        "owner_clone_allocs": round2(clone_allocs),
+        "tick_skip_locked": {
+            "what": "run_tick with the lease held elsewhere (in-memory store): acquire -> Held -> skip",
+            "ns_per_tick": (tick_ns * 10.0).round() / 10.0,
+            "allocs_per_tick": round2(tick_allocs),
+        },
+        "simulate_large": large,
+        "simulate_scenarios": scenarios,
+    });
+    print!("{table}");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
+    let path = dir.join("scheduler.json");
+    let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, format!("{out:#}\n")));
+    match written {
+        Ok(()) => println!("wrote {}", path.display()),
+        Err(e) => {
+            eprintln!("cannot write {}: {e}", path.display());
+            std::process::exit(1);
+        }
+    }
+}
+
+/// The `large` scenario (one hour, 50 instances): its wall time per job.
+fn simulate_large(table: &mut String) -> serde_json::Value {
     let sc = simulate::scenario::Scenario::preset("large").expect("the large preset");
     let started = Instant::now();
     let outcome = simulate::simulate(&sc, 1, &simulate::policy::REPORTED);
@@ -280,39 +324,14 @@ fn main() {
     for (job, took) in &outcome.wall {
         let _ = writeln!(table, "  {job:<22}{:>8.2} s", took.as_secs_f64());
     }
-    let scenarios = scenario_table(&mut table);
-    let out = json!({
-        "bench": "scheduler",
-        "profile": if cfg!(debug_assertions) { "debug" } else { "release" },
-        "threads_available": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "scheduler": results,
-        "owner_clone_allocs": round2(clone_allocs),
-        "tick_skip_locked": {
-            "what": "run_tick with the lease held elsewhere (in-memory store): acquire -> Held -> skip",
-            "ns_per_tick": (tick_ns * 10.0).round() / 10.0,
-            "allocs_per_tick": round2(tick_allocs),
-        },
-        "simulate_large": {
-            "scenario": sc.name,
-            "seed": 1,
-            "wall_s": round2(wall.as_secs_f64()),
-            "job_wall_s": jobs,
-            "items": report.items,
-            "claim_busy_turns": busy,
-        },
-        "simulate_scenarios": scenarios,
-    });
-    print!("{table}");
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench");
-    let path = dir.join("scheduler.json");
-    let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, format!("{out:#}\n")));
-    match written {
-        Ok(()) => println!("wrote {}", path.display()),
-        Err(e) => {
-            eprintln!("cannot write {}: {e}", path.display());
-            std::process::exit(1);
-        }
-    }
+    json!({
+        "scenario": sc.name,
+        "seed": 1,
+        "wall_s": round2(wall.as_secs_f64()),
+        "job_wall_s": jobs,
+        "items": report.items,
+        "claim_busy_turns": busy,
+    })
 }
 
 /// The simulator's scenario table: the `default` and `seed-fleet` presets, seed 1,
