@@ -12,12 +12,13 @@
 //!   `ConnectionManager` (what the adapter uses), to attribute its cost;
 //! * `rslock` — rslock 0.10 `lock` + `unlock` (no fence) on the same server.
 //!
-//! The machine is shared, so each (client, tasks) pair is measured in many short
-//! interleaved rounds (every client once per round, in turn, so that all of them
-//! meet the same noise) and the median round is reported; each ratio is the median
+//! The machine is shared, so each (client, tasks) pair is measured in many rounds,
+//! and within a round the clients alternate in short slices (a 5 ms warm-up, then
+//! a timed slice), each round starting with another client, so that all of them
+//! meet the same noise; the median round is reported, and each ratio is the median
 //! of the per-round ratios, with its spread: the interquartile range of those
 //! ratios over their median (and their full range). `ci` length (the default): 5
-//! rounds of 100 ms; `--full`: 31 rounds of 300 ms.
+//! rounds of 3 slices of 20 ms; `--full`: 21 rounds of 8 slices of 30 ms.
 //!
 //! Then each store operation runs 100 times and its Redis commands and round trips
 //! per operation are read from `INFO commandstats` and the store's events
@@ -41,7 +42,7 @@ use test_servers::{RedisServer, Reply};
 #[path = "support/commands.rs"]
 mod commands;
 
-const WARMUP: Duration = Duration::from_millis(50);
+const WARMUP: Duration = Duration::from_millis(5);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 
@@ -127,15 +128,18 @@ impl Task {
 struct Length {
     name: &'static str,
     rounds: usize,
+    /// Slices per client per round.
+    slices: usize,
+    /// Timed length of one slice.
     run: Duration,
 }
 
 impl Length {
     fn from_args() -> Length {
         if std::env::args().any(|a| a == "--full") {
-            Length { name: "full", rounds: 31, run: Duration::from_millis(300) }
+            Length { name: "full", rounds: 21, slices: 8, run: Duration::from_millis(30) }
         } else {
-            Length { name: "ci", rounds: 5, run: Duration::from_millis(100) }
+            Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) }
         }
     }
 }
@@ -149,7 +153,9 @@ struct Measured {
     p99_us: u64,
 }
 
-async fn measure(client: &Client, tasks: usize, run: Duration) -> Measured {
+/// One slice: `tasks` tasks cycling for `run` after a short warm-up; the latency of
+/// each cycle that started after the warm-up, in µs.
+async fn slice(client: &Client, tasks: usize, run: Duration) -> Vec<u64> {
     let start = Instant::now();
     let warm_until = start + WARMUP;
     let stop = warm_until + run;
@@ -177,6 +183,11 @@ async fn measure(client: &Client, tasks: usize, run: Duration) -> Measured {
     for h in handles {
         all.extend(h.await.expect("bench task"));
     }
+    all
+}
+
+/// A round's figures for one client from its slices' latencies (`run` timed in all).
+fn measured(client: &Client, tasks: usize, mut all: Vec<u64>, run: Duration) -> Measured {
     all.sort_unstable();
     let pct =
         |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or(0);
@@ -258,10 +269,18 @@ fn main() {
         let mut rounds: Vec<Vec<Measured>> = (0..clients.len() * TASKS.len()).map(|_| Vec::new()).collect();
         for round in 0..len.rounds {
             for (t, tasks) in TASKS.into_iter().enumerate() {
-                // Each round starts with another client, so none always runs first.
-                for k in 0..clients.len() {
-                    let c = (k + round) % clients.len();
-                    rounds[t * clients.len() + c].push(measure(&clients[c], tasks, len.run).await);
+                // A round alternates the clients in short slices, each round starting
+                // with another client, so that all of them meet the same noise.
+                let mut lat: Vec<Vec<u64>> = vec![Vec::new(); clients.len()];
+                for _ in 0..len.slices {
+                    for k in 0..clients.len() {
+                        let c = (k + round) % clients.len();
+                        lat[c].extend(slice(&clients[c], tasks, len.run).await);
+                    }
+                }
+                for (c, l) in lat.into_iter().enumerate() {
+                    let timed = len.run * u32::try_from(len.slices).unwrap_or(1);
+                    rounds[t * clients.len() + c].push(measured(&clients[c], tasks, l, timed));
                 }
             }
         }
@@ -290,10 +309,11 @@ fn main() {
         println!("{:<26} {:>5} {:>12.0} {:>9} {:>9}", r.client, r.tasks, r.per_sec, r.p50_us, r.p99_us);
     }
     let mut json = format!(
-        "{{\"bench\":\"redis_lease_cycle\",\"length\":\"{}\",\"build\":\"{build}\",\"server\":\"redis {version}\",\"runtime\":\"tokio current_thread\",\"warmup_ms\":{},\"run_ms\":{},\"rounds\":{},\"statistic\":\"median round; ratios: median of per-round ratios, spread = interquartile range / median\",\"results\":[",
+        "{{\"bench\":\"redis_lease_cycle\",\"length\":\"{}\",\"build\":\"{build}\",\"server\":\"redis {version}\",\"runtime\":\"tokio current_thread\",\"warmup_ms\":{},\"run_ms\":{},\"slices_per_round\":{},\"rounds\":{},\"statistic\":\"median round; ratios: median of per-round ratios, spread = interquartile range / median\",\"results\":[",
         len.name,
         WARMUP.as_millis(),
         len.run.as_millis(),
+        len.slices,
         len.rounds
     );
     for (i, r) in results.iter().enumerate() {
