@@ -1,12 +1,23 @@
 //! The drain loop of one tick: receive batches, take the batch's claims in one
 //! call, submit with bounded concurrency, settle the claims in one call, then
 //! settle each message at the source.
+//!
+//! Two batches overlap, in two steps: batch k+1 is received while batch k's claims
+//! are settled (one call), then batch k+1's claims are taken (one call) while batch
+//! k's messages are settled at the source; so a receive and a claim round trip per
+//! batch cost no time of their own. The order that matters is kept: a message is
+//! completed at the source only after its claim is marked done, batch k's claims are
+//! settled before batch k+1's are taken (a redelivered copy in k+1 meets `done`),
+//! and batch k+1 is received only once every submit of batch k has ended (a batch
+//! that all went back stops the drain first).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::stream::{self, StreamExt};
 
+use crate::error::PortError;
 use crate::event::{Event, MessageOutcome};
 use crate::keys::KeySpace;
 use crate::ports::{ClaimState, Delivery, DeliveryHandle, SettleAction, Settlement, SubmitContext};
@@ -48,6 +59,40 @@ enum Plan {
     Abandon(MessageOutcome),
 }
 
+/// The drain's counters, shared by the two batches in flight (held only between
+/// awaits, never across one).
+fn count(stats: &Mutex<DrainStats>) -> MutexGuard<'_, DrainStats> {
+    stats.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A received batch with its claims taken.
+struct Claimed {
+    received: usize,
+    work: Vec<(Delivery, String)>,
+    plans: Vec<Plan>,
+    /// Messages whose fate triage already decided (ids seen twice in the batch).
+    fates: Vec<(DeliveryHandle, Fate)>,
+}
+
+/// A submitted batch, waiting for its settlements.
+#[derive(Default)]
+struct Submitted {
+    received: usize,
+    /// The claims it holds, by what became of each message.
+    settlements: Vec<Settlement>,
+    /// Messages going back to the source.
+    abandons: Vec<(DeliveryHandle, Fate)>,
+    /// Messages to complete at the source.
+    completes: Vec<(DeliveryHandle, Fate)>,
+}
+
+impl Submitted {
+    /// Every message of the batch goes back to the source.
+    fn all_abandoned(&self) -> bool {
+        self.abandons.len() == self.received
+    }
+}
+
 /// How a message ended, before settling at the source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fate {
@@ -61,9 +106,11 @@ impl Drain<'_> {
     }
 
     pub(super) async fn run(&self) -> DrainOutcome {
-        let mut stats = DrainStats::default();
+        let stats = Mutex::new(DrainStats::default());
         let mut batches = 0u32;
         let mut error = None;
+        // The previous batch, submitted, waiting for its settlements.
+        let mut settling: Option<Submitted> = None;
         loop {
             if self.cancelled() {
                 break;
@@ -71,22 +118,32 @@ impl Drain<'_> {
             if self.cfg.max_batches.is_some_and(|max| batches >= max) {
                 break;
             }
-            let batch = match self.ports.source.receive(self.cfg.batch.max(1), self.cfg.max_wait).await {
+            // Batch k's claims settled, then its abandoned messages given back, while
+            // batch k+1 is received; then k+1's claims taken while k is completed.
+            let Submitted { settlements, abandons, completes, .. } = settling.take().unwrap_or_default();
+            let give_back = async {
+                self.settle_claims(&settlements, &stats).await;
+                self.settle_at_source(abandons, &stats).await;
+            };
+            let (received, ()) = futures::join!(self.receive(&stats), give_back);
+            let batch = match received {
                 Ok(batch) => batch,
                 Err(e) => {
                     error = Some(format!("receive failed: {e}"));
+                    self.settle_at_source(completes, &stats).await;
                     break;
                 }
             };
             batches += 1;
-            if batch.is_empty() {
+            let Some(received) = batch else {
+                self.settle_at_source(completes, &stats).await;
                 break;
-            }
-            let received = batch.len() as u64;
-            stats.received += received;
-            let abandoned_before = stats.abandoned;
-            self.process_batch(batch, &mut stats).await;
-            if stats.abandoned - abandoned_before == received {
+            };
+            let (claimed, ()) = futures::join!(self.claim(received, &stats), self.settle_at_source(completes, &stats));
+            let submitted = self.submit(claimed).await;
+            let all_back = submitted.all_abandoned();
+            settling = Some(submitted);
+            if all_back {
                 // Every message went back to the source, which offers abandoned messages
                 // again at once: receiving them again in this tick cannot go better (the
                 // claim store fails, other holders' claims stand, the target refuses).
@@ -95,28 +152,45 @@ impl Drain<'_> {
                 break;
             }
         }
-        DrainOutcome { stats, error }
+        let Submitted { settlements, abandons, completes, .. } = settling.take().unwrap_or_default();
+        self.settle_claims(&settlements, &stats).await;
+        self.settle_at_source(abandons, &stats).await;
+        self.settle_at_source(completes, &stats).await;
+        DrainOutcome { stats: stats.into_inner().unwrap_or_else(PoisonError::into_inner), error }
     }
 
     fn observe(&self, outcome: MessageOutcome, mode: Switch) {
         self.ports.observer.observe(&Event::Message { queue: &self.cfg.queue, outcome, mode });
     }
 
-    async fn process_batch(&self, batch: Vec<Delivery>, stats: &mut DrainStats) {
+    /// Receive a batch: `None` when the queue is empty.
+    async fn receive(&self, stats: &Mutex<DrainStats>) -> Result<Option<Vec<Delivery>>, PortError> {
+        let batch = self.ports.source.receive(self.cfg.batch.max(1), self.cfg.max_wait).await?;
+        if batch.is_empty() {
+            return Ok(None);
+        }
+        count(stats).received += batch.len() as u64;
+        Ok(Some(batch))
+    }
+
+    /// Triage a received batch and take its claims.
+    async fn claim(&self, batch: Vec<Delivery>, stats: &Mutex<DrainStats>) -> Claimed {
+        let received = batch.len();
         let mode = self.cfg.atomic_claim;
         // 1. Triage: no id -> dead-letter; an id seen earlier in this batch -> abandon
         //    (the redelivery will find the first one's claim).
         let mut seen = HashSet::new();
-        let mut work: Vec<(Delivery, String)> = Vec::with_capacity(batch.len());
-        let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(batch.len());
+        let mut work: Vec<(Delivery, String)> = Vec::with_capacity(received);
+        let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(received);
         for d in batch {
             match d.message.message_id.as_deref() {
                 None => {
                     let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
-                    stats.dead_lettered += 1;
+                    let mut st = count(stats);
+                    st.dead_lettered += 1;
                     self.observe(MessageOutcome::DeadLettered, mode);
                     if r.is_err() {
-                        stats.settle_errors += 1;
+                        st.settle_errors += 1;
                         self.observe(MessageOutcome::SettleFailed, mode);
                     }
                 }
@@ -132,8 +206,12 @@ impl Drain<'_> {
 
         // 2. Claims: one call for the whole batch.
         let plans = self.plan(&work, mode).await;
+        Claimed { received, work, plans, fates }
+    }
 
-        // 3. Submits, bounded.
+    /// 3. Submit, bounded by the concurrency: each message's fate.
+    async fn submit(&self, claimed: Claimed) -> Submitted {
+        let Claimed { received, work, plans, mut fates } = claimed;
         let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
         let jobs: Vec<(usize, Plan)> = plans.iter().copied().enumerate().collect();
         let work_ref = &work;
@@ -155,7 +233,7 @@ impl Drain<'_> {
             .collect()
             .await;
 
-        // 4. Settle our claims: one call.
+        // The claims this tick holds and must settle, by what became of each message.
         let settlements: Vec<Settlement> = results
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
@@ -167,20 +245,34 @@ impl Drain<'_> {
                 },
             })
             .collect();
+        fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
+        let (abandons, completes) = fates.into_iter().partition(|(_, f)| matches!(f, Fate::Abandon(_)));
+        Submitted { received, settlements, abandons, completes }
+    }
+
+    /// 4. Settle the batch's claims: one call.
+    async fn settle_claims(&self, settlements: &[Settlement], stats: &Mutex<DrainStats>) {
+        let mode = self.cfg.atomic_claim;
         if !settlements.is_empty()
             && self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await.is_err()
         {
             // The claims stay pending until the pending TTL: completed messages stay
             // completed (never submitted twice), abandoned ones wait out the claim.
             // Counted and reported, never silent.
-            stats.claim_settle_errors += settlements.len() as u64;
-            for _ in &settlements {
+            count(stats).claim_settle_errors += settlements.len() as u64;
+            for _ in settlements {
                 self.observe(MessageOutcome::ClaimSettleFailed, mode);
             }
         }
+    }
 
-        // 5. Settle at the source.
-        fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
+    /// 5. Settle messages at the source, once their claims are settled
+    /// ([`Self::settle_claims`] of their batch has returned).
+    async fn settle_at_source(&self, fates: Vec<(DeliveryHandle, Fate)>, stats: &Mutex<DrainStats>) {
+        if fates.is_empty() {
+            return;
+        }
+        let mode = self.cfg.atomic_claim;
         let settled: Vec<(Fate, bool)> = stream::iter(fates)
             .map(|(handle, fate)| async move {
                 let ok = match fate {
@@ -192,23 +284,24 @@ impl Drain<'_> {
             .buffer_unordered(self.cfg.concurrency.max(1))
             .collect()
             .await;
+        let mut st = count(stats);
         for (fate, ok) in settled {
             let outcome = match fate {
                 Fate::Complete(o) => {
                     match o {
-                        MessageOutcome::Duplicate => stats.duplicates += 1,
-                        _ => stats.submitted += 1,
+                        MessageOutcome::Duplicate => st.duplicates += 1,
+                        _ => st.submitted += 1,
                     }
                     o
                 }
                 Fate::Abandon(o) => {
-                    stats.abandoned += 1;
+                    st.abandoned += 1;
                     o
                 }
             };
             self.observe(outcome, mode);
             if !ok {
-                stats.settle_errors += 1;
+                st.settle_errors += 1;
                 self.observe(MessageOutcome::SettleFailed, mode);
             }
         }
