@@ -6,6 +6,7 @@
 #                              redis-server per run; the shared 6379 is not used)
 #   rabbitmq-server            installed, running, plugin rabbitmq_amqp1_0 enabled,
 #                              answering on 127.0.0.1:5672 (guest/guest)
+#   prometheus                 installed (promtool, and a private server per test)
 #
 # Runs as root on Debian (CI does). apt-get update runs once, and only when a package
 # is missing.
@@ -29,6 +30,9 @@ missing=()
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
 have rabbitmq-server || missing+=(rabbitmq-server)
+# promtool (cargo xtask deploy) and prometheus (tests/prometheus.rs: a private
+# server scraping `drain run`); the package's own service is not used.
+{ have promtool && have prometheus; } || missing+=(prometheus)
 if ((${#missing[@]} > 0)); then
     log "installing ${missing[*]}"
     apt-get update -qq

@@ -10,6 +10,7 @@ mod bench;
 mod bench_summary;
 mod cargo_gates;
 mod ci;
+mod deploy;
 mod env_gate;
 mod files;
 mod flags;
@@ -45,6 +46,9 @@ Gates (`ci` runs them in this order and stops at the first failure):
   flags    docs/flags.md matches `drain config --flags-markdown`
            (`cargo xtask flags --write` regenerates it)
   env      only the config layer reads the environment
+  deploy   deploy/: promtool check and test the alerting rules, the Grafana
+           dashboard queries only keep-list metrics, systemd-analyze verify the
+           unit (installs promtool as root, via .ci/setup-services.sh)
   lines    no source file over 800 lines without a reason in
            xtask/line-exceptions.txt
   bench    runs the benches; each writes target/bench/<name>.json
@@ -77,6 +81,8 @@ pub(crate) enum Gate {
     Flags,
     /// Environment reads.
     Env,
+    /// The files under deploy/.
+    Deploy,
     /// File lengths.
     Lines,
     /// Benchmarks.
@@ -85,7 +91,7 @@ pub(crate) enum Gate {
 
 impl Gate {
     /// Every gate, in the order `ci` runs them.
-    pub(crate) const ALL: [Gate; 10] = [
+    pub(crate) const ALL: [Gate; 11] = [
         Gate::Fmt,
         Gate::Clippy,
         Gate::Test,
@@ -94,6 +100,7 @@ impl Gate {
         Gate::Arch,
         Gate::Flags,
         Gate::Env,
+        Gate::Deploy,
         Gate::Lines,
         Gate::Bench,
     ];
@@ -109,6 +116,7 @@ impl Gate {
             Gate::Arch => "arch",
             Gate::Flags => "flags",
             Gate::Env => "env",
+            Gate::Deploy => "deploy",
             Gate::Lines => "lines",
             Gate::Bench => "bench",
         }
@@ -133,6 +141,7 @@ impl Gate {
             Gate::Arch => arch::run(),
             Gate::Flags => flags::run_gate(write),
             Gate::Env => env_gate::run(),
+            Gate::Deploy => deploy::run_gate(),
             Gate::Lines => lines::run(),
             Gate::Bench => bench::run_gate(),
         };

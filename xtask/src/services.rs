@@ -1,5 +1,6 @@
-//! The servers the `test` gate checks: `redis-server` installed (tests start their
-//! own), and the machine's RabbitMQ with its AMQP 1.0 plugin.
+//! The programs the gates need (Debian packages), installed by
+//! .ci/setup-services.sh: run by the gate itself as root, named as the one command
+//! to run otherwise.
 
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -14,6 +15,60 @@ pub(crate) const RABBITMQ_PORT: u16 = 5672;
 /// The plugin SPEC §7 needs.
 const AMQP1_PLUGIN: &str = "rabbitmq_amqp1_0";
 const SETUP: &str = "run `bash .ci/setup-services.sh` (installs and starts the services)";
+
+/// What [`ensure`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Every program is installed (now).
+    Present,
+    /// Some are missing and this is not root (outside CI): why, with the command.
+    Missing(String),
+}
+
+/// The setup script, relative to the project root.
+const SETUP_SCRIPT: &str = ".ci/setup-services.sh";
+
+/// Make sure `programs` are installed. As root a missing one is installed by running
+/// the setup script (the same one CI runs); otherwise the gate prints the one
+/// command to run, and under CI fails with it.
+pub(crate) fn ensure(programs: &[&str]) -> Result<Need, Failure> {
+    let absent = missing(programs);
+    if absent.is_empty() {
+        return Ok(Need::Present);
+    }
+    let names = absent.join(", ");
+    if is_root() {
+        println!("xtask: {names} not installed; running `bash {SETUP_SCRIPT}` (as root)");
+        let mut cmd = Command::new("bash");
+        cmd.arg(SETUP_SCRIPT).current_dir(crate::util::project_root()).stdin(Stdio::null());
+        run(&mut cmd)?;
+        let still = missing(programs);
+        if still.is_empty() {
+            return Ok(Need::Present);
+        }
+        return Err(Failure::new(format!("{} still not installed after {SETUP_SCRIPT}", still.join(", "))));
+    }
+    let why = format!("{names} not installed; run `sudo bash {SETUP_SCRIPT}` (installs every package the tests need)");
+    if crate::util::is_ci() {
+        return Err(Failure::new(why));
+    }
+    println!("xtask: warning: {why}");
+    Ok(Need::Missing(why))
+}
+
+fn missing<'a>(programs: &[&'a str]) -> Vec<&'a str> {
+    programs.iter().copied().filter(|p| find_program(p).is_none()).collect()
+}
+
+/// Whether this process runs as root (uid 0), read from /proc on Linux.
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").ok().is_some_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            .is_some_and(|effective| effective == "0")
+    })
+}
 
 /// Whether `redis-server` can be run: every test that touches Redis starts its own
 /// private server through `crates/test-servers`, so the gate only checks the program.

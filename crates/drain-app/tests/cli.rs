@@ -301,3 +301,33 @@ fn run_says_what_it_will_do_and_exports_every_series_from_the_first_scrape() {
     assert!(!body.contains("drain_owner_"), "no owner drains in this process, no owner series:\n{body}");
     drop(child);
 }
+
+/// deploy/drain.toml, the example the systemd unit loads, applies as written: no
+/// warning, every key it sets in effect with origin `file`.
+#[test]
+fn the_deploy_example_config_applies_without_warnings() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/drain.toml");
+    let text = std::fs::read_to_string(&path).expect("deploy/drain.toml");
+    let keys: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim()))
+        .collect();
+    assert!(keys.len() >= 10, "the example sets the main settings: {keys:?}");
+    // The helper turns metrics off through the environment; the file sets them here.
+    let out = drain()
+        .env_remove("DRAIN_METRICS_ADDR")
+        .arg("--config")
+        .arg(&path)
+        .args(["config", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["warnings"], serde_json::json!([]), "no warning: {v}");
+    let settings = v["settings"].as_array().expect("settings");
+    for key in keys {
+        let s = settings.iter().find(|s| s["name"] == key).unwrap_or_else(|| panic!("{key} is a known setting"));
+        assert_eq!(s["origin"], "file", "{key} comes from the file: {s}");
+    }
+}
