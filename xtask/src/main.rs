@@ -17,6 +17,7 @@ mod flags;
 mod fuzz;
 mod lines;
 mod metadata;
+mod rabbit;
 mod scan;
 mod services;
 mod soak;
@@ -34,8 +35,10 @@ Gates (`ci` runs them in this order and stops at the first failure):
   fmt      cargo fmt --all -- --check
   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings,
            and the fuzz targets (fuzz/, their own workspace) on stable
-  test     cargo test --workspace --all-features, with a private redis-server
-           (tests start private redis-servers) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
+  test     cargo test --workspace --all-features; tests start private
+           redis-servers and Prometheus servers, the gate one private RabbitMQ
+           node with AMQP 1.0 (DRAIN_TEST_AMQP_URL); runs .ci/setup-services.sh
+           as root when a package is missing
   soak     the load program (tests/load/): 64 queues x 16 instances of the tick
            path and 10,000 owners on a private redis-server; no error, commands
            per operation as specified, flat memory; target/bench/load.json.
@@ -185,6 +188,8 @@ fn main() -> ExitCode {
 }
 
 fn exit(result: Result<(), Failure>) -> ExitCode {
+    // A private RabbitMQ node a gate started for this run stops with it.
+    rabbit::stop_shared();
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
