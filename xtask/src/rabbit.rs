@@ -188,6 +188,7 @@ impl Node {
 
 impl Drop for Node {
     fn drop(&mut self) {
+        let started = Instant::now();
         // The broker stops; the start script, waiting on it, then exits.
         let _ = self.ctl().args(["stop", "--timeout", "20"]).stdout(Stdio::null()).stderr(Stdio::null()).status();
         let pid = self.child.id().to_string();
@@ -200,6 +201,6 @@ impl Drop for Node {
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-        println!("xtask: private RabbitMQ node {} stopped", self.name);
+        println!("xtask: private RabbitMQ node {} stopped in {:.1} s", self.name, started.elapsed().as_secs_f64());
     }
 }

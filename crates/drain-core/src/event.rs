@@ -297,3 +297,69 @@ pub enum Event<'a> {
         mode: Switch,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each `ALL` lists every variant once, in declaration order: the matches below
+    /// are exhaustive, so a new variant does not compile until it is given a place
+    /// (and the arm count beside it grows), and then fails until it is in `ALL` (so
+    /// its series is exported at 0 from the start).
+    #[test]
+    fn every_all_lists_every_variant() {
+        fn tick(o: TickOutcome) -> usize {
+            match o {
+                TickOutcome::Ran => 0,
+                TickOutcome::SkippedLocked => 1,
+                TickOutcome::FailOpen => 2,
+            }
+        }
+        fn message(o: MessageOutcome) -> usize {
+            match o {
+                MessageOutcome::Submitted => 0,
+                MessageOutcome::Duplicate => 1,
+                MessageOutcome::ClaimedElsewhere => 2,
+                MessageOutcome::ClaimError => 3,
+                MessageOutcome::SubmitFailed => 4,
+                MessageOutcome::DeadLettered => 5,
+                MessageOutcome::SettleFailed => 6,
+                MessageOutcome::ClaimSettleFailed => 7,
+                MessageOutcome::Cancelled => 8,
+            }
+        }
+        fn turn(o: TurnLabel) -> usize {
+            match o {
+                TurnLabel::ProductiveMore => 0,
+                TurnLabel::ProductiveDone => 1,
+                TurnLabel::Done => 2,
+                TurnLabel::ClaimBusy => 3,
+                TurnLabel::Failed => 4,
+            }
+        }
+        fn op(o: LeaseOp) -> usize {
+            match o {
+                LeaseOp::Acquire => 0,
+                LeaseOp::Release => 1,
+                LeaseOp::Renew => 2,
+            }
+        }
+        fn reason(o: SkipReason) -> usize {
+            match o {
+                SkipReason::ClaimHeld => 0,
+            }
+        }
+        // (positions in ALL, the number of arms of the match above)
+        let check = |p: Vec<usize>, arms: usize| {
+            assert_eq!(p, (0..arms).collect::<Vec<_>>(), "ALL lists each of the {arms} variants once, in order");
+        };
+        check(TickOutcome::ALL.map(tick).to_vec(), 3);
+        check(MessageOutcome::ALL.map(message).to_vec(), 9);
+        check(TurnLabel::ALL.map(turn).to_vec(), 5);
+        check(LeaseOp::ALL.map(op).to_vec(), 3);
+        check(SkipReason::ALL.map(reason).to_vec(), 1);
+        for o in LeaseOp::ALL {
+            assert!(o.results().contains(&"error"), "{o:?}: every operation can fail");
+        }
+    }
+}
