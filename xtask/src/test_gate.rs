@@ -26,7 +26,14 @@ pub(crate) fn run_gate() -> GateResult {
     if std::env::var_os(URL_VAR).is_some() {
         println!("xtask test: {URL_VAR} already set; using that broker");
     } else if need == Need::Present {
-        amqp_env(&mut cmd)?;
+        // The node boots (seconds, mostly waiting) while the tests compile.
+        let node = std::thread::spawn(rabbit::shared);
+        let mut build = cargo();
+        build.args(["test", "--workspace", "--all-features", "--no-run"]);
+        let built = run(&mut build);
+        let (url, name, home) = node.join().map_err(|_| crate::util::Failure::new("starting RabbitMQ panicked"))??;
+        built.map_err(|f| f.fix("fix the build errors above"))?;
+        cmd.env(URL_VAR, url).env(NODE_VAR, name).env(HOME_VAR, home);
     }
     run(&mut cmd).map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
     Ok(Outcome::Passed)
