@@ -79,6 +79,14 @@ pub(crate) fn run_gate(length: Length) -> GateResult {
             cmd.args(["--bench", name]);
         }
     }
+    // The AMQP and idle benches (tests/benches) find this run's private RabbitMQ node
+    // through the test variables, as the tests do.
+    match crate::services::ensure(&["rabbitmq-server"])? {
+        crate::services::Need::Present if std::env::var_os(crate::rabbit::URL_VAR).is_none() => {
+            crate::test_gate::amqp_env(&mut cmd)?;
+        }
+        _ => {}
+    }
     if length == Length::Full {
         cmd.args(["--", "--full"]);
     }
