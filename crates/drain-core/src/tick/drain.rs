@@ -254,7 +254,7 @@ impl Drain<'_> {
     async fn settle_claims(&self, settlements: &[Settlement], stats: &Mutex<DrainStats>) {
         let mode = self.cfg.atomic_claim;
         if !settlements.is_empty()
-            && self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await.is_err()
+            && self.ports.claims.settle_batch(settlements, self.token, self.cfg.claim_done_ttl).await.is_err()
         {
             // The claims stay pending until the pending TTL: completed messages stay
             // completed (never submitted twice), abandoned ones wait out the claim.
@@ -266,7 +266,7 @@ impl Drain<'_> {
         }
     }
 
-    /// 5. Settle messages at the source, once their claims are settled
+    /// Step 5: settle messages at the source, once their claims are settled
     /// ([`Self::settle_claims`] of their batch has returned).
     async fn settle_at_source(&self, fates: Vec<(DeliveryHandle, Fate)>, stats: &Mutex<DrainStats>) {
         if fates.is_empty() {
