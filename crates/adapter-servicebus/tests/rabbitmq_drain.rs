@@ -13,7 +13,8 @@ use drain_core::testkit::{MemoryStore, TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
 use drain_core::{KeySpace, LeaseToken};
 use futures::stream::{self, StreamExt};
-use support::{PrivateVhost, Proxy, Rabbit, RealClock, TestQueue, rabbit};
+use drain_clock::TokioClock;
+use support::{PrivateVhost, Proxy, Rabbit, TestQueue, rabbit};
 
 /// Put `ids` on `queue` with up to 64 submits in flight.
 async fn feed(r: &Rabbit, queue: &str, vhost: Option<&str>, ids: impl Iterator<Item = String>) {
@@ -51,14 +52,14 @@ async fn collect(r: &Rabbit, queue: &str, vhost: Option<&str>) -> BTreeMap<Strin
 
 struct Drain {
     store: MemoryStore,
-    clock: Arc<RealClock>,
+    clock: Arc<TokioClock>,
     keys: KeySpace,
     cfg: TickConfig,
 }
 
 impl Drain {
     fn new(queue: &str, concurrency: usize, batch: usize) -> Drain {
-        let clock = Arc::new(RealClock::new());
+        let clock = Arc::new(TokioClock::new());
         let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
         let mut cfg = TickConfig::new(queue);
         cfg.concurrency = concurrency;

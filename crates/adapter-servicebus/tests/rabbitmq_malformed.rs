@@ -23,7 +23,8 @@ use fe2o3_amqp::types::messaging::{
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Uuid, Value};
 use fe2o3_amqp::{Connection, Sender, Session};
-use support::{Rabbit, RealClock, TestQueue, rabbit};
+use drain_clock::TokioClock;
+use support::{Rabbit, TestQueue, rabbit};
 
 /// Every wait of this test ends within this.
 const BOUND: Duration = Duration::from_secs(90);
@@ -229,7 +230,7 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
     )
     .await
     .unwrap();
-    let clock = Arc::new(RealClock::new());
+    let clock = Arc::new(TokioClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let mut cfg = TickConfig::new(&source_q.name);
     cfg.concurrency = 4;

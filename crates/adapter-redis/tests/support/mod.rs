@@ -4,38 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
-use async_trait::async_trait;
-use drain_core::ports::Clock;
 use drain_core::testkit::contract::ContractEnv;
-use drain_core::{KeySpace, LeaseToken, Time};
+use drain_core::{KeySpace, LeaseToken};
 
-/// Real time for the contract suites: `now` from a start instant, sleeps on Tokio.
-pub struct TokioClock {
-    start: Instant,
-}
-
-impl TokioClock {
-    pub fn new() -> Self {
-        TokioClock { start: Instant::now() }
-    }
-}
-
-#[async_trait]
-impl Clock for TokioClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
-    }
-
-    async fn sleep_until(&self, deadline: Time) {
-        let wait = deadline.saturating_since(self.now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
-    }
-}
+/// Real time for the contract suites: the shared clock on Tokio.
+pub use drain_clock::TokioClock;
 
 /// The contract environment: short TTL 300 ms on a real clock.
 pub fn env<'a>(clock: &'a TokioClock, prefix: &str) -> ContractEnv<'a> {

@@ -15,9 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use adapter_servicebus::Endpoint;
-use async_trait::async_trait;
-use drain_core::Time;
-use drain_core::ports::Clock;
 use fe2o3_amqp::{Connection, Sender, Session};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -267,26 +264,3 @@ impl Drop for Proxy {
     }
 }
 
-/// drain-core's clock on real (tokio) time.
-#[derive(Debug)]
-pub struct RealClock {
-    start: tokio::time::Instant,
-}
-
-impl RealClock {
-    pub fn new() -> RealClock {
-        RealClock { start: tokio::time::Instant::now() }
-    }
-}
-
-#[async_trait]
-impl Clock for RealClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
-    }
-
-    async fn sleep_until(&self, deadline: Time) {
-        let now = self.now();
-        tokio::time::sleep(deadline.saturating_since(now)).await;
-    }
-}

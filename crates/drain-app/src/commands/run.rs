@@ -5,12 +5,12 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use clap::Args;
+use drain_clock::TokioClock;
 use drain_core::event::Event;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
 use crate::beat;
-use crate::clock::SystemClock;
 use crate::commands::owners::demo as owners;
 use crate::compose::{self, Runtime};
 use crate::config::Loaded;
@@ -44,7 +44,7 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     for (switch, mode) in [
         ("SERVICEBUS_DRAIN_SINGLEFLIGHT", config.singleflight),
         ("SERVICEBUS_DRAIN_LEASE_RENEW", config.lease_renew),

@@ -11,11 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use drain_clock::TokioClock;
 use drain_core::event::Event;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
-use crate::clock::SystemClock;
 use crate::commands::run::Signals;
 use crate::compose::{self, Backend};
 use crate::config::Loaded;
@@ -64,7 +64,7 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     observer.observe(&Event::SwitchMode { switch: "PROJECTION_DRAIN_CLAIM_AWARE", mode: config.claim_aware });
     let rt = match compose::compose(config, clock, observer, true).await {
         Ok(rt) => Arc::new(rt),
