@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use drain_clock::TokioClock;
+use drain_core::LeaseToken;
+use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
-use drain_core::testkit::{MemoryStore, TestRng, message};
+use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken};
 use fe2o3_amqp::link::CreditMode;
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
@@ -234,17 +235,10 @@ async fn tick(queue: &str, target: &str, concurrency: usize) -> Duration {
     cfg.concurrency = concurrency;
     cfg.batch = BATCH;
     cfg.max_wait = Duration::from_millis(300);
-    let ports = TickPorts {
-        leases: &store,
-        claims: &store,
-        source: &source,
-        target: &submitter,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency as u64));
     let start = Instant::now();
-    let report = run_tick(&cfg, &KeySpace::new(format!("{queue}-{concurrency}")), &ports, &token).await;
+    let report = run_tick(&cfg, &ports, &token).await;
     // The last, empty receive waits max_wait: not part of the drain.
     let took = start.elapsed().saturating_sub(cfg.max_wait);
     assert_eq!(report.stats.map(|s| s.submitted), Some(N as u64), "{:?}", report.error);

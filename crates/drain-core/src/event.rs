@@ -33,11 +33,11 @@ impl TickOutcome {
 /// A lease operation (label `op` of `drain_lease_ops_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseOp {
-    /// `SET NX PX` + fence increment.
+    /// Take the lease if it is free, and its next fence.
     Acquire,
     /// Compare-and-delete.
     Release,
-    /// Compare-and-`PEXPIRE`.
+    /// Compare-and-extend.
     Renew,
 }
 
@@ -52,10 +52,6 @@ impl LeaseOp {
         }
     }
 }
-
-/// Result of a lease operation (label `result`): `acquired`, `held`, `released`,
-/// `not_owner`, `renewed`, `lost` or `error`.
-pub type LeaseResult = &'static str;
 
 /// What happened to one received message (label `outcome` of `drain_messages_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -165,8 +161,9 @@ pub enum Event<'a> {
     LeaseOp {
         /// Which operation.
         op: LeaseOp,
-        /// Its result.
-        result: LeaseResult,
+        /// Its result (label `result`): `acquired`, `held`, `released`,
+        /// `not_owner`, `renewed`, `lost` or `error`.
+        result: &'static str,
     },
     /// A renewal found the lease gone; the drain was cancelled.
     LeaseLost {
@@ -214,7 +211,8 @@ pub enum Event<'a> {
     OwnerQueueDepth(usize),
     /// Pending retry timers (gauge).
     RetryTimers(usize),
-    /// One store round trip's duration (`drain_redis_op_duration_seconds{op}`).
+    /// One store round trip's duration (an adapter reports it; adapter-metrics turns
+    /// it into the store round-trip histogram of docs/metrics.md).
     StoreOp {
         /// Operation name, e.g. `acquire`, `claim_batch`.
         op: &'static str,

@@ -176,8 +176,8 @@ pub fn backoff_window_seconds(raw_min: Option<&str>, raw_max: Option<&str>) -> (
 }
 
 /// `DRAIN_KEY_PREFIX`: non-empty, at most 64 bytes of ASCII letters, digits, `-`, `_`,
-/// `.` and `:`. A bad prefix falls back to `drain` with a warning (a prefix with a
-/// brace would break every hash tag).
+/// `.` and `:`. A bad prefix falls back to `drain` with a warning (a brace or a space
+/// would break a store's key layout).
 pub fn key_prefix(raw: Option<&str>) -> Parsed<String> {
     const DEFAULT: &str = "drain";
     let Some(raw) = raw else {

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use adapter_servicebus::Endpoint;
-use fe2o3_amqp::{Connection, Sender, Session};
+use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -264,3 +266,53 @@ impl Drop for Proxy {
     }
 }
 
+/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted:
+/// what a foreign producer puts on the queue.
+pub async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
+    let mut conn = Connection::builder()
+        .container_id(unique_name())
+        .hostname(r.addr.ip().to_string().as_str())
+        .open(r.base.as_str())
+        .await
+        .expect("connect");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let mut sender = Sender::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    for m in messages {
+        let outcome = sender.send(m).await.expect("send");
+        assert!(outcome.is_accepted(), "the broker accepts the message: {outcome:?}");
+    }
+    // RabbitMQ answers a link close with a detach. The teardown is best effort and
+    // bounded: the messages are already accepted.
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, sender.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
+}
+
+/// Receive `n` messages from `/amq/queue/<queue>` with fe2o3's raw receiver,
+/// accepting each: what a foreign consumer sees on the wire.
+pub async fn receive_raw(r: &Rabbit, queue: &str, n: usize) -> Vec<AmqpMessage<Body<Value>>> {
+    let mut conn = Connection::builder()
+        .container_id(unique_name())
+        .hostname(r.addr.ip().to_string().as_str())
+        .open(r.base.as_str())
+        .await
+        .expect("connect");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let mut receiver =
+        Receiver::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), receiver.recv::<Body<Value>>())
+            .await
+            .expect("a message within 10 s")
+            .expect("receive");
+        receiver.accept(&delivery).await.expect("accept");
+        out.push(delivery.into_message());
+    }
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, receiver.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
+    out
+}

@@ -320,11 +320,6 @@ impl<R: Rng> Scheduler<R> {
         self.gauges();
     }
 
-    /// Another name for [`handle_timeout`](Self::handle_timeout).
-    pub fn on_timer(&mut self, now: Time) {
-        self.handle_timeout(now);
-    }
-
     /// A release notification: whoever held `owner`'s claim has just released it
     /// (the driver learnt it from the claim store, e.g. a message published by the
     /// release, delivered to one waiting instance).
