@@ -233,3 +233,44 @@ pub(crate) async fn compose(
     }
     Ok(rt)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use drain_core::memory::ManualClock;
+    use drain_core::ports::NoopObserver;
+
+    use super::*;
+
+    /// Which store ports a configuration is composed with: (leases, claims, owner peeks).
+    async fn ports_of(pairs: &[(&str, &str)], owner_drains: bool) -> (bool, bool, bool, &'static str) {
+        let env: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let config = crate::config::resolve(&env, None, "host-1").expect("valid config").config;
+        let rt = compose(config, Arc::new(ManualClock::new()), Arc::new(NoopObserver), owner_drains)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let backend = match rt.backend {
+            Backend::Embedded => "embedded",
+            Backend::Redis(_) => "redis",
+            Backend::Unused => "unused",
+        };
+        (rt.leases.is_some(), rt.claims.is_some(), rt.owner_claims.is_some(), backend)
+    }
+
+    #[tokio::test]
+    async fn only_the_ports_the_switches_use_are_composed() {
+        // 127.0.0.1:1 refuses at once: a store that is composed connects lazily and
+        // fails open or closed; one that is not composed is never asked.
+        let redis = ("DRAIN_REDIS_URL", "redis://127.0.0.1:1");
+        let off = [("SERVICEBUS_DRAIN_SINGLEFLIGHT", "off"), ("SERVICEBUS_ATOMIC_CLAIM", "off")];
+        assert_eq!(ports_of(&[redis, off[0], off[1]], false).await, (false, false, false, "unused"));
+        assert_eq!(ports_of(&[redis, off[0]], false).await, (false, true, false, "redis"), "the claim alone");
+        let on = ("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on");
+        assert_eq!(ports_of(&[redis, on, off[1]], false).await, (true, false, false, "redis"), "the lease alone");
+        assert_eq!(ports_of(&[redis, off[0], off[1]], true).await, (true, false, true, "redis"), "owner drains");
+        let blind = ("PROJECTION_DRAIN_CLAIM_AWARE", "off");
+        assert_eq!(ports_of(&[redis, off[0], off[1], blind], true).await, (true, false, false, "redis"), "no peeks");
+        assert_eq!(ports_of(&[off[0]], false).await, (false, true, false, "embedded"), "in memory: the same rule");
+    }
+}
