@@ -142,8 +142,14 @@ fn memory_source_passes_the_source_contract() {
     let clock = Arc::new(ManualClock::new());
     let source = MemorySource::new(clock.clone() as Arc<dyn Clock>, Duration::from_secs(30));
     // The in-memory source keeps its dead letters in a list rather than a queue.
-    block_on(&clock, contract::message_source(&source, &source, None, Duration::from_millis(200)))
+    let checked = block_on(&clock, contract::message_source(&source, &source, None, Duration::from_millis(200)))
         .unwrap_or_else(|v| panic!("{v}"));
+    let seen: BTreeSet<Rule> = checked.checked.into_iter().collect();
+    let source_rules = Rule::ALL.iter().copied().filter(|r| r.port() == Port::Source && *r != Rule::SourceDeadLetter);
+    let missed: Vec<&str> = source_rules.filter(|r| !seen.contains(r)).map(|r| r.id()).collect();
+    assert!(missed.is_empty(), "source rules the suite did not check: {missed:?}");
+    assert!(!seen.contains(&Rule::SourceDeadLetter), "no dead-letter queue was given: not checked");
+    assert_eq!(checked.skipped.iter().map(|(r, _)| *r).collect::<Vec<_>>(), [Rule::SourceDeadLetter]);
     let dead = source.dead_letters();
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].0.message_id.as_ref().map(ToString::to_string).as_deref(), Some("c3"));

@@ -118,6 +118,9 @@ pub async fn message_source<S: MessageSource + ?Sized>(
         format!("completed messages came back: {:?}", rest.iter().map(id_of).collect::<Vec<_>>())
     })?;
 
+    if dead_letters.is_none() {
+        s.skip(&[Rule::SourceDeadLetter], "no dead-letter source given");
+    }
     if let Some(dlq) = dead_letters {
         let dead = collect(&mut s, dlq, 1, max_wait).await?;
         s.ensure(dead.len() == 1 && id_of(&dead[0]) == "c3", Rule::SourceDeadLetter, || {
