@@ -78,7 +78,7 @@ pub(crate) fn to_amqp(message: &Message) -> AmqpMessage<Data> {
     let message_annotations = (!message.annotations.is_empty()).then(|| {
         let mut map = MessageAnnotations::default();
         for (k, v) in message.annotations.iter().filter(|(k, _)| !broker_owned(k)) {
-            map.0.insert(OwnedKey::from(k.as_str()), value(v));
+            map.0.insert(OwnedKey::from(k.as_str()), amqp_value(v));
         }
         map
     });
@@ -124,24 +124,12 @@ fn core_id(id: MessageId) -> Id {
     }
 }
 
+/// An application property: every [`PropertyValue`] is a simple AMQP value.
 fn simple_value(v: &PropertyValue) -> SimpleValue {
-    match v {
-        PropertyValue::String(s) => SimpleValue::String(s.clone()),
-        PropertyValue::Symbol(s) => SimpleValue::Symbol(Symbol::from(s.as_str())),
-        PropertyValue::Long(n) => SimpleValue::Long(*n),
-        PropertyValue::Ulong(n) => SimpleValue::Ulong(*n),
-        PropertyValue::Double(f) => SimpleValue::from(*f),
-        PropertyValue::Bool(b) => SimpleValue::Bool(*b),
-        PropertyValue::Binary(b) => SimpleValue::Binary(Binary::from(b.clone())),
-        PropertyValue::Timestamp(ms) => SimpleValue::Timestamp(Timestamp::from_milliseconds(*ms)),
-        PropertyValue::Uuid(b) => SimpleValue::Uuid(Uuid::from(*b)),
-        // `PropertyValue` is non-exhaustive for drain-core's sake; every variant it
-        // has is mapped above.
-        _ => SimpleValue::Null,
-    }
+    SimpleValue::try_from(amqp_value(v)).unwrap_or(SimpleValue::Null)
 }
 
-fn value(v: &PropertyValue) -> Value {
+fn amqp_value(v: &PropertyValue) -> Value {
     match v {
         PropertyValue::String(s) => Value::String(s.clone()),
         PropertyValue::Symbol(s) => Value::Symbol(Symbol::from(s.as_str())),
@@ -161,29 +149,11 @@ fn unsigned(n: u64) -> PropertyValue {
 }
 
 fn property_value(v: SimpleValue) -> Option<PropertyValue> {
-    Some(match v {
-        SimpleValue::String(s) => PropertyValue::String(s),
-        SimpleValue::Symbol(s) => PropertyValue::Symbol(s.0),
-        SimpleValue::Bool(b) => PropertyValue::Bool(b),
-        SimpleValue::Byte(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Short(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Int(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Long(n) => PropertyValue::Long(n),
-        SimpleValue::Ubyte(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Ushort(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Uint(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Ulong(n) => unsigned(n),
-        SimpleValue::Float(f) => PropertyValue::Double(f64::from(f.0)),
-        SimpleValue::Double(f) => PropertyValue::Double(f.0),
-        SimpleValue::Timestamp(t) => PropertyValue::Timestamp(t.milliseconds()),
-        SimpleValue::Uuid(u) => PropertyValue::Uuid(u.into_inner()),
-        SimpleValue::Binary(b) => PropertyValue::Binary(b.into_vec()),
-        // Null, chars, decimals and described values have no counterpart: dropped.
-        _ => return None,
-    })
+    core_value(Value::from(v))
 }
 
-fn annotation_value(v: Value) -> Option<PropertyValue> {
+/// drain-core's view of an AMQP value; `None` for one it has no counterpart for.
+fn core_value(v: Value) -> Option<PropertyValue> {
     Some(match v {
         Value::String(s) => PropertyValue::String(s),
         Value::Symbol(s) => PropertyValue::Symbol(s.0),
@@ -201,6 +171,7 @@ fn annotation_value(v: Value) -> Option<PropertyValue> {
         Value::Timestamp(t) => PropertyValue::Timestamp(t.milliseconds()),
         Value::Uuid(u) => PropertyValue::Uuid(u.into_inner()),
         Value::Binary(b) => PropertyValue::Binary(b.into_vec()),
+        // Null, chars, decimals, lists, maps, arrays and described values: dropped.
         _ => return None,
     })
 }
@@ -213,7 +184,7 @@ fn sender_annotations(annotations: Option<MessageAnnotations>) -> BTreeMap<Strin
         .0
         .into_iter()
         .filter_map(|(k, v)| match k {
-            OwnedKey::Symbol(s) if !broker_owned(&s.0) => annotation_value(v).map(|v| (s.0, v)),
+            OwnedKey::Symbol(s) if !broker_owned(&s.0) => core_value(v).map(|v| (s.0, v)),
             _ => None,
         })
         .collect()

@@ -266,16 +266,24 @@ impl Drop for Proxy {
     }
 }
 
-/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted:
-/// what a foreign producer puts on the queue.
-pub async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
+/// A plain fe2o3 connection and session to the broker: a foreign client's.
+async fn raw_session(
+    r: &Rabbit,
+) -> (fe2o3_amqp::connection::ConnectionHandle<()>, fe2o3_amqp::session::SessionHandle<()>) {
     let mut conn = Connection::builder()
         .container_id(unique_name())
         .hostname(r.addr.ip().to_string().as_str())
         .open(r.base.as_str())
         .await
         .expect("connect");
-    let mut session = Session::begin(&mut conn).await.expect("session");
+    let session = Session::begin(&mut conn).await.expect("session");
+    (conn, session)
+}
+
+/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted:
+/// what a foreign producer puts on the queue.
+pub async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
+    let (mut conn, mut session) = raw_session(r).await;
     let mut sender = Sender::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
     for m in messages {
         let outcome = sender.send(m).await.expect("send");
@@ -292,13 +300,7 @@ pub async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Va
 /// Receive `n` messages from `/amq/queue/<queue>` with fe2o3's raw receiver,
 /// accepting each: what a foreign consumer sees on the wire.
 pub async fn receive_raw(r: &Rabbit, queue: &str, n: usize) -> Vec<AmqpMessage<Body<Value>>> {
-    let mut conn = Connection::builder()
-        .container_id(unique_name())
-        .hostname(r.addr.ip().to_string().as_str())
-        .open(r.base.as_str())
-        .await
-        .expect("connect");
-    let mut session = Session::begin(&mut conn).await.expect("session");
+    let (mut conn, mut session) = raw_session(r).await;
     let mut receiver =
         Receiver::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
     let mut out = Vec::with_capacity(n);

@@ -548,11 +548,8 @@ impl ClaimStore for BrokenStore {
 #[async_trait]
 impl ReleaseWake for BrokenStore {
     async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        self.call("subscribe", |s, _| {
-            let (tx, rx) = mpsc::unbounded();
-            s.subscribers.entry(instance.to_owned()).or_default().push(tx);
-            Ok(Box::pin(rx) as Releases)
-        })
+        self.flake()?;
+        self.inner.subscribe(instance).await
     }
 
     async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
