@@ -9,7 +9,7 @@ use adapter_redis::RedisStore;
 use drain_core::ErrorKind;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, Release, Renew,
+    Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release, Renew,
 };
 use test_servers::{RedisCluster, RedisServer, Reply};
 
@@ -221,4 +221,25 @@ async fn cluster_scan_covers_every_primary() {
     for node in cluster.nodes() {
         assert!(node.command_calls().expect("stats").get("scan").is_some_and(|&n| n >= 1), "every primary scanned");
     }
+}
+
+/// Claims an embedder's own system keeps, under keys of its own, peeked through
+/// `KeyedClaims`: held with the value's holder and the key's TTL, free when absent,
+/// "never ending" without a TTL, in one round trip.
+#[tokio::test]
+async fn keyed_claims_peek_an_embedder_s_own_claim_keys() {
+    let Some(redis) = RedisServer::start() else { return };
+    let (store, observer) = support::observed(connect_prefixed(&redis.url(), "b").await);
+    redis.command(&["SET", "app:lock:{a}", "worker-1:0123", "PX", "5000"]).expect("set");
+    redis.command(&["SET", "app:lock:{c}", "by-hand"]).expect("set");
+    let claims = adapter_redis::KeyedClaims::new(store, |o: &OwnerId| format!("app:lock:{{{o}}}"));
+    let owners = [OwnerId::from("a"), OwnerId::from("b"), OwnerId::from("c")];
+    let got = claims.peek_owners(&owners).await.expect("peek");
+    assert!(
+        matches!(&got[0], OwnerClaim::Held { holder, remaining } if holder == "worker-1" && *remaining <= Duration::from_secs(5) && *remaining > Duration::from_secs(3)),
+        "{got:?}"
+    );
+    assert_eq!(got[1], OwnerClaim::Free);
+    assert_eq!(got[2], OwnerClaim::Held { holder: "by-hand".into(), remaining: Duration::MAX });
+    assert_eq!(support::round_trips(&observer), 1, "one pipeline");
 }
