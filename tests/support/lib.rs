@@ -13,6 +13,7 @@ pub use drain_clock::TokioClock;
 pub use test_servers::{RedisServer, free_port};
 
 pub mod owners;
+pub mod prometheus;
 pub mod rabbit;
 
 /// The `drain` binary of this workspace. `cargo test --workspace` builds it before any

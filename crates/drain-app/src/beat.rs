@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use drain_core::event::TickKind;
 use drain_core::ports::LeaseName;
 use drain_core::tick::{TickReport, run_tick_until};
 use drain_core::{LeaseToken, Switch};
@@ -174,6 +175,7 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
     let mut cfg = rt.tick.clone();
     cfg.singleflight = Switch::Off;
     cfg.max_batches = Some(1);
+    cfg.kind = TickKind::Resident;
     tracing::info!(queue = %cfg.queue, "resident consumer started");
     while !stop.load(Ordering::Acquire) && !*shutdown.borrow() {
         let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
