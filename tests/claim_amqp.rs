@@ -1,4 +1,4 @@
-//! Issue 4, deliverable 6: drain-core's tick over real parts, in process. The source
+//! drain-core's tick over real parts, in process. The source
 //! and target are adapter-servicebus on RabbitMQ's AMQP 1.0, the atomic claim is
 //! adapter-redis on a private redis-server. 4 overlapping ticks (single-flight off)
 //! and a resident consumer (one batch per tick, as `drain run` builds it) share the one

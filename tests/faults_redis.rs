@@ -1,4 +1,4 @@
-//! Faults on private redis-servers at the tick level (issue 6, items 1 and 2).
+//! Faults on private redis-servers at the tick level.
 //!
 //! Each test drives drain-core's `run_tick` with a real `RedisStore` (leases and
 //! claims) on its own `redis-server`, an in-memory queue (`MemorySource`), a target
@@ -6,7 +6,7 @@
 //! observer, then breaks Redis at a chosen moment: killed before or during an
 //! acquire, a claim or a release, killed mid-drain, frozen past the lease TTL,
 //! restarted empty, `SCRIPT FLUSH`, `CLIENT KILL`, replies slowed past the client's
-//! response timeout. Each test asserts what the SPEC promises:
+//! response timeout. Each test asserts what docs/reliability.md promises:
 //!
 //! * the lease fails **open** (`"lease":"fail_open"`, the drain runs);
 //! * the claim fails **closed** (no submit without a claim; the messages go back to

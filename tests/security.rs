@@ -1,4 +1,4 @@
-//! Security (issue 6, item 3): `rediss://` with a certificate made here, the minimal
+//! Security: `rediss://` with a certificate made here, the minimal
 //! ACL through the `drain` binary (and `drain doctor` naming each missing right),
 //! `DRAIN_KEY_PREFIX` isolation between two tenants on one Redis, no secret in any
 //! output, `/metrics` on loopback by default.

@@ -1,4 +1,4 @@
-//! `drain-load`: the load check of issue 6, item 4. In one process on Tokio, against
+//! `drain-load`: the load check. In one process on Tokio, against
 //! a private `redis-server` it starts itself:
 //!
 //! * the tick path: 64 queues x 16 instances (each instance its own `RedisStore`),

@@ -263,7 +263,7 @@ pub enum Event<'a> {
         mode: Switch,
     },
     /// A release notification ended an owner's claim wait (mode On), or would have
-    /// (mode Shadow). Emitted by the admission driver; not a kept metric (SPEC §9),
+    /// (mode Shadow). Emitted by the admission driver; not a kept metric (docs/metrics.md),
     /// an embedder counts it.
     ReleaseWake {
         /// Release wake-up switch position.

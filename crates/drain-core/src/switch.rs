@@ -1,4 +1,4 @@
-//! The three-position switch and its grammar (SPEC §3).
+//! The three-position switch and its grammar.
 
 use std::fmt;
 

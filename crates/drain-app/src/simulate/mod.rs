@@ -1,5 +1,5 @@
 //! `drain simulate`: a deterministic discrete-event simulation of a fleet in virtual
-//! time (SPEC §8, issue 7).
+//! time (docs/operations.md, `drain simulate`).
 //!
 //! * [`workload`]: the request stream, drawn once from the seed — Zipf-like owner
 //!   popularity, rate bursts, several items per arrival, each arrival requested of K

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::switch::Switch;
 
-/// How the [`Scheduler`](super::Scheduler) admits owners (SPEC §5).
+/// How the [`Scheduler`](super::Scheduler) admits owners.
 ///
 /// The drain binary builds it from `PROJECTION_DRAIN_CLAIM_AWARE`,
 /// `PROJECTION_DRAIN_RELEASE_WAKE`, `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS`/`_MAX_SECONDS` and

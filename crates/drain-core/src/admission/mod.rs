@@ -1,4 +1,4 @@
-//! Claim-aware owner admission (SPEC §5): a pure, sans-IO scheduler of owner turns.
+//! Claim-aware owner admission: a pure, sans-IO scheduler of owner turns.
 //!
 //! The [`Scheduler`] decides *which owner's drain work runs next*; the driver (the app,
 //! or a simulation) does the work. It performs no I/O, reads no clock (every call takes

@@ -47,7 +47,7 @@ struct Slot {
     failures: u32,
 }
 
-/// The claim-aware owner admission scheduler (SPEC §5): a sans-IO state machine.
+/// The claim-aware owner admission scheduler: a sans-IO state machine.
 ///
 /// See the [module documentation](super) for the state diagram and the driving loop.
 ///

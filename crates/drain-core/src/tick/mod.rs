@@ -1,4 +1,4 @@
-//! One beat tick (SPEC §4, §6): the single-flight lease around a drain of the
+//! One beat tick: the single-flight lease around a drain of the
 //! queue, with renewal, fencing, and the per-message atomic claim.
 //!
 //! ```text
@@ -35,7 +35,7 @@ use crate::ports::{
 use crate::switch::Switch;
 use crate::token::LeaseToken;
 
-/// Settings of one queue's tick (SPEC §3 `SERVICEBUS_*`).
+/// Settings of one queue's tick (the `SERVICEBUS_*` settings of docs/flags.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickConfig {
     /// The queue drained.
@@ -67,7 +67,7 @@ pub struct TickConfig {
 }
 
 impl TickConfig {
-    /// The defaults of SPEC §3 for `queue`.
+    /// The default settings for `queue`.
     #[must_use]
     pub fn new(queue: impl Into<String>) -> Self {
         TickConfig {
