@@ -34,10 +34,11 @@ use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use drain_core::LeaseToken;
+use drain_core::memory::MemoryStore;
 use drain_core::ports::{ClaimStore, Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
-use drain_core::testkit::{MemoryStore, TestRng, message};
+use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken};
 use drain_e2e::rabbit::Broker;
 use drain_e2e::{RedisServer, TokioClock};
 use futures::stream::{self, StreamExt};
@@ -109,7 +110,7 @@ struct Setup<'a> {
     target_q: &'a str,
     n: usize,
     redis: &'a RedisStore,
-    /// Distinct per measured drain, so claims of one round never meet the next's.
+    /// Distinct per measured drain: its messages' ids, and its token's seed.
     run: usize,
 }
 
@@ -159,7 +160,7 @@ async fn run(broker: &Broker, len: &Length) -> String {
                 run: round * MODES.len() + i,
             };
             let measured = tokio::time::timeout(ROUND_LIMIT, async {
-                fill(base, &source_q, len.messages).await;
+                fill(base, &source_q, len.messages, setup.run).await;
                 measure(mode, &setup).await
             })
             .await;
@@ -297,17 +298,10 @@ async fn tick(s: &Setup<'_>, redis: Option<&RedisStore>, concurrency: usize) -> 
     cfg.concurrency = concurrency;
     cfg.batch = BATCH;
     cfg.max_wait = Duration::from_millis(300);
-    let ports = TickPorts {
-        leases: &memory,
-        claims,
-        source: &source,
-        target: &submitter,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&memory).claims(claims);
     let token = LeaseToken::generate("bench", &mut TestRng::new(s.run as u64));
     let start = Instant::now();
-    let report = run_tick(&cfg, &KeySpace::new(format!("bench-{}", s.run)), &ports, &token).await;
+    let report = run_tick(&cfg, &ports, &token).await;
     // The last, empty receive waits max_wait: not part of the drain.
     let took = start.elapsed().saturating_sub(cfg.max_wait);
     assert_eq!(report.stats.map(|st| st.submitted), Some(s.n as u64), "{:?}", report.error);
@@ -316,13 +310,15 @@ async fn tick(s: &Setup<'_>, redis: Option<&RedisStore>, concurrency: usize) -> 
     took
 }
 
-async fn fill(base: &str, queue: &str, n: usize) {
+/// Put `n` messages on `queue`, with ids of their own for this run (`run`), so that
+/// the claims of one round (kept `done` on Redis) never meet the next round's.
+async fn fill(base: &str, queue: &str, n: usize, run: usize) {
     let feed = AmqpSubmitter::connect(endpoint(base, queue), SubmitterOptions::default()).await.expect("feed");
     let ctx = SubmitContext { queue: "bench", fence: None };
     stream::iter(0..n)
         .map(|i| {
             let feed = &feed;
-            async move { feed.submit(&message(&format!("b-{i}")), &ctx).await.expect("feed") }
+            async move { feed.submit(&message(&format!("r{run}-{i}")), &ctx).await.expect("feed") }
         })
         .buffer_unordered(256)
         .collect::<Vec<()>>()

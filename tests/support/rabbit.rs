@@ -236,7 +236,7 @@ impl Broker {
                     break;
                 }
                 for d in got {
-                    *seen.entry(d.message.message_id.clone().expect("message id")).or_insert(0) += 1;
+                    *seen.entry(d.message.message_id.as_ref().expect("message id").to_string()).or_insert(0) += 1;
                     source.complete(d.handle).await.expect("complete");
                 }
             }

@@ -61,7 +61,8 @@ async fn a_parked_source_holds_nothing_and_the_next_receive_attaches_again() {
     for d in &got {
         source.complete(d.handle).await.expect("complete after park");
     }
-    let mut ids: Vec<String> = got.iter().filter_map(|d| d.message.message_id.clone()).collect();
+    let mut ids: Vec<String> =
+        got.iter().filter_map(|d| d.message.message_id.as_ref().map(ToString::to_string)).collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), 20, "each message once");

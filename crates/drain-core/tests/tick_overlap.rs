@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use drain_core::memory::{ManualClock, MemorySource, MemoryStore, block_on};
 use drain_core::ports::{
-    Capabilities, ClaimState, ClaimStore, Clock, Delivery, DeliveryHandle, MessageSource, NoopObserver, SettleResult,
-    Settlement,
+    Capabilities, ClaimState, ClaimStore, Clock, Delivery, DeliveryHandle, MessageId, MessageSource, NoopObserver,
+    SettleResult, Settlement,
 };
-use drain_core::testkit::{ManualClock, MemorySource, MemoryStore, RecordingSubmitter, TestRng, block_on, message};
+use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken, PortError, Time};
+use drain_core::{LeaseToken, PortError, Time};
 
 const CALL: Duration = Duration::from_millis(10);
 
@@ -84,20 +85,22 @@ impl MessageSource for Slow<MemorySource> {
 impl ClaimStore for Slow<Arc<MemoryStore>> {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        self.call("claim", self.inner.claim_batch(keys, token, pending_ttl)).await
+        self.call("claim", self.inner.claim_batch(queue, ids, token, pending_ttl)).await
     }
 
     async fn settle_batch(
         &self,
+        queue: &str,
         settlements: &[Settlement],
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
-        self.call("settle", self.inner.settle_batch(settlements, token, done_ttl)).await
+        self.call("settle", self.inner.settle_batch(queue, settlements, token, done_ttl)).await
     }
 }
 
@@ -117,16 +120,9 @@ fn a_batch_settles_while_the_next_is_received_and_before_its_claims_are_taken() 
     let mut cfg = TickConfig::new("requests");
     cfg.batch = 2;
     cfg.max_wait = Duration::from_millis(100);
-    let ports = TickPorts {
-        leases: &*store,
-        claims: &claims,
-        source: &source,
-        target: &target,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).leases(&*store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(1));
-    let report = block_on(&clock, run_tick(&cfg, &KeySpace::new("drain"), &ports, &token));
+    let report = block_on(&clock, run_tick(&cfg, &ports, &token));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((6, 6)), "{report:?}");
 
     let (receives, claims, settles) = (log.calls("receive"), log.calls("claim"), log.calls("settle"));

@@ -17,10 +17,11 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::stream::{self, StreamExt};
 
-use crate::error::PortError;
+use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, MessageOutcome};
-use crate::keys::KeySpace;
-use crate::ports::{ClaimState, Delivery, DeliveryHandle, SettleAction, Settlement, SubmitContext};
+use crate::ports::{
+    ClaimState, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, Settlement, SubmitContext,
+};
 use crate::switch::Switch;
 use crate::tick::{DrainStats, TickConfig, TickPorts};
 use crate::token::LeaseToken;
@@ -38,7 +39,6 @@ pub(super) struct DrainOutcome {
 /// Everything one drain needs, borrowed.
 pub(super) struct Drain<'a> {
     pub(super) cfg: &'a TickConfig,
-    pub(super) keys: &'a KeySpace,
     pub(super) ports: &'a TickPorts<'a>,
     pub(super) token: &'a LeaseToken,
     /// Passed to the submitter; `None` unless single-flight is On and we hold the lease.
@@ -68,7 +68,7 @@ fn count(stats: &Mutex<DrainStats>) -> MutexGuard<'_, DrainStats> {
 /// A received batch with its claims taken.
 struct Claimed {
     received: usize,
-    work: Vec<(Delivery, String)>,
+    work: Vec<(Delivery, MessageId)>,
     plans: Vec<Plan>,
     /// Messages whose fate triage already decided (ids seen twice in the batch).
     fates: Vec<(DeliveryHandle, Fate)>,
@@ -139,7 +139,8 @@ impl Drain<'_> {
                 self.settle_at_source(completes, &stats).await;
                 break;
             };
-            let (claimed, ()) = futures::join!(self.claim(received, &stats), self.settle_at_source(completes, &stats));
+            let (claimed, ()) =
+                futures::join!(self.prepare(received, &stats), self.settle_at_source(completes, &stats));
             let submitted = self.submit(claimed).await;
             let all_back = submitted.all_abandoned();
             settling = Some(submitted);
@@ -174,16 +175,16 @@ impl Drain<'_> {
     }
 
     /// Triage a received batch and take its claims.
-    async fn claim(&self, batch: Vec<Delivery>, stats: &Mutex<DrainStats>) -> Claimed {
+    async fn prepare(&self, batch: Vec<Delivery>, stats: &Mutex<DrainStats>) -> Claimed {
         let received = batch.len();
         let mode = self.cfg.atomic_claim;
         // 1. Triage: no id -> dead-letter; an id seen earlier in this batch -> abandon
         //    (the redelivery will find the first one's claim).
         let mut seen = HashSet::new();
-        let mut work: Vec<(Delivery, String)> = Vec::with_capacity(received);
+        let mut work: Vec<(Delivery, MessageId)> = Vec::with_capacity(received);
         let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(received);
         for d in batch {
-            match d.message.message_id.as_deref() {
+            match d.message.message_id.clone() {
                 None => {
                     let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
                     let mut st = count(stats);
@@ -194,13 +195,10 @@ impl Drain<'_> {
                         self.observe(MessageOutcome::SettleFailed, mode);
                     }
                 }
-                Some(id) if !seen.insert(id.to_owned()) => {
+                Some(id) if !seen.insert(id.clone()) => {
                     fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
                 }
-                Some(id) => {
-                    let key = self.keys.message_claim(&self.cfg.queue, id);
-                    work.push((d, key));
-                }
+                Some(id) => work.push((d, id)),
             }
         }
 
@@ -238,7 +236,7 @@ impl Drain<'_> {
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
             .map(|(i, fate)| Settlement {
-                key: work[*i].1.clone(),
+                id: work[*i].1.clone(),
                 action: match fate {
                     Fate::Complete(_) => SettleAction::MarkDone,
                     Fate::Abandon(_) => SettleAction::Release,
@@ -253,9 +251,7 @@ impl Drain<'_> {
     /// 4. Settle the batch's claims: one call.
     async fn settle_claims(&self, settlements: &[Settlement], stats: &Mutex<DrainStats>) {
         let mode = self.cfg.atomic_claim;
-        if !settlements.is_empty()
-            && self.ports.claims.settle_batch(settlements, self.token, self.cfg.claim_done_ttl).await.is_err()
-        {
+        if !settlements.is_empty() && self.settle(settlements).await.is_err() {
             // The claims stay pending until the pending TTL: completed messages stay
             // completed (never submitted twice), abandoned ones wait out the claim.
             // Counted and reported, never silent.
@@ -308,14 +304,14 @@ impl Drain<'_> {
     }
 
     /// Decide each message's plan from its claim state (one store call), per switch.
-    async fn plan(&self, work: &[(Delivery, String)], mode: Switch) -> Vec<Plan> {
+    async fn plan(&self, work: &[(Delivery, MessageId)], mode: Switch) -> Vec<Plan> {
         let off = vec![Plan::Submit { claimed: false }; work.len()];
         if !mode.computes() || work.is_empty() {
             return off;
         }
-        let keys: Vec<String> = work.iter().map(|(_, k)| k.clone()).collect();
-        let states = match self.ports.claims.claim_batch(&keys, self.token, self.cfg.claim_pending_ttl).await {
-            Ok(states) if states.len() == keys.len() => states,
+        let ids: Vec<MessageId> = work.iter().map(|(_, id)| id.clone()).collect();
+        let states = match self.claim(&ids).await {
+            Ok(states) if states.len() == ids.len() => states,
             // A store error, or an answer of the wrong length (which we cannot trust):
             // fail closed — submit nothing.
             _ => {
@@ -344,5 +340,22 @@ impl Drain<'_> {
                 }
             })
             .collect()
+    }
+
+    /// Take the batch's claims, or fail as an unreachable store would when there is
+    /// no claim store.
+    async fn claim(&self, ids: &[MessageId]) -> Result<Vec<ClaimState>, PortError> {
+        match self.ports.claims {
+            Some(store) => store.claim_batch(&self.cfg.queue, ids, self.token, self.cfg.claim_pending_ttl).await,
+            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+        }
+    }
+
+    /// Settle the batch's claims (only ever called after a claim succeeded).
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, PortError> {
+        match self.ports.claims {
+            Some(store) => store.settle_batch(&self.cfg.queue, settlements, self.token, self.cfg.claim_done_ttl).await,
+            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+        }
     }
 }
