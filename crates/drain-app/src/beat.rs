@@ -40,7 +40,7 @@ pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> TickReport {
 }
 
 fn log_report(report: &TickReport) {
-    let json = serde_json::to_string(report).unwrap_or_default();
+    let json = crate::report::to_json(report);
     if report.is_skipped() {
         tracing::debug!(target: "drain::tick", report = %json, "tick skipped: another tick holds the lease");
     } else if report.error.is_some() || report.lease_lost {
@@ -180,7 +180,7 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
         if let Some(s) = report.stats
             && s.received > 0
         {
-            tracing::info!(target: "drain::resident", report = %serde_json::to_string(&report).unwrap_or_default(), "resident batch");
+            tracing::info!(target: "drain::resident", report = %crate::report::to_json(&report), "resident batch");
         }
         if report.error.is_some() {
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -14,6 +14,7 @@ mod lazy_redis;
 mod logging;
 mod observe;
 mod panic_hook;
+mod report;
 mod simulate;
 
 use std::process::ExitCode;

@@ -72,16 +72,8 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
 
 async fn once(rt: &Runtime) -> ExitCode {
     let report = beat::tick_once(rt, &AtomicBool::new(false)).await;
-    match serde_json::to_string(&report) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!("cannot print the report: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    println!("{}", crate::report::to_json(&report));
+    ExitCode::SUCCESS
 }
 
 async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {

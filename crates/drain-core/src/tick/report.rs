@@ -1,8 +1,8 @@
-use serde::Serialize;
+//! What a tick did, as plain data. Its JSON form (the `drain` binary's
+//! `run --once` output) belongs to the binary, not to the domain.
 
-/// How the tick related to the single-flight lease (`"lease"` in the report).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// How the tick related to the single-flight lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
     /// Single-flight is off; Redis was not touched.
     Off,
@@ -17,7 +17,7 @@ pub enum LeaseStatus {
 }
 
 /// What one drain did with the messages it received.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DrainStats {
     /// Messages received.
     pub received: u64,
@@ -33,46 +33,31 @@ pub struct DrainStats {
     pub dead_lettered: u64,
     /// Settlements at the source that failed (the message's lock will expire and it is
     /// redelivered; its claim prevents a second submit).
-    #[serde(skip_serializing_if = "is_zero")]
     pub settle_errors: u64,
     /// Claims whose settlement (mark done or release) failed: they stay `pending`
     /// until the pending TTL. A completed message is not redelivered, so nothing is
     /// submitted twice; an abandoned one waits out the TTL before it is taken again.
-    #[serde(skip_serializing_if = "is_zero")]
     pub claim_settle_errors: u64,
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// The result of one tick, printed as one JSON line by `drain run --once`, e.g.
-/// `{"queue":"requests","skipped":"locked"}` or
-/// `{"queue":"requests","lease":"held","fence":7,"received":12,"submitted":11,"duplicates":1,"abandoned":0,"dead_lettered":0}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The result of one tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickReport {
     /// The queue.
     pub queue: String,
     /// `"locked"` when the tick was skipped because another holder had the lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<&'static str>,
     /// How the tick related to the lease; absent on a skipped tick.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseStatus>,
     /// The fencing number of the lease we held.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<u64>,
     /// Counts; absent on a skipped tick.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub stats: Option<DrainStats>,
     /// The renewal found the lease gone and the drain stopped early.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lease_lost: bool,
     /// A shutdown stopped the drain before the queue was empty.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
     /// Why the drain stopped early (the source failed), if it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
 
