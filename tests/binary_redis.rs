@@ -217,6 +217,8 @@ fn sigterm_mid_tick_releases_the_lease_gives_messages_back_and_exits_zero() {
 /// turn a fleet-wide lease or claim into a per-process one. So an unusable URL
 /// (unknown scheme, or set but blank) stops `drain` before it starts: exit 2, one
 /// line naming the variable, the secret masked (docs/operations.md, docs/flags.md).
+/// So does a `DRAIN_KEY_PREFIX` that cannot be used (it used to fall back to the
+/// shared `drain`, silently merging tenants).
 #[test]
 fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
     // Every setting with its type, from the registry as the binary renders it.
@@ -239,14 +241,22 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
     const SECRET: &str = "Garbage-Pw-3";
     let garbage =
         ["\u{1}{}garbage", "-1", "", "99999999999999999999999", "on off", "\u{7f}", "x://drain:Garbage-Pw-3@h"];
+    // `DRAIN_KEY_PREFIX` has no safe default either: a bad prefix replaced by the
+    // shared `drain` would merge tenants. It is fatal like a URL.
+    let fatal = |name: &str, ty: &str| is_url(ty) || name == "DRAIN_KEY_PREFIX";
+    let bad_prefix = |g: &str| {
+        let p = g.trim();
+        p.is_empty() || p.len() > 64 || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    };
+    let fatal_names: Vec<&str> = settings.iter().filter(|(n, ty)| fatal(n, ty)).map(|(n, _)| n.as_str()).collect();
     // Per garbage value: one `drain run --once` with it in every other variable, and
-    // one per URL variable with it there alone. All at once.
+    // one per fatal variable with it there alone. All at once.
     let mut runs = Vec::new();
     for g in garbage {
         let mut cmd = drain();
         cmd.args(["run", "--once"]);
         let mut set = Vec::new();
-        for (name, ty) in settings.iter().filter(|(_, ty)| !is_url(ty)) {
+        for (name, ty) in settings.iter().filter(|(n, ty)| !fatal(n, ty)) {
             // A huge max wait clamps to 60 s, which --once then honestly waits on an
             // empty queue; that case is checked through `drain config` below.
             if name != "SERVICEBUS_DRAIN_MAX_WAIT_MS" || g.parse::<f64>().is_err() {
@@ -255,10 +265,13 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
             }
         }
         runs.push((g, None, set, std::thread::spawn(move || output(cmd, LIMIT))));
-        for url in &urls {
+        for name in &fatal_names {
+            if *name == "DRAIN_KEY_PREFIX" && !bad_prefix(g) {
+                continue; // `-1` and a long number are valid prefixes
+            }
             let mut cmd = drain();
-            cmd.args(["run", "--once"]).env(url, g);
-            runs.push((g, Some(*url), Vec::new(), std::thread::spawn(move || output(cmd, LIMIT))));
+            cmd.args(["run", "--once"]).env(name, g);
+            runs.push((g, Some(*name), Vec::new(), std::thread::spawn(move || output(cmd, LIMIT))));
         }
     }
     for (g, url, set, run) in runs {
@@ -292,7 +305,7 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
 
     let mut cmd = drain();
     cmd.args(["config", "--json"]);
-    for (name, _) in settings.iter().filter(|(_, ty)| !is_url(ty)) {
+    for (name, _) in settings.iter().filter(|(n, ty)| !fatal(n, ty)) {
         cmd.env(name, "99999999999999999999999");
     }
     let out = output(cmd, LIMIT);

@@ -277,6 +277,28 @@ impl<'a> Queue<'a> {
     }
 }
 
+impl<'a> Queue<'a> {
+    /// Declare `<test>-<pid>-<n>` as a durable quorum queue whose messages are
+    /// dead-lettered to the queue `dead_letter` (through the default exchange) once
+    /// they were delivered `delivery_limit` times: RabbitMQ's form of Service Bus'
+    /// max delivery count. AMQP 1.0 cannot pass queue arguments, so this declares
+    /// through `rabbitmqctl eval`.
+    pub fn declare_quorum(broker: &'a Broker, test: &str, delivery_limit: u32, dead_letter: &str) -> Queue<'a> {
+        let name = unique(test);
+        let erlang = format!(
+            "rabbit_amqqueue:declare(rabbit_misc:r(<<\"/\">>, queue, <<\"{name}\">>), true, false, \
+             [{{<<\"x-queue-type\">>, longstr, <<\"quorum\">>}}, \
+              {{<<\"x-delivery-limit\">>, long, {delivery_limit}}}, \
+              {{<<\"x-dead-letter-exchange\">>, longstr, <<\"\">>}}, \
+              {{<<\"x-dead-letter-routing-key\">>, longstr, <<\"{dead_letter}\">>}}], \
+             none, <<\"drain-e2e\">>)."
+        );
+        let out = broker.ctl(&["eval", &erlang]);
+        assert!(out.contains("quorum"), "declaring {name}: {out}");
+        Queue { name, broker }
+    }
+}
+
 impl Drop for Queue<'_> {
     fn drop(&mut self) {
         if self.broker.node.is_none() {

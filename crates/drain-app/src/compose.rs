@@ -14,6 +14,7 @@ use drain_core::tick::{TickConfig, TickPorts};
 
 use crate::config::{Config, Secret};
 use crate::demo::{self, DemoTarget};
+use crate::gate::ClaimGate;
 use crate::lazy_redis::LazyRedis;
 
 /// Composition failed: the configuration names something that cannot be reached or built.
@@ -49,6 +50,8 @@ pub(crate) struct Runtime {
     pub(crate) demo_queue: Option<Arc<MemorySource>>,
     /// AMQP links to close at shutdown (returns unsettled deliveries to the queue).
     pub(crate) amqp: AmqpLinks,
+    /// The claim-store outage state every tick of this process consults.
+    pub(crate) claim_gate: ClaimGate,
 }
 
 /// The AMQP source and target, when configured, for a clean close.
@@ -205,5 +208,19 @@ pub(crate) async fn compose(
     };
 
     let tick = config.tick_config(&queue);
-    Ok(Runtime { config, keys, tick, leases, claims, backend, source, target, clock, observer, demo_queue, amqp })
+    Ok(Runtime {
+        config,
+        keys,
+        tick,
+        leases,
+        claims,
+        backend,
+        source,
+        target,
+        clock,
+        observer,
+        demo_queue,
+        amqp,
+        claim_gate: ClaimGate::new(),
+    })
 }

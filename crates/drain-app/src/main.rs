@@ -10,6 +10,7 @@ mod commands;
 mod compose;
 mod config;
 mod demo;
+mod gate;
 mod lazy_redis;
 mod logging;
 mod observe;

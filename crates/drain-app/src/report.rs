@@ -7,8 +7,10 @@
 //!
 //! `{"queue":"requests","skipped":"locked"}`, or
 //! `{"queue":"requests","lease":"held","fence":7,"received":12,"submitted":11,"duplicates":1,"abandoned":0,"dead_lettered":0}`.
+//! A tick whose claim store failed adds `"claim_store":"failed"`, and the counts of
+//! what went wrong (`claim_errors`, `submit_failures`, `claims_expired`, …).
 
-use drain_core::tick::{DrainStats, LeaseStatus, TickReport};
+use drain_core::tick::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
 use serde::Serialize;
 
 /// One JSON line for `report` (no trailing newline).
@@ -22,6 +24,7 @@ pub(crate) fn to_json(report: &TickReport) -> String {
         lease_lost: report.lease_lost,
         stopped: report.stopped,
         error: report.error.as_deref(),
+        claim_store: (report.claims == ClaimHealth::Failed).then_some("failed"),
     };
     // Serializing plain strings, numbers and bools into a String cannot fail.
     serde_json::to_string(&json).unwrap_or_default()
@@ -54,6 +57,9 @@ struct Json<'a> {
     stopped: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
+    /// `"failed"` when the claim store failed (or was known down) in this tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    claim_store: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -67,6 +73,12 @@ struct Stats {
     settle_errors: u64,
     #[serde(skip_serializing_if = "is_zero")]
     claim_settle_errors: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    claim_errors: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    submit_failures: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    claims_expired: u64,
 }
 
 impl From<&DrainStats> for Stats {
@@ -79,6 +91,9 @@ impl From<&DrainStats> for Stats {
             dead_lettered: s.dead_lettered,
             settle_errors: s.settle_errors,
             claim_settle_errors: s.claim_settle_errors,
+            claim_errors: s.claim_errors,
+            submit_failures: s.submit_failures,
+            claims_expired: s.claims_expired,
         }
     }
 }
@@ -101,6 +116,7 @@ mod tests {
             lease_lost: false,
             stopped: false,
             error: None,
+            claims: ClaimHealth::Answered,
         }
     }
 
@@ -138,6 +154,25 @@ mod tests {
         check(
             r,
             r#"{"queue":"requests","lease":"held","fence":7,"received":2,"submitted":1,"duplicates":1,"abandoned":0,"dead_lettered":0,"settle_errors":2,"claim_settle_errors":3,"lease_lost":true,"stopped":true,"error":"receive failed: \"x\""}"#,
+        );
+    }
+
+    /// What a degraded tick adds: only when it happened.
+    #[test]
+    fn a_failed_claim_store_and_its_counts_are_shown() {
+        let counts = DrainStats {
+            received: 4,
+            abandoned: 4,
+            claim_errors: 3,
+            submit_failures: 1,
+            claims_expired: 2,
+            ..DrainStats::default()
+        };
+        let mut r = ran(LeaseStatus::FailOpen, None, counts);
+        r.claims = ClaimHealth::Failed;
+        check(
+            r,
+            r#"{"queue":"requests","lease":"fail_open","received":4,"submitted":0,"duplicates":0,"abandoned":4,"dead_lettered":0,"claim_errors":3,"submit_failures":1,"claims_expired":2,"claim_store":"failed"}"#,
         );
     }
 }

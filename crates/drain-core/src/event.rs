@@ -79,6 +79,10 @@ pub enum MessageOutcome {
     ClaimSettleFailed,
     /// The tick stopped (lease lost) before the message was processed: abandoned.
     Cancelled,
+    /// Settling the message's claim found it no longer ours: the pending TTL ran out
+    /// during the submit and another holder may have taken the message over. After a
+    /// successful submit the message is a possible duplicate in the target.
+    ClaimExpired,
 }
 
 impl MessageOutcome {
@@ -95,6 +99,7 @@ impl MessageOutcome {
             MessageOutcome::SettleFailed => "settle_failed",
             MessageOutcome::ClaimSettleFailed => "claim_settle_failed",
             MessageOutcome::Cancelled => "cancelled",
+            MessageOutcome::ClaimExpired => "claim_expired",
         }
     }
 }

@@ -1,110 +1,17 @@
-//! The tick use case of SPEC §4/§6 against the in-memory ports in virtual time.
+//! The tick use case against the in-memory ports in virtual time.
+
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
-use drain_core::ports::{
-    Acquire, ClaimStore, Clock, Holding, LeaseStore, Message, Release, Renew, SubmitContext, Submitter,
-};
-use drain_core::testkit::{
-    ManualClock, MemorySource, MemoryStore, RecordingObserver, RecordingSubmitter, TestRng, block_on, message,
-};
-use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{ErrorKind, KeySpace, LeaseKey, LeaseToken, PortError, Switch};
-
-struct Harness {
-    clock: Arc<ManualClock>,
-    store: Arc<MemoryStore>,
-    source: Arc<MemorySource>,
-    target: Arc<RecordingSubmitter>,
-    observer: RecordingObserver,
-    keys: KeySpace,
-    cfg: TickConfig,
-    seed: u64,
-}
-
-impl Harness {
-    fn new() -> Self {
-        Self::with_delay(Duration::ZERO)
-    }
-
-    fn with_delay(delay: Duration) -> Self {
-        let clock = Arc::new(ManualClock::new());
-        let dyn_clock: Arc<dyn Clock> = clock.clone();
-        let mut cfg = TickConfig::new("requests");
-        cfg.singleflight = Switch::On;
-        Harness {
-            store: Arc::new(MemoryStore::new(dyn_clock.clone())),
-            source: Arc::new(MemorySource::new(dyn_clock.clone(), Duration::from_secs(60))),
-            target: Arc::new(RecordingSubmitter::with_delay(dyn_clock, delay)),
-            clock,
-            observer: RecordingObserver::new(),
-            keys: KeySpace::new("drain"),
-            cfg,
-            seed: 0,
-        }
-    }
-
-    fn feed(&self, ids: &[&str]) {
-        for id in ids {
-            self.source.push(message(id));
-        }
-    }
-
-    fn token(&mut self) -> LeaseToken {
-        self.seed += 1;
-        LeaseToken::generate("me", &mut TestRng::new(self.seed))
-    }
-
-    fn tick(&mut self) -> TickReport {
-        let target = self.target.clone();
-        self.tick_with(self.store.clone(), &*target)
-    }
-
-    fn tick_with(&mut self, leases: Arc<dyn LeaseStoreAndClaims>, target: &dyn Submitter) -> TickReport {
-        self.tick_on(leases.as_lease(), leases.as_claims(), target)
-    }
-
-    /// A tick with its own lease store, claim store and target.
-    fn tick_on(&mut self, leases: &dyn LeaseStore, claims: &dyn ClaimStore, target: &dyn Submitter) -> TickReport {
-        let token = self.token();
-        let ports =
-            TickPorts { leases, claims, source: &*self.source, target, clock: &*self.clock, observer: &self.observer };
-        block_on(&self.clock, run_tick(&self.cfg, &self.keys, &ports, &token))
-    }
-
-    fn lease_key(&self) -> LeaseKey {
-        self.keys.lease(&self.cfg.queue)
-    }
-
-    fn lease_value(&self) -> Option<String> {
-        block_on(&self.clock, self.store.peek(&self.lease_key().lease)).expect("peek").map(|h| h.value)
-    }
-
-    fn count(&self, pred: impl Fn(&Event<'static>) -> bool) -> usize {
-        self.observer.count(pred)
-    }
-
-    fn messages(&self, outcome: MessageOutcome) -> usize {
-        self.count(|e| matches!(e, Event::Message { outcome: o, .. } if *o == outcome))
-    }
-}
-
-/// Lets a test pass one object as both stores.
-trait LeaseStoreAndClaims: LeaseStore + ClaimStore {
-    fn as_lease(&self) -> &dyn LeaseStore;
-    fn as_claims(&self) -> &dyn ClaimStore;
-}
-impl<T: LeaseStore + ClaimStore> LeaseStoreAndClaims for T {
-    fn as_lease(&self) -> &dyn LeaseStore {
-        self
-    }
-    fn as_claims(&self) -> &dyn ClaimStore {
-        self
-    }
-}
+use drain_core::ports::{Acquire, ClaimStore, Holding, LeaseStore, Message, Release, Renew, SubmitContext, Submitter};
+use drain_core::testkit::{MemoryStore, RecordingSubmitter, TestRng, block_on, message};
+use drain_core::tick::{LeaseStatus, TickPorts, TickReport};
+use drain_core::{ErrorKind, LeaseKey, LeaseToken, PortError, Switch};
+use support::{Harness, stats};
 
 /// The in-memory store whose acquire answer goes through `hook` (which may also
 /// change the store); every other lease call passes through.
@@ -131,11 +38,6 @@ where
     async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
         self.0.peek_many(k).await
     }
-}
-
-fn stats(r: &TickReport) -> (u64, u64, u64, u64, u64) {
-    let s = r.stats.expect("stats");
-    (s.received, s.submitted, s.duplicates, s.abandoned, s.dead_lettered)
 }
 
 #[test]

@@ -423,7 +423,8 @@ impl Resolver<'_> {
             Ok(prefix) => Ok(self.take(NAME, Parsed::clean(prefix))),
             Err(reason) => Err(ConfigError::Invalid {
                 name: NAME,
-                value: raw,
+                // Never a secret, but whatever was pasted here goes through the same mask.
+                value: redact(&raw),
                 reason: format!("{reason}; unset it for the shared prefix `drain`"),
             }),
         }

@@ -13,25 +13,41 @@
 //! The release runs on every path that ends the drain: success, a source error,
 //! a lost lease, and a panic in a port (the panic is re-raised after the release).
 //! A tick future that is dropped mid-drain cannot release; the TTL frees the lease.
+//!
+//! **Degraded stores.** A store call on the tick's path (acquire, claim, settle) that
+//! timed out marks that store down for the rest of the tick, so a frozen store costs
+//! a tick one timeout, not one per operation (when one object serves both lease and
+//! claims, for both; `health`). Renewals run beside the drain and never delay it. A
+//! claim store that fails, or is known down, ends the receiving: what the tick holds
+//! is abandoned and nothing more is received, since every receive of a message that
+//! cannot be claimed costs it a delivery. Across ticks, [`Outage`] keeps a process
+//! from receiving at all until [`probe_claims`] finds the store answering again.
 
 mod drain;
+mod health;
+mod outage;
 mod report;
 
 use std::panic::{AssertUnwindSafe, resume_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{Either, select};
 
 pub use drain::MISSING_ID_REASON;
-pub use report::{DrainStats, LeaseStatus, TickReport};
+pub use outage::{Gate, Outage, OutagePolicy, Step};
+pub use report::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
 
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, LeaseOp, TickOutcome};
 use crate::keys::{KeySpace, LeaseKey};
-use crate::ports::{Acquire, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, Submitter};
+use crate::ports::{
+    Acquire, ClaimState, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, SettleAction,
+    Settlement, Submitter,
+};
 use crate::switch::Switch;
+use crate::tick::health::Health;
 use crate::token::LeaseToken;
 
 /// Settings of one queue's tick (SPEC §3 `SERVICEBUS_*`).
@@ -82,7 +98,8 @@ impl TickConfig {
     }
 }
 
-/// The ports a tick uses.
+/// The ports a tick uses. When `leases` and `claims` are the same object (one store
+/// serving both), a timeout of either counts for both for the rest of the tick.
 #[derive(Clone, Copy)]
 pub struct TickPorts<'a> {
     /// Single-flight leases.
@@ -119,7 +136,51 @@ pub async fn run_tick_until(
     token: &LeaseToken,
     stop: &AtomicBool,
 ) -> TickReport {
+    run_tick_with_progress(cfg, keys, ports, token, stop, &TickProgress::default()).await
+}
+
+/// Counts of a running tick, readable while it runs (the binary logs the progress
+/// of a long tick).
+#[derive(Debug, Default)]
+pub struct TickProgress {
+    received: AtomicU64,
+    submitted: AtomicU64,
+}
+
+impl TickProgress {
+    /// Messages received so far.
+    #[must_use]
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// Messages submitted so far (counted once their batch is settled).
+    #[must_use]
+    pub fn submitted(&self) -> u64 {
+        self.submitted.load(Ordering::Relaxed)
+    }
+
+    fn add_received(&self, n: u64) {
+        self.received.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn add_submitted(&self, n: u64) {
+        self.submitted.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// [`run_tick_until`] that also counts what it received and submitted into
+/// `progress` as it goes.
+pub async fn run_tick_with_progress(
+    cfg: &TickConfig,
+    keys: &KeySpace,
+    ports: &TickPorts<'_>,
+    token: &LeaseToken,
+    stop: &AtomicBool,
+    progress: &TickProgress,
+) -> TickReport {
     let start = ports.clock.now();
+    let health = Health::new(ports);
     let key = keys.lease(&cfg.queue);
     let mode = cfg.singleflight;
     let finish = |outcome: TickOutcome| {
@@ -147,6 +208,7 @@ pub async fn run_tick_until(
             }
             Err(e) => {
                 lease_op(ports, LeaseOp::Acquire, "error");
+                health.lease_error(&e);
                 (LeaseStatus::FailOpen, None, false, e.kind == ErrorKind::Timeout)
             }
         },
@@ -162,9 +224,13 @@ pub async fn run_tick_until(
         fence: if mode.enforces() { fence } else { None },
         cancel: &cancel,
         stop,
+        health: &health,
+        progress,
     };
     let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
-    let result = if acquired && cfg.renew.computes() {
+    // Shadow renewal behaves as Off: it must not extend the lease. (On renews every
+    // TTL/3 unconditionally; there is no decision for Shadow to compute.)
+    let result = if acquired && cfg.renew.enforces() {
         let renew_fut = renew_loop(cfg, &key, ports, token, &cancel, &lost);
         futures::pin_mut!(drain_fut, renew_fut);
         match select(drain_fut, renew_fut).await {
@@ -178,12 +244,17 @@ pub async fn run_tick_until(
     // After a timed-out acquire, a best-effort release with this tick's token: if the
     // acquire landed late, the lease no tick holds is freed now instead of skipping
     // every tick until its TTL; if it did not, the compare-and-delete touches nothing.
-    if acquired || timed_out {
+    // It is the one call made to a store that timed out in this tick: a slow store
+    // runs it after the late acquire, which frees the lease; a frozen one costs it one
+    // more timeout. A lease we hold on a store that timed out later is left to its TTL.
+    if timed_out || (acquired && !health.lease_down()) {
         match ports.leases.release(&key, token).await {
             Ok(Release::Released) => lease_op(ports, LeaseOp::Release, "released"),
             Ok(Release::NotOwner) => lease_op(ports, LeaseOp::Release, "not_owner"),
             Err(_) => lease_op(ports, LeaseOp::Release, "error"),
         }
+    } else if acquired {
+        lease_op(ports, LeaseOp::Release, "error");
     }
 
     let outcome = match result {
@@ -205,6 +276,37 @@ pub async fn run_tick_until(
         lease_lost: lost.load(Ordering::Acquire),
         stopped: stop.load(Ordering::Acquire),
         error: outcome.error,
+        claims: outcome.claims,
+    }
+}
+
+/// The message id of [`probe_claims`]' claim: it starts with a NUL, which no message
+/// id a broker hands out does.
+pub const PROBE_ID: &str = "\u{0}drain-probe";
+
+/// A cheap check that the claim store answers claims, receiving nothing: one claim of
+/// the probe key of `cfg.queue` (its id is [`PROBE_ID`]; the key shares the queue's
+/// hash tag, so it lives where the queue's claims live), released again at once. A
+/// probe that finds another prober's pending claim counts as answered.
+///
+/// # Errors
+/// The claim store's error, or a `Protocol` error for an answer of the wrong length.
+pub async fn probe_claims(
+    cfg: &TickConfig,
+    keys: &KeySpace,
+    claims: &dyn ClaimStore,
+    token: &LeaseToken,
+) -> Result<(), PortError> {
+    let key = keys.message_claim(&cfg.queue, PROBE_ID);
+    let ttl = cfg.claim_pending_ttl.min(Duration::from_secs(10));
+    let states = claims.claim_batch(std::slice::from_ref(&key), token, ttl).await?;
+    match states.as_slice() {
+        [ClaimState::Claimed] => {
+            let release = Settlement { key, action: SettleAction::Release };
+            claims.settle_batch(&[release], token, ttl).await.map(|_| ())
+        }
+        [_] => Ok(()),
+        other => Err(PortError::new(ErrorKind::Protocol, format!("{} answers to one claim", other.len()))),
     }
 }
 
@@ -212,10 +314,13 @@ fn lease_op(ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
     ports.observer.observe(&Event::LeaseOp { op, result });
 }
 
-/// Renew every TTL/3 until the lease is lost. With single-flight and renewal both
-/// On, a loss cancels the drain cooperatively (it stops before the next submit or
-/// receive); otherwise the loss is only counted. A store error is counted and the
-/// next period tries again: a blip is not a loss, and the TTL still runs.
+/// Renew every TTL/3 until the lease is lost. With single-flight On, a loss cancels
+/// the drain cooperatively (it stops before the next submit or receive); otherwise
+/// the loss is only counted. A store error is counted and the next period tries
+/// again: a blip is not a loss, and the TTL still runs. Renewals run beside the
+/// drain and never delay the tick's end (the loop is dropped when the drain ends),
+/// so a timed-out renewal marks nothing down: the next one may find the lease lost,
+/// which must still cancel the drain.
 async fn renew_loop(
     cfg: &TickConfig,
     key: &LeaseKey,
@@ -235,7 +340,7 @@ async fn renew_loop(
                 lease_op(ports, LeaseOp::Renew, "lost");
                 ports.observer.observe(&Event::LeaseLost { queue: &cfg.queue });
                 lost.store(true, Ordering::Release);
-                if cfg.singleflight.enforces() && cfg.renew.enforces() {
+                if cfg.singleflight.enforces() {
                     cancel.store(true, Ordering::Release);
                 }
                 return;

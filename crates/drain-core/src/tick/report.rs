@@ -16,6 +16,21 @@ pub enum LeaseStatus {
     ShadowWouldSkip,
 }
 
+/// How the claim store fared in a tick (ordered: a tick that both got answers and
+/// failed has failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum ClaimHealth {
+    /// No claim was asked for (claims off, nothing received, no message with an id).
+    #[default]
+    NotAsked,
+    /// Every claim call was answered.
+    Answered,
+    /// A claim call failed, or the store was known down: the tick stopped receiving,
+    /// and what it held was abandoned. A process should not receive again before the
+    /// store answers (see [`crate::tick::Outage`]).
+    Failed,
+}
+
 /// What one drain did with the messages it received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DrainStats {
@@ -31,6 +46,16 @@ pub struct DrainStats {
     pub abandoned: u64,
     /// Messages moved to the dead-letter queue (no message id).
     pub dead_lettered: u64,
+    /// Messages abandoned, never submitted, because the claim store failed (fail
+    /// closed). Included in `abandoned`.
+    pub claim_errors: u64,
+    /// Messages whose submit failed (claim released, message abandoned). Included in
+    /// `abandoned`.
+    pub submit_failures: u64,
+    /// Claims that were no longer ours when they were settled (the pending TTL ran
+    /// out during the submit, and another holder may have taken the message over):
+    /// after a successful submit, each is a possible duplicate in the target.
+    pub claims_expired: u64,
     /// Settlements at the source that failed (the message's lock will expire and it is
     /// redelivered; its claim prevents a second submit).
     pub settle_errors: u64,
@@ -59,6 +84,8 @@ pub struct TickReport {
     pub stopped: bool,
     /// Why the drain stopped early (the source failed), if it did.
     pub error: Option<String>,
+    /// How the claim store fared.
+    pub claims: ClaimHealth,
 }
 
 impl TickReport {
@@ -74,6 +101,7 @@ impl TickReport {
             lease_lost: false,
             stopped: false,
             error: None,
+            claims: ClaimHealth::NotAsked,
         }
     }
 
