@@ -19,6 +19,9 @@ impl Observer for LogObserver {
             }
             Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired", .. } => tracing::debug!("lease acquired"),
             Event::LeaseOp { op: LeaseOp::Release, result: "released", .. } => tracing::debug!("lease released"),
+            Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. } => {
+                tracing::debug!("lease release found the lease expired or taken; nothing deleted");
+            }
             Event::LeaseOp { op: LeaseOp::Release, result: "error", .. } => {
                 tracing::debug!("lease release failed or skipped (the store is down); the TTL will free it");
             }
