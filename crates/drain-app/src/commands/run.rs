@@ -53,8 +53,9 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     ] {
         observer.observe(&Event::SwitchMode { switch, mode });
     }
-    let rt = match compose::compose(config, clock.clone(), observer, args.owners.is_some()).await {
-        Ok(rt) => Arc::new(rt),
+    let rt = match compose::compose_until_signal(config, clock.clone(), observer, args.owners.is_some()).await {
+        Ok(Some(rt)) => Arc::new(rt),
+        Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(2);

@@ -66,8 +66,9 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
     observer.observe(&Event::SwitchMode { switch: "PROJECTION_DRAIN_CLAIM_AWARE", mode: config.claim_aware });
-    let rt = match compose::compose(config, clock, observer, true).await {
-        Ok(rt) => Arc::new(rt),
+    let rt = match compose::compose_until_signal(config, clock, observer, true).await {
+        Ok(Some(rt)) => Arc::new(rt),
+        Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(2);
