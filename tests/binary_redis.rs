@@ -442,3 +442,79 @@ fn resident_consumer_drains_while_a_foreign_lease_skips_the_beat() {
         "each submit went through a claim: {submitted} submitted, {claims} claims"
     );
 }
+
+/// A reader that closes standard output before `drain` writes (`drain config --json
+/// | head -c1`): every subcommand ends quietly with its usual status, never with a
+/// panic (before, `println!` panicked on the closed pipe about half the time).
+#[test]
+fn a_closed_stdout_ends_every_subcommand_quietly() {
+    let Some(server) = redis() else { return };
+    let cases: Vec<(Vec<&str>, bool)> = vec![
+        (vec!["config"], false),
+        (vec!["config", "--json"], false),
+        (vec!["config", "--flags-markdown"], false),
+        (vec!["run", "--once"], true),
+        (vec!["leases"], true),
+        (vec!["leases", "--json"], true),
+        (vec!["doctor"], true),
+        (vec!["simulate", "--json"], false),
+        (vec!["--help"], false),
+    ];
+    for (args, with_redis) in cases {
+        let mut cmd = drain();
+        cmd.args(&args);
+        if with_redis {
+            cmd.env("DRAIN_REDIS_URL", server.url());
+        }
+        let mut child =
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn drain");
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+        let status = child.wait().expect("wait");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(status.success(), "{args:?} exits with its usual status: {status:?}: {err}");
+    }
+}
+
+/// `drain leases` shows a foreign writer's token (NUL, an escape sequence, a
+/// newline, 200 characters) escaped and cut to its column, so the terminal gets no
+/// control character and the rows stay aligned; `--json` keeps it in full.
+#[test]
+fn leases_escapes_foreign_tokens_and_keeps_its_columns() {
+    let Some(server) = redis() else { return };
+    let hostile = format!("evil\u{0}\u{1b}[2J\nhost{}:00", "x".repeat(200));
+    let ok = Reply::Simple("OK".into());
+    assert_eq!(server.command(&["SET", "drain:lease:{requests}", &hostile, "PX", "600000"]).expect("SET"), ok);
+    assert_eq!(server.command(&["SET", "drain:claim:{tenant}", "w-2:ff", "PX", "600000"]).expect("SET"), ok);
+    let mut cmd = drain();
+    cmd.arg("leases").env("DRAIN_REDIS_URL", server.url());
+    let out = output(cmd, LIMIT);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(!table.chars().any(|c| c.is_control() && c != '\n'), "no raw control character: {table:?}");
+    let rows: Vec<&str> = table.lines().take(3).collect();
+    assert_eq!(rows.len(), 3, "header, lease, owner claim: {table}");
+    let widths: Vec<usize> = rows.iter().map(|r| r.chars().count()).collect();
+    assert!(widths.iter().all(|w| *w == widths[0]), "aligned rows {widths:?}:\n{table}");
+    assert!(rows[1].contains("evil\\u{0}"), "escaped, not dropped: {table}");
+
+    let mut cmd = drain();
+    cmd.args(["leases", "--json"]).env("DRAIN_REDIS_URL", server.url());
+    let v: serde_json::Value = serde_json::from_slice(&output(cmd, LIMIT).stdout).expect("JSON");
+    assert_eq!(v["leases"][0]["holder"], hostile.rsplit_once(':').expect(":").0, "the full holder: {v}");
+}
+
+/// `drain simulate --svg` into a folder that does not exist fails at once, before
+/// simulating (before: after the whole simulation, its table already printed).
+#[test]
+fn simulate_svg_into_a_missing_folder_fails_before_simulating() {
+    let path = std::env::temp_dir().join(format!("drain-no-such-dir-{}", std::process::id())).join("chart.svg");
+    let mut cmd = drain();
+    cmd.args(["simulate", "--svg"]).arg(&path);
+    let out = output(cmd, LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty(), "nothing simulated: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("cannot write the chart") && err.contains("chart.svg"), "{err}");
+}

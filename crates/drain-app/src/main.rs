@@ -14,6 +14,7 @@ mod gate;
 mod lazy_redis;
 mod logging;
 mod observe;
+mod out;
 mod panic_hook;
 mod report;
 mod simulate;

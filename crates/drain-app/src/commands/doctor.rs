@@ -16,16 +16,16 @@ struct Report {
 
 impl Report {
     fn ok(&mut self, check: &str, detail: impl std::fmt::Display) {
-        println!("ok    {check:<16} {detail}");
+        crate::out::outln!("ok    {check:<16} {detail}");
     }
 
     fn fail(&mut self, check: &str, detail: impl std::fmt::Display) {
         self.failed += 1;
-        println!("FAIL  {check:<16} {detail}");
+        crate::out::outln!("FAIL  {check:<16} {detail}");
     }
 
     fn warn(&mut self, check: &str, detail: impl std::fmt::Display) {
-        println!("warn  {check:<16} {detail}");
+        crate::out::outln!("warn  {check:<16} {detail}");
     }
 }
 
@@ -66,10 +66,10 @@ pub(crate) async fn main(loaded: Loaded) -> ExitCode {
     }
 
     if r.failed == 0 {
-        println!("all checks passed");
+        crate::out::outln!("all checks passed");
         ExitCode::SUCCESS
     } else {
-        println!("{} check(s) failed", r.failed);
+        crate::out::outln!("{} check(s) failed", r.failed);
         ExitCode::FAILURE
     }
 }

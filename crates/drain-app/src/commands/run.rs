@@ -73,7 +73,7 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
 
 async fn once(rt: &Runtime) -> ExitCode {
     let report = beat::tick_once(rt, &AtomicBool::new(false)).await;
-    println!("{}", crate::report::to_json(&report));
+    crate::out::outln!("{}", crate::report::to_json(&report));
     ExitCode::SUCCESS
 }
 

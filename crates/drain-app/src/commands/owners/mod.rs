@@ -114,7 +114,7 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
     rt.amqp.close().await;
     match serde_json::to_string(&report) {
         Ok(line) => {
-            println!("{line}");
+            crate::out::outln!("{line}");
             ExitCode::SUCCESS
         }
         Err(e) => {
