@@ -16,9 +16,12 @@
 //! | `claim_batch` | `EVALSHA claim` over the batch's keys | 1 per hash slot |
 //! | `settle_batch` | `EVALSHA settle` over the batch's keys | 1 per hash slot |
 //!
-//! Besides the ports, a few plain list and hash operations serve an embedder's owner
-//! work on the same connection ([`RedisStore::pop_batch`], [`RedisStore::mark_processed`],
-//! [`RedisStore::list_lengths`], [`RedisStore::push_items`]; `drain owners` uses them).
+//! Besides the ports, a few list and hash operations serve an embedder's owner work
+//! on the same connection, without ever losing an item: [`RedisStore::take_batch`]
+//! moves a batch from an owner's backlog into its in-flight list (or hands back what
+//! the list still holds), [`RedisStore::record_batch`] counts it processed and empties
+//! the list in the same step; [`RedisStore::list_lengths`], [`RedisStore::push_items`]
+//! (`drain owners` uses them).
 //!
 //! Release wake-up (issue 7) adds a waiter list per owner, registration inside the
 //! claim-held peek and the lost acquire, a release that publishes to one waiter, and a
@@ -100,6 +103,7 @@ mod wake;
 
 pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url};
 pub use error::map_error;
+pub use lists::Batch;
 pub use releases::{ReleaseCounters, Releases};
 pub use store::RedisStore;
 pub use wake::{Waiter, WakeRelease};

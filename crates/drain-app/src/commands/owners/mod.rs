@@ -51,6 +51,10 @@ pub(crate) struct OwnersArgs {
     /// with items, and ends the run once all are empty).
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub(crate) pass_ms: u64,
+    /// How long a turn's owner claim lives if the process dies holding it (another
+    /// process takes the owner, and the batch the dead turn left in flight, after it).
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub(crate) claim_ttl_seconds: u64,
 }
 
 /// Run `drain owners`.
@@ -108,18 +112,18 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
         batch: args.batch as usize,
         item_delay: Duration::from_micros(args.item_delay_us),
         pass: Duration::from_millis(args.pass_ms),
+        claim_ttl: Duration::from_secs(args.claim_ttl_seconds),
     };
     let report = drains::run(rt.clone(), store, options, rx).await;
     signals.abort();
     rt.amqp.close().await;
     match serde_json::to_string(&report) {
-        Ok(line) => {
-            crate::out::outln!("{line}");
-            ExitCode::SUCCESS
-        }
+        Ok(line) => crate::out::outln!("{line}"),
         Err(e) => {
             tracing::error!("cannot print the report: {e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    // A permanent error stopped the run: retrying cannot help until someone acts.
+    if report.error.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }
