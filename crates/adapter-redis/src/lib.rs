@@ -97,6 +97,7 @@ mod lease;
 mod lists;
 mod releases;
 mod reply;
+pub mod rights;
 mod scripts;
 mod store;
 mod wake;

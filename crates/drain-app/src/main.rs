@@ -35,14 +35,14 @@ fn main() -> ExitCode {
     };
     panic_hook::set_secrets(loaded.config.secret_parts());
     // `config` and `doctor` print the configuration warnings as part of their output.
-    let warnings_in_output = matches!(cli.command, cli::Command::Config(_) | cli::Command::Doctor);
+    let warnings_in_output = matches!(cli.command, cli::Command::Config(_) | cli::Command::Doctor(_));
     logging::start(&loaded, !warnings_in_output);
     match cli.command {
         cli::Command::Config(args) => commands::config::main(&args, &loaded),
         cli::Command::Simulate(args) => commands::simulate::main(&args),
         cli::Command::Run(args) => block_on(commands::run::main(&args, loaded)),
         cli::Command::Leases(args) => block_on(commands::leases::main(&args, loaded)),
-        cli::Command::Doctor => block_on(commands::doctor::main(loaded)),
+        cli::Command::Doctor(args) => block_on(commands::doctor::main(&args, loaded)),
         cli::Command::Owners(args) => block_on(commands::owners::main(&args, loaded)),
     }
 }

@@ -23,7 +23,7 @@ use crate::observe;
 
 pub(crate) mod demo;
 mod drains;
-mod keys;
+pub(crate) mod keys;
 mod wake;
 
 use drains::OwnerKeys;
