@@ -517,7 +517,10 @@ fn metrics_bind_loopback_by_default() {
         let s = v["settings"].as_array().expect("settings").iter().find(|s| s["name"] == "DRAIN_METRICS_ADDR").cloned();
         (s.expect("DRAIN_METRICS_ADDR listed"), v["warnings"].as_array().map_or(0, Vec::len))
     };
-    for (value, origin, warnings) in [(None, "default", 0), (Some("0.0.0.0"), "env", 1), (Some("*:9464"), "env", 1)] {
+    // A value that fell back to the default shows origin `default` (the warning says what was set).
+    for (value, origin, warnings) in
+        [(None, "default", 0), (Some("0.0.0.0"), "default", 1), (Some("*:9464"), "default", 1)]
+    {
         let (s, w) = effective(value);
         let addr: SocketAddr = s["value"].as_str().expect("value").parse().expect("host:port");
         assert!(addr.ip().is_loopback(), "{value:?} -> {addr}");
