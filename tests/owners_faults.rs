@@ -200,3 +200,39 @@ fn a_full_retry_timer_cap_costs_a_round_trip_per_pass_not_a_loop() {
     let warnings = run.count("\"WARN\"");
     assert!(warnings <= 2, "{warnings} warnings in {window:?}:\n{}", run.log());
 }
+
+/// The same for `drain run --owners N`'s demo workload: with every owner's claim
+/// held elsewhere and one retry timer, a handed-off intent waits for the next
+/// arrivals tick (each second) instead of looping through the scheduler.
+#[test]
+fn the_run_owners_demo_at_the_retry_timer_cap_does_not_loop() {
+    let Some(server) = redis() else { return };
+    drain_bin();
+    for i in 0..OWNERS {
+        let claim = format!("drain:claim:{{owner-{i}}}");
+        let ok = server.command(&["SET", &claim, "someone-else:ff", "PX", "600000"]).expect("SET");
+        assert_eq!(ok, Reply::Simple("OK".into()));
+    }
+    let mut cmd = drain();
+    cmd.args(["run", "--owners", &OWNERS.to_string()])
+        .env("DRAIN_REDIS_URL", server.url())
+        .env("DRAIN_LOG", "info")
+        .env("SERVICEBUS_ATOMIC_CLAIM", "off")
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
+        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "0")
+        .env("PROJECTION_DRAIN_MAX_RETRY_TIMERS", "1");
+    let mut run = Running::spawn(cmd);
+    assert!(run.wait_for("owner drains started", Duration::from_secs(30)), "{}", run.log());
+    let before: u64 = server.command_calls().expect("commandstats").values().sum();
+    let window = Duration::from_secs(5);
+    run.wait_for("\u{0}", window);
+    let after: u64 = server.command_calls().expect("commandstats").values().sum();
+    run.terminate();
+    assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
+    let commands = after - before;
+    // Each second: the arrivals' requests and the handed-off intents, peeked in a
+    // few batched round trips (2 commands per owner each).
+    let bound = 6 * 8 * 2 * u64::from(OWNERS) + 50;
+    eprintln!("{commands} Redis commands in {window:?} of `drain run --owners` at the cap (at most {bound})");
+    assert!(commands <= bound, "{commands} Redis commands in {window:?}: a hand-off loop (at most {bound})");
+}

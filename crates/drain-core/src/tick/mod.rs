@@ -50,28 +50,31 @@ use crate::switch::Switch;
 use crate::tick::health::Health;
 use crate::token::LeaseToken;
 
-/// Settings of one queue's tick (SPEC §3 `SERVICEBUS_*`).
+/// Settings of one queue's tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickConfig {
     /// The queue drained.
     pub queue: String,
-    /// `SERVICEBUS_DRAIN_SINGLEFLIGHT`.
+    /// The single-flight lease: Off never touches the lease store, Shadow takes the
+    /// lease and counts a skip it would make, On skips while another tick holds it.
     pub singleflight: Switch,
-    /// `SERVICEBUS_DRAIN_LOCK_TTL_SECONDS`.
+    /// How long a lease lives unless renewed: the backstop that frees the lease of a
+    /// holder that died.
     pub lease_ttl: Duration,
-    /// `SERVICEBUS_DRAIN_LEASE_RENEW`.
+    /// Renew the lease every `lease_ttl / 3` while the drain runs (only On renews).
     pub renew: Switch,
-    /// `SERVICEBUS_ATOMIC_CLAIM`.
+    /// The per-message claim before a submit (fails closed when On).
     pub atomic_claim: Switch,
-    /// `SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS`: how long `done` suppresses duplicates.
+    /// How long a `done` claim suppresses duplicates.
     pub claim_done_ttl: Duration,
-    /// `SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS`.
+    /// How long a `pending` claim lives before a redelivery may take it over; it
+    /// must exceed the longest submit.
     pub claim_pending_ttl: Duration,
-    /// `SERVICEBUS_DRAIN_CONCURRENCY`: messages processed at once.
+    /// Messages processed at once.
     pub concurrency: usize,
-    /// `SERVICEBUS_DRAIN_BATCH`: messages per receive.
+    /// Messages asked for per receive.
     pub batch: usize,
-    /// `SERVICEBUS_DRAIN_MAX_WAIT_MS`.
+    /// The longest one receive waits.
     pub max_wait: Duration,
     /// Stop after this many receives even if the queue is not empty (`None`: until a
     /// receive comes back empty).
@@ -79,7 +82,10 @@ pub struct TickConfig {
 }
 
 impl TickConfig {
-    /// The defaults of SPEC §3 for `queue`.
+    /// The defaults for `queue`: single-flight off; a 120 s lease, renewed; the
+    /// claim on, `done` for a day, `pending` for 5 min; one message at a time, 32
+    /// per receive, a receive waiting at most 1 s. (drain's binary uses the same
+    /// defaults; its registry is tested against these.)
     #[must_use]
     pub fn new(queue: impl Into<String>) -> Self {
         TickConfig {
@@ -285,8 +291,8 @@ pub async fn run_tick_with_progress(
 pub const PROBE_ID: &str = "\u{0}drain-probe";
 
 /// A cheap check that the claim store answers claims, receiving nothing: one claim of
-/// the probe key of `cfg.queue` (its id is [`PROBE_ID`]; the key shares the queue's
-/// hash tag, so it lives where the queue's claims live), released again at once. A
+/// the probe key of `cfg.queue` (its id is [`PROBE_ID`]; the key is laid out like the
+/// queue's message claims, so it lives where they live), released again at once. A
 /// probe that finds another prober's pending claim counts as answered.
 ///
 /// # Errors

@@ -1,9 +1,8 @@
 //! A claim-store outage across ticks, as a sans-IO state machine.
 //!
 //! The claim fails closed: a message that cannot be claimed is abandoned, never
-//! submitted. But every receive hands the broker a delivery, and a broker with a
-//! maximum delivery count (Service Bus, a RabbitMQ quorum queue with a delivery limit)
-//! dead-letters a message abandoned that often. So once a tick found the claim store
+//! submitted. But every receive counts as a delivery, and a source with a maximum
+//! delivery count dead-letters a message abandoned that often. So once a tick found the claim store
 //! failing, the process must not receive again until the store answers: every later
 //! tick (the beat's and the resident consumer's) asks the [`Outage`] first.
 //!
