@@ -240,7 +240,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "DRAIN_KEY_PREFIX",
         "drain",
         PLATFORM,
-        "Redis key namespace (tenant isolation): 1-64 of `A-Z a-z 0-9 - _ . :`.",
+        "Redis key namespace (tenant isolation): 1-64 of `A-Z a-z 0-9 - _ . :`. Anything else is fatal (exit 2, one line naming it): falling back to the shared `drain` would silently merge tenants.",
     ),
     text("DRAIN_INSTANCE_ID", "host-pid", PLATFORM, "Holder identity written into lease and claim tokens."),
     text(
