@@ -26,7 +26,7 @@ impl Observer for LogObserver {
                 tracing::debug!("lease release failed or skipped (the store is down); the TTL will free it");
             }
             Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. } => {
-                tracing::warn!("lease renewal failed; retrying next period unless the store timed out");
+                tracing::warn!("lease renewal failed; retrying next period");
             }
             Event::LeaseLost { queue } => {
                 tracing::debug!(queue, "lease lost while draining (expired or taken); drain cancelled");
