@@ -308,7 +308,7 @@ async fn client_kill_mid_drain_costs_at_most_one_failed_call_per_cut() {
                 Reply::Int(n) => assert!(n >= 1, "the store's connection was cut"),
                 other => panic!("CLIENT KILL answered {other:?}"),
             }
-            let renewed = observer.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed" }));
+            let renewed = observer.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed", .. }));
             mark.store(renewed, Ordering::SeqCst);
         });
     }

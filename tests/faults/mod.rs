@@ -221,7 +221,7 @@ impl World {
     }
 
     pub(crate) fn lease_ops(&self, op: LeaseOp, result: &str) -> usize {
-        self.count(|e| matches!(e, Event::LeaseOp { op: o, result: r } if *o == op && *r == result))
+        self.count(|e| matches!(e, Event::LeaseOp { op: o, result: r, .. } if *o == op && *r == result))
     }
 
     pub(crate) fn messages(&self, outcome: MessageOutcome) -> usize {

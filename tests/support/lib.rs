@@ -14,6 +14,7 @@ pub use test_servers::{RedisServer, free_port};
 
 mod clock;
 pub mod owners;
+pub mod prometheus;
 pub mod rabbit;
 
 /// The `drain` binary of this workspace. `cargo test --workspace` builds it before any

@@ -1,4 +1,4 @@
-//! Messages drained per second from the machine's RabbitMQ (AMQP 1.0), for:
+//! Messages drained per second from RabbitMQ (AMQP 1.0), for:
 //!
 //! * `bare_fe2o3` — a plain fe2o3-amqp consume-and-accept loop (credit windows of
 //!   64, TCP_NODELAY): the floor of what the broker allows through this client;
@@ -14,7 +14,9 @@
 //! median round is reported; the overhead is the median of the per-round ratios
 //! (the machine is shared; single rounds are noisy). Writes
 //! `<target>/bench/amqp.json` and prints a table.
-//! Without RabbitMQ on 127.0.0.1:5672 it writes the reason instead.
+//! The broker is `cargo xtask bench`'s private node, named at compile time
+//! (`DRAIN_TEST_AMQP_URL`, `_NODE`, `_HOME`), else 127.0.0.1:5672; without one
+//! answering it writes the reason instead.
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
@@ -66,7 +68,7 @@ async fn run() -> String {
     let probe = endpoint("x");
     let addr: SocketAddr = format!("{}:{}", probe.host, probe.port).parse().expect("address");
     if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err() {
-        let why = format!("RabbitMQ does not answer on {addr}; run `bash .ci/setup-services.sh`");
+        let why = format!("RabbitMQ does not answer on {addr}; run `cargo xtask bench` (it starts a private node)");
         println!("amqp bench skipped: {why}");
         return format!("{{\"skipped\":{why:?}}}\n");
     }
@@ -280,7 +282,24 @@ fn purge(queue: &str) {
     let _ = rabbitmqctl(&["purge_queue", queue]);
 }
 
+/// `cargo xtask bench`'s private node, named at compile time as the broker is.
+const NODE: Option<(&str, &str)> = match (option_env!("DRAIN_TEST_AMQP_NODE"), option_env!("DRAIN_TEST_AMQP_HOME")) {
+    (Some(node), Some(home)) => Some((node, home)),
+    _ => None,
+};
+
 fn rabbitmqctl(args: &[&str]) -> bool {
+    if let Some((node, home)) = NODE {
+        return Command::new("/usr/lib/rabbitmq/bin/rabbitmqctl")
+            .args(["-n", node, "-q"])
+            .args(args)
+            .env("HOME", home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    }
     ["rabbitmqctl", "/usr/sbin/rabbitmqctl", "/usr/local/sbin/rabbitmqctl"].iter().any(|tool| {
         Command::new(tool)
             .arg("-q")

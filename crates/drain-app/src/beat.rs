@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use drain_core::event::TickKind;
 use drain_core::tick::{ClaimHealth, Gate, TickProgress, TickReport, run_tick_with_progress};
 use drain_core::{LeaseToken, Switch};
 use tokio::sync::{Semaphore, watch};
@@ -316,6 +317,7 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, mut shutdown: wa
     let mut cfg = rt.tick.clone();
     cfg.singleflight = Switch::Off;
     cfg.max_batches = Some(1);
+    cfg.kind = TickKind::Resident;
     tracing::info!(queue = %cfg.queue, "resident consumer started");
     let stopping = |shutdown: &watch::Receiver<bool>| stop.load(Ordering::Acquire) || *shutdown.borrow();
     while !stopping(&shutdown) {

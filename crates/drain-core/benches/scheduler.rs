@@ -264,7 +264,8 @@ fn main() {
 
     let sc = simulate::scenario::Scenario::preset("large").expect("the large preset");
     let started = Instant::now();
-    let outcome = simulate::simulate(&sc, 1, &simulate::policy::REPORTED);
+    let progress = simulate::progress::Progress::new(&sc, &simulate::policy::REPORTED);
+    let outcome = simulate::simulate(&sc, 1, &simulate::policy::REPORTED, &progress);
     let wall = started.elapsed();
     let report = &outcome.report;
     let jobs: serde_json::Map<String, serde_json::Value> =
@@ -321,7 +322,8 @@ fn scenario_table(table: &mut String) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for name in ["default", "seed-fleet"] {
         let sc = simulate::scenario::Scenario::preset(name).expect("a preset");
-        let report = simulate::simulate(&sc, 1, &simulate::policy::REPORTED).report;
+        let progress = simulate::progress::Progress::new(&sc, &simulate::policy::REPORTED);
+        let report = simulate::simulate(&sc, 1, &simulate::policy::REPORTED, &progress).report;
         let _ = writeln!(
             table,
             "\nsimulate --scenario {name}: {:<18}{:>12}{:>14}{:>9}{:>9}{:>12}",

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
 use drain_core::ports::{Acquire, ClaimStore, Holding, LeaseStore, Message, Release, Renew, SubmitContext, Submitter};
 use drain_core::testkit::{MemoryStore, RecordingSubmitter, TestRng, block_on, message};
 use drain_core::tick::{LeaseStatus, TickPorts, TickReport};
@@ -151,7 +151,7 @@ fn lease_store_error_fails_open() {
     assert_eq!(r.fence, None);
     assert_eq!(stats(&r), (3, 3, 0, 0, 0));
     assert_eq!(h.count(|e| matches!(e, Event::Tick { outcome: TickOutcome::FailOpen, .. })), 1);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Acquire, result: "error" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Acquire, result: "error", .. })), 1);
     assert_eq!(h.store.calls().get("release"), None, "nothing acquired, nothing released");
 }
 
@@ -172,7 +172,7 @@ fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
     let r = late_tick(&mut h);
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
     assert_eq!(stats(&r), (2, 2, 0, 0, 0), "fail open: drained");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
     assert_eq!(h.lease_value(), None, "the late lease is gone");
     h.feed(&["c"]);
     let r = h.tick();
@@ -185,7 +185,7 @@ fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
     let before = h.lease_value();
     let r = late_tick(&mut h);
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
     assert_eq!(h.lease_value(), before, "another holder's lease is untouched");
 }
 
@@ -381,9 +381,9 @@ fn lease_is_renewed_every_third_of_the_ttl() {
     let r = h.tick();
     assert_eq!(stats(&r).1, 6);
     assert!(!r.lease_lost);
-    let renews = h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed" }));
+    let renews = h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed", .. }));
     assert_eq!(renews, 6, "60 s drain / 10 s period");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
     assert_eq!(h.lease_value(), None);
 }
 
@@ -396,7 +396,7 @@ fn without_renewal_a_long_drain_loses_the_lease_to_the_ttl() {
     let r = h.tick();
     assert_eq!(stats(&r).1, 6);
     assert_eq!(h.store.calls().get("renew"), None);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
 }
 
 /// Steals the lease (as a later tick would after our TTL) when it sees message `steal`.
@@ -434,7 +434,7 @@ fn lost_lease_cancels_the_drain_and_leaves_the_new_lease() {
     assert!(submitted.len() < 8, "the drain stopped early: {submitted:?}");
     assert_eq!(&submitted[..2], ["a", "steal"]);
     assert_eq!(h.count(|e| matches!(e, Event::LeaseLost { .. })), 1);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
     assert_eq!(h.lease_value().as_deref(), Some("thief:ffffffffffffffffffffffffffffffff"));
     let s = r.stats.unwrap();
     assert_eq!(s.received, s.submitted + s.abandoned, "every received message is settled");
@@ -459,7 +459,7 @@ fn a_panicking_drain_still_releases_the_lease() {
     let err = caught.expect_err("the panic is re-raised, not swallowed");
     assert_eq!(err.downcast_ref::<&str>(), Some(&"submitter bug"));
     assert_eq!(h.lease_value(), None, "released before the panic continued");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
 }
 
 #[test]
@@ -524,7 +524,7 @@ fn release_error_is_counted_and_the_ttl_frees_the_lease() {
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&leases, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::Held));
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "error" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "error", .. })), 1);
     h.store.set_failing(None);
     assert!(h.lease_value().is_some(), "the lease outlives the failed release");
     h.clock.advance(h.cfg.lease_ttl);
@@ -545,6 +545,8 @@ fn shadow_lease_counts_the_skip_but_drains() {
         1
     );
     assert_eq!(h.lease_value().as_deref(), Some("other:1"), "shadow never releases a foreign lease");
+    let shadow_ops = h.count(|e| matches!(e, Event::LeaseOp { result: "held", mode: Switch::Shadow, .. }));
+    assert_eq!(shadow_ops, 1, "a lease operation carries the switch position it was taken under");
     // Free lease in shadow: acquired, drained, released; the fence is not passed on.
     h.clock.advance(Duration::from_secs(101));
     h.feed(&["b"]);
@@ -635,4 +637,27 @@ fn a_stop_request_abandons_the_rest_settles_and_releases() {
     let claim_c = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "c"))).unwrap();
     assert_eq!(claim_c, None, "the abandoned message's claim is released, so its redelivery is not blocked");
     assert!(r.stopped, "{r:?}");
+}
+
+#[test]
+fn lease_operations_carry_the_single_flight_mode() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::On;
+    h.feed(&["a"]);
+    h.tick();
+    let on = |op: LeaseOp| h.count(|e| matches!(e, Event::LeaseOp { op: o, mode: Switch::On, .. } if *o == op));
+    assert_eq!((on(LeaseOp::Acquire), on(LeaseOp::Release)), (1, 1));
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { mode: Switch::Off | Switch::Shadow, .. })), 0);
+}
+
+#[test]
+fn a_tick_reports_what_ran_it() {
+    let mut h = Harness::new();
+    h.feed(&["a"]);
+    h.tick();
+    assert_eq!(h.count(|e| matches!(e, Event::Tick { kind: TickKind::Beat, .. })), 1, "the default is a beat tick");
+    h.cfg.kind = TickKind::Resident;
+    h.feed(&["b"]);
+    h.tick();
+    assert_eq!(h.count(|e| matches!(e, Event::Tick { kind: TickKind::Resident, .. })), 1);
 }

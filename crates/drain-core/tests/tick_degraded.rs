@@ -212,9 +212,9 @@ fn a_renewal_timeout_marks_nothing_down() {
     let slow = SlowRenew { inner: h.store.clone(), clock: h.clock.clone() };
     let target = h.target.clone();
     let r = h.tick_on(&slow, &*h.store.clone(), &*target);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "error" })), 2, "{r:?}");
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. })), 2, "{r:?}");
     assert_eq!(stats(&r), (5, 5, 0, 0, 0), "the drain went on, batch after batch");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
     assert_eq!(r.claims, ClaimHealth::Answered);
 }
 
@@ -411,7 +411,7 @@ fn renew_shadow_never_extends_the_lease() {
         assert_eq!(stats(&r).1, 6);
         assert_eq!(h.store.calls().get("renew"), None, "{renew:?}: no renewal call");
         assert_eq!(
-            h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })),
+            h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })),
             1,
             "{renew:?}: the TTL ran out, as with renewal off"
         );

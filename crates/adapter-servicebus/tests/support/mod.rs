@@ -2,8 +2,9 @@
 //! dead-letter queue through a per-queue policy), private vhosts, a TCP proxy that
 //! can cut every connection, and a real-time clock for drain-core.
 //!
-//! RabbitMQ is `DRAIN_TEST_AMQP_URL` (set by `cargo xtask test`) or
-//! `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
+//! RabbitMQ is `DRAIN_TEST_AMQP_URL` (set by `cargo xtask test` to its private
+//! node, with `DRAIN_TEST_AMQP_NODE` and `DRAIN_TEST_AMQP_HOME` for `rabbitmqctl`)
+//! or `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
 //! test panics, otherwise it prints why it skips and returns.
 #![allow(dead_code, unreachable_pub)]
 
@@ -24,7 +25,7 @@ use tokio::sync::watch;
 
 const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
 
-/// The machine's RabbitMQ.
+/// The run's RabbitMQ.
 #[derive(Debug, Clone)]
 pub struct Rabbit {
     /// `amqp://user:password@host:port`, no path.
@@ -48,9 +49,8 @@ pub fn rabbit(test: &str) -> Option<Rabbit> {
     if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
         return Some(Rabbit { base, addr });
     }
-    let why = format!(
-        "RabbitMQ does not answer on {addr}: run `bash .ci/setup-services.sh` (installs, starts, enables rabbitmq_amqp1_0)"
-    );
+    let why =
+        format!("RabbitMQ does not answer on {addr}: run the tests with `cargo xtask test` (it starts a private node)");
     if std::env::var_os("CI").is_some() {
         panic!("{test}: {why}");
     }
@@ -83,26 +83,34 @@ pub fn unique_name() -> String {
     format!("drain-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
-fn rabbitmqctl_path() -> PathBuf {
+/// `rabbitmqctl` for the run's broker: `cargo xtask test`'s private node
+/// (`DRAIN_TEST_AMQP_NODE`, its cookie in `DRAIN_TEST_AMQP_HOME`) through Debian's
+/// real script, or else the machine's broker through the one on `PATH`.
+fn rabbitmqctl_command() -> Command {
+    if let (Ok(node), Some(home)) = (std::env::var("DRAIN_TEST_AMQP_NODE"), std::env::var_os("DRAIN_TEST_AMQP_HOME")) {
+        let mut c = Command::new("/usr/lib/rabbitmq/bin/rabbitmqctl");
+        c.args(["-n", &node]).env("HOME", home);
+        return c;
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    let tool = std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
         .map(|d| d.join("rabbitmqctl"))
         .find(|p| p.is_file())
-        .expect("rabbitmqctl not found: the tests create queues, policies and vhosts with it")
+        .expect("rabbitmqctl not found: the tests create queues, policies and vhosts with it");
+    Command::new(tool)
 }
 
 /// Run `rabbitmqctl args…`; panics with its output when it fails.
 pub fn rabbitmqctl(args: &[&str]) -> String {
-    let out =
-        Command::new(rabbitmqctl_path()).arg("-q").args(args).stdin(Stdio::null()).output().expect("run rabbitmqctl");
+    let out = rabbitmqctl_command().arg("-q").args(args).stdin(Stdio::null()).output().expect("run rabbitmqctl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "rabbitmqctl {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
     text
 }
 
 fn rabbitmqctl_quiet(args: &[&str]) {
-    let _ = Command::new(rabbitmqctl_path()).arg("-q").args(args).stdin(Stdio::null()).output();
+    let _ = rabbitmqctl_command().arg("-q").args(args).stdin(Stdio::null()).output();
 }
 
 /// A queue of this test (and its dead-letter queue), deleted on drop.

@@ -40,7 +40,7 @@ pub use outage::{Gate, Outage, OutagePolicy, Step};
 pub use report::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
 
 use crate::error::{ErrorKind, PortError};
-use crate::event::{Event, LeaseOp, TickOutcome};
+use crate::event::{Event, LeaseOp, TickKind, TickOutcome};
 use crate::keys::{KeySpace, LeaseKey};
 use crate::ports::{
     Acquire, ClaimState, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, SettleAction,
@@ -79,6 +79,9 @@ pub struct TickConfig {
     /// Stop after this many receives even if the queue is not empty (`None`: until a
     /// receive comes back empty).
     pub max_batches: Option<u32>,
+    /// What runs this tick (label `kind` of the tick metric): the beat, or the
+    /// resident consumer's batches.
+    pub kind: TickKind,
 }
 
 impl TickConfig {
@@ -100,6 +103,7 @@ impl TickConfig {
             batch: 32,
             max_wait: Duration::from_millis(1_000),
             max_batches: None,
+            kind: TickKind::Beat,
         }
     }
 }
@@ -191,7 +195,7 @@ pub async fn run_tick_with_progress(
     let mode = cfg.singleflight;
     let finish = |outcome: TickOutcome| {
         let duration = ports.clock.now().saturating_since(start);
-        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, duration });
+        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, kind: cfg.kind, duration });
     };
 
     // `timed_out`: the acquire got no answer in time, so it may still have taken the
@@ -200,12 +204,12 @@ pub async fn run_tick_with_progress(
         Switch::Off => (LeaseStatus::Off, None, false, false),
         Switch::On | Switch::Shadow => match ports.leases.acquire(&key, token, cfg.lease_ttl).await {
             Ok(Acquire::Acquired { fence }) => {
-                lease_op(ports, LeaseOp::Acquire, "acquired");
+                lease_op(cfg, ports, LeaseOp::Acquire, "acquired");
                 let status = if mode.enforces() { LeaseStatus::Held } else { LeaseStatus::ShadowAcquired };
                 (status, Some(fence), true, false)
             }
             Ok(Acquire::Held { .. }) => {
-                lease_op(ports, LeaseOp::Acquire, "held");
+                lease_op(cfg, ports, LeaseOp::Acquire, "held");
                 if mode.enforces() {
                     finish(TickOutcome::SkippedLocked);
                     return TickReport::skipped_locked(&cfg.queue);
@@ -213,7 +217,7 @@ pub async fn run_tick_with_progress(
                 (LeaseStatus::ShadowWouldSkip, None, false, false)
             }
             Err(e) => {
-                lease_op(ports, LeaseOp::Acquire, "error");
+                lease_op(cfg, ports, LeaseOp::Acquire, "error");
                 health.lease_error(&e);
                 (LeaseStatus::FailOpen, None, false, e.kind == ErrorKind::Timeout)
             }
@@ -255,12 +259,12 @@ pub async fn run_tick_with_progress(
     // more timeout. A lease we hold on a store that timed out later is left to its TTL.
     if timed_out || (acquired && !health.lease_down()) {
         match ports.leases.release(&key, token).await {
-            Ok(Release::Released) => lease_op(ports, LeaseOp::Release, "released"),
-            Ok(Release::NotOwner) => lease_op(ports, LeaseOp::Release, "not_owner"),
-            Err(_) => lease_op(ports, LeaseOp::Release, "error"),
+            Ok(Release::Released) => lease_op(cfg, ports, LeaseOp::Release, "released"),
+            Ok(Release::NotOwner) => lease_op(cfg, ports, LeaseOp::Release, "not_owner"),
+            Err(_) => lease_op(cfg, ports, LeaseOp::Release, "error"),
         }
     } else if acquired {
-        lease_op(ports, LeaseOp::Release, "error");
+        lease_op(cfg, ports, LeaseOp::Release, "error");
     }
 
     let outcome = match result {
@@ -316,8 +320,8 @@ pub async fn probe_claims(
     }
 }
 
-fn lease_op(ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
-    ports.observer.observe(&Event::LeaseOp { op, result });
+fn lease_op(cfg: &TickConfig, ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
+    ports.observer.observe(&Event::LeaseOp { op, result, mode: cfg.singleflight });
 }
 
 /// Renew every TTL/3 until the lease is lost. With single-flight On, a loss cancels
@@ -341,9 +345,9 @@ async fn renew_loop(
         ports.clock.sleep_until(next).await;
         next = ports.clock.now() + period;
         match ports.leases.renew(key, token, cfg.lease_ttl).await {
-            Ok(Renew::Renewed) => lease_op(ports, LeaseOp::Renew, "renewed"),
+            Ok(Renew::Renewed) => lease_op(cfg, ports, LeaseOp::Renew, "renewed"),
             Ok(Renew::Lost) => {
-                lease_op(ports, LeaseOp::Renew, "lost");
+                lease_op(cfg, ports, LeaseOp::Renew, "lost");
                 ports.observer.observe(&Event::LeaseLost { queue: &cfg.queue });
                 lost.store(true, Ordering::Release);
                 if cfg.singleflight.enforces() {
@@ -351,7 +355,7 @@ async fn renew_loop(
                 }
                 return;
             }
-            Err(_) => lease_op(ports, LeaseOp::Renew, "error"),
+            Err(_) => lease_op(cfg, ports, LeaseOp::Renew, "error"),
         }
     }
 }

@@ -11,7 +11,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use drain_core::event::Event;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
@@ -59,7 +58,7 @@ pub(crate) struct OwnersArgs {
 
 /// Run `drain owners`.
 pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
-    let config = loaded.config;
+    let (config, effective) = (loaded.config, loaded.effective);
     let draining = !args.seed_only;
     let observer = match observe::start(config.metrics_addr, draining) {
         Ok(o) => o,
@@ -69,7 +68,8 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
         }
     };
     let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    observer.observe(&Event::SwitchMode { switch: "PROJECTION_DRAIN_CLAIM_AWARE", mode: config.claim_aware });
+    let known = adapter_metrics::Known { ticks: None, owners: Some(config.claim_aware) };
+    observe::announce(observer.as_ref(), &effective, &known);
     let rt = match compose::compose_until_signal(config, clock, observer, true).await {
         Ok(Some(rt)) => Arc::new(rt),
         Ok(None) => return ExitCode::SUCCESS,
