@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use drain_e2e::rabbit::{Broker, Queue};
-use drain_e2e::{RedisServer, Running, cpu_seconds, drain, drain_bin, redis};
+use drain_e2e::{RedisServer, Running, cpu_seconds, drain, drain_bin, free_port, redis, scrape};
 use test_servers::Reply;
 
 /// Messages fed before the drain starts.
@@ -114,6 +114,17 @@ struct Measured {
     dead_lettered: u64,
     target: BTreeMap<String, u32>,
     left: u64,
+    /// `drain_ticks_total{outcome="claims_down"}` at the end of the outage: beats
+    /// that started no tick because the claim store was down.
+    claims_down_ticks: f64,
+}
+
+/// The sum of every `/metrics` series of `name` whose labels include `label`.
+fn sum_of(body: &str, name: &str, label: &str) -> f64 {
+    body.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
 }
 
 /// Drain `broker`'s source with `drain run --resident`, freeze `redis` for [`OUTAGE`]
@@ -121,9 +132,11 @@ struct Measured {
 fn outage(broker: &dyn OutageBroker, redis: &mut RedisServer) -> Measured {
     let ids: Vec<String> = (0..N).map(|i| format!("m-{i:04}")).collect();
     broker.feed(&ids);
+    let metrics = free_port();
     let mut cmd = drain();
     cmd.args(["run", "--resident"])
         .env("DRAIN_LOG", "info")
+        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{metrics}"))
         .env("DRAIN_REDIS_URL", redis.url())
         .env("DRAIN_SOURCE_URL", broker.source_url())
         .env("DRAIN_TARGET_URL", broker.target_url())
@@ -151,6 +164,7 @@ fn outage(broker: &dyn OutageBroker, redis: &mut RedisServer) -> Measured {
         run.wait_for("\u{0}", left);
     }
     let cpu_seconds = cpu_seconds(run.pid()) - cpu_before;
+    let claims_down_ticks = sum_of(&scrape(metrics), "drain_ticks_total", r#"outcome="claims_down""#);
     run.count("");
     let log_lines = run.seen[lines_before..].to_vec();
     redis.resume();
@@ -164,7 +178,14 @@ fn outage(broker: &dyn OutageBroker, redis: &mut RedisServer) -> Measured {
     run.terminate();
     let status = run.wait_exit(Duration::from_secs(30));
     assert!(status.is_some_and(|s| s.success()), "drain exited with {status:?}: {}", run.log());
-    Measured { cpu_seconds, log_lines, dead_lettered: broker.dead_lettered(), target: broker.collect_target(), left }
+    Measured {
+        cpu_seconds,
+        log_lines,
+        dead_lettered: broker.dead_lettered(),
+        target: broker.collect_target(),
+        left,
+        claims_down_ticks,
+    }
 }
 
 /// Check a measured outage against the promise; `ids` were fed.
@@ -174,9 +195,10 @@ fn check(m: &Measured) {
         *kinds.entry(message(line)).or_default() += 1;
     }
     eprintln!(
-        "during the {OUTAGE:?} outage: {:.2} CPU seconds, {} log lines {kinds:#?}; after it: {} dead-lettered, \
-         {} distinct ids in the target, {} left in the source",
+        "during the {OUTAGE:?} outage: {:.2} CPU seconds, {} claims_down beats, {} log lines {kinds:#?}; after it: \
+         {} dead-lettered, {} distinct ids in the target, {} left in the source",
         m.cpu_seconds,
+        m.claims_down_ticks,
         m.log_lines.len(),
         m.dead_lettered,
         m.target.len(),
@@ -195,6 +217,8 @@ fn check(m: &Measured) {
     assert_eq!(m.target.len(), N, "only the ids fed arrive");
     assert_eq!(m.left, 0, "the source is empty");
     assert!(m.cpu_seconds < CPU_BOUND, "{:.2} CPU seconds during the outage", m.cpu_seconds);
+    // Nothing received, yet the outage shows: the beats count it.
+    assert!(m.claims_down_ticks >= 5.0, "{} beats counted claims_down in {OUTAGE:?}", m.claims_down_ticks);
     // Every line is a tick's summary or a back-off step, never a line per message;
     // at most one summary per tick (a beat every BEAT_SECONDS, jittered down to half,
     // and the resident consumer's batches, each waiting at least its receive).

@@ -35,6 +35,7 @@ async fn every_known_label_set_is_exported_at_zero_before_its_first_event() {
         r#"drain_ticks_total{queue="requests",outcome="ran",mode="on",kind="beat"} 0"#,
         r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on",kind="beat"} 0"#,
         r#"drain_ticks_total{queue="requests",outcome="fail_open",mode="on",kind="beat"} 0"#,
+        r#"drain_ticks_total{queue="requests",outcome="claims_down",mode="on",kind="beat"} 0"#,
         r#"drain_ticks_total{queue="requests",outcome="ran",mode="off",kind="resident"} 0"#,
         r#"drain_lease_ops_total{op="acquire",result="acquired",mode="on"} 0"#,
         r#"drain_lease_ops_total{op="acquire",result="held",mode="on"} 0"#,

@@ -208,21 +208,28 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
                     Gate::Probe => true,
                     Gate::Wait { .. } => {
                         tracing::debug!(queue = %rt.tick.queue, "beat starts no tick: the claim store is down");
+                        rt.claims_down_tick(Duration::ZERO);
                         continue;
                     }
                 };
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
                     busy.beat_lost(workers);
                     if probe {
-                        // Hand the probe to the next beat rather than losing it.
-                        rt.probe().await;
+                        // Probe now rather than lose the turn; a failed probe is a beat
+                        // that found the claim store down.
+                        let started = rt.clock.now();
+                        if !rt.probe().await {
+                            rt.claims_down_tick(rt.clock.now().saturating_since(started));
+                        }
                     }
                     continue;
                 };
                 next_id += 1;
                 let (id, rt, stop, held) = (next_id, rt.clone(), stop.clone(), held.clone());
                 tasks.spawn(async move {
+                    let started = rt.clock.now();
                     if probe && !rt.probe().await {
+                        rt.claims_down_tick(rt.clock.now().saturating_since(started));
                         drop(permit);
                         return;
                     }

@@ -13,6 +13,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use drain_core::LeaseToken;
+use drain_core::event::{Event, TickKind, TickOutcome};
 use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims};
 
 use crate::compose::Runtime;
@@ -73,6 +74,19 @@ impl Runtime {
                 false
             }
         }
+    }
+
+    /// Count a beat that started no tick because the claim store is down
+    /// (`drain_ticks_total{outcome="claims_down"}`): while nothing is received, no
+    /// message outcome moves, and this is what shows the outage.
+    pub(crate) fn claims_down_tick(&self, duration: Duration) {
+        self.observer.observe(&Event::Tick {
+            queue: &self.tick.queue,
+            outcome: TickOutcome::ClaimsDown,
+            mode: self.tick.singleflight,
+            kind: TickKind::Beat,
+            duration,
+        });
     }
 
     /// Feed a finished tick's claim health to the gate.
