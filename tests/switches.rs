@@ -153,34 +153,43 @@ fn atomic_claim_positions_on_a_message_without_an_id() {
 /// like on): its TTL only falls, and the release at the end finds it expired.
 #[test]
 fn lease_renew_positions() {
-    for position in POSITIONS {
-        let Some(server) = redis() else { return };
-        let mut cmd = drain();
-        cmd.arg("run")
-            .env("DRAIN_REDIS_URL", server.url())
-            .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
-            .env("SERVICEBUS_ATOMIC_CLAIM", "off")
-            .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "10")
-            .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
-            .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
-            .env("SERVICEBUS_DRAIN_LEASE_RENEW", position);
-        let mut run = Running::spawn(cmd);
-        // The lease's remaining TTL, polled until the tick ends: did it ever go up?
-        let (mut last, mut extended) = (i64::MAX, false);
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        while !run.wait_for("\"tick done\"", Duration::from_millis(200)) {
-            assert!(std::time::Instant::now() < deadline, "{position}: the tick did not end: {}", run.log());
-            if let Reply::Int(ms) = server.command(&["PTTL", "drain:lease:{requests}"]).expect("PTTL")
-                && ms > 0
-            {
-                extended |= ms > last.saturating_add(500);
-                last = ms;
-            }
-        }
-        run.terminate();
-        assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
-        assert_eq!(extended, position == "on", "{position}: the lease's TTL went back up: {extended}");
+    // The three positions at once (each ~20 s of drain), each on a Redis of its own.
+    let runs: Vec<_> = POSITIONS.iter().map(|&position| std::thread::spawn(move || renews(position))).collect();
+    for (position, run) in POSITIONS.iter().zip(runs) {
+        let Some(extended) = run.join().expect("a position's thread") else { return };
+        assert_eq!(extended, *position == "on", "{position}: the lease's TTL went back up: {extended}");
     }
+}
+
+/// Whether the lease's TTL ever went back up during one long tick with
+/// `SERVICEBUS_DRAIN_LEASE_RENEW=position` (`None`: no Redis here).
+fn renews(position: &str) -> Option<bool> {
+    let server = redis()?;
+    let mut cmd = drain();
+    cmd.arg("run")
+        .env("DRAIN_REDIS_URL", server.url())
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("SERVICEBUS_ATOMIC_CLAIM", "off")
+        .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "10")
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
+        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
+        .env("SERVICEBUS_DRAIN_LEASE_RENEW", position);
+    let mut run = Running::spawn(cmd);
+    // The lease's remaining TTL, polled until the tick ends: did it ever go up?
+    let (mut last, mut extended) = (i64::MAX, false);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !run.wait_for("\"tick done\"", Duration::from_millis(200)) {
+        assert!(std::time::Instant::now() < deadline, "{position}: the tick did not end: {}", run.log());
+        if let Reply::Int(ms) = server.command(&["PTTL", "drain:lease:{requests}"]).expect("PTTL")
+            && ms > 0
+        {
+            extended |= ms > last.saturating_add(500);
+            last = ms;
+        }
+    }
+    run.terminate();
+    assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
+    Some(extended)
 }
 
 /// `PROJECTION_DRAIN_CLAIM_AWARE` for `drain owners`: off never peeks; shadow and on
