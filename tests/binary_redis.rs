@@ -1,4 +1,4 @@
-//! The `drain` binary against a private redis-server (issue 5, item 6).
+//! The `drain` binary against a private redis-server.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -211,7 +211,7 @@ fn sigterm_mid_tick_releases_the_lease_gives_messages_back_and_exits_zero() {
     assert_eq!(n("submitted") + n("duplicates"), keys as u64, "one done claim per submitted message, none pending");
 }
 
-/// SPEC §3: "A bad value never panics and never silently disables a safety
+/// The settings rule (docs/flags.md): "A bad value never panics and never silently disables a safety
 /// feature." For switches, numbers and text that means the default (or the clamped
 /// value) with one warning per variable, and `drain` starts. For a `*_URL` there is
 /// no safe default: falling back to the embedded store or demo queue would quietly

@@ -241,7 +241,8 @@ impl Broker {
                     break;
                 }
                 for d in got {
-                    *seen.entry(d.message.message_id.clone().unwrap_or_else(|| NO_ID.to_owned())).or_insert(0) += 1;
+                    let id = d.message.message_id.as_ref().map_or_else(|| NO_ID.to_owned(), ToString::to_string);
+                    *seen.entry(id).or_insert(0) += 1;
                     source.complete(d.handle).await.expect("complete");
                 }
             }

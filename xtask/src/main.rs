@@ -23,6 +23,7 @@ mod services;
 mod soak;
 mod test_gate;
 mod util;
+mod vocabulary;
 
 use std::process::ExitCode;
 
@@ -44,8 +45,10 @@ Gates (`ci` runs them in this order and stops at the first failure):
            per operation as specified, flat memory; target/bench/load.json.
            `cargo xtask soak [--seconds N]` runs 60 s by default, `ci` 15 s
   doc      cargo doc --workspace --no-deps --all-features, rustdoc warnings denied
-  arch     architecture invariants: drain-core's dependencies and source,
-           dependencies between workspace crates (docs/architecture.md)
+  arch     architecture invariants: drain-core's dependencies and source (no
+           clock, randomness, I/O or Redis vocabulary), dependencies between
+           workspace crates, no spec-section or issue references in code
+           (docs/architecture.md)
   flags    docs/flags.md matches `drain config --flags-markdown`
            (`cargo xtask flags --write` regenerates it)
   env      only the config layer reads the environment

@@ -1,4 +1,4 @@
-//! `cargo xtask soak [--seconds N]`: the load check (issue 6, item 4). Runs the
+//! `cargo xtask soak [--seconds N]`: the load check. Runs the
 //! `drain-load` program of `tests/load/` (package `drain-e2e`): 64 queues x 16
 //! instances of the tick path and 10,000 owners through the admission scheduler
 //! against one private `redis-server`, for N seconds ([`DEFAULT_SECONDS`]; `ci` runs

@@ -4,7 +4,7 @@
 //! `metrics-exporter-prometheus` on an HTTP `/metrics` endpoint.
 //!
 //! Only the names in [`KEEP_LIST`] are exported: the installed recorder drops every
-//! other metric, whoever registers it, so the scrape surface is exactly SPEC §9.
+//! other metric, whoever registers it, so the scrape surface is exactly docs/metrics.md.
 //! Decisions taken in shadow mode carry `mode="shadow"`.
 //!
 //! ```no_run

@@ -3,7 +3,7 @@ use drain_core::event::Event;
 use drain_core::ports::Observer;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-/// Turns every drain-core [`Event`] into the SPEC §9 metric it stands for.
+/// Turns every drain-core [`Event`] into the metric of docs/metrics.md it stands for.
 ///
 /// Stateless and cheap: each event is one counter increment, gauge set or histogram
 /// record on the global recorder (a no-op until [`crate::install`] ran).

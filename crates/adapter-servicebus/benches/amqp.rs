@@ -26,11 +26,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
-use async_trait::async_trait;
+use drain_clock::TokioClock;
+use drain_core::LeaseToken;
+use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
-use drain_core::testkit::{MemoryStore, TestRng, message};
+use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken, Time};
 use fe2o3_amqp::link::CreditMode;
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
@@ -230,23 +231,16 @@ async fn tick(queue: &str, target: &str, concurrency: usize) -> Duration {
     let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
     let source = AmqpSource::connect(endpoint(queue), options).await.expect("source");
     let submitter = AmqpSubmitter::connect(endpoint(target), SubmitterOptions::default()).await.expect("target");
-    let clock = Arc::new(WallClock(Instant::now()));
+    let clock = Arc::new(TokioClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let mut cfg = TickConfig::new(queue);
     cfg.concurrency = concurrency;
     cfg.batch = BATCH;
     cfg.max_wait = Duration::from_millis(300);
-    let ports = TickPorts {
-        leases: &store,
-        claims: &store,
-        source: &source,
-        target: &submitter,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency as u64));
     let start = Instant::now();
-    let report = run_tick(&cfg, &KeySpace::new(format!("{queue}-{concurrency}")), &ports, &token).await;
+    let report = run_tick(&cfg, &ports, &token).await;
     // The last, empty receive waits max_wait: not part of the drain.
     let took = start.elapsed().saturating_sub(cfg.max_wait);
     assert_eq!(report.stats.map(|s| s.submitted), Some(N as u64), "{:?}", report.error);
@@ -310,18 +304,4 @@ fn rabbitmqctl(args: &[&str]) -> bool {
             .status()
             .is_ok_and(|s| s.success())
     })
-}
-
-/// drain-core's clock on wall time.
-struct WallClock(Instant);
-
-#[async_trait]
-impl Clock for WallClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX))
-    }
-
-    async fn sleep_until(&self, deadline: Time) {
-        tokio::time::sleep(deadline.saturating_since(self.now())).await;
-    }
 }

@@ -37,7 +37,7 @@ async fn service_bus_passes_the_message_source_contract() {
     let source = AmqpSource::connect(e.clone(), SourceOptions::default()).await.expect("source");
     let feed = AmqpSubmitter::connect(e.clone(), SubmitterOptions::default()).await.expect("submitter");
     let dlq = AmqpSource::connect(dead_letter_queue(&e), SourceOptions::default()).await.expect("dead-letter queue");
-    contract::message_source(&source, &feed, Some(&dlq), WAIT).await;
+    contract::message_source(&source, &feed, Some(&dlq), WAIT).await.unwrap_or_else(|v| panic!("{v}"));
     source.close().await.unwrap();
     dlq.close().await.unwrap();
     feed.close().await.unwrap();

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drain_core::event::TickKind;
+use drain_core::ports::LeaseName;
 use drain_core::tick::{ClaimHealth, Gate, TickProgress, TickReport, run_tick_with_progress};
 use drain_core::{LeaseToken, Switch};
 use tokio::sync::{Semaphore, watch};
@@ -43,7 +44,7 @@ impl Held {
 /// Run one tick with a fresh token.
 pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> TickReport {
     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-    run_tick_with_progress(&rt.tick, &rt.keys, &rt.ports(), &token, stop, &TickProgress::default()).await
+    run_tick_with_progress(&rt.tick, &rt.ports(), &token, stop, &TickProgress::default()).await
 }
 
 /// Run a tick of `cfg`, logging its progress every [`PROGRESS_EVERY`] while it runs.
@@ -56,7 +57,7 @@ async fn watched_tick(
 ) -> TickReport {
     let progress = TickProgress::default();
     let ports = rt.ports();
-    let tick = run_tick_with_progress(cfg, &rt.keys, &ports, token, stop, &progress);
+    let tick = run_tick_with_progress(cfg, &ports, token, stop, &progress);
     futures::pin_mut!(tick);
     let started = tokio::time::Instant::now();
     let mut every = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
@@ -301,9 +302,9 @@ async fn shut_down(rt: &Runtime, mut tasks: JoinSet<()>, stop: &AtomicBool, held
     }
     stop.store(true, Ordering::Release);
     let leftovers: Vec<LeaseToken> = held.lock().drain().map(|(_, t)| t).collect();
-    let key = rt.keys.lease(&rt.tick.queue);
-    for token in leftovers {
-        match rt.leases.release(&key, &token).await {
+    let key = LeaseName::queue(rt.tick.queue.as_str());
+    for (token, leases) in leftovers.into_iter().filter_map(|t| rt.leases.as_ref().map(|l| (t, l))) {
+        match leases.release(&key, &token).await {
             Ok(r) => tracing::info!(result = ?r, "released the lease of an aborted tick"),
             Err(e) => tracing::warn!("could not release an aborted tick's lease ({e}); its TTL frees it"),
         }

@@ -5,7 +5,6 @@
 
 mod beat;
 mod cli;
-mod clock;
 mod commands;
 mod compose;
 mod config;

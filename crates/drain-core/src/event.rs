@@ -64,11 +64,11 @@ impl TickKind {
 /// A lease operation (label `op` of `drain_lease_ops_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseOp {
-    /// `SET NX PX` + fence increment.
+    /// Take the lease if it is free, and its next fence.
     Acquire,
     /// Compare-and-delete.
     Release,
-    /// Compare-and-`PEXPIRE`.
+    /// Compare-and-extend.
     Renew,
 }
 
@@ -275,7 +275,7 @@ pub enum Event<'a> {
         mode: Switch,
     },
     /// A release notification ended an owner's claim wait (mode On), or would have
-    /// (mode Shadow). Emitted by the admission driver; not a kept metric (SPEC §9),
+    /// (mode Shadow). Emitted by the admission driver; not a kept metric (docs/metrics.md),
     /// an embedder counts it.
     ReleaseWake {
         /// Release wake-up switch position.
@@ -294,7 +294,8 @@ pub enum Event<'a> {
     OwnerQueueDepth(usize),
     /// Pending retry timers (gauge).
     RetryTimers(usize),
-    /// One store round trip's duration (`drain_redis_op_duration_seconds{op}`).
+    /// One store round trip's duration (an adapter reports it; adapter-metrics turns
+    /// it into the store round-trip histogram of docs/metrics.md).
     StoreOp {
         /// Operation name, e.g. `acquire`, `claim_batch`.
         op: &'static str,

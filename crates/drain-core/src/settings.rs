@@ -185,7 +185,7 @@ pub fn ordered_window(
 /// The reason, when `raw` is not such a prefix. There is no fallback: a prefix that
 /// cannot be used must stop the caller, because replacing it with a shared default
 /// would silently merge tenants (and complete one tenant's messages as the other's
-/// duplicates). A brace would also break every hash tag.
+/// duplicates). A brace or a space would also break a store's key layout.
 pub fn key_prefix(raw: &str) -> Result<String, String> {
     let p = raw.trim();
     if p.is_empty() {

@@ -11,15 +11,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome};
+use drain_core::memory::{ManualClock, MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseStore, Message, Release, Renew, SettleResult, Settlement,
-    SubmitContext, Submitter,
+    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew,
+    SettleResult, Settlement, SubmitContext, Submitter,
 };
-use drain_core::testkit::{ManualClock, MemoryStore, RecordingSubmitter, TestRng, block_on, message};
+use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{
     ClaimHealth, LeaseStatus, PROBE_ID, TickPorts, TickProgress, probe_claims, run_tick_with_progress,
 };
-use drain_core::{ErrorKind, LeaseKey, LeaseToken, PortError, Switch};
+use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
 
 fn no_id() -> Message {
@@ -112,30 +113,34 @@ impl Frozen {
 
 #[async_trait]
 impl LeaseStore for Frozen {
-    async fn acquire(&self, _: &LeaseKey, _: &LeaseToken, _: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Acquire, PortError> {
         self.wait("acquire").await
     }
-    async fn release(&self, _: &LeaseKey, _: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, _: &LeaseName, _: &LeaseToken) -> Result<Release, PortError> {
         self.wait("release").await
     }
-    async fn renew(&self, _: &LeaseKey, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
         self.wait("renew").await
     }
-    async fn peek(&self, _: &str) -> Result<Option<Holding>, PortError> {
+    async fn peek(&self, _: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.wait("peek").await
-    }
-    async fn peek_many(&self, _: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        self.wait("peek_many").await
     }
 }
 
 #[async_trait]
 impl ClaimStore for Frozen {
-    async fn claim_batch(&self, _: &[String], _: &LeaseToken, _: Duration) -> Result<Vec<ClaimState>, PortError> {
+    async fn claim_batch(
+        &self,
+        _: &str,
+        _: &[MessageId],
+        _: &LeaseToken,
+        _: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
         self.wait("claim_batch").await
     }
     async fn settle_batch(
         &self,
+        _: &str,
         _: &[Settlement],
         _: &LeaseToken,
         _: Duration,
@@ -226,21 +231,18 @@ struct SlowRenew {
 
 #[async_trait]
 impl LeaseStore for SlowRenew {
-    async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.inner.acquire(k, t, ttl).await
     }
-    async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, k: &LeaseName, t: &LeaseToken) -> Result<Release, PortError> {
         self.inner.release(k, t).await
     }
-    async fn renew(&self, _: &LeaseKey, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
         self.clock.sleep_until(self.clock.now() + TIMEOUT).await;
         Err(PortError::new(ErrorKind::Timeout, "no answer in time"))
     }
-    async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
+    async fn peek(&self, k: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.inner.peek(k).await
-    }
-    async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        self.inner.peek_many(k).await
     }
 }
 
@@ -254,18 +256,16 @@ impl LeaseStore for SlowRenew {
 fn the_probe_claims_and_releases_a_key_no_message_has() {
     let h = Harness::new();
     let token = LeaseToken::generate("me", &mut TestRng::new(7));
-    block_on(&h.clock, probe_claims(&h.cfg, &h.keys, &*h.store, &token)).expect("a healthy store answers");
+    block_on(&h.clock, probe_claims(&h.cfg, &*h.store, &token)).expect("a healthy store answers");
     assert_eq!(h.store.calls().get("claim_batch"), Some(&1));
     assert_eq!(h.store.calls().get("settle_batch"), Some(&1));
-    let key = h.keys.message_claim("requests", PROBE_ID);
-    assert!(key.contains("{requests}"), "the queue's hash tag: {key}");
-    assert_eq!(block_on(&h.clock, h.store.peek(&key)).expect("peek"), None, "released");
+    assert_eq!(h.claim(PROBE_ID), None, "released");
     assert_eq!(h.source.receive_calls(), 0);
     // Another prober's pending claim is an answer too.
-    h.store.set_raw(&key, "pending:other:1", Some(Duration::from_secs(5)));
-    block_on(&h.clock, probe_claims(&h.cfg, &h.keys, &*h.store, &token)).expect("answered");
+    h.put_claim(PROBE_ID, StoredClaim::Pending { token: "other:1".into() });
+    block_on(&h.clock, probe_claims(&h.cfg, &*h.store, &token)).expect("answered");
     h.store.set_failing(Some(ErrorKind::Timeout));
-    let e = block_on(&h.clock, probe_claims(&h.cfg, &h.keys, &*h.store, &token)).expect_err("down");
+    let e = block_on(&h.clock, probe_claims(&h.cfg, &*h.store, &token)).expect_err("down");
     assert_eq!(e.kind, ErrorKind::Timeout);
 }
 
@@ -277,16 +277,9 @@ fn progress_counts_what_the_tick_did() {
     h.feed(&["a", "b", "c"]);
     let token = h.token();
     let progress = TickProgress::default();
-    let ports = TickPorts {
-        leases: &*h.store,
-        claims: &*h.store,
-        source: &*h.source,
-        target: &*h.target,
-        clock: &*h.clock,
-        observer: &h.observer,
-    };
+    let ports = TickPorts::new(&*h.source, &*h.target, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
     let stop = AtomicBool::new(false);
-    let r = block_on(&h.clock, run_tick_with_progress(&h.cfg, &h.keys, &ports, &token, &stop, &progress));
+    let r = block_on(&h.clock, run_tick_with_progress(&h.cfg, &ports, &token, &stop, &progress));
     assert_eq!((progress.received(), progress.submitted()), (3, 3));
     assert_eq!(stats(&r).0, 3);
 }
@@ -309,7 +302,6 @@ fn a_settlement_answered_not_owner_is_counted_as_a_possible_duplicate() {
     h.feed(&["a", "b", "c"]);
     let slow = Takeover {
         store: h.store.clone(),
-        keys: h.keys.clone(),
         inner: RecordingSubmitter::with_delay(h.clock.clone(), Duration::from_secs(11)),
     };
     let store = h.store.clone();
@@ -318,27 +310,25 @@ fn a_settlement_answered_not_owner_is_counted_as_a_possible_duplicate() {
     assert_eq!((s.submitted, s.abandoned, s.claims_expired), (2, 1, 3), "{s:?}");
     assert_eq!(h.messages(MessageOutcome::ClaimExpired), 3);
     assert_eq!(h.messages(MessageOutcome::ClaimSettleFailed), 0, "answered, not failed");
-    let key = h.keys.message_claim("requests", "a");
-    let held = block_on(&h.clock, h.store.peek(&key)).expect("peek").map(|h| h.value);
-    assert_eq!(held.as_deref(), Some("pending:other:1"), "the other holder's claim is untouched");
+    let held = h.claim("a");
+    assert_eq!(held, Some(StoredClaim::Pending { token: "other:1".into() }), "the other holder's claim is untouched");
 }
 
 /// Submits slowly; meanwhile another holder takes over each message's (expired)
 /// claim. Message `c` fails to submit.
 struct Takeover {
     store: Arc<MemoryStore>,
-    keys: drain_core::KeySpace,
     inner: RecordingSubmitter,
 }
 
 #[async_trait]
 impl Submitter for Takeover {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
-        let id = message.message_id.clone().unwrap_or_default();
+        let id = message.message_id.clone().expect("an id");
         let r = self.inner.submit(message, ctx).await;
-        let key = self.keys.message_claim("requests", &id);
-        self.store.set_raw(&key, "pending:other:1", Some(Duration::from_secs(300)));
-        if id == "c" { Err(PortError::new(ErrorKind::Other, "refused")) } else { r }
+        let other = StoredClaim::Pending { token: "other:1".into() };
+        self.store.put_claim(ctx.queue, &id, other, Duration::from_secs(300));
+        if id == MessageId::from("c") { Err(PortError::new(ErrorKind::Other, "refused")) } else { r }
     }
 }
 
@@ -347,11 +337,18 @@ struct FailSettle(Arc<MemoryStore>);
 
 #[async_trait]
 impl ClaimStore for FailSettle {
-    async fn claim_batch(&self, k: &[String], t: &LeaseToken, ttl: Duration) -> Result<Vec<ClaimState>, PortError> {
-        self.0.claim_batch(k, t, ttl).await
+    async fn claim_batch(
+        &self,
+        q: &str,
+        ids: &[MessageId],
+        t: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        self.0.claim_batch(q, ids, t, ttl).await
     }
     async fn settle_batch(
         &self,
+        _: &str,
         _: &[Settlement],
         _: &LeaseToken,
         _: Duration,

@@ -16,10 +16,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use adapter_servicebus::Endpoint;
-use async_trait::async_trait;
-use drain_core::Time;
-use drain_core::ports::Clock;
-use fe2o3_amqp::{Connection, Sender, Session};
+use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -275,26 +274,55 @@ impl Drop for Proxy {
     }
 }
 
-/// drain-core's clock on real (tokio) time.
-#[derive(Debug)]
-pub struct RealClock {
-    start: tokio::time::Instant,
+/// A plain fe2o3 connection and session to the broker: a foreign client's.
+async fn raw_session(
+    r: &Rabbit,
+) -> (fe2o3_amqp::connection::ConnectionHandle<()>, fe2o3_amqp::session::SessionHandle<()>) {
+    let mut conn = Connection::builder()
+        .container_id(unique_name())
+        .hostname(r.addr.ip().to_string().as_str())
+        .open(r.base.as_str())
+        .await
+        .expect("connect");
+    let session = Session::begin(&mut conn).await.expect("session");
+    (conn, session)
 }
 
-impl RealClock {
-    pub fn new() -> RealClock {
-        RealClock { start: tokio::time::Instant::now() }
+/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted:
+/// what a foreign producer puts on the queue.
+pub async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
+    let (mut conn, mut session) = raw_session(r).await;
+    let mut sender = Sender::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    for m in messages {
+        let outcome = sender.send(m).await.expect("send");
+        assert!(outcome.is_accepted(), "the broker accepts the message: {outcome:?}");
     }
+    // RabbitMQ answers a link close with a detach. The teardown is best effort and
+    // bounded: the messages are already accepted.
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, sender.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
 }
 
-#[async_trait]
-impl Clock for RealClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+/// Receive `n` messages from `/amq/queue/<queue>` with fe2o3's raw receiver,
+/// accepting each: what a foreign consumer sees on the wire.
+pub async fn receive_raw(r: &Rabbit, queue: &str, n: usize) -> Vec<AmqpMessage<Body<Value>>> {
+    let (mut conn, mut session) = raw_session(r).await;
+    let mut receiver =
+        Receiver::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), receiver.recv::<Body<Value>>())
+            .await
+            .expect("a message within 10 s")
+            .expect("receive");
+        receiver.accept(&delivery).await.expect("accept");
+        out.push(delivery.into_message());
     }
-
-    async fn sleep_until(&self, deadline: Time) {
-        let now = self.now();
-        tokio::time::sleep(deadline.saturating_since(now)).await;
-    }
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, receiver.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
+    out
 }

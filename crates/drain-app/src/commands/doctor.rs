@@ -6,10 +6,13 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use adapter_redis::{RedisStore, rights};
+use adapter_redis::{KeySpace, RedisStore, rights};
 use clap::{Args, ValueEnum};
-use drain_core::ports::{Acquire, ClaimStore, LeaseStore, Release, Renew, SettleAction, Settlement};
-use drain_core::{ErrorKind, KeySpace, LeaseKey, LeaseToken, PortError, Switch};
+use drain_core::admission::OwnerId;
+use drain_core::ports::{
+    Acquire, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, Release, Renew, SettleAction, Settlement,
+};
+use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 
 use crate::commands::owners::keys::OwnerKeys;
 use crate::compose;
@@ -188,10 +191,10 @@ async fn redis_checks(r: &mut Report, mode: Mode, loaded: &Loaded) {
     rtts.sort();
     r.ok("redis rtt", format!("median {:.2} ms over 5 PINGs", rtts[2].as_secs_f64() * 1000.0));
 
-    let keys = KeySpace::new(c.key_prefix.clone());
+    let keys = store.keys().clone();
     let probe = format!("drain-doctor.{}", c.instance_id);
     let needed = rights_for(mode);
-    match store.missing_rights(&keys.lease(&format!("{probe}.rights")).fence, &needed).await {
+    match store.missing_rights(&keys.lease(&LeaseName::queue(format!("{probe}.rights"))).fence, &needed).await {
         Ok(missing) if missing.is_empty() => {
             r.ok("acl rights", format!("every command `drain {}` sends is allowed", mode_name(mode)));
         }
@@ -213,22 +216,23 @@ async fn redis_checks(r: &mut Report, mode: Mode, loaded: &Loaded) {
     match mode {
         Mode::Run => {
             if c.singleflight.computes() {
-                let lease = keys.lease(&probe);
+                let lease = LeaseName::queue(probe.as_str());
+                let stored = keys.lease(&lease);
                 let result = lease_cycle(&store, &lease, &token).await;
-                forget(r, &store, &[&lease.fence]).await;
+                forget(r, &store, &[&stored.fence]).await;
                 match result {
                     Ok(fence) => {
-                        r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", lease.lease))
+                        r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", stored.lease))
                     }
                     Err((op, e)) => r.fail("lease ops", format!("{op}: {}", explain(&e))),
                 }
             }
             if c.atomic_claim.computes() {
-                message_claims(r, &store, &keys, &probe, &token).await;
+                message_claims(r, &store, &probe, &token).await;
             }
         }
         Mode::Owners => owner_checks(r, &store, &keys, &probe, &token, c).await,
-        Mode::Leases => match store.scan(&keys.scan_pattern()).await {
+        Mode::Leases => match store.scan().await {
             Ok(found) => r.ok("scan", format!("{} key(s) under `{}:`", found.len(), c.key_prefix)),
             Err(e) => r.fail("scan", format!("`drain leases` needs SCAN: {}", explain(&e))),
         },
@@ -243,13 +247,13 @@ fn mode_name(mode: Mode) -> &'static str {
     }
 }
 
-async fn message_claims(r: &mut Report, store: &RedisStore, keys: &KeySpace, probe: &str, token: &LeaseToken) {
+async fn message_claims(r: &mut Report, store: &RedisStore, probe: &str, token: &LeaseToken) {
     let ttl = Duration::from_secs(10);
-    let msg_key = vec![keys.message_claim(probe, "probe")];
-    match store.claim_batch(&msg_key, token, ttl).await {
+    let msg = [MessageId::from("probe")];
+    match store.claim_batch(probe, &msg, token, ttl).await {
         Ok(_) => {
-            let settle = [Settlement { key: msg_key[0].clone(), action: SettleAction::Release }];
-            match store.settle_batch(&settle, token, ttl).await {
+            let settle = [Settlement { id: msg[0].clone(), action: SettleAction::Release }];
+            match store.settle_batch(probe, &settle, token, ttl).await {
                 Ok(_) => r.ok("message claims", "claim + settle scripts"),
                 Err(e) => r.fail("message claims", format!("settle: {}", explain(&e))),
             }
@@ -268,14 +272,15 @@ async fn owner_checks(
     token: &LeaseToken,
     c: &Config,
 ) {
-    let claim = keys.owner_lease(probe);
+    let claim = LeaseName::owner(probe);
+    let stored = keys.lease(&claim);
     let result = lease_cycle(store, &claim, token).await;
-    forget(r, store, &[&claim.fence]).await;
+    forget(r, store, &[&stored.fence]).await;
     match result {
-        Ok(_) => r.ok("owner claims", format!("take, renew, release on {}", claim.lease)),
+        Ok(_) => r.ok("owner claims", format!("take, renew, release on {}", stored.lease)),
         Err((op, e)) => r.fail("owner claims", format!("{op}: {}", explain(&e))),
     }
-    match store.peek_many(&[keys.owner_claim(probe)]).await {
+    match store.peek_owners(&[OwnerId::from(probe)]).await {
         Ok(_) => r.ok("peeks", "GET + PTTL pipeline"),
         Err(e) => r.fail("peeks", explain(&e)),
     }
@@ -318,7 +323,11 @@ async fn forget(r: &mut Report, store: &RedisStore, keys: &[&str]) {
     }
 }
 
-async fn lease_cycle(store: &RedisStore, key: &LeaseKey, token: &LeaseToken) -> Result<u64, (&'static str, PortError)> {
+async fn lease_cycle(
+    store: &RedisStore,
+    key: &LeaseName,
+    token: &LeaseToken,
+) -> Result<u64, (&'static str, PortError)> {
     let ttl = Duration::from_secs(10);
     let fence = match store.acquire(key, token, ttl).await.map_err(|e| ("acquire", e))? {
         Acquire::Acquired { fence } => fence,

@@ -6,11 +6,11 @@ use std::sync::atomic::AtomicBool;
 
 use adapter_metrics::{Known, KnownTicks};
 use clap::Args;
+use drain_clock::TokioClock;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
 use crate::beat;
-use crate::clock::SystemClock;
 use crate::commands::owners::demo as owners;
 use crate::compose::{self, Runtime};
 use crate::config::Loaded;
@@ -43,7 +43,7 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let (config, effective) = (loaded.config, loaded.effective);
     let rt = match compose::compose_until_signal(config, clock.clone(), observer, args.owners.is_some()).await {
         Ok(Some(rt)) => Arc::new(rt),

@@ -1,4 +1,4 @@
-//! `drain simulate`: the fleet simulator (issue 7). The simulation itself lives in
+//! `drain simulate`: the fleet simulator. The simulation itself lives in
 //! `crate::simulate`; this is its command line.
 
 use std::io::IsTerminal;

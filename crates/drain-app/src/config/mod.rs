@@ -119,7 +119,7 @@ impl Config {
             .collect()
     }
 
-    /// The owner admission settings (SPEC §5), with the worker count as turn slots.
+    /// The owner admission settings (docs/flags.md), with the worker count as turn slots.
     pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig {
             claim_aware: self.claim_aware,

@@ -1,5 +1,5 @@
 //! `drain simulate`: a deterministic discrete-event simulation of a fleet in virtual
-//! time (SPEC §8, issue 7).
+//! time (docs/operations.md, `drain simulate`).
 //!
 //! * [`workload`]: the request stream, drawn once from the seed — Zipf-like owner
 //!   popularity, rate bursts, several items per arrival, each arrival requested of K
@@ -10,8 +10,8 @@
 //!   store with TTLs, and fires timers and release notifications.
 //! * [`oracle`]: a model, not drain-core code — an omniscient dispatcher that never
 //!   wastes a turn, the floor for waste and latency.
-//! * [`ticks`]: the tick side — drain-core's real `run_tick` on the testkit's
-//!   in-memory ports, beat every 10 s on 4 workers, lease off and on.
+//! * [`ticks`]: the tick side — drain-core's real `run_tick` on its in-memory
+//!   ports (feature `memory`), beat every 10 s on 4 workers, lease off and on.
 //! * [`report`] and [`svg`]: the figures, as a table, one JSON object, or a chart.
 //!
 //! The same seed gives byte-identical output: every random draw comes from a

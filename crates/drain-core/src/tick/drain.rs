@@ -9,8 +9,9 @@ use futures::stream::{self, StreamExt};
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, MessageOutcome};
-use crate::keys::KeySpace;
-use crate::ports::{ClaimState, Delivery, DeliveryHandle, SettleAction, SettleResult, Settlement, SubmitContext};
+use crate::ports::{
+    ClaimState, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, Settlement, SubmitContext,
+};
 use crate::switch::Switch;
 use crate::tick::health::Health;
 use crate::tick::{ClaimHealth, DrainStats, TickConfig, TickPorts, TickProgress};
@@ -30,7 +31,6 @@ pub(super) struct DrainOutcome {
 /// Everything one drain needs, borrowed.
 pub(super) struct Drain<'a> {
     pub(super) cfg: &'a TickConfig,
-    pub(super) keys: &'a KeySpace,
     pub(super) ports: &'a TickPorts<'a>,
     pub(super) token: &'a LeaseToken,
     /// Passed to the submitter; `None` unless single-flight is On and we hold the lease.
@@ -130,10 +130,10 @@ impl Drain<'_> {
         //    the first one's claim). Off and Shadow behave as without the claim: both
         //    are submitted (Shadow counts what On would have done).
         let mut seen = HashSet::new();
-        let mut work: Vec<(Delivery, Option<String>)> = Vec::with_capacity(batch.len());
+        let mut work: Vec<(Delivery, Option<MessageId>)> = Vec::with_capacity(batch.len());
         let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(batch.len());
         for d in batch {
-            match d.message.message_id.as_deref() {
+            match d.message.message_id.clone() {
                 None if mode.enforces() => {
                     let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
                     stats.dead_lettered += 1;
@@ -149,7 +149,7 @@ impl Drain<'_> {
                     }
                     work.push((d, None));
                 }
-                Some(id) if !seen.insert(id.to_owned()) => {
+                Some(id) if !seen.insert(id.clone()) => {
                     if mode.enforces() {
                         fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
                     } else {
@@ -159,10 +159,7 @@ impl Drain<'_> {
                         work.push((d, None));
                     }
                 }
-                Some(id) => {
-                    let key = self.keys.message_claim(&self.cfg.queue, id);
-                    work.push((d, Some(key)));
-                }
+                Some(id) => work.push((d, Some(id))),
             }
         }
 
@@ -244,7 +241,7 @@ impl Drain<'_> {
     /// submitted twice), abandoned ones wait out the claim.
     async fn settle_claims(
         &self,
-        work: &[(Delivery, Option<String>)],
+        work: &[(Delivery, Option<MessageId>)],
         plans: &[Plan],
         results: &[(usize, Fate)],
         stats: &mut DrainStats,
@@ -254,12 +251,12 @@ impl Drain<'_> {
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
             .filter_map(|(i, fate)| {
-                let key = work[*i].1.clone()?;
+                let id = work[*i].1.clone()?;
                 let action = match fate {
                     Fate::Complete(_) => SettleAction::MarkDone,
                     Fate::Abandon(_) => SettleAction::Release,
                 };
-                Some(Settlement { key, action })
+                Some(Settlement { id, action })
             })
             .collect();
         if settlements.is_empty() {
@@ -268,7 +265,7 @@ impl Drain<'_> {
         let answer = if self.health.claims_down() {
             Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
         } else {
-            match self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await {
+            match self.settle(&settlements).await {
                 Ok(r) if r.len() == settlements.len() => Ok(r),
                 Ok(r) => Err(PortError::new(
                     ErrorKind::Protocol,
@@ -297,22 +294,22 @@ impl Drain<'_> {
     }
 
     /// Decide each message's plan from its claim state (one store call), per switch.
-    async fn plan(&self, work: &[(Delivery, Option<String>)], mode: Switch) -> (Vec<Plan>, ClaimHealth) {
+    async fn plan(&self, work: &[(Delivery, Option<MessageId>)], mode: Switch) -> (Vec<Plan>, ClaimHealth) {
         let mut plans = vec![Plan::Submit { claimed: false }; work.len()];
         let claimed: Vec<usize> = (0..work.len()).filter(|&i| work[i].1.is_some()).collect();
         if !mode.computes() || claimed.is_empty() {
             return (plans, ClaimHealth::NotAsked);
         }
-        let keys: Vec<String> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
+        let ids: Vec<MessageId> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
         let answer = if self.health.claims_down() {
             Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
         } else {
-            match self.ports.claims.claim_batch(&keys, self.token, self.cfg.claim_pending_ttl).await {
-                Ok(states) if states.len() == keys.len() => Ok(states),
+            match self.claim(&ids).await {
+                Ok(states) if states.len() == ids.len() => Ok(states),
                 // An answer of the wrong length cannot be trusted.
                 Ok(states) => Err(PortError::new(
                     ErrorKind::Protocol,
-                    format!("{} answers to {} claims", states.len(), keys.len()),
+                    format!("{} answers to {} claims", states.len(), ids.len()),
                 )),
                 Err(e) => Err(e),
             }
@@ -350,5 +347,22 @@ impl Drain<'_> {
             };
         }
         (plans, ClaimHealth::Answered)
+    }
+
+    /// Take the batch's claims, or fail as an unreachable store would when there is
+    /// no claim store.
+    async fn claim(&self, ids: &[MessageId]) -> Result<Vec<ClaimState>, PortError> {
+        match self.ports.claims {
+            Some(store) => store.claim_batch(&self.cfg.queue, ids, self.token, self.cfg.claim_pending_ttl).await,
+            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+        }
+    }
+
+    /// Settle the batch's claims (only ever called after a claim succeeded).
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, PortError> {
+        match self.ports.claims {
+            Some(store) => store.settle_batch(&self.cfg.queue, settlements, self.token, self.cfg.claim_done_ttl).await,
+            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+        }
     }
 }

@@ -80,5 +80,8 @@ fn set(flag: &AtomicBool) {
 /// Whether the two store ports are one object. Zero-sized stores are never taken for
 /// one: two distinct ones may share an address.
 fn same_object(ports: &TickPorts<'_>) -> bool {
-    size_of_val(ports.leases) != 0 && std::ptr::addr_eq(ports.leases, ports.claims)
+    match (ports.leases, ports.claims) {
+        (Some(leases), Some(claims)) => size_of_val(leases) != 0 && std::ptr::addr_eq(leases, claims),
+        _ => false,
+    }
 }

@@ -1,4 +1,4 @@
-//! One beat tick (SPEC §4, §6): the single-flight lease around a drain of the
+//! One beat tick: the single-flight lease around a drain of the
 //! queue, with renewal, fencing, and the per-message atomic claim.
 //!
 //! ```text
@@ -41,10 +41,9 @@ pub use report::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, LeaseOp, TickKind, TickOutcome};
-use crate::keys::{KeySpace, LeaseKey};
 use crate::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, SettleAction,
-    Settlement, Submitter,
+    Acquire, ClaimState, ClaimStore, Clock, LeaseName, LeaseStore, MessageId, MessageSource, Observer, Release, Renew,
+    SettleAction, Settlement, Submitter,
 };
 use crate::switch::Switch;
 use crate::tick::health::Health;
@@ -108,14 +107,19 @@ impl TickConfig {
     }
 }
 
-/// The ports a tick uses. When `leases` and `claims` are the same object (one store
-/// serving both), a timeout of either counts for both for the rest of the tick.
+/// The ports a tick uses. When the lease store and the claim store are the same
+/// object (one store serving both), a timeout of either counts for both for the rest
+/// of the tick. The lease store is needed only while single-flight
+/// computes (On or Shadow), the claim store only while the atomic claim does:
+/// [`TickPorts::missing`] says what a configuration lacks. A tick that finds a needed
+/// port missing treats it as a store that cannot answer: the lease fails open, the
+/// claims fail closed, and the report's `error` names the port.
 #[derive(Clone, Copy)]
 pub struct TickPorts<'a> {
     /// Single-flight leases.
-    pub leases: &'a dyn LeaseStore,
+    pub leases: Option<&'a dyn LeaseStore>,
     /// Per-message claims.
-    pub claims: &'a dyn ClaimStore,
+    pub claims: Option<&'a dyn ClaimStore>,
     /// The queue.
     pub source: &'a dyn MessageSource,
     /// Where messages are resubmitted.
@@ -126,13 +130,58 @@ pub struct TickPorts<'a> {
     pub observer: &'a dyn Observer,
 }
 
+impl<'a> TickPorts<'a> {
+    /// The ports every tick needs; add stores with [`TickPorts::leases`] and
+    /// [`TickPorts::claims`].
+    #[must_use]
+    pub fn new(
+        source: &'a dyn MessageSource,
+        target: &'a dyn Submitter,
+        clock: &'a dyn Clock,
+        observer: &'a dyn Observer,
+    ) -> Self {
+        TickPorts { leases: None, claims: None, source, target, clock, observer }
+    }
+
+    /// With `store` for single-flight leases.
+    #[must_use]
+    pub fn leases(mut self, store: &'a dyn LeaseStore) -> Self {
+        self.leases = Some(store);
+        self
+    }
+
+    /// With `store` for per-message claims.
+    #[must_use]
+    pub fn claims(mut self, store: &'a dyn ClaimStore) -> Self {
+        self.claims = Some(store);
+        self
+    }
+
+    /// The ports `cfg` needs that are missing (`"lease store"`, `"claim store"`);
+    /// empty when the tick has all it needs.
+    #[must_use]
+    pub fn missing(&self, cfg: &TickConfig) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if cfg.singleflight.computes() && self.leases.is_none() {
+            out.push(NO_LEASE_STORE);
+        }
+        if cfg.atomic_claim.computes() && self.claims.is_none() {
+            out.push(NO_CLAIM_STORE);
+        }
+        out
+    }
+}
+
+const NO_LEASE_STORE: &str = "lease store";
+const NO_CLAIM_STORE: &str = "claim store";
+
 /// Run one tick. `token` must be fresh for this tick ([`LeaseToken::generate`]).
 ///
 /// Never returns an error: every failure is a decision in the report (fail open on
 /// the lease, fail closed on claims, a source error ends the drain early). A panic
 /// in a port is re-raised after the lease is released.
-pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
-    run_tick_until(cfg, keys, ports, token, &AtomicBool::new(false)).await
+pub async fn run_tick(cfg: &TickConfig, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
+    run_tick_until(cfg, ports, token, &AtomicBool::new(false)).await
 }
 
 /// [`run_tick`] that also stops cooperatively once `stop` is set (a shutdown past its
@@ -141,12 +190,11 @@ pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, 
 /// released, and the report says `"stopped":true`.
 pub async fn run_tick_until(
     cfg: &TickConfig,
-    keys: &KeySpace,
     ports: &TickPorts<'_>,
     token: &LeaseToken,
     stop: &AtomicBool,
 ) -> TickReport {
-    run_tick_with_progress(cfg, keys, ports, token, stop, &TickProgress::default()).await
+    run_tick_with_progress(cfg, ports, token, stop, &TickProgress::default()).await
 }
 
 /// Counts of a running tick, readable while it runs (the binary logs the progress
@@ -183,7 +231,6 @@ impl TickProgress {
 /// `progress` as it goes.
 pub async fn run_tick_with_progress(
     cfg: &TickConfig,
-    keys: &KeySpace,
     ports: &TickPorts<'_>,
     token: &LeaseToken,
     stop: &AtomicBool,
@@ -191,7 +238,7 @@ pub async fn run_tick_with_progress(
 ) -> TickReport {
     let start = ports.clock.now();
     let health = Health::new(ports);
-    let key = keys.lease(&cfg.queue);
+    let key = LeaseName::queue(cfg.queue.as_str());
     let mode = cfg.singleflight;
     let finish = |outcome: TickOutcome| {
         let duration = ports.clock.now().saturating_since(start);
@@ -202,7 +249,7 @@ pub async fn run_tick_with_progress(
     // lease with our token (a request is not withdrawn by a client timeout).
     let (status, fence, acquired, timed_out) = match mode {
         Switch::Off => (LeaseStatus::Off, None, false, false),
-        Switch::On | Switch::Shadow => match ports.leases.acquire(&key, token, cfg.lease_ttl).await {
+        Switch::On | Switch::Shadow => match acquire(ports.leases, &key, token, cfg.lease_ttl).await {
             Ok(Acquire::Acquired { fence }) => {
                 lease_op(cfg, ports, LeaseOp::Acquire, "acquired");
                 let status = if mode.enforces() { LeaseStatus::Held } else { LeaseStatus::ShadowAcquired };
@@ -228,7 +275,6 @@ pub async fn run_tick_with_progress(
     let lost = AtomicBool::new(false);
     let drain = drain::Drain {
         cfg,
-        keys,
         ports,
         token,
         fence: if mode.enforces() { fence } else { None },
@@ -240,8 +286,8 @@ pub async fn run_tick_with_progress(
     let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
     // Shadow renewal behaves as Off: it must not extend the lease. (On renews every
     // TTL/3 unconditionally; there is no decision for Shadow to compute.)
-    let result = if acquired && cfg.renew.enforces() {
-        let renew_fut = renew_loop(cfg, &key, ports, token, &cancel, &lost);
+    let result = if let Some(leases) = ports.leases.filter(|_| acquired && cfg.renew.enforces()) {
+        let renew_fut = renew_loop(cfg, &key, leases, ports, token, &cancel, &lost);
         futures::pin_mut!(drain_fut, renew_fut);
         match select(drain_fut, renew_fut).await {
             Either::Left((result, _)) => result,
@@ -257,8 +303,8 @@ pub async fn run_tick_with_progress(
     // It is the one call made to a store that timed out in this tick: a slow store
     // runs it after the late acquire, which frees the lease; a frozen one costs it one
     // more timeout. A lease we hold on a store that timed out later is left to its TTL.
-    if timed_out || (acquired && !health.lease_down()) {
-        match ports.leases.release(&key, token).await {
+    if let Some(leases) = ports.leases.filter(|_| timed_out || (acquired && !health.lease_down())) {
+        match leases.release(&key, token).await {
             Ok(Release::Released) => lease_op(cfg, ports, LeaseOp::Release, "released"),
             Ok(Release::NotOwner) => lease_op(cfg, ports, LeaseOp::Release, "not_owner"),
             Err(_) => lease_op(cfg, ports, LeaseOp::Release, "error"),
@@ -267,10 +313,14 @@ pub async fn run_tick_with_progress(
         lease_op(cfg, ports, LeaseOp::Release, "error");
     }
 
-    let outcome = match result {
+    let mut outcome = match result {
         Ok(outcome) => outcome,
         Err(panic) => resume_unwind(panic),
     };
+    let missing = ports.missing(cfg);
+    if !missing.is_empty() && outcome.error.is_none() {
+        outcome.error = Some(format!("no {} configured", missing.join(" and no ")));
+    }
     let tick_outcome = match status {
         LeaseStatus::FailOpen => TickOutcome::FailOpen,
         LeaseStatus::ShadowWouldSkip => TickOutcome::SkippedLocked,
@@ -295,28 +345,37 @@ pub async fn run_tick_with_progress(
 pub const PROBE_ID: &str = "\u{0}drain-probe";
 
 /// A cheap check that the claim store answers claims, receiving nothing: one claim of
-/// the probe key of `cfg.queue` (its id is [`PROBE_ID`]; the key is laid out like the
-/// queue's message claims, so it lives where they live), released again at once. A
-/// probe that finds another prober's pending claim counts as answered.
+/// the probe message of `cfg.queue` (its id is [`PROBE_ID`]; it is a claim of the
+/// queue like any other, so it lives where the queue's claims live), released again
+/// at once. A probe that finds another prober's pending claim counts as answered.
 ///
 /// # Errors
 /// The claim store's error, or a `Protocol` error for an answer of the wrong length.
-pub async fn probe_claims(
-    cfg: &TickConfig,
-    keys: &KeySpace,
-    claims: &dyn ClaimStore,
-    token: &LeaseToken,
-) -> Result<(), PortError> {
-    let key = keys.message_claim(&cfg.queue, PROBE_ID);
+pub async fn probe_claims(cfg: &TickConfig, claims: &dyn ClaimStore, token: &LeaseToken) -> Result<(), PortError> {
+    let id = MessageId::from(PROBE_ID);
     let ttl = cfg.claim_pending_ttl.min(Duration::from_secs(10));
-    let states = claims.claim_batch(std::slice::from_ref(&key), token, ttl).await?;
+    let states = claims.claim_batch(&cfg.queue, std::slice::from_ref(&id), token, ttl).await?;
     match states.as_slice() {
         [ClaimState::Claimed] => {
-            let release = Settlement { key, action: SettleAction::Release };
-            claims.settle_batch(&[release], token, ttl).await.map(|_| ())
+            let release = Settlement { id, action: SettleAction::Release };
+            claims.settle_batch(&cfg.queue, &[release], token, ttl).await.map(|_| ())
         }
         [_] => Ok(()),
         other => Err(PortError::new(ErrorKind::Protocol, format!("{} answers to one claim", other.len()))),
+    }
+}
+
+/// Acquire through the lease store, or fail as an unreachable store would when there
+/// is none.
+async fn acquire(
+    leases: Option<&dyn LeaseStore>,
+    key: &LeaseName,
+    token: &LeaseToken,
+    ttl: Duration,
+) -> Result<Acquire, PortError> {
+    match leases {
+        Some(store) => store.acquire(key, token, ttl).await,
+        None => Err(PortError::new(ErrorKind::Config, format!("no {NO_LEASE_STORE} configured"))),
     }
 }
 
@@ -333,7 +392,8 @@ fn lease_op(cfg: &TickConfig, ports: &TickPorts<'_>, op: LeaseOp, result: &'stat
 /// which must still cancel the drain.
 async fn renew_loop(
     cfg: &TickConfig,
-    key: &LeaseKey,
+    key: &LeaseName,
+    leases: &dyn LeaseStore,
     ports: &TickPorts<'_>,
     token: &LeaseToken,
     cancel: &AtomicBool,
@@ -344,7 +404,7 @@ async fn renew_loop(
     loop {
         ports.clock.sleep_until(next).await;
         next = ports.clock.now() + period;
-        match ports.leases.renew(key, token, cfg.lease_ttl).await {
+        match leases.renew(key, token, cfg.lease_ttl).await {
             Ok(Renew::Renewed) => lease_op(cfg, ports, LeaseOp::Renew, "renewed"),
             Ok(Renew::Lost) => {
                 lease_op(cfg, ports, LeaseOp::Renew, "lost");

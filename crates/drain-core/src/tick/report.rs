@@ -4,7 +4,7 @@
 /// How the tick related to the single-flight lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
-    /// Single-flight is off; Redis was not touched.
+    /// Single-flight is off; the lease store was not touched.
     Off,
     /// We held the lease for the drain.
     Held,

@@ -5,12 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drain_core::event::{Event, MessageOutcome};
-use drain_core::ports::{ClaimStore, Clock, LeaseStore, Submitter};
-use drain_core::testkit::{
-    ManualClock, MemorySource, MemoryStore, RecordingObserver, RecordingSubmitter, TestRng, block_on, message,
-};
+use drain_core::memory::{ManualClock, MemorySource, MemoryStore, StoredClaim, block_on};
+use drain_core::ports::{ClaimStore, Clock, LeaseName, LeaseStore, MessageId, Submitter};
+use drain_core::testkit::{RecordingObserver, RecordingSubmitter, TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{KeySpace, LeaseKey, LeaseToken, Switch};
+use drain_core::{LeaseToken, Switch};
 
 /// The in-memory ports of one queue, a manual clock, and the tick settings.
 pub struct Harness {
@@ -19,7 +18,6 @@ pub struct Harness {
     pub source: Arc<MemorySource>,
     pub target: Arc<RecordingSubmitter>,
     pub observer: RecordingObserver,
-    pub keys: KeySpace,
     pub cfg: TickConfig,
     pub seed: u64,
 }
@@ -40,7 +38,6 @@ impl Harness {
             target: Arc::new(RecordingSubmitter::with_delay(dyn_clock, delay)),
             clock,
             observer: RecordingObserver::new(),
-            keys: KeySpace::new("drain"),
             cfg,
             seed: 0,
         }
@@ -69,17 +66,25 @@ impl Harness {
     /// A tick with its own lease store, claim store and target.
     pub fn tick_on(&mut self, leases: &dyn LeaseStore, claims: &dyn ClaimStore, target: &dyn Submitter) -> TickReport {
         let token = self.token();
-        let ports =
-            TickPorts { leases, claims, source: &*self.source, target, clock: &*self.clock, observer: &self.observer };
-        block_on(&self.clock, run_tick(&self.cfg, &self.keys, &ports, &token))
+        let ports = TickPorts::new(&*self.source, target, &*self.clock, &self.observer).leases(leases).claims(claims);
+        block_on(&self.clock, run_tick(&self.cfg, &ports, &token))
     }
 
-    pub fn lease_key(&self) -> LeaseKey {
-        self.keys.lease(&self.cfg.queue)
+    pub fn lease_key(&self) -> LeaseName {
+        LeaseName::queue(self.cfg.queue.as_str())
     }
 
+    /// The full token holding the queue's lease.
     pub fn lease_value(&self) -> Option<String> {
-        block_on(&self.clock, self.store.peek(&self.lease_key().lease)).expect("peek").map(|h| h.value)
+        self.store.lease_token(&self.lease_key())
+    }
+
+    pub fn put_claim(&self, id: &str, claim: StoredClaim) {
+        self.store.put_claim(&self.cfg.queue, &MessageId::from(id), claim, Duration::from_secs(60));
+    }
+
+    pub fn claim(&self, id: &str) -> Option<StoredClaim> {
+        self.store.claim(&self.cfg.queue, &MessageId::from(id)).map(|(c, _)| c)
     }
 
     pub fn count(&self, pred: impl Fn(&Event<'static>) -> bool) -> usize {

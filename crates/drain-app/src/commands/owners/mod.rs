@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use drain_clock::TokioClock;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
-use crate::clock::SystemClock;
 use crate::commands::run::Signals;
 use crate::compose::{self, Backend};
 use crate::config::Loaded;
@@ -67,7 +67,7 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let known = adapter_metrics::Known { ticks: None, owners: Some(config.claim_aware) };
     observe::announce(observer.as_ref(), &effective, &known);
     let rt = match compose::compose_until_signal(config, clock, observer, true).await {
