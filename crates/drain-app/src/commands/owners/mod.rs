@@ -40,7 +40,7 @@ pub(crate) struct OwnersArgs {
     /// Only seed (with --seed), then exit without draining.
     #[arg(long, requires = "seed")]
     pub(crate) seed_only: bool,
-    /// Items popped per turn (one `LPOP key count`).
+    /// Items taken per turn (moved into the owner's in-flight list in one script).
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) batch: u32,
     /// Simulated work per item, in microseconds, while the turn holds the owner's claim.
