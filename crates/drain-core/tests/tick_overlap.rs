@@ -1,9 +1,8 @@
-//! The tick overlaps two batches: batch k's claim settlement runs while batch k+1 is
-//! received, and batch k's messages are completed while batch k+1's claims are taken,
-//! but batch k's claims are always settled before batch k+1's are taken, and a
-//! message is completed only after its claim is marked done. Checked in virtual time
-//! with a source and a claim store that take 10 ms per call and log when each call
-//! starts and ends.
+//! The tick overlaps two batches: batch k's messages are completed at the source
+//! while batch k+1's claims are taken, but batch k's claims are always settled before
+//! batch k+1 is received, and a message is completed only after its claim is marked
+//! done. Checked in virtual time with a source and a claim store that take 10 ms per
+//! call and log when each call starts and ends.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -62,10 +61,7 @@ impl MessageSource for Slow<MemorySource> {
     }
 
     async fn complete(&self, handle: DeliveryHandle) -> Result<(), PortError> {
-        let start = self.clock.now();
-        let r = self.inner.complete(handle).await;
-        self.log.push("complete", start, self.clock.now());
-        r
+        self.call("complete", self.inner.complete(handle)).await
     }
 
     async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
@@ -105,7 +101,7 @@ impl ClaimStore for Slow<Arc<MemoryStore>> {
 }
 
 #[test]
-fn a_batch_settles_while_the_next_is_received_and_before_its_claims_are_taken() {
+fn a_batch_completes_while_the_next_is_claimed_and_is_settled_before_it_is_received() {
     let clock = Arc::new(ManualClock::new());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let log = Arc::new(Log::default());
@@ -127,28 +123,38 @@ fn a_batch_settles_while_the_next_is_received_and_before_its_claims_are_taken() 
 
     let (receives, claims, settles) = (log.calls("receive"), log.calls("claim"), log.calls("settle"));
     assert_eq!((receives.len(), claims.len(), settles.len()), (4, 3, 3), "3 batches and a last, empty receive");
+    let completes = log.calls("complete");
+    assert_eq!(completes.len(), 6);
     for k in 0..3 {
-        let (settle_start, settle_end) = settles[k];
-        let (receive_start, receive_end) = receives[k + 1];
+        let (_, settle_end) = settles[k];
+        let (receive_start, _) = receives[k + 1];
         assert!(
-            settle_start < receive_end && receive_start < settle_end,
-            "batch {k}'s claims settle while batch {} is received: settle {:?}, receive {:?}",
+            receive_start >= settle_end,
+            "batch {k}'s claims are settled before batch {} is received: settle {:?}, receive {:?}",
             k + 1,
             settles[k],
             receives[k + 1]
         );
-        if let Some((claim_start, _)) = claims.get(k + 1) {
-            assert!(*claim_start >= settle_end, "batch {k}'s claims are settled before batch {}'s are taken", k + 1);
+        if let Some((claim_start, claim_end)) = claims.get(k + 1) {
+            let (complete_start, complete_end) = completes[2 * k];
+            assert!(
+                complete_start < *claim_end && *claim_start < complete_end,
+                "batch {k} is completed while batch {}'s claims are taken: complete {:?}, claim {:?}",
+                k + 1,
+                completes[2 * k],
+                claims[k + 1]
+            );
         }
     }
-    // Completes follow their batch's settlement: every complete of batch k ends after
+    // Completes follow their batch's settlement: every complete of batch k starts after
     // settle k ended (each batch is 2 messages, completed in order of batches).
-    let completes = log.calls("complete");
-    assert_eq!(completes.len(), 6);
     for (i, (start, _)) in completes.iter().enumerate() {
         assert!(*start >= settles[i / 2].1, "message {i} is completed only after its claim is marked done");
     }
-    // In all: 10 ms for the first receive, then per batch 10 ms of claims and 10 ms of
-    // a receive beside a settlement; the last receive waits 100 ms more for nothing.
-    assert_eq!(clock.now().as_millis(), 10 + 3 * 20 + 100, "{:?}", log.0.lock().unwrap());
+    // In all: the first batch's receive, claims and settlement (10 ms each); then per
+    // batch a receive (10 ms), its claims beside the previous batch's two completes
+    // (20 ms: one at a time at concurrency 1) and its settlement (10 ms); the last
+    // receive takes 10 ms plus 100 ms of waiting for nothing, and the last batch's
+    // completes 20 ms after it. One after the other each batch would take 10 ms more.
+    assert_eq!(clock.now().as_millis(), 3 * 10 + 2 * (10 + 20 + 10) + 110 + 20, "{:?}", log.0.lock().unwrap());
 }

@@ -2,14 +2,15 @@
 //! call, submit with bounded concurrency, settle the claims in one call, then
 //! settle each message at the source.
 //!
-//! Two batches overlap, in two steps: batch k+1 is received while batch k's claims
-//! are settled (one call), then batch k+1's claims are taken (one call) while batch
-//! k's messages are settled at the source; so a receive and a claim round trip per
-//! batch cost no time of their own. The order that matters is kept: a message is
-//! completed at the source only after its claim is marked done, batch k's claims are
-//! settled before batch k+1's are taken (a redelivered copy in k+1 meets `done`),
-//! and batch k+1 is received only once every submit of batch k has ended (a batch
-//! that all went back stops the drain first).
+//! Two batches overlap: once batch k's claims are settled (one call), batch k+1 is
+//! received while batch k's abandoned messages go back to the source, and batch
+//! k+1's claims are taken while batch k's messages are completed there; so a
+//! receive and a claim round trip per batch run beside the source settlements
+//! instead of after them. The order that matters is kept: a message is completed
+//! at the source only after its claim is marked done; batch k's claims are settled
+//! before batch k+1 is received (a failed settlement ends the receiving, and a
+//! redelivered copy in k+1 meets `done`); and batch k+1 is received only once every
+//! submit of batch k has ended (a batch that all went back stops the drain first).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +24,8 @@ use crate::ports::{
     ClaimState, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, Settlement, SubmitContext,
 };
 use crate::switch::Switch;
-use crate::tick::{DrainStats, TickConfig, TickPorts};
+use crate::tick::health::Health;
+use crate::tick::{ClaimHealth, DrainStats, TickConfig, TickPorts, TickProgress};
 use crate::token::LeaseToken;
 
 /// Reason given when dead-lettering a message that has no message id.
@@ -34,6 +36,7 @@ const MISSING_ID_DESCRIPTION: &str =
 pub(super) struct DrainOutcome {
     pub(super) stats: DrainStats,
     pub(super) error: Option<String>,
+    pub(super) claims: ClaimHealth,
 }
 
 /// Everything one drain needs, borrowed.
@@ -46,6 +49,10 @@ pub(super) struct Drain<'a> {
     pub(super) cancel: &'a AtomicBool,
     /// Set from outside (shutdown).
     pub(super) stop: &'a AtomicBool,
+    /// What this tick learnt about its stores.
+    pub(super) health: &'a Health,
+    /// Counts so far, for whoever watches the tick.
+    pub(super) progress: &'a TickProgress,
 }
 
 /// What to do with one message once its claim state is known.
@@ -68,14 +75,15 @@ fn count(stats: &Mutex<DrainStats>) -> MutexGuard<'_, DrainStats> {
 /// A received batch with its claims taken.
 struct Claimed {
     received: usize,
-    work: Vec<(Delivery, MessageId)>,
+    work: Vec<(Delivery, Option<MessageId>)>,
     plans: Vec<Plan>,
     /// Messages whose fate triage already decided (ids seen twice in the batch).
     fates: Vec<(DeliveryHandle, Fate)>,
+    /// How the claim store fared with the batch's claims.
+    health: ClaimHealth,
 }
 
 /// A submitted batch, waiting for its settlements.
-#[derive(Default)]
 struct Submitted {
     received: usize,
     /// The claims it holds, by what became of each message.
@@ -84,6 +92,7 @@ struct Submitted {
     abandons: Vec<(DeliveryHandle, Fate)>,
     /// Messages to complete at the source.
     completes: Vec<(DeliveryHandle, Fate)>,
+    health: ClaimHealth,
 }
 
 impl Submitted {
@@ -105,29 +114,51 @@ impl Drain<'_> {
         self.cancel.load(Ordering::Acquire) || self.stop.load(Ordering::Acquire)
     }
 
+    /// Receiving more cannot succeed: the claim store failed (or is known down)
+    /// while the claim decides (On). What was received is abandoned; receiving more
+    /// would only abandon more, each costing its message a delivery at the broker.
+    fn claims_failed(&self) -> bool {
+        self.cfg.atomic_claim.enforces() && self.health.claims_failed()
+    }
+
     pub(super) async fn run(&self) -> DrainOutcome {
         let stats = Mutex::new(DrainStats::default());
         let mut batches = 0u32;
         let mut error = None;
+        let mut claims = ClaimHealth::NotAsked;
         // The previous batch, submitted, waiting for its settlements.
         let mut settling: Option<Submitted> = None;
+        let mut all_back = false;
         loop {
-            if self.cancelled() {
-                break;
-            }
-            if self.cfg.max_batches.is_some_and(|max| batches >= max) {
-                break;
-            }
-            // Batch k's claims settled, then its abandoned messages given back, while
-            // batch k+1 is received; then k+1's claims taken while k is completed.
-            let Submitted { settlements, abandons, completes, .. } = settling.take().unwrap_or_default();
-            let give_back = async {
-                self.settle_claims(&settlements, &stats).await;
-                self.settle_at_source(abandons, &stats).await;
+            let (abandons, completes) = match settling.take() {
+                Some(s) => {
+                    claims = claims.max(s.health).max(self.settle_claims(&s.settlements, &stats).await);
+                    (s.abandons, s.completes)
+                }
+                None => (Vec::new(), Vec::new()),
             };
-            let (received, ()) = futures::join!(self.receive(&stats), give_back);
+            let done = all_back
+                || self.cancelled()
+                || self.claims_failed()
+                || self.cfg.max_batches.is_some_and(|max| batches >= max);
+            if done {
+                // Every message of the last batch went back to the source, which offers
+                // abandoned messages again at once: receiving them again in this tick
+                // cannot go better (the claim store fails, other holders' claims stand,
+                // the target refuses). Stop; the next tick retries. Otherwise an outage
+                // spins receive/abandon for as long as it lasts, holding a worker and
+                // burning delivery counts.
+                self.settle_at_source(abandons, &stats).await;
+                self.settle_at_source(completes, &stats).await;
+                break;
+            }
+            let (received, ()) = futures::join!(self.receive(&stats), self.settle_at_source(abandons, &stats));
             let batch = match received {
-                Ok(batch) => batch,
+                Ok(Some(batch)) => batch,
+                Ok(None) => {
+                    self.settle_at_source(completes, &stats).await;
+                    break;
+                }
                 Err(e) => {
                     error = Some(format!("receive failed: {e}"));
                     self.settle_at_source(completes, &stats).await;
@@ -135,29 +166,16 @@ impl Drain<'_> {
                 }
             };
             batches += 1;
-            let Some(received) = batch else {
-                self.settle_at_source(completes, &stats).await;
-                break;
-            };
-            let (claimed, ()) =
-                futures::join!(self.prepare(received, &stats), self.settle_at_source(completes, &stats));
+            let (claimed, ()) = futures::join!(self.prepare(batch, &stats), self.settle_at_source(completes, &stats));
             let submitted = self.submit(claimed).await;
-            let all_back = submitted.all_abandoned();
+            all_back = submitted.all_abandoned();
             settling = Some(submitted);
-            if all_back {
-                // Every message went back to the source, which offers abandoned messages
-                // again at once: receiving them again in this tick cannot go better (the
-                // claim store fails, other holders' claims stand, the target refuses).
-                // Stop; the next tick retries. Otherwise an outage spins receive/abandon
-                // for as long as it lasts, holding a worker and burning delivery counts.
-                break;
-            }
         }
-        let Submitted { settlements, abandons, completes, .. } = settling.take().unwrap_or_default();
-        self.settle_claims(&settlements, &stats).await;
-        self.settle_at_source(abandons, &stats).await;
-        self.settle_at_source(completes, &stats).await;
-        DrainOutcome { stats: stats.into_inner().unwrap_or_else(PoisonError::into_inner), error }
+        if self.health.claims_failed() {
+            claims = ClaimHealth::Failed;
+        }
+        let stats = stats.into_inner().unwrap_or_else(PoisonError::into_inner);
+        DrainOutcome { stats, error, claims }
     }
 
     fn observe(&self, outcome: MessageOutcome, mode: Switch) {
@@ -170,22 +188,26 @@ impl Drain<'_> {
         if batch.is_empty() {
             return Ok(None);
         }
-        count(stats).received += batch.len() as u64;
+        let received = batch.len() as u64;
+        count(stats).received += received;
+        self.progress.add_received(received);
         Ok(Some(batch))
     }
 
-    /// Triage a received batch and take its claims.
+    /// Triage a received batch and take its claims (one call).
     async fn prepare(&self, batch: Vec<Delivery>, stats: &Mutex<DrainStats>) -> Claimed {
         let received = batch.len();
         let mode = self.cfg.atomic_claim;
-        // 1. Triage: no id -> dead-letter; an id seen earlier in this batch -> abandon
-        //    (the redelivery will find the first one's claim).
+        // 1. Triage. With the claim On: no id -> dead-letter (the claim is keyed on
+        //    it); an id seen earlier in this batch -> abandon (the redelivery will find
+        //    the first one's claim). Off and Shadow behave as without the claim: both
+        //    are submitted (Shadow counts what On would have done).
         let mut seen = HashSet::new();
-        let mut work: Vec<(Delivery, MessageId)> = Vec::with_capacity(received);
+        let mut work: Vec<(Delivery, Option<MessageId>)> = Vec::with_capacity(received);
         let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(received);
         for d in batch {
             match d.message.message_id.clone() {
-                None => {
+                None if mode.enforces() => {
                     let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
                     let mut st = count(stats);
                     st.dead_lettered += 1;
@@ -195,21 +217,35 @@ impl Drain<'_> {
                         self.observe(MessageOutcome::SettleFailed, mode);
                     }
                 }
-                Some(id) if !seen.insert(id.clone()) => {
-                    fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
+                None => {
+                    if mode == Switch::Shadow {
+                        self.observe(MessageOutcome::DeadLettered, mode);
+                    }
+                    work.push((d, None));
                 }
-                Some(id) => work.push((d, id)),
+                Some(id) if !seen.insert(id.clone()) => {
+                    if mode.enforces() {
+                        fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
+                    } else {
+                        if mode == Switch::Shadow {
+                            self.observe(MessageOutcome::ClaimedElsewhere, mode);
+                        }
+                        work.push((d, None));
+                    }
+                }
+                Some(id) => work.push((d, Some(id))),
             }
         }
 
         // 2. Claims: one call for the whole batch.
-        let plans = self.plan(&work, mode).await;
-        Claimed { received, work, plans, fates }
+        let (plans, health) = self.plan(&work, mode).await;
+        Claimed { received, work, plans, fates, health }
     }
 
-    /// 3. Submit, bounded by the concurrency: each message's fate.
+    /// Step 3: submit, bounded by the concurrency: each message's fate, and the
+    /// claims to settle by what became of each message.
     async fn submit(&self, claimed: Claimed) -> Submitted {
-        let Claimed { received, work, plans, mut fates } = claimed;
+        let Claimed { received, work, plans, mut fates, health } = claimed;
         let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
         let jobs: Vec<(usize, Plan)> = plans.iter().copied().enumerate().collect();
         let work_ref = &work;
@@ -230,36 +266,21 @@ impl Drain<'_> {
             .buffer_unordered(self.cfg.concurrency.max(1))
             .collect()
             .await;
-
-        // The claims this tick holds and must settle, by what became of each message.
         let settlements: Vec<Settlement> = results
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
-            .map(|(i, fate)| Settlement {
-                id: work[*i].1.clone(),
-                action: match fate {
+            .filter_map(|(i, fate)| {
+                let id = work[*i].1.clone()?;
+                let action = match fate {
                     Fate::Complete(_) => SettleAction::MarkDone,
                     Fate::Abandon(_) => SettleAction::Release,
-                },
+                };
+                Some(Settlement { id, action })
             })
             .collect();
         fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
         let (abandons, completes) = fates.into_iter().partition(|(_, f)| matches!(f, Fate::Abandon(_)));
-        Submitted { received, settlements, abandons, completes }
-    }
-
-    /// 4. Settle the batch's claims: one call.
-    async fn settle_claims(&self, settlements: &[Settlement], stats: &Mutex<DrainStats>) {
-        let mode = self.cfg.atomic_claim;
-        if !settlements.is_empty() && self.settle(settlements).await.is_err() {
-            // The claims stay pending until the pending TTL: completed messages stay
-            // completed (never submitted twice), abandoned ones wait out the claim.
-            // Counted and reported, never silent.
-            count(stats).claim_settle_errors += settlements.len() as u64;
-            for _ in settlements {
-                self.observe(MessageOutcome::ClaimSettleFailed, mode);
-            }
-        }
+        Submitted { received, settlements, abandons, completes, health }
     }
 
     /// Step 5: settle messages at the source, once their claims are settled
@@ -281,6 +302,7 @@ impl Drain<'_> {
             .collect()
             .await;
         let mut st = count(stats);
+        let submitted_before = st.submitted;
         for (fate, ok) in settled {
             let outcome = match fate {
                 Fate::Complete(o) => {
@@ -292,6 +314,11 @@ impl Drain<'_> {
                 }
                 Fate::Abandon(o) => {
                     st.abandoned += 1;
+                    match o {
+                        MessageOutcome::ClaimError => st.claim_errors += 1,
+                        MessageOutcome::SubmitFailed => st.submit_failures += 1,
+                        _ => {}
+                    }
                     o
                 }
             };
@@ -301,32 +328,93 @@ impl Drain<'_> {
                 self.observe(MessageOutcome::SettleFailed, mode);
             }
         }
+        self.progress.add_submitted(st.submitted - submitted_before);
+    }
+
+    /// Step 4: settle the claims we hold (mark done after a submit, release after a
+    /// failed one) in one call, and check every answer: a settlement answered
+    /// `NotOwner` found the claim no longer ours (the pending TTL ran out during the
+    /// submit), so after a submit the message is a possible duplicate (another holder
+    /// may have taken it over); it is counted and reported. A failed call leaves the
+    /// claims `pending` until the pending TTL: completed messages stay completed
+    /// (never submitted twice), abandoned ones wait out the claim.
+    async fn settle_claims(&self, settlements: &[Settlement], stats: &Mutex<DrainStats>) -> ClaimHealth {
+        let mode = self.cfg.atomic_claim;
+        if settlements.is_empty() {
+            return ClaimHealth::NotAsked;
+        }
+        let answer = if self.health.claims_down() {
+            Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
+        } else {
+            match self.settle(settlements).await {
+                Ok(r) if r.len() == settlements.len() => Ok(r),
+                Ok(r) => Err(PortError::new(
+                    ErrorKind::Protocol,
+                    format!("{} answers to {} settlements", r.len(), settlements.len()),
+                )),
+                Err(e) => Err(e),
+            }
+        };
+        match answer {
+            Ok(answers) => {
+                let mut st = count(stats);
+                for _ in answers.iter().filter(|a| **a == SettleResult::NotOwner) {
+                    st.claims_expired += 1;
+                    self.observe(MessageOutcome::ClaimExpired, mode);
+                }
+                ClaimHealth::Answered
+            }
+            Err(e) => {
+                self.health.claims_error(&e);
+                count(stats).claim_settle_errors += settlements.len() as u64;
+                for _ in settlements {
+                    self.observe(MessageOutcome::ClaimSettleFailed, mode);
+                }
+                ClaimHealth::Failed
+            }
+        }
     }
 
     /// Decide each message's plan from its claim state (one store call), per switch.
-    async fn plan(&self, work: &[(Delivery, MessageId)], mode: Switch) -> Vec<Plan> {
-        let off = vec![Plan::Submit { claimed: false }; work.len()];
-        if !mode.computes() || work.is_empty() {
-            return off;
+    async fn plan(&self, work: &[(Delivery, Option<MessageId>)], mode: Switch) -> (Vec<Plan>, ClaimHealth) {
+        let mut plans = vec![Plan::Submit { claimed: false }; work.len()];
+        let claimed: Vec<usize> = (0..work.len()).filter(|&i| work[i].1.is_some()).collect();
+        if !mode.computes() || claimed.is_empty() {
+            return (plans, ClaimHealth::NotAsked);
         }
-        let ids: Vec<MessageId> = work.iter().map(|(_, id)| id.clone()).collect();
-        let states = match self.claim(&ids).await {
-            Ok(states) if states.len() == ids.len() => states,
-            // A store error, or an answer of the wrong length (which we cannot trust):
-            // fail closed — submit nothing.
-            _ => {
-                if mode.enforces() {
-                    return vec![Plan::Abandon(MessageOutcome::ClaimError); work.len()];
-                }
-                for _ in work {
-                    self.observe(MessageOutcome::ClaimError, Switch::Shadow);
-                }
-                return off;
+        let ids: Vec<MessageId> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
+        let answer = if self.health.claims_down() {
+            Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
+        } else {
+            match self.claim(&ids).await {
+                Ok(states) if states.len() == ids.len() => Ok(states),
+                // An answer of the wrong length cannot be trusted.
+                Ok(states) => Err(PortError::new(
+                    ErrorKind::Protocol,
+                    format!("{} answers to {} claims", states.len(), ids.len()),
+                )),
+                Err(e) => Err(e),
             }
         };
-        states
-            .into_iter()
-            .map(|state| match (state, mode.enforces()) {
+        let states = match answer {
+            Ok(states) => states,
+            // Fail closed: submit nothing.
+            Err(e) => {
+                self.health.claims_error(&e);
+                if mode.enforces() {
+                    for &i in &claimed {
+                        plans[i] = Plan::Abandon(MessageOutcome::ClaimError);
+                    }
+                } else {
+                    for _ in &claimed {
+                        self.observe(MessageOutcome::ClaimError, Switch::Shadow);
+                    }
+                }
+                return (plans, ClaimHealth::Failed);
+            }
+        };
+        for (&i, state) in claimed.iter().zip(states) {
+            plans[i] = match (state, mode.enforces()) {
                 (ClaimState::Claimed, _) => Plan::Submit { claimed: true },
                 (ClaimState::Done, true) => Plan::CompleteDuplicate,
                 (ClaimState::PendingElsewhere { .. }, true) => Plan::Abandon(MessageOutcome::ClaimedElsewhere),
@@ -338,8 +426,9 @@ impl Drain<'_> {
                     self.observe(MessageOutcome::ClaimedElsewhere, Switch::Shadow);
                     Plan::Submit { claimed: false }
                 }
-            })
-            .collect()
+            };
+        }
+        (plans, ClaimHealth::Answered)
     }
 
     /// Take the batch's claims, or fail as an unreachable store would when there is
