@@ -13,6 +13,8 @@ mod deliver;
 mod link;
 mod requests;
 mod sasl;
+#[cfg(test)]
+mod tests;
 mod transfer;
 
 use std::collections::BTreeMap;
