@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 
 /// Single-flight queue drains and claim-aware owner admission.
 ///
@@ -31,12 +31,12 @@ pub(crate) enum Command {
         drain run --once                                 # one tick, one JSON line\n  \
         drain run --owners 200                           # plus claim-aware owner drains\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain run --resident")]
-    Run(RunArgs),
+    Run(crate::commands::run::RunArgs),
     /// List leases, fences and claims with holder and TTL (SCAN, never KEYS).
     #[command(after_help = "Examples:\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain leases\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 DRAIN_KEY_PREFIX=tenant-a drain leases --json")]
-    Leases(LeasesArgs),
+    Leases(crate::commands::leases::LeasesArgs),
     /// Check connectivity, script load, ACL rights, round-trip time and config warnings.
     #[command(after_help = "Examples:\n  \
         drain doctor\n  \
@@ -61,38 +61,5 @@ pub(crate) enum Command {
         drain config\n  \
         SERVICEBUS_DRAIN_SINGLEFLIGHT=on drain config --json\n  \
         drain config --flags-markdown > docs/flags.md")]
-    Config(ConfigArgs),
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct RunArgs {
-    /// Run one tick, print its report as one JSON line on stdout, and exit 0 (a skipped
-    /// tick is not an error).
-    #[arg(long)]
-    pub(crate) once: bool,
-    /// Also run the resident consumer: one long-running receive loop in this process,
-    /// without the lease (the atomic claim covers its overlap with ticks).
-    #[arg(long, conflicts_with = "once")]
-    pub(crate) resident: bool,
-    /// Also run claim-aware owner drains over a demo workload of N owners (run several
-    /// processes on one Redis to watch them compete for owner claims).
-    #[arg(long, value_name = "N", conflicts_with = "once", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub(crate) owners: Option<u32>,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ConfigArgs {
-    /// One JSON object instead of a table.
-    #[arg(long, conflicts_with = "flags_markdown")]
-    pub(crate) json: bool,
-    /// Print the registry as Markdown (the source of docs/flags.md).
-    #[arg(long)]
-    pub(crate) flags_markdown: bool,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct LeasesArgs {
-    /// One JSON object instead of a table.
-    #[arg(long)]
-    pub(crate) json: bool,
+    Config(crate::commands::config::ConfigArgs),
 }

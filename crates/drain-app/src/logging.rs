@@ -2,11 +2,24 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Config, LogFormat};
+use crate::config::{Config, Loaded, LogFormat};
+
+/// Install the global subscriber for any subcommand; a filter that did not parse is
+/// reported on stderr, and with `log_warnings` every configuration warning is logged.
+pub(crate) fn start(loaded: &Loaded, log_warnings: bool) {
+    if let Some(w) = init(&loaded.config) {
+        eprintln!("drain: {w}");
+    }
+    if log_warnings {
+        for w in &loaded.warnings {
+            tracing::warn!("config: {w}");
+        }
+    }
+}
 
 /// Install the global subscriber. Returns a warning when the filter did not parse
 /// (the default `info` is used then).
-pub(crate) fn init(config: &Config) -> Option<String> {
+fn init(config: &Config) -> Option<String> {
     let (filter, warning) = match EnvFilter::try_new(&config.log_filter) {
         Ok(f) => (f, None),
         Err(e) => (

@@ -13,10 +13,6 @@ mod demo;
 mod lazy_redis;
 mod logging;
 mod observe;
-mod owner_drains;
-mod owner_keys;
-mod owner_wake;
-mod owners;
 mod panic_hook;
 mod simulate;
 
@@ -35,29 +31,16 @@ fn main() -> ExitCode {
         }
     };
     panic_hook::set_secrets(loaded.config.secret_parts());
+    // `config` and `doctor` print the configuration warnings as part of their output.
+    let warnings_in_output = matches!(cli.command, cli::Command::Config(_) | cli::Command::Doctor);
+    logging::start(&loaded, !warnings_in_output);
     match cli.command {
         cli::Command::Config(args) => commands::config::main(&args, &loaded),
         cli::Command::Simulate(args) => commands::simulate::main(&args),
-        cli::Command::Run(args) => {
-            if let Some(w) = logging::init(&loaded.config) {
-                eprintln!("drain: {w}");
-            }
-            for w in &loaded.warnings {
-                tracing::warn!("config: {w}");
-            }
-            block_on(commands::run::main(&args, loaded))
-        }
+        cli::Command::Run(args) => block_on(commands::run::main(&args, loaded)),
         cli::Command::Leases(args) => block_on(commands::leases::main(&args, loaded)),
         cli::Command::Doctor => block_on(commands::doctor::main(loaded)),
-        cli::Command::Owners(args) => {
-            if let Some(w) = logging::init(&loaded.config) {
-                eprintln!("drain: {w}");
-            }
-            for w in &loaded.warnings {
-                tracing::warn!("config: {w}");
-            }
-            block_on(commands::owners::main(&args, loaded))
-        }
+        cli::Command::Owners(args) => block_on(commands::owners::main(&args, loaded)),
     }
 }
 

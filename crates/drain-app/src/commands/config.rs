@@ -1,7 +1,21 @@
+//! `drain config`: the effective configuration, its sources and warnings, or the registry.
+
 use std::process::ExitCode;
 
-use crate::cli::ConfigArgs;
+use clap::Args;
+
 use crate::config::{self, Loaded};
+
+/// `drain config` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// One JSON object instead of a table.
+    #[arg(long, conflicts_with = "flags_markdown")]
+    pub(crate) json: bool,
+    /// Print the registry as Markdown (the source of docs/flags.md).
+    #[arg(long)]
+    pub(crate) flags_markdown: bool,
+}
 
 /// `drain config`.
 pub(crate) fn main(args: &ConfigArgs, loaded: &Loaded) -> ExitCode {

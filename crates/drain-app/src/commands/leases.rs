@@ -4,15 +4,23 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use clap::Args;
 use drain_core::KeySpace;
 use drain_core::keys::KeyKind;
 use drain_core::ports::Holding;
 use drain_core::token::holder_of;
 use serde::Serialize;
 
-use crate::cli::LeasesArgs;
 use crate::compose;
 use crate::config::Loaded;
+
+/// `drain leases` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct LeasesArgs {
+    /// One JSON object instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
 
 #[derive(Debug, Default, Serialize)]
 struct Listing {

@@ -1,19 +1,38 @@
+//! `drain run`: the beat, ticks, the resident consumer, owner-drain demo and `/metrics`.
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use clap::Args;
 use drain_core::event::Event;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
 use crate::beat;
-use crate::cli::RunArgs;
 use crate::clock::SystemClock;
+use crate::commands::owners::demo as owners;
 use crate::compose::{self, Runtime};
 use crate::config::Loaded;
 use crate::demo;
 use crate::observe;
-use crate::owners;
+
+/// `drain run` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Run one tick, print its report as one JSON line on stdout, and exit 0 (a skipped
+    /// tick is not an error).
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Also run the resident consumer: one long-running receive loop in this process,
+    /// without the lease (the atomic claim covers its overlap with ticks).
+    #[arg(long, conflicts_with = "once")]
+    pub(crate) resident: bool,
+    /// Also run claim-aware owner drains over a demo workload of N owners (run several
+    /// processes on one Redis to watch them compete for owner claims).
+    #[arg(long, value_name = "N", conflicts_with = "once", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) owners: Option<u32>,
+}
 
 /// `drain run` and `drain run --once`.
 pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {

@@ -12,7 +12,7 @@
 //! requests every owner with items, so processes started together contend for the
 //! same owners; when every backlog is empty the driver shuts down (running turns
 //! finish) and the process reports. With `PROJECTION_DRAIN_RELEASE_WAKE` the claim
-//! and the peeks go through `owner_wake` (waiters, one wake per release).
+//! and the peeks go through `wake` (waiters, one wake per release).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,9 +31,9 @@ use rand::seq::SliceRandom;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
+pub(crate) use super::keys::{OwnerKeys, seed};
+use super::wake::{Claims, Peeks, WakeCounter, wake_side};
 use crate::compose::Runtime;
-pub(crate) use crate::owner_keys::{OwnerKeys, seed};
-use crate::owner_wake::{Claims, Peeks, WakeCounter, wake_side};
 
 /// How long a turn's claim lives if the process dies holding it.
 const CLAIM_TTL: Duration = Duration::from_secs(30);

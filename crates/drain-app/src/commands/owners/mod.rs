@@ -1,4 +1,10 @@
-//! `drain owners`: seed and drain owner backlogs on Redis (see `owner_drains`).
+//! `drain owners`: seed and drain owner backlogs on Redis, and everything else about
+//! owner drains in the binary:
+//!
+//! * `drains` — the owner drains of `drain owners` on drain-core's admission driver;
+//! * `keys` — the workload's keys (backlog lists, the processed-items hash);
+//! * `wake` — the release wake-up's Redis side (`PROJECTION_DRAIN_RELEASE_WAKE`);
+//! * `demo` — the demo owner workload of `drain run --owners N`.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,7 +20,13 @@ use crate::commands::run::Signals;
 use crate::compose::{self, Backend};
 use crate::config::Loaded;
 use crate::observe;
-use crate::owner_drains::{self, OwnerKeys};
+
+pub(crate) mod demo;
+mod drains;
+mod keys;
+mod wake;
+
+use drains::OwnerKeys;
 
 /// `drain owners` arguments.
 #[derive(Debug, Args)]
@@ -74,7 +86,7 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
     };
     let owners = args.owners as usize;
     if let Some(items) = args.seed {
-        if let Err(e) = owner_drains::seed(&store, &OwnerKeys::new(rt.keys.clone()), owners, items).await {
+        if let Err(e) = drains::seed(&store, &OwnerKeys::new(rt.keys.clone()), owners, items).await {
             tracing::error!("seeding the backlogs failed: {e}");
             return ExitCode::FAILURE;
         }
@@ -90,13 +102,13 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
         tracing::info!("signal received: stopping after the running turns");
         let _ = tx.send(true);
     });
-    let options = owner_drains::Options {
+    let options = drains::Options {
         owners,
         batch: args.batch as usize,
         item_delay: Duration::from_micros(args.item_delay_us),
         pass: Duration::from_millis(args.pass_ms),
     };
-    let report = owner_drains::run(rt.clone(), store, options, rx).await;
+    let report = drains::run(rt.clone(), store, options, rx).await;
     signals.abort();
     rt.amqp.close().await;
     match serde_json::to_string(&report) {

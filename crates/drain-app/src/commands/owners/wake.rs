@@ -162,7 +162,7 @@ impl Observer for WakeCounter {
 }
 
 /// The wake-up's Redis side and this process's release subscription, when the
-/// wake acts (claim-aware On, release wake On or Shadow); see `owner_wake`.
+/// wake acts (claim-aware On, release wake On or Shadow); see this module.
 pub(crate) async fn wake_side(
     rt: &Runtime,
     store: &RedisStore,
