@@ -15,6 +15,7 @@ pub use test_servers::{RedisServer, free_port};
 mod clock;
 pub mod owners;
 pub mod rabbit;
+pub mod servicebus;
 
 /// The `drain` binary of this workspace. `cargo test --workspace` builds it before any
 /// test runs; when it is missing or older than a source file it is built from, it is

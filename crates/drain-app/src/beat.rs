@@ -161,10 +161,29 @@ async fn shut_down(rt: &Runtime, mut tasks: JoinSet<()>, stop: &AtomicBool, held
     tracing::info!("shutdown complete");
 }
 
+/// The resident consumer's wait after a batch that got nowhere: the first delay,
+/// doubled after each such batch up to [`RESIDENT_BACKOFF_MAX`], forgotten after a
+/// batch that made progress.
+const RESIDENT_BACKOFF_FIRST: Duration = Duration::from_secs(1);
+const RESIDENT_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Whether a resident batch got nowhere: it failed, or every message it received
+/// went back to the source (the claim store fails closed, the target refuses). On
+/// Service Bus each return counts a delivery, so retrying at once would burn the
+/// backlog's delivery counts into the dead-letter queue within seconds.
+fn stalled(report: &TickReport) -> bool {
+    report.error.is_some() || report.stats.as_ref().is_some_and(|s| s.received > 0 && s.abandoned >= s.received)
+}
+
+/// The wait after a stalled batch, given the previous one.
+fn next_backoff(previous: Option<Duration>) -> Duration {
+    previous.map_or(RESIDENT_BACKOFF_FIRST, |d| d.saturating_mul(2).min(RESIDENT_BACKOFF_MAX))
+}
+
 /// The resident consumer: one in-process receive loop (at most one per process,
 /// guarded by its own lock), no lease; the atomic claim covers its overlap with
-/// beat ticks.
-async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch::Receiver<bool>) {
+/// beat ticks. It backs off (1 s doubling to 30 s) while its batches get nowhere.
+async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, mut shutdown: watch::Receiver<bool>) {
     static RESIDENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let Ok(_guard) = RESIDENT.try_lock() else {
         tracing::warn!("a resident consumer already runs in this process");
@@ -174,6 +193,7 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
     cfg.singleflight = Switch::Off;
     cfg.max_batches = Some(1);
     tracing::info!(queue = %cfg.queue, "resident consumer started");
+    let mut backoff = None;
     while !stop.load(Ordering::Acquire) && !*shutdown.borrow() {
         let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
         let report = run_tick_until(&cfg, &rt.keys, &rt.ports(), &token, &stop).await;
@@ -182,8 +202,21 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
         {
             tracing::info!(target: "drain::resident", report = %serde_json::to_string(&report).unwrap_or_default(), "resident batch");
         }
-        if report.error.is_some() {
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        if !stalled(&report) {
+            backoff = None;
+            continue;
+        }
+        let delay = next_backoff(backoff);
+        backoff = Some(delay);
+        tracing::warn!(
+            target: "drain::resident",
+            queue = %cfg.queue,
+            retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+            "resident batch got nowhere (failed, or every message went back); backing off"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            _ = shutdown.changed() => {}
         }
     }
 }
@@ -191,6 +224,31 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_resident_consumer_backs_off_only_while_its_batches_get_nowhere() {
+        use drain_core::tick::DrainStats;
+        let report = |received: u64, abandoned: u64, error: Option<&str>| TickReport {
+            queue: "q".to_owned(),
+            skipped: None,
+            lease: None,
+            fence: None,
+            stats: Some(DrainStats { received, abandoned, submitted: received - abandoned, ..DrainStats::default() }),
+            lease_lost: false,
+            stopped: false,
+            error: error.map(str::to_owned),
+        };
+        let check = |r: TickReport, want: bool| assert_eq!(stalled(&r), want, "{r:?}");
+        check(report(10, 10, None), true);
+        check(report(10, 9, None), false);
+        check(report(0, 0, None), false);
+        check(report(0, 0, Some("receive failed")), true);
+        let delays: Vec<u64> = std::iter::successors(Some(next_backoff(None)), |d| Some(next_backoff(Some(*d))))
+            .take(8)
+            .map(|d| d.as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
+    }
 
     #[test]
     fn beats_are_jittered_around_the_interval() {
