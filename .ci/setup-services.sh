@@ -6,6 +6,9 @@
 #                              redis-server per run; the shared 6379 is not used)
 #   rabbitmq-server            installed, running, plugin rabbitmq_amqp1_0 enabled,
 #                              answering on 127.0.0.1:5672 (guest/guest)
+#   python3, python3-venv      for the check of test-servicebus by Microsoft's
+#                              azure-servicebus SDK (crates/test-servicebus/tests/sdk.rs
+#                              makes a venv under target/ and pip-installs the SDK)
 #
 # Runs as root on Debian (CI does). apt-get update runs once, and only when a package
 # is missing.
@@ -29,13 +32,21 @@ missing=()
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
 have rabbitmq-server || missing+=(rabbitmq-server)
+have python3 || missing+=(python3)
+# Debian's python3 has no venv (ensurepip) without python3-venv.
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+    missing+=(python3-venv)
+fi
 if ((${#missing[@]} > 0)); then
     log "installing ${missing[*]}"
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
-    log "redis-server, redis-tools and rabbitmq-server are installed"
+    log "redis-server, redis-tools, rabbitmq-server and python3 with venv are installed"
 fi
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 \
+    || die "python3 cannot make a venv (install python3-venv); the Service Bus SDK check needs it"
+
 
 # --- RabbitMQ -------------------------------------------------------------------
 rabbit_up() { timeout 30 rabbitmq-diagnostics -q ping >/dev/null 2>&1; }
