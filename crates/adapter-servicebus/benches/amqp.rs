@@ -93,8 +93,11 @@ async fn run() -> String {
 
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let mut sb_rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+    // Wall time of each broker's rounds, set-up and fill included.
+    let (mut rabbit_wall, mut sb_wall) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
         for (i, mode) in MODES.iter().enumerate() {
+            let part = Instant::now();
             if rabbit {
                 let measured = tokio::time::timeout(ROUND_LIMIT, async {
                     fill(&endpoint(&source_q), N).await;
@@ -124,6 +127,8 @@ async fn run() -> String {
                 rates[i].push(N as f64 / took.as_secs_f64());
                 purge(&target_q);
             }
+            rabbit_wall += part.elapsed();
+            let part = Instant::now();
             // The same mode on Service Bus: fresh queues each round, filled directly.
             let (src, dst) = (format!("src-{round}-{mode}"), format!("dst-{round}-{mode}"));
             for q in [&src, &dst] {
@@ -146,6 +151,7 @@ async fn run() -> String {
             .await
             .unwrap_or_else(|_| panic!("servicebus {mode}, round {}: no progress in {ROUND_LIMIT:?}", round + 1));
             sb_rates[i].push(N as f64 / took.as_secs_f64());
+            sb_wall += part.elapsed();
         }
     }
     if rabbit {
@@ -199,6 +205,12 @@ async fn run() -> String {
         pct(c8),
         pct(sb1),
         pct(sb8)
+    );
+    let _ = write!(
+        json,
+        ",\"wall_secs\":{{\"rabbitmq\":{:.1},\"servicebus\":{:.1}}}",
+        rabbit_wall.as_secs_f64(),
+        sb_wall.as_secs_f64()
     );
     if let Some(why) = rabbit_skipped {
         let _ = write!(json, ",\"rabbitmq_skipped\":{why:?}");
