@@ -11,6 +11,11 @@ pub(super) const INCOMING_WINDOW: u32 = 8192;
 /// Messages a client may send on a link before we grant more.
 pub(super) const LINK_CREDIT: u32 = 1000;
 
+/// `a - b` for serial numbers (RFC 1982): positive when `a` is ahead.
+pub(super) fn serial_diff(a: u32, b: u32) -> i64 {
+    i64::from(a.wrapping_sub(b) as i32)
+}
+
 /// A request/response node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Node {
@@ -133,19 +138,42 @@ impl Session {
         h
     }
 
-    /// The peer's view of our window changed (a flow's session fields).
+    /// The peer's view of our window changed (a flow's session fields). Transfer ids
+    /// are serial numbers: what the peer has not seen yet is the (wrapping)
+    /// difference, and a window it already used up is 0.
     pub(super) fn on_flow(&mut self, next_incoming_id: Option<u32>, incoming_window: u32, next_outgoing_id: u32) {
-        self.remote_incoming_window =
-            next_incoming_id.unwrap_or(0).wrapping_add(incoming_window).wrapping_sub(self.next_outgoing_id);
-        if self.remote_incoming_window > incoming_window {
-            // A flow about transfers still in flight can make the sum wrap: be safe.
-            self.remote_incoming_window = 0;
-        }
+        let unseen = serial_diff(self.next_outgoing_id, next_incoming_id.unwrap_or(0)).max(0);
+        self.remote_incoming_window = u32::try_from(i64::from(incoming_window) - unseen).unwrap_or(0);
         self.next_incoming_id = next_outgoing_id;
     }
 
     /// The link the client calls `name`.
     pub(super) fn link_named(&self, name: &str) -> Option<u32> {
         self.links.iter().find(|(_, l)| l.name == name).map(|(h, _)| *h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_and_credit_follow_serial_number_arithmetic() {
+        assert_eq!(serial_diff(5, 3), 2);
+        assert_eq!(serial_diff(3, 5), -2);
+        assert_eq!(serial_diff(1, u32::MAX), 2, "across the wrap");
+        let check = |ours: u32, their_next_incoming: u32, window: u32, want: u32| {
+            let mut s = Session::new(0, 0, 0);
+            s.next_outgoing_id = ours;
+            s.on_flow(Some(their_next_incoming), window, 0);
+            assert_eq!(
+                s.remote_incoming_window, want,
+                "sent up to {ours}, seen up to {their_next_incoming}, window {window}"
+            );
+        };
+        check(10, 10, 100, 100);
+        check(10, 4, 100, 94);
+        check(10, 4, 3, 0);
+        check(2, u32::MAX - 1, 100, 96);
     }
 }

@@ -360,11 +360,11 @@ impl Conn {
         };
         let Some(link) = session.links.get_mut(&handle.0) else { return };
         if link.kind.broker_sends() {
+            // Credit counts from the delivery-count the client last saw; what we sent
+            // since then has used some of it up (part 2.6.7).
             let their_count = flow.delivery_count.unwrap_or(0);
-            link.credit = their_count.wrapping_add(flow.link_credit.unwrap_or(0)).wrapping_sub(link.delivery_count);
-            if link.credit > 1_000_000 {
-                link.credit = 0; // a count from before our last transfers: nothing left
-            }
+            let used = link::serial_diff(link.delivery_count, their_count);
+            link.credit = u32::try_from(i64::from(flow.link_credit.unwrap_or(0)) - used).unwrap_or(0);
             link.drain = flow.drain;
         }
         if flow.echo {
