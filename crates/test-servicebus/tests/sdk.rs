@@ -172,8 +172,13 @@ impl BrokerProcess {
     }
 
     /// SIGTERM (by pid) and wait, bounded, for the exit status.
-    fn terminate(mut self) -> Option<std::process::ExitStatus> {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+    fn terminate(self) -> Option<std::process::ExitStatus> {
+        self.signal("-TERM")
+    }
+
+    /// Send `signal` (by pid) and wait, bounded, for the exit status.
+    fn signal(mut self, signal: &str) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill").arg(signal).arg(self.child.id().to_string()).status();
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -225,7 +230,7 @@ fn microsofts_sdk_accepts_the_broker() {
 }
 
 #[test]
-fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm() {
+fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm_and_sigint() {
     let broker = BrokerProcess::start(&["a:max-delivery=3,lock-secs=0.5", "b"]);
     let port = broker.conn.split("sb://127.0.0.1:").nth(1).and_then(|r| r.split(';').next()).expect("a port");
     assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "port 0 picked a free port: {port}");
@@ -233,6 +238,8 @@ fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm() {
     assert!(std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_ok(), "it listens");
     let status = broker.terminate();
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    let status = BrokerProcess::start(&["q"]).signal("-INT");
+    assert!(status.is_some_and(|s| s.success()), "SIGINT ends it with 0 too: {status:?}");
 
     let check_refused = |args: &[&str], needle: &str| {
         let out =
