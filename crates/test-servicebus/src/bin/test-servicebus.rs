@@ -37,6 +37,19 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::new("info"))
         .init();
+    // Handlers first: a signal sent as soon as the ready line is read must stop us
+    // cleanly, not kill us before they exist.
+    let signals = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .and_then(|rt| rt.block_on(async { Signals::new() }).map(|s| (rt, s)));
+    let (rt, mut signals) = match signals {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("test-servicebus: cannot listen for signals: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = BrokerConfig { port: args.port, key: args.key, queues: args.queues, ..BrokerConfig::default() };
     let broker = match Broker::start(config) {
         Ok(b) => b,
@@ -51,25 +64,28 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS; // nobody listens for the ready line: nothing to serve
     }
     drop(stdout);
-    let signals =
-        tokio::runtime::Builder::new_current_thread().enable_all().build().map(|rt| rt.block_on(wait_for_signal()));
-    match signals {
-        Ok(Ok(name)) => tracing::info!("{name}: stopping"),
-        Ok(Err(e)) | Err(e) => {
-            eprintln!("test-servicebus: cannot wait for signals: {e}");
-            return ExitCode::FAILURE;
-        }
-    }
+    let name = rt.block_on(signals.next());
+    tracing::info!("{name}: stopping");
     drop(broker);
     ExitCode::SUCCESS
 }
 
-async fn wait_for_signal() -> std::io::Result<&'static str> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, listened for from creation on.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn new() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
+    }
 }
