@@ -1,90 +1,51 @@
 #!/usr/bin/env bash
-# Make sure the services the tests need are installed and running, then get out of
-# the way. Idempotent: on a machine where everything is up it changes nothing.
+# Install the Debian packages the gates and tests need, then get out of the way.
+# Idempotent: on a machine where everything is installed it changes nothing.
 #
-#   redis-server, redis-tools  installed (the `test` gate starts its own private
-#                              redis-server per run; the shared 6379 is not used)
-#   rabbitmq-server            installed, running, plugin rabbitmq_amqp1_0 enabled,
-#                              answering on 127.0.0.1:5672 (guest/guest)
-#   python3, python3-venv      for the check of test-servicebus by Microsoft's
+#   redis-server, redis-tools  tests and the soak start private redis-servers
+#   rabbitmq-server            `cargo xtask test` and `bench` start one private node
+#                              (own ports, data directory, node name, AMQP 1.0
+#                              plugin) per run
+#   prometheus                 promtool (`cargo xtask deploy`) and a private
+#                              Prometheus per test (tests/prometheus.rs)
+#   python3, python3-venv      the check of test-servicebus by Microsoft's
 #                              azure-servicebus SDK (crates/test-servicebus/tests/sdk.rs
 #                              makes a venv under target/ and pip-installs the SDK)
 #
-# Runs as root on Debian (CI does). apt-get update runs once, and only when a package
-# is missing.
+# Nothing here starts, configures or needs the machine's own services: every test
+# starts the servers it uses. `cargo xtask test` runs this script itself as root
+# when a package is missing. apt-get update runs once, and only when a package is
+# missing.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
 # Debian puts RabbitMQ's tools in /usr/sbin.
 export PATH="${PATH}:/usr/local/sbin:/usr/sbin:/sbin"
 
-readonly AMQP_PLUGIN=rabbitmq_amqp1_0
-readonly AMQP_PORT=5672
-readonly STARTUP_SECONDS=120
-
 log() { echo "setup-services: $*"; }
 die() { echo "setup-services: error: $*" >&2; exit 1; }
 
 have() { command -v "$1" >/dev/null 2>&1; }
+# Debian's python3 cannot make a venv (no ensurepip) without python3-venv.
+can_venv() { python3 -c 'import venv, ensurepip' >/dev/null 2>&1; }
 
-# --- packages -----------------------------------------------------------------
 missing=()
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
-have rabbitmq-server || missing+=(rabbitmq-server)
+[[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
+{ have promtool && have prometheus; } || missing+=(prometheus)
 have python3 || missing+=(python3)
-# Debian's python3 has no venv (ensurepip) without python3-venv.
-if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
-    missing+=(python3-venv)
-fi
+can_venv || missing+=(python3-venv)
 if ((${#missing[@]} > 0)); then
+    [[ "$(id -u)" == 0 ]] || die "${missing[*]} missing: run as root (sudo bash .ci/setup-services.sh)"
     log "installing ${missing[*]}"
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
-    log "redis-server, redis-tools, rabbitmq-server and python3 with venv are installed"
-fi
-python3 -c 'import venv, ensurepip' >/dev/null 2>&1 \
-    || die "python3 cannot make a venv (install python3-venv); the Service Bus SDK check needs it"
-
-
-# --- RabbitMQ -------------------------------------------------------------------
-rabbit_up() { timeout 30 rabbitmq-diagnostics -q ping >/dev/null 2>&1; }
-
-if rabbit_up; then
-    log "RabbitMQ is running"
-else
-    log "starting RabbitMQ"
-    rabbitmq-server -detached
-    deadline=$((SECONDS + STARTUP_SECONDS))
-    until rabbit_up; do
-        if ((SECONDS >= deadline)); then
-            die "RabbitMQ did not start within ${STARTUP_SECONDS}s; see /var/log/rabbitmq/"
-        fi
-        sleep 2
-    done
-    timeout "${STARTUP_SECONDS}" rabbitmqctl -q await_startup \
-        || die "RabbitMQ did not finish booting; see /var/log/rabbitmq/"
-    log "RabbitMQ started"
+    log "redis-server, redis-tools, rabbitmq-server, prometheus and python3 with venv are installed"
 fi
 
-enabled_plugins() { timeout 60 rabbitmq-plugins -q list --enabled --minimal; }
-plugins=$(enabled_plugins) || die "cannot list RabbitMQ plugins"
-if grep -qx "${AMQP_PLUGIN}" <<<"${plugins}"; then
-    log "plugin ${AMQP_PLUGIN} is enabled"
-else
-    log "enabling plugin ${AMQP_PLUGIN}"
-    timeout 120 rabbitmq-plugins enable "${AMQP_PLUGIN}"
-    plugins=$(enabled_plugins) || die "cannot list RabbitMQ plugins"
-    grep -qx "${AMQP_PLUGIN}" <<<"${plugins}" || die "plugin ${AMQP_PLUGIN} did not enable"
-fi
-
-# The AMQP listener (0-9-1 and, with the plugin, 1.0 on the same port).
-deadline=$((SECONDS + 30))
-until timeout 2 bash -c "exec 3<>/dev/tcp/127.0.0.1/${AMQP_PORT}" 2>/dev/null; do
-    if ((SECONDS >= deadline)); then
-        die "nothing answers on 127.0.0.1:${AMQP_PORT}"
-    fi
-    sleep 1
-done
-log "ok: RabbitMQ answers on 127.0.0.1:${AMQP_PORT} with ${AMQP_PLUGIN}; redis-server is $(command -v redis-server)"
+compgen -G "/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_amqp1_0-*" >/dev/null \
+    || die "rabbitmq-server has no rabbitmq_amqp1_0 plugin (RabbitMQ 3.10+ ships it)"
+can_venv || die "python3 cannot make a venv after installing python3-venv; the Service Bus SDK check needs it"
+log "ok: $(redis-server --version | cut -d' ' -f1-3), $(promtool --version 2>&1 | head -1 | cut -d' ' -f1-3), rabbitmq-server $(dpkg-query -W -f='${Version}' rabbitmq-server 2>/dev/null || echo installed), $(python3 --version)"

@@ -1,5 +1,5 @@
 //! The `drain` binary on the embedded default (no server): a second signal, and
-//! settings from a `--config` file (issue 5, items 1 and 5).
+//! settings from a `--config` file.
 
 use std::process::Command;
 use std::time::Duration;

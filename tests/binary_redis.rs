@@ -1,4 +1,4 @@
-//! The `drain` binary against a private redis-server (issue 5, item 6).
+//! The `drain` binary against a private redis-server.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -129,7 +129,8 @@ fn with_the_lease_at_most_one_tick_drains_at_a_time_and_skips_are_counted() {
     assert!(run.wait_for("tick skipped", Duration::from_secs(20)), "{}", run.log());
     std::thread::sleep(Duration::from_millis(3500));
     let body = scrape(port);
-    let skipped = metric(&body, r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on"}"#);
+    let skipped =
+        metric(&body, r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on",kind="beat"}"#);
     assert!(skipped.unwrap_or(0.0) >= 3.0, "skips counted: {skipped:?}\n{body}");
     // Record overlap: between an acquire and its release no other acquire happens.
     run.count("");
@@ -160,7 +161,7 @@ fn redis_stopped_mid_run_fails_open_and_counts_it() {
     assert!(run.wait_for("fail_open", Duration::from_secs(15)), "ticks keep draining without Redis:\n{}", run.log());
     std::thread::sleep(Duration::from_millis(2500));
     let body = scrape(port);
-    let fail_open = metric(&body, r#"drain_ticks_total{queue="requests",outcome="fail_open",mode="on"}"#);
+    let fail_open = metric(&body, r#"drain_ticks_total{queue="requests",outcome="fail_open",mode="on",kind="beat"}"#);
     assert!(fail_open.unwrap_or(0.0) >= 2.0, "the fail-open counter rises: {fail_open:?}\n{body}");
     // Fail-open ticks really drain: the demo's trickle (every 5 s) is submitted by a
     // tick that ran without the lease.
@@ -210,7 +211,7 @@ fn sigterm_mid_tick_releases_the_lease_gives_messages_back_and_exits_zero() {
     assert_eq!(n("submitted") + n("duplicates"), keys as u64, "one done claim per submitted message, none pending");
 }
 
-/// SPEC §3: "A bad value never panics and never silently disables a safety
+/// The settings rule (docs/flags.md): "A bad value never panics and never silently disables a safety
 /// feature." For switches, numbers and text that means the default (or the clamped
 /// value) with one warning per variable, and `drain` starts. For a `*_URL` there is
 /// no safe default: falling back to the embedded store or demo queue would quietly

@@ -1,4 +1,4 @@
-//! Issue 4, deliverable 6: drain-core's tick over real parts, in process. The source
+//! drain-core's tick over real parts, in process. The source
 //! and target are adapter-servicebus on RabbitMQ's AMQP 1.0, the atomic claim is
 //! adapter-redis on a private redis-server. 4 overlapping ticks (single-flight off)
 //! and a resident consumer (one batch per tick, as `drain run` builds it) share the one
@@ -20,10 +20,12 @@ use adapter_redis::{RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use async_trait::async_trait;
 use drain_core::event::{Event, MessageOutcome};
-use drain_core::ports::{ClaimState, ClaimStore, Message, SettleResult, Settlement, SubmitContext, Submitter};
+use drain_core::ports::{
+    ClaimState, ClaimStore, Message, MessageId, SettleResult, Settlement, SubmitContext, Submitter,
+};
 use drain_core::testkit::{RecordingObserver, TestRng};
 use drain_core::tick::{DrainStats, TickConfig, TickPorts, TickReport, run_tick_until};
-use drain_core::{ErrorKind, KeySpace, LeaseToken, PortError, Switch};
+use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use drain_e2e::rabbit::{Broker, Queue, block_on};
 use drain_e2e::{TokioClock, redis};
 use futures::future::join_all;
@@ -71,7 +73,7 @@ struct Tally {
 #[async_trait]
 impl Submitter for Flaky {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
-        let id = message.message_id.clone().unwrap_or_default();
+        let id = message.message_id.as_ref().map(ToString::to_string).unwrap_or_default();
         let attempt = {
             let mut attempts = self.tally.attempts.lock().expect("attempts");
             let n = attempts.entry(id.clone()).or_insert(0);
@@ -101,11 +103,12 @@ struct Claims {
 impl ClaimStore for Claims {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        let states = self.store.claim_batch(keys, token, ttl).await?;
+        let states = self.store.claim_batch(queue, ids, token, ttl).await?;
         let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
         self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
         Ok(states)
@@ -113,26 +116,21 @@ impl ClaimStore for Claims {
 
     async fn settle_batch(
         &self,
+        queue: &str,
         s: &[Settlement],
         token: &LeaseToken,
         ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
-        self.store.settle_batch(s, token, ttl).await
+        self.store.settle_batch(queue, s, token, ttl).await
     }
 }
 
 /// Ticks of `cfg` one after another until one receives nothing (or `stop`).
-async fn ticks(
-    cfg: &TickConfig,
-    keys: &KeySpace,
-    ports: &TickPorts<'_>,
-    seeds: &AtomicU64,
-    stop: &AtomicBool,
-) -> Vec<TickReport> {
+async fn ticks(cfg: &TickConfig, ports: &TickPorts<'_>, seeds: &AtomicU64, stop: &AtomicBool) -> Vec<TickReport> {
     let mut reports = Vec::new();
     while !stop.load(Relaxed) {
         let token = LeaseToken::generate("claim-amqp", &mut TestRng::new(seeds.fetch_add(1, Relaxed)));
-        let report = run_tick_until(cfg, keys, ports, &token, stop).await;
+        let report = run_tick_until(cfg, ports, &token, stop).await;
         let empty = report.error.is_none() && report.stats.is_some_and(|s| s.received == 0);
         reports.push(report);
         if empty {
@@ -199,15 +197,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
     let target = Flaky { inner: target, tally: Tally::default() };
     let claims = Claims { store, pending_elsewhere: AtomicU64::new(0) };
     let (clock, observer) = (TokioClock::new(), RecordingObserver::new());
-    let ports = TickPorts {
-        leases: &claims.store,
-        claims: &claims,
-        source: &source,
-        target: &target,
-        clock: &clock,
-        observer: &observer,
-    };
-    let keys = KeySpace::new("drain");
+    let ports = TickPorts::new(&source, &target, &clock, &observer).leases(&claims.store).claims(&claims);
     let mut beat = TickConfig::new(&source_q.name);
     (beat.singleflight, beat.atomic_claim) = (Switch::Off, Switch::On);
     (beat.batch, beat.concurrency, beat.max_wait) = (16, 4, Duration::from_millis(500));
@@ -224,8 +214,8 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
         let work = async {
             loop {
                 rounds += 1;
-                let beats = join_all((0..TICKS).map(|_| ticks(&beat, &keys, &ports, &seeds, &stop)));
-                let (b, r) = futures::join!(beats, ticks(&resident, &keys, &ports, &seeds, &stop));
+                let beats = join_all((0..TICKS).map(|_| ticks(&beat, &ports, &seeds, &stop)));
+                let (b, r) = futures::join!(beats, ticks(&resident, &ports, &seeds, &stop));
                 let received = sum(&r).received + b.iter().map(|b| sum(b).received).sum::<u64>();
                 beat_reports.extend(b.into_iter().flatten());
                 resident_reports.extend(r);

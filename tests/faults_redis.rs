@@ -1,4 +1,4 @@
-//! Faults on private redis-servers at the tick level (issue 6, items 1 and 2).
+//! Faults on private redis-servers at the tick level.
 //!
 //! Each test drives drain-core's `run_tick` with a real `RedisStore` (leases and
 //! claims) on its own `redis-server`, an in-memory queue (`MemorySource`), a target
@@ -6,7 +6,7 @@
 //! observer, then breaks Redis at a chosen moment: killed before or during an
 //! acquire, a claim or a release, killed mid-drain, frozen past the lease TTL,
 //! restarted empty, `SCRIPT FLUSH`, `CLIENT KILL`, replies slowed past the client's
-//! response timeout. Each test asserts what the SPEC promises:
+//! response timeout. Each test asserts what docs/reliability.md promises:
 //!
 //! * the lease fails **open** (`"lease":"fail_open"`, the drain runs);
 //! * the claim fails **closed** (no submit without a claim; the messages go back to
@@ -25,13 +25,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
+use adapter_redis::keys::{KeyKind, encode_name, hash_tag};
 use adapter_redis::{RedisConfig, RedisStore};
+use drain_core::LeaseToken;
+use drain_core::admission::OwnerId;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
-use drain_core::keys::{KeyKind, encode_name, hash_tag};
-use drain_core::ports::{Acquire, ClaimState, ClaimStore, Holding, LeaseStore, Release};
+use drain_core::ports::{
+    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release,
+};
 use drain_core::testkit::{TestRng, message};
 use drain_core::tick::LeaseStatus;
-use drain_core::{KeySpace, LeaseKey, LeaseToken};
 use test_servers::{RedisCluster, RedisServer, Reply};
 
 use faults::{KillDuring, Op, REDIS_TIMEOUT, Server, World, answered, lock, stats};
@@ -152,9 +155,9 @@ async fn redis_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_ttl
     w.server().restart();
     let lease = w.lease_key();
     let store = w.store.clone();
-    let held = answered(|| store.peek(&lease.lease)).await.expect("the lease outlived the kill");
-    assert_eq!(held.value, orphan.as_str(), "still ours, nobody released it");
-    assert!(held.remaining.is_some_and(|r| r <= w.cfg.lease_ttl), "{held:?}");
+    let held = answered(|| store.peek(&lease)).await.expect("the lease outlived the kill");
+    assert_eq!((held.holder.as_str(), held.fence), (orphan.holder(), 1), "still ours, nobody released it");
+    assert!(held.remaining <= w.cfg.lease_ttl, "{held:?}");
     let r = w.tick().await;
     assert!(r.is_skipped(), "held until the TTL frees it: {r:?}");
 
@@ -162,7 +165,7 @@ async fn redis_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_ttl
     for id in w.ids.clone() {
         w.source.push(message(&id));
     }
-    tokio::time::sleep(held.remaining.unwrap_or_default() + Duration::from_millis(100)).await;
+    tokio::time::sleep(held.remaining + Duration::from_millis(100)).await;
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "the TTL freed it: {r:?}");
     assert_eq!(r.fence, Some(2), "the fence survived the restart and still grows");
@@ -300,7 +303,7 @@ async fn client_kill_mid_drain_costs_at_most_one_failed_call_per_cut() {
                 Reply::Int(n) => assert!(n >= 1, "the store's connection was cut"),
                 other => panic!("CLIENT KILL answered {other:?}"),
             }
-            let renewed = observer.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed" }));
+            let renewed = observer.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed", .. }));
             mark.store(renewed, Ordering::SeqCst);
         });
     }
@@ -382,7 +385,7 @@ struct SecondHolder {
 /// The second holder, on its own OS thread, Tokio runtime and store: once the first
 /// holder is frozen, poll `acquire` until the first lease expires, then hold the
 /// lease (30 s TTL) until told the first holder's tick ended; read it back; release.
-fn second_holder(url: String, lease: LeaseKey, paused: mpsc::Receiver<()>, done: mpsc::Receiver<()>) -> SecondHolder {
+fn second_holder(url: String, lease: LeaseName, paused: mpsc::Receiver<()>, done: mpsc::Receiver<()>) -> SecondHolder {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     rt.block_on(async move {
         let store = RedisStore::connect(RedisConfig::new(url).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
@@ -405,9 +408,9 @@ fn second_holder(url: String, lease: LeaseKey, paused: mpsc::Receiver<()>, done:
             assert!(Instant::now() < deadline, "the first holder's tick never ended");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let held = store.peek(&lease.lease).await.expect("peek").expect("the second lease is still there");
+        let held = store.peek(&lease).await.expect("peek").expect("the second lease is still there");
         let released = store.release(&lease, &me).await.expect("release");
-        SecondHolder { token: me.as_str().to_owned(), fence, held, released }
+        SecondHolder { token: me.holder().to_owned(), fence, held, released }
     })
 }
 
@@ -452,8 +455,12 @@ fn a_holder_paused_past_its_ttl_loses_to_a_second_holder_whose_lease_survives() 
     assert_eq!(w.messages(MessageOutcome::Cancelled) as u64, abandoned, "the drain was cancelled");
 
     assert!(b.fence > fence, "the second holder's fence {} is larger than {fence}", b.fence);
-    assert_eq!(b.held.value, b.token, "the stale release and renewal left the second lease alone");
-    assert!(b.held.remaining.is_some_and(|t| t > Duration::from_secs(20)), "its TTL untouched: {:?}", b.held);
+    assert_eq!(
+        (&b.held.holder, b.held.fence),
+        (&b.token, b.fence),
+        "the stale release and renewal left the second lease alone"
+    );
+    assert!(b.held.remaining > Duration::from_secs(20), "its TTL untouched: {:?}", b.held);
     assert_eq!(b.released, Release::Released);
 
     rt.block_on(async {
@@ -464,7 +471,7 @@ fn a_holder_paused_past_its_ttl_loses_to_a_second_holder_whose_lease_survives() 
 }
 
 // ---------------------------------------------------------------------------------
-// Hostile names (issue 6, item 2)
+// Hostile names
 // ---------------------------------------------------------------------------------
 
 fn keys_on(node: &RedisServer, pattern: &str) -> Vec<String> {
@@ -492,7 +499,8 @@ async fn hostile_names_become_distinct_cluster_safe_keys() {
     let config = RedisConfig::new(cluster.urls().join(","))
         .cluster(true)
         .timeouts(Duration::from_secs(2), Duration::from_secs(2));
-    let store = RedisStore::connect(config).await.expect("connect to the cluster");
+    let store = RedisStore::connect(config.key_prefix("hostile")).await.expect("connect to the cluster");
+    let keys = store.keys().clone();
     let lossy = String::from_utf8_lossy(&[b'q', 0xff, 0xfe, b'{']).into_owned();
     let mut names: Vec<String> = [
         "plain",
@@ -516,21 +524,20 @@ async fn hostile_names_become_distinct_cluster_safe_keys() {
     .collect();
     names.extend([lossy, "{".repeat(10 * 1024), "x".repeat(10 * 1024)]);
     let n = names.len();
-    let keys = KeySpace::new("hostile");
     let me = LeaseToken::generate("hostile", &mut TestRng::new(7));
     let ttl = Duration::from_secs(60);
 
     for q in &names {
-        let lease = keys.lease(q);
+        let lease = LeaseName::queue(q.as_str());
         let got = store.acquire(&lease, &me, ttl).await.unwrap_or_else(|e| panic!("acquire {q:?}: {e}"));
         assert_eq!(got, Acquire::Acquired { fence: 1 }, "queue {q:?} has a lease of its own");
-        let claims: Vec<String> = names.iter().map(|id| keys.message_claim(q, id)).collect();
-        let states = store.claim_batch(&claims, &me, ttl).await.unwrap_or_else(|e| panic!("claims of {q:?}: {e}"));
+        let ids: Vec<MessageId> = names.iter().map(|id| MessageId::from(id.as_str())).collect();
+        let states = store.claim_batch(q, &ids, &me, ttl).await.unwrap_or_else(|e| panic!("claims of {q:?}: {e}"));
         assert_eq!(states, vec![ClaimState::Claimed; n], "every message id of {q:?} has a claim of its own");
         assert_eq!(store.release(&lease, &me).await.expect("release"), Release::Released);
     }
     for o in &names {
-        let claim = keys.owner_lease(o);
+        let claim = LeaseName::owner(o.as_str());
         assert_eq!(
             store.acquire(&claim, &me, ttl).await.expect("owner claim"),
             Acquire::Acquired { fence: 1 },
@@ -538,22 +545,24 @@ async fn hostile_names_become_distinct_cluster_safe_keys() {
         );
         assert_eq!(store.release(&claim, &me).await.expect("release"), Release::Released);
     }
-    let peeks: Vec<String> = names.iter().map(|o| keys.owner_claim(o)).collect();
-    assert_eq!(store.peek_many(&peeks).await.expect("peeks"), vec![None; n]);
+    let owners: Vec<OwnerId> = names.iter().map(|o| OwnerId::from(o.as_str())).collect();
+    assert_eq!(store.peek_owners(&owners).await.expect("peeks"), vec![OwnerClaim::Free; n]);
 
     let found: Vec<String> = cluster.nodes().iter().flat_map(|node| keys_on(node, "hostile:*")).collect();
     assert_eq!(found.len(), n + n + n * n, "a fence per queue and owner, a claim per (queue, id): nothing collided");
     for key in &found {
         let kind = keys.parse(key).unwrap_or_else(|| panic!("{key:.80} parses back"));
         let (tag_name, names_in_key) = match &kind {
-            KeyKind::Fence { queue } => (queue, vec![queue]),
-            KeyKind::OwnerFence { owner } => (owner, vec![owner]),
-            KeyKind::MessageClaim { queue, message_id } => (queue, vec![queue, message_id]),
+            KeyKind::Fence { queue } => (queue, vec![queue.clone()]),
+            KeyKind::OwnerFence { owner } => (owner, vec![owner.clone()]),
+            KeyKind::MessageClaim { queue, message_id: MessageId::String(id) } => {
+                (queue, vec![queue.clone(), id.clone().into_bytes()])
+            }
             other => panic!("unexpected key kind {other:?} for {key:.80}"),
         };
         assert_eq!(hash_tag(key), encode_name(tag_name), "the hash tag of {key:.80} is its name's encoding");
         for name in names_in_key {
-            let name = String::from_utf8(name.clone()).expect("UTF-8");
+            let name = String::from_utf8(name).expect("UTF-8");
             assert!(names.contains(&name), "{key:.80} decodes to one of the names");
         }
     }

@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use drain_core::KeySpace;
-use drain_core::keys::KeyKind;
+use adapter_redis::KeySpace;
+use adapter_redis::keys::KeyKind;
+use drain_core::ports::LeaseName;
 use drain_e2e::rabbit::{Broker, Queue};
 use drain_e2e::{RedisServer, Running, drain, drain_bin, redis, servicebus};
 use test_servers::Reply;
@@ -74,7 +75,7 @@ impl Fleet {
 
     /// The slot whose process holds `queue`'s lease now.
     fn holder(&self, redis: &RedisServer, queue: &str) -> Option<usize> {
-        let key = KeySpace::new(PREFIX).lease(queue).lease;
+        let key = KeySpace::new(PREFIX).lease(&LeaseName::queue(queue)).lease;
         let token = string(redis.command(&["GET", &key]).expect("GET lease"))?;
         let (instance, _) = token.rsplit_once(':')?;
         self.procs.iter().position(|p| p.as_ref().is_some_and(|(i, _)| i == instance))
@@ -140,7 +141,7 @@ fn pending_claims(redis: &RedisServer, queue: &str, instance: &str) -> BTreeSet<
                     && let Some(KeyKind::MessageClaim { queue: q, message_id }) = space.parse(key)
                     && q == queue.as_bytes()
                 {
-                    out.insert(String::from_utf8_lossy(&message_id).into_owned());
+                    out.insert(message_id.to_string());
                 }
             }
         }
@@ -161,7 +162,7 @@ fn claims(redis: &RedisServer) -> u64 {
 
 /// Wait (bounded) until `queue`'s lease key is gone.
 fn assert_lease_gone(redis: &RedisServer, queue: &str) {
-    let key = KeySpace::new(PREFIX).lease(queue).lease;
+    let key = KeySpace::new(PREFIX).lease(&LeaseName::queue(queue)).lease;
     let deadline = Instant::now() + Duration::from_secs(TTL + 5);
     while redis.command(&["EXISTS", &key]).expect("EXISTS") != Reply::Int(0) {
         assert!(Instant::now() < deadline, "the lease {key} outlived its TTL");

@@ -1,4 +1,4 @@
-//! `drain owners` on a private redis-server (issue 7, items 2 and 3): four processes
+//! `drain owners` on a private redis-server: four processes
 //! drain 200 owner backlogs holding 20,000 items three times, each on a fresh server:
 //! claim-aware admission off, on (release wake-up off), and on with the release
 //! wake-up. Every item is processed exactly once in every run (checked by

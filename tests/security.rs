@@ -1,4 +1,4 @@
-//! Security (issue 6, item 3): `rediss://` with a certificate made here, the minimal
+//! Security: `rediss://` with a certificate made here, the minimal
 //! ACL through the `drain` binary (and `drain doctor` naming each missing right),
 //! `DRAIN_KEY_PREFIX` isolation between two tenants on one Redis, no secret in any
 //! output, `/metrics` on loopback by default.
@@ -16,9 +16,9 @@ use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use adapter_redis::{RedisConfig, RedisStore};
-use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseStore, Release};
+use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, Release};
 use drain_core::testkit::TestRng;
-use drain_core::{ErrorKind, KeySpace, LeaseToken};
+use drain_core::{ErrorKind, LeaseToken};
 use drain_e2e::{drain, free_port, output, redis};
 use test_servers::{RedisServer, Reply};
 
@@ -210,19 +210,22 @@ async fn rediss_works_with_a_trusted_ca_and_fails_typed_without_it() {
     assert!(e.message.contains(&format!("127.0.0.1:{tls_port}")) && e.message.contains("TLS"), "{e}");
     assert!(!e.message.contains("Tls-Pw-7q2x"), "{e}");
 
-    let store = RedisStore::connect(timeouts(RedisConfig::new(&url).tls_ca_file(certs.path("ca.pem"))))
-        .await
-        .expect("trusting the test CA");
-    let keys = KeySpace::new("tls");
+    let store =
+        RedisStore::connect(timeouts(RedisConfig::new(&url).tls_ca_file(certs.path("ca.pem")).key_prefix("tls")))
+            .await
+            .expect("trusting the test CA");
     let me = LeaseToken::generate("tls", &mut TestRng::new(1));
-    let lease = keys.lease("q");
+    let lease = LeaseName::queue("q");
     assert_eq!(
         store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire"),
         Acquire::Acquired { fence: 1 }
     );
-    let claims = vec![keys.message_claim("q", "m1")];
-    assert_eq!(store.claim_batch(&claims, &me, Duration::from_secs(30)).await.expect("claim"), [ClaimState::Claimed]);
-    assert_eq!(store.scan(&keys.scan_pattern()).await.expect("scan over the TLS pool").len(), 3);
+    let claims = [MessageId::from("m1")];
+    assert_eq!(
+        store.claim_batch("q", &claims, &me, Duration::from_secs(30)).await.expect("claim"),
+        [ClaimState::Claimed]
+    );
+    assert_eq!(store.scan().await.expect("scan over the TLS pool").len(), 3);
     assert_eq!(store.release(&lease, &me).await.expect("release"), Release::Released);
     let calls = server.command_calls().expect("commandstats");
     assert!(calls.get("evalsha").is_some_and(|&n| n >= 3) && calls.get("scan") == Some(&1), "{calls:?}");

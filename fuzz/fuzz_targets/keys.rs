@@ -1,11 +1,11 @@
-//! Key encoding (drain-core `keys`): `encode_name`/`decode_name` round trip and
+//! Key encoding (adapter-redis `keys`): `encode_name`/`decode_name` round trip and
 //! canonical form, every builder's key parses back and carries its name's encoding
 //! as its hash tag, distinct names give distinct keys, and whatever `parse` accepts
 //! is rebuilt exactly.
 #![no_main]
 
-use drain_core::KeySpace;
-use drain_core::keys::{KeyKind, decode_name, encode_name, hash_tag};
+use adapter_redis::keys::{KeyKind, KeySpace, decode_name, encode_name, hash_tag};
+use drain_core::ports::{LeaseName, MessageId};
 use libfuzzer_sys::fuzz_target;
 
 fn round_trip(name: &[u8]) {
@@ -16,17 +16,19 @@ fn round_trip(name: &[u8]) {
 
 fn keys_of(ks: &KeySpace, q: &str, id: &str) {
     let tag = encode_name(q.as_bytes());
-    let lease = ks.lease(q);
+    let lease = ks.lease(&LeaseName::queue(q));
     for key in [&lease.lease, &lease.fence] {
         assert_eq!(hash_tag(key), tag, "{key}");
     }
     assert_eq!(ks.parse(&lease.lease), Some(KeyKind::Lease { queue: q.as_bytes().to_vec() }));
     assert_eq!(ks.parse(&lease.fence), Some(KeyKind::Fence { queue: q.as_bytes().to_vec() }));
-    let msg = ks.message_claim(q, id);
-    assert_eq!(hash_tag(&msg), tag, "a queue's claims share its slot");
-    let expected = KeyKind::MessageClaim { queue: q.as_bytes().to_vec(), message_id: id.as_bytes().to_vec() };
-    assert_eq!(ks.parse(&msg), Some(expected));
-    let owner = ks.owner_lease(q);
+    for id in [MessageId::from(id), MessageId::Binary(id.as_bytes().to_vec()), MessageId::Ulong(id.len() as u64)] {
+        let msg = ks.message_claim(q, &id);
+        assert_eq!(hash_tag(&msg), tag, "a queue's claims share its slot");
+        let expected = KeyKind::MessageClaim { queue: q.as_bytes().to_vec(), message_id: id };
+        assert_eq!(ks.parse(&msg), Some(expected));
+    }
+    let owner = ks.lease(&LeaseName::owner(q));
     assert_eq!(owner.lease, ks.owner_claim(q));
     assert_eq!(ks.parse(&owner.lease), Some(KeyKind::OwnerClaim { owner: q.as_bytes().to_vec() }));
     assert_eq!(ks.parse(&owner.fence), Some(KeyKind::OwnerFence { owner: q.as_bytes().to_vec() }));
@@ -40,12 +42,12 @@ fn keys_of(ks: &KeySpace, q: &str, id: &str) {
 fn rebuild(ks: &KeySpace, kind: &KeyKind) -> Option<String> {
     let s = |b: &Vec<u8>| String::from_utf8(b.clone()).ok();
     Some(match kind {
-        KeyKind::Lease { queue } => ks.lease(&s(queue)?).lease,
-        KeyKind::Fence { queue } => ks.lease(&s(queue)?).fence,
+        KeyKind::Lease { queue } => ks.lease(&LeaseName::queue(s(queue)?)).lease,
+        KeyKind::Fence { queue } => ks.lease(&LeaseName::queue(s(queue)?)).fence,
         KeyKind::OwnerClaim { owner } => ks.owner_claim(&s(owner)?),
-        KeyKind::OwnerFence { owner } => ks.owner_lease(&s(owner)?).fence,
+        KeyKind::OwnerFence { owner } => ks.lease(&LeaseName::owner(s(owner)?)).fence,
         KeyKind::OwnerWaiters { owner } => ks.owner_waiters(&s(owner)?),
-        KeyKind::MessageClaim { queue, message_id } => ks.message_claim(&s(queue)?, &s(message_id)?),
+        KeyKind::MessageClaim { queue, message_id } => ks.message_claim(&s(queue)?, message_id),
     })
 }
 
@@ -63,8 +65,9 @@ fuzz_target!(|data: &[u8]| {
     let (qa, qb) = (String::from_utf8_lossy(a), String::from_utf8_lossy(b));
     keys_of(&ks, &qa, &qb);
     if qa != qb {
-        assert_ne!(ks.lease(&qa), ks.lease(&qb));
-        assert_ne!(ks.message_claim(&qa, &qb), ks.message_claim(&qb, &qa));
+        assert_ne!(ks.lease(&LeaseName::queue(qa.as_ref())), ks.lease(&LeaseName::queue(qb.as_ref())));
+        let (ia, ib) = (MessageId::from(qa.as_ref()), MessageId::from(qb.as_ref()));
+        assert_ne!(ks.message_claim(&qa, &ib), ks.message_claim(&qb, &ia));
         assert_ne!(ks.owner_claim(&qa), ks.owner_claim(&qb));
         assert_ne!(ks.owner_waiters(&qa), ks.owner_waiters(&qb));
         assert_ne!(ks.wake_channel(&qa), ks.wake_channel(&qb));

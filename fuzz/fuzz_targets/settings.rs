@@ -5,7 +5,8 @@
 #![no_main]
 
 use drain_core::settings::{self, IntRule};
-use drain_core::{KeySpace, Switch};
+use adapter_redis::KeySpace;
+use drain_core::Switch;
 use libfuzzer_sys::fuzz_target;
 
 const RULES: [IntRule; 12] = [

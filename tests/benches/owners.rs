@@ -1,4 +1,4 @@
-//! Owner drain times on real Redis (issue 7, item 3): four `drain owners` processes
+//! Owner drain times on real Redis: four `drain owners` processes
 //! drain 200 owner backlogs holding 20,000 items, with claim-aware admission off, on,
 //! and on with the release wake, in interleaved
 //! rounds on a fresh private redis-server each. Every run checks that each item was

@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 use adapter_redis::{RedisConfig, RedisStore};
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::memory::MemorySource;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseStore, Message, Release, Renew, SettleResult, Settlement,
-    SubmitContext, Submitter,
+    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew,
+    SettleResult, Settlement, SubmitContext, Submitter,
 };
-use drain_core::testkit::{MemorySource, RecordingObserver, TestRng, message};
+use drain_core::testkit::{RecordingObserver, TestRng, message};
 use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{KeySpace, LeaseKey, LeaseToken, PortError, Switch};
+use drain_core::{LeaseToken, PortError, Switch};
 use drain_e2e::TokioClock;
 use test_servers::RedisServer;
 
@@ -67,7 +68,7 @@ impl Submitter for Target {
         if !self.delay.is_zero() {
             self.clock.sleep_until(self.clock.now() + self.delay).await;
         }
-        let id = message.message_id.clone().unwrap_or_default();
+        let id = message.message_id.as_ref().map(ToString::to_string).unwrap_or_default();
         lock(&self.accepted).push((id, ctx.fence));
         Ok(())
     }
@@ -82,7 +83,6 @@ pub(crate) struct World {
     pub(crate) source: Arc<MemorySource>,
     pub(crate) target: Arc<Target>,
     pub(crate) observer: Arc<RecordingObserver>,
-    pub(crate) keys: KeySpace,
     pub(crate) cfg: TickConfig,
     pub(crate) ids: Vec<String>,
     pub(crate) seed: u64,
@@ -130,7 +130,6 @@ impl World {
             source,
             target,
             observer: Arc::new(RecordingObserver::new()),
-            keys: KeySpace::new("drain"),
             cfg,
             ids,
             seed: 0,
@@ -143,8 +142,8 @@ impl World {
         lock(&self.server)
     }
 
-    pub(crate) fn lease_key(&self) -> LeaseKey {
-        self.keys.lease(&self.cfg.queue)
+    pub(crate) fn lease_key(&self) -> LeaseName {
+        LeaseName::queue(self.cfg.queue.as_str())
     }
 
     /// One tick with the store as both ports.
@@ -158,15 +157,9 @@ impl World {
         self.seed += 1;
         let token = LeaseToken::generate("faults", &mut TestRng::new(self.seed));
         self.last_token = Some(token.clone());
-        let ports = TickPorts {
-            leases,
-            claims,
-            source: &*self.source,
-            target: &*self.target,
-            clock: &*self.clock,
-            observer: &*self.observer,
-        };
-        tokio::time::timeout(TICK_BOUND, run_tick(&self.cfg, &self.keys, &ports, &token))
+        let ports =
+            TickPorts::new(&*self.source, &*self.target, &*self.clock, &*self.observer).leases(leases).claims(claims);
+        tokio::time::timeout(TICK_BOUND, run_tick(&self.cfg, &ports, &token))
             .await
             .unwrap_or_else(|_| panic!("a tick MUST end: still running after {TICK_BOUND:?}"))
     }
@@ -221,7 +214,7 @@ impl World {
     }
 
     pub(crate) fn lease_ops(&self, op: LeaseOp, result: &str) -> usize {
-        self.count(|e| matches!(e, Event::LeaseOp { op: o, result: r } if *o == op && *r == result))
+        self.count(|e| matches!(e, Event::LeaseOp { op: o, result: r, .. } if *o == op && *r == result))
     }
 
     pub(crate) fn messages(&self, outcome: MessageOutcome) -> usize {
@@ -322,20 +315,17 @@ fn op_name(op: Op) -> &'static str {
 
 #[async_trait]
 impl LeaseStore for KillDuring {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.call(Op::Acquire, self.store.acquire(key, token, ttl)).await
     }
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, key: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
         self.call(Op::Release, self.store.release(key, token)).await
     }
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
         self.store.renew(key, token, ttl).await
     }
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
+    async fn peek(&self, key: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.store.peek(key).await
-    }
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        self.store.peek_many(keys).await
     }
 }
 
@@ -343,19 +333,21 @@ impl LeaseStore for KillDuring {
 impl ClaimStore for KillDuring {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        self.call(Op::Claim, self.store.claim_batch(keys, token, pending_ttl)).await
+        self.call(Op::Claim, self.store.claim_batch(queue, ids, token, pending_ttl)).await
     }
     async fn settle_batch(
         &self,
+        queue: &str,
         settlements: &[Settlement],
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
-        self.store.settle_batch(settlements, token, done_ttl).await
+        self.store.settle_batch(queue, settlements, token, done_ttl).await
     }
 }
 

@@ -104,7 +104,7 @@ fn commands(input: &Input<'_>, trips: u64, calls: u64) -> (Value, Vec<String>) {
     }
     let expected: BTreeMap<&str, u64> = expected.into_iter().filter(|(_, v)| *v > 0).collect();
     let total: u64 = observed.values().sum();
-    let sent = get(&observed, "evalsha") + eval + 2 * input.owner_meter.keys().get("peek_many").copied().unwrap_or(0);
+    let sent = get(&observed, "evalsha") + eval + 2 * input.owner_meter.keys().get("peek_owners").copied().unwrap_or(0);
     let v = json!({ "observed": observed, "expected": expected, "noscript_retries": eval,
         "cancelled_calls": cancelled, "slack_from_cancelled": slack,
         "client_commands": sent, "server_commands": total, "calls": calls, "round_trips": trips,

@@ -1,4 +1,4 @@
-//! `drain-load`: the load check of issue 6, item 4. In one process on Tokio, against
+//! `drain-load`: the load check. In one process on Tokio, against
 //! a private `redis-server` it starts itself:
 //!
 //! * the tick path: 64 queues x 16 instances (each instance its own `RedisStore`),
@@ -112,7 +112,7 @@ fn main() -> ExitCode {
 }
 
 async fn connect(url: &str, meter: &Arc<Meter>, observer: &Arc<Counting>) -> Result<Metered, String> {
-    let store = RedisStore::connect(RedisConfig::new(url).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
+    let store = RedisStore::connect(RedisConfig::new(url).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT).key_prefix("load"))
         .await
         .map_err(|e| format!("connecting to the private redis-server: {e}"))?
         .with_observer(observer.clone());

@@ -25,10 +25,12 @@ use std::time::Duration;
 
 use adapter_redis::RedisStore;
 use async_trait::async_trait;
+use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Holding, LeaseStore, Release, Renew, SettleAction, SettleResult, Settlement,
+    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release,
+    Renew, SettleAction, SettleResult, Settlement,
 };
-use drain_core::{LeaseKey, LeaseToken, PortError};
+use drain_core::{LeaseToken, PortError};
 
 use crate::parts::lock;
 
@@ -153,7 +155,7 @@ fn count<T>(items: &[T], pred: impl Fn(&T) -> bool) -> u64 {
 
 #[async_trait]
 impl LeaseStore for Metered {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         let mut call = self.meter.start("acquire", &[("evalsha", 1), ("set", 1), ("incr", 1), ("get", 1), ("pttl", 1)]);
         let r = self.store.acquire(key, token, ttl).await;
         call.done = true;
@@ -165,7 +167,7 @@ impl LeaseStore for Metered {
         r
     }
 
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, key: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
         let mut call = self.meter.start("release", &[("evalsha", 1), ("get", 1), ("del", 1)]);
         let r = self.store.release(key, token).await;
         call.done = true;
@@ -174,7 +176,7 @@ impl LeaseStore for Metered {
         r
     }
 
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
         let mut call = self.meter.start("renew", &[("evalsha", 1), ("get", 1), ("pexpire", 1)]);
         let r = self.store.renew(key, token, ttl).await;
         call.done = true;
@@ -183,20 +185,23 @@ impl LeaseStore for Metered {
         r
     }
 
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
-        let mut call = self.meter.start("peek", &[("get", 1), ("pttl", 1)]);
+    async fn peek(&self, key: &LeaseName) -> Result<Option<Holding>, PortError> {
+        let mut call = self.meter.start("peek", &[("get", 2), ("pttl", 1)]);
         let r = self.store.peek(key).await;
         call.done = true;
-        self.meter.record("peek", 1, &r, &[("get", 1), ("pttl", 1)]);
+        self.meter.record("peek", 1, &r, &[("get", 2), ("pttl", 1)]);
         r
     }
+}
 
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        let k = keys.len() as u64;
-        let mut call = self.meter.start("peek_many", &[("get", k), ("pttl", k)]);
-        let r = self.store.peek_many(keys).await;
+#[async_trait]
+impl OwnerClaims for Metered {
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        let k = owners.len() as u64;
+        let mut call = self.meter.start("peek_owners", &[("get", k), ("pttl", k)]);
+        let r = self.store.peek_owners(owners).await;
         call.done = true;
-        self.meter.record("peek_many", keys.len(), &r, &[("get", k), ("pttl", k)]);
+        self.meter.record("peek_owners", owners.len(), &r, &[("get", k), ("pttl", k)]);
         r
     }
 }
@@ -205,13 +210,14 @@ impl LeaseStore for Metered {
 impl ClaimStore for Metered {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        keys: &[MessageId],
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
         let k = keys.len() as u64;
         let mut call = self.meter.start("claim_batch", &[("evalsha", 1), ("get", k), ("set", k)]);
-        let r = self.store.claim_batch(keys, token, pending_ttl).await;
+        let r = self.store.claim_batch(queue, keys, token, pending_ttl).await;
         call.done = true;
         let claimed = r.as_ref().map_or(0, |s| count(s, |c| matches!(c, ClaimState::Claimed)));
         let sent = u64::from(!keys.is_empty());
@@ -221,13 +227,14 @@ impl ClaimStore for Metered {
 
     async fn settle_batch(
         &self,
+        queue: &str,
         settlements: &[Settlement],
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
         let k = settlements.len() as u64;
         let mut call = self.meter.start("settle_batch", &[("evalsha", 1), ("get", k), ("set", k), ("del", k)]);
-        let r = self.store.settle_batch(settlements, token, done_ttl).await;
+        let r = self.store.settle_batch(queue, settlements, token, done_ttl).await;
         call.done = true;
         let (mut set, mut del) = (0, 0);
         if let Ok(results) = &r {

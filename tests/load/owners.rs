@@ -2,7 +2,7 @@
 //! driven by `drive` over its own metered `RedisStore`, serve requests for
 //! `owners` owners drawn with Zipf-like popularity from a seeded generator. A turn
 //! takes the owner's claim the way `drain owners` does (`LeaseStore::acquire` on
-//! `KeySpace::owner_lease`; a held claim is `ClaimBusy`), holds it for a moment,
+//! `LeaseName::owner`; a held claim is `ClaimBusy`), holds it for a moment,
 //! releases it, and says whether more remains. Both instances request the same
 //! popular owners, so peeks find held claims and turns lose races.
 
@@ -12,10 +12,10 @@ use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use drain_core::LeaseToken;
 use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, SchedulerConfig, TurnOutcome, drive};
-use drain_core::ports::{Acquire, LeaseStore, Release};
+use drain_core::ports::{Acquire, LeaseName, LeaseStore, Release};
 use drain_core::testkit::TestRng;
-use drain_core::{KeySpace, LeaseToken};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
@@ -66,7 +66,6 @@ fn bump(c: &AtomicU64) {
 
 struct Work {
     instance: String,
-    keys: KeySpace,
     store: Metered,
     hold: Duration,
     more_one_in: u64,
@@ -80,7 +79,7 @@ struct Work {
 impl OwnerWork for Work {
     async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
         bump(&self.turns.turns);
-        let key = self.keys.owner_lease(owner.as_str());
+        let key = LeaseName::owner(owner.as_str());
         let token = LeaseToken::generate(&self.instance, &mut *lock(&self.rng));
         match self.store.acquire(&key, &token, CLAIM_TTL).await {
             Ok(Acquire::Acquired { .. }) => {}
@@ -171,7 +170,6 @@ impl OwnerPath {
             });
             let work = Work {
                 instance: format!("owners-{i}"),
-                keys: KeySpace::new("load"),
                 store: store.clone(),
                 hold: shape.hold,
                 more_one_in: shape.more_one_in,
@@ -184,15 +182,7 @@ impl OwnerPath {
                 (shape.scheduler.clone(), store.clone(), observer.clone(), clock.clone(), shutdown.subscribe());
             tasks.spawn(async move {
                 let mut scheduler = Scheduler::new(cfg, TestRng::new(instance_seed));
-                let keys = KeySpace::new("load");
-                let claim_key = move |o: &OwnerId| keys.owner_claim(o.as_str());
-                let ports = DriverPorts {
-                    peeks: &store,
-                    claim_key: &claim_key,
-                    work: &work,
-                    clock: &*clock,
-                    observer: &*observer,
-                };
+                let ports = DriverPorts { claims: Some(&store), work: &work, clock: &*clock, observer: &*observer };
                 let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
                     Poll::Ready(v) => Poll::Ready(v),
                     Poll::Pending => Poll::Pending,

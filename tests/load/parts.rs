@@ -80,7 +80,7 @@ impl Observer for Counting {
     fn observe(&self, event: &Event<'_>) {
         match event {
             Event::Tick { outcome, .. } => self.bump("tick", outcome.as_str()),
-            Event::LeaseOp { op, result } => self.bump(op.as_str(), result),
+            Event::LeaseOp { op, result, .. } => self.bump(op.as_str(), result),
             Event::LeaseLost { .. } => self.bump("lease_lost", ""),
             Event::Message { outcome, .. } => self.bump("message", outcome.as_str()),
             Event::OwnerSkipped { reason, .. } => self.bump("owner_skipped", reason.as_str()),

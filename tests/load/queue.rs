@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::ports::{Capabilities, Delivery, DeliveryHandle, Message, MessageSource, SubmitContext, Submitter};
+use drain_core::ports::{
+    Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, SubmitContext, Submitter,
+};
 use drain_core::{ErrorKind, PortError};
 use tokio::sync::Notify;
 
@@ -70,7 +72,9 @@ impl Queue {
             s.next_handle += 1;
             let handle = s.next_handle;
             s.locked.insert(handle, (seq, count));
-            let message = Message { message_id: Some(seq.to_string()), body: b"load".to_vec(), ..Message::default() };
+            // Numbered ids, as a producer of ulong message ids sends them.
+            let message =
+                Message { message_id: Some(MessageId::Ulong(seq)), body: b"load".to_vec(), ..Message::default() };
             out.push(Delivery { handle: DeliveryHandle(handle), message, delivery_count: count });
         }
         out
@@ -171,7 +175,10 @@ impl Submitter for Target {
             tokio::time::sleep(self.delay).await;
         }
         let q: usize = ctx.queue.trim_start_matches('q').parse().unwrap_or(0);
-        let seq: u64 = message.message_id.as_deref().and_then(|id| id.parse().ok()).unwrap_or(0);
+        let seq: u64 = match message.message_id {
+            Some(MessageId::Ulong(n)) => n,
+            _ => 0,
+        };
         match ctx.fence {
             Some(f) => {
                 if self.fences[q].fetch_max(f, Ordering::Relaxed) > f {

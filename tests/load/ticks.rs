@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use drain_core::testkit::TestRng;
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken, Switch};
+use drain_core::{LeaseToken, Switch};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
 
@@ -87,7 +87,6 @@ impl TickPath {
         let reports = Arc::new(Reports::default());
         let producing = Arc::new(AtomicBool::new(true));
         let beating = Arc::new(AtomicBool::new(true));
-        let keys = KeySpace::new("load");
         let mut tasks = JoinSet::new();
 
         let (qs, on, every, n) = (queues.clone(), producing.clone(), shape.produce_every, shape.per_push);
@@ -112,14 +111,13 @@ impl TickPath {
                 let mut cfg = shape.tick.clone();
                 cfg.queue = queue_name(q);
                 let phase = shape.beat.mul_f64(mix.unit());
-                let (store, queue, target, observer, reports, clock, keys, beating, instance) = (
+                let (store, queue, target, observer, reports, clock, beating, instance) = (
                     store.clone(),
                     queue.clone(),
                     target.clone(),
                     observer.clone(),
                     reports.clone(),
                     clock.clone(),
-                    keys.clone(),
                     beating.clone(),
                     instance.clone(),
                 );
@@ -132,15 +130,9 @@ impl TickPath {
                     while beating.load(Ordering::Relaxed) {
                         tick.tick().await;
                         let token = LeaseToken::generate(&instance, &mut rng);
-                        let ports = TickPorts {
-                            leases: &store,
-                            claims: &store,
-                            source: &*queue,
-                            target: &*target,
-                            clock: &*clock,
-                            observer: &*observer,
-                        };
-                        let report = run_tick(&cfg, &keys, &ports, &token).await;
+                        let ports =
+                            TickPorts::new(&*queue, &*target, &*clock, &*observer).leases(&store).claims(&store);
+                        let report = run_tick(&cfg, &ports, &token).await;
                         reports.ticks.fetch_add(1, Ordering::Relaxed);
                         if report.lease_lost {
                             reports.lease_lost.fetch_add(1, Ordering::Relaxed);

@@ -9,11 +9,11 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub use clock::TokioClock;
+pub use drain_clock::TokioClock;
 pub use test_servers::{RedisServer, free_port};
 
-mod clock;
 pub mod owners;
+pub mod prometheus;
 pub mod rabbit;
 pub mod servicebus;
 

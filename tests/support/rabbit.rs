@@ -1,5 +1,6 @@
-//! RabbitMQ for the end-to-end tests: the machine's broker (shared by every test, so
-//! only uniquely named queues, deleted on drop) or a private node of one test on free
+//! RabbitMQ for the end-to-end tests: the run's broker (the private node `cargo
+//! xtask test` starts, shared by every test of the run, so only uniquely named
+//! queues, deleted on drop) or a private node of one test on free
 //! loopback ports, which the test may stop and start. Queues are declared over AMQP
 //! 1.0, fed and collected with adapter-servicebus, counted with `rabbitmqctl`.
 
@@ -62,15 +63,26 @@ struct Node {
 }
 
 impl Broker {
-    /// The machine's broker (`DRAIN_TEST_AMQP_URL`, default `amqp://guest:guest@127.0.0.1:5672`).
+    /// The broker of this test run: `DRAIN_TEST_AMQP_URL` (`cargo xtask test` sets it
+    /// to its private node, with `DRAIN_TEST_AMQP_NODE` and `DRAIN_TEST_AMQP_HOME` for
+    /// `rabbitmqctl`), or else the machine's `amqp://guest:guest@127.0.0.1:5672`.
     pub fn shared(test: &str) -> Option<Broker> {
         let base = std::env::var("DRAIN_TEST_AMQP_URL").unwrap_or_else(|_| SHARED_URL.to_owned());
         let base = base.trim_end_matches('/').to_owned();
         let e = Endpoint::parse(&base).expect("DRAIN_TEST_AMQP_URL parses").endpoint;
         let addr: SocketAddr = format!("{}:{}", e.host, e.port).parse().expect("RabbitMQ on a literal IP");
         if TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err() {
-            let why = format!("RabbitMQ does not answer on {addr}: run `bash .ci/setup-services.sh`");
+            let why = format!(
+                "RabbitMQ does not answer on {addr}: run the tests with `cargo xtask test` (it starts a private node)"
+            );
             return missing(test, &why);
+        }
+        if let (Ok(node), Some(home)) =
+            (std::env::var("DRAIN_TEST_AMQP_NODE"), std::env::var_os("DRAIN_TEST_AMQP_HOME"))
+        {
+            let ctl = find("rabbitmqctl", &[RABBIT_BIN]).expect("rabbitmqctl next to rabbitmq-server");
+            let ctl = vec![ctl.display().to_string(), "-n".to_owned(), node];
+            return Some(Broker { base, ctl, home: Some(PathBuf::from(home)), node: None });
         }
         let Some(ctl) = find("rabbitmqctl", &["/usr/sbin", "/usr/local/sbin", "/sbin"]) else {
             return missing(test, "rabbitmqctl is not installed: run `bash .ci/setup-services.sh`");
@@ -219,7 +231,7 @@ impl Broker {
                     break;
                 }
                 for d in got {
-                    *seen.entry(d.message.message_id.clone().expect("message id")).or_insert(0) += 1;
+                    *seen.entry(d.message.message_id.as_ref().expect("message id").to_string()).or_insert(0) += 1;
                     source.complete(d.handle).await.expect("complete");
                 }
             }

@@ -3,10 +3,11 @@
 
 use std::fs;
 
-use crate::files::rust_files_under;
-use crate::metadata::{DepKind, Metadata};
+use crate::files::{project_files, rust_files_under};
+use crate::metadata::{DepKind, Metadata, Package};
 use crate::scan::{self, Group, Pattern};
-use crate::util::{Failure, GateResult, Outcome, rel};
+use crate::util::{Failure, GateResult, Outcome, project_root, rel};
+use crate::vocabulary;
 
 /// The pure core.
 const CORE: &str = "drain-core";
@@ -74,6 +75,9 @@ pub(crate) fn run() -> GateResult {
     violations.extend(banned_dependencies(&meta)?);
     violations.extend(workspace_edges(&meta));
     violations.extend(core_source(&meta)?);
+    violations.extend(core_vocabulary(&meta)?);
+    violations.extend(production_build(&meta)?);
+    violations.extend(code_references()?);
     if violations.is_empty() {
         return Ok(Outcome::Passed);
     }
@@ -81,7 +85,7 @@ pub(crate) fn run() -> GateResult {
         println!("  {v}");
     }
     Err(Failure::new(format!("{} architecture violation(s), listed above", violations.len()))
-        .fix("remove the dependency or call (see docs/architecture.md); trace a crate with `cargo tree -p drain-core -e normal -i <crate>`"))
+        .fix("remove the dependency, call, word or reference (see docs/architecture.md); trace a crate with `cargo tree -p drain-core -e normal -i <crate>`"))
 }
 
 /// Whether a crate name is on the ban list.
@@ -195,6 +199,107 @@ fn core_source(meta: &Metadata) -> Result<Vec<String>, Failure> {
     Ok(out)
 }
 
+/// drain-core's feature that carries test code (contract suites, broken stores,
+/// recorders): a production build of drain-app must not turn it on.
+const TEST_ONLY_FEATURE: &str = "testkit";
+
+fn production_build(meta: &Metadata) -> Result<Vec<String>, Failure> {
+    let package = |name: &str| {
+        meta.member(name)
+            .map(|id| &meta.packages[id])
+            .ok_or_else(|| Failure::new(format!("no workspace member is called {name}")))
+    };
+    Ok(test_features_in_production(package(APP)?, package(CORE)?))
+}
+
+/// The violations when `app`'s normal dependency on `core`, with `app`'s default
+/// features, turns on the test-only feature (directly or through another feature).
+fn test_features_in_production(app: &Package, core: &Package) -> Vec<String> {
+    let mut out = Vec::new();
+    for dep in app.deps.iter().filter(|d| d.name == core.name && d.kind == DepKind::Normal) {
+        let mut asked: Vec<(String, String)> =
+            dep.features.iter().map(|f| (f.clone(), format!("its dependency on {}", core.name))).collect();
+        if dep.default_features {
+            asked.push(("default".to_owned(), format!("{}'s default features", core.name)));
+        }
+        let prefixes = [format!("{}/", core.name), format!("{}?/", core.name)];
+        for (feature, via) in expand(&app.features, "default") {
+            if let Some(f) = prefixes.iter().find_map(|p| feature.strip_prefix(p.as_str())) {
+                asked.push((f.to_owned(), format!("its feature `{via}`")));
+            }
+        }
+        for (feature, via) in asked {
+            if expand(&core.features, &feature).iter().any(|(f, _)| f == TEST_ONLY_FEATURE) {
+                out.push(format!(
+                    "{} enables {}'s `{TEST_ONLY_FEATURE}` in its production build (through {via}, feature `{feature}`): use `memory` for the in-memory ports",
+                    app.name, core.name
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// `start` and every feature it turns on in `table`, each with the feature of the
+/// table that named it.
+fn expand(table: &std::collections::BTreeMap<String, Vec<String>>, start: &str) -> Vec<(String, String)> {
+    let mut seen = vec![(start.to_owned(), start.to_owned())];
+    let mut i = 0;
+    while i < seen.len() {
+        let (current, _) = seen[i].clone();
+        for next in table.get(&current).into_iter().flatten() {
+            if !seen.iter().any(|(f, _)| f == next) {
+                seen.push((next.clone(), current.clone()));
+            }
+        }
+        i += 1;
+    }
+    seen
+}
+
+/// Directories of drain-core whose text (documentation included) must not speak
+/// Redis: the library and the examples embedders copy.
+const CORE_VOCABULARY_DIRS: &[&str] = &["src", "examples"];
+
+fn core_vocabulary(meta: &Metadata) -> Result<Vec<String>, Failure> {
+    let dir = meta
+        .member(CORE)
+        .and_then(|id| meta.packages[id].manifest_path.parent().map(std::path::Path::to_path_buf))
+        .ok_or_else(|| Failure::new(format!("cannot find {CORE}'s directory")))?;
+    let mut out = Vec::new();
+    for sub in CORE_VOCABULARY_DIRS {
+        for file in rust_files_under(&dir.join(sub)) {
+            let text =
+                fs::read_to_string(&file).map_err(|e| Failure::new(format!("cannot read {}: {e}", file.display())))?;
+            for hit in vocabulary::find(&text, vocabulary::REDIS_WORDS) {
+                out.push(format!("{}:{}: `{}` {}", rel(&file), hit.line, hit.found, hit.why));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The one file that must name what the reference check refuses.
+const VOCABULARY_SOURCE: &str = "xtask/src/vocabulary.rs";
+
+/// Source files whose text is code (or a manifest, a script).
+fn is_code(path: &std::path::Path) -> bool {
+    let code_ext = matches!(path.extension().and_then(|e| e.to_str()), Some("rs" | "lua" | "toml" | "sh" | "py"));
+    code_ext && path != std::path::Path::new(VOCABULARY_SOURCE)
+}
+
+fn code_references() -> Result<Vec<String>, Failure> {
+    let root = project_root();
+    let mut out = Vec::new();
+    for file in project_files(&root).into_iter().filter(|f| is_code(f)) {
+        let Ok(text) = fs::read_to_string(root.join(&file)) else { continue };
+        for hit in vocabulary::references(&text) {
+            out.push(format!("{}:{}: `{}` {}", file.display(), hit.line, hit.found, hit.why));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,5 +364,43 @@ mod tests {
         check("use rand::{rng, Rng};", &["rng"]);
         check("use rand::{random, thread_rng};", &["random", "thread_rng"]);
         check("use rand::{rngs::StdRng, Rng, SeedableRng};", &[]);
+    }
+
+    #[test]
+    fn production_build_features() {
+        let table = |entries: &[(&str, &[&str])]| {
+            entries.iter().map(|(k, v)| ((*k).to_owned(), v.iter().map(|s| (*s).to_owned()).collect())).collect()
+        };
+        let core = Package {
+            name: "drain-core".to_owned(),
+            manifest_path: std::path::PathBuf::new(),
+            deps: Vec::new(),
+            features: table(&[("default", &[]), ("memory", &[]), ("testkit", &["memory"]), ("all", &["testkit"])]),
+            targets: Vec::new(),
+        };
+        let app = |features: &[&str], kind: DepKind, own: &[(&str, &[&str])]| Package {
+            name: "drain-app".to_owned(),
+            manifest_path: std::path::PathBuf::new(),
+            deps: vec![crate::metadata::Declared {
+                name: "drain-core".to_owned(),
+                rename: None,
+                kind,
+                optional: false,
+                default_features: true,
+                features: features.iter().map(|s| (*s).to_owned()).collect(),
+            }],
+            features: table(own),
+            targets: Vec::new(),
+        };
+        let check = |app: Package, expected: usize| {
+            let got = test_features_in_production(&app, &core);
+            assert_eq!(got.len(), expected, "{got:?}");
+        };
+        check(app(&["memory"], DepKind::Normal, &[]), 0);
+        check(app(&["testkit"], DepKind::Normal, &[]), 1);
+        check(app(&["all"], DepKind::Normal, &[]), 1);
+        check(app(&["testkit"], DepKind::Dev, &[]), 0);
+        check(app(&[], DepKind::Normal, &[("default", &["extra"]), ("extra", &["drain-core/testkit"])]), 1);
+        check(app(&[], DepKind::Normal, &[("default", &[]), ("sim", &["drain-core/testkit"])]), 0);
     }
 }

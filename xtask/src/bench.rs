@@ -50,6 +50,13 @@ pub(crate) fn run_gate() -> GateResult {
             cmd.args(["--bench", name]);
         }
     }
+    // The AMQP bench (crates/adapter-servicebus) reads the broker at compile time.
+    match crate::services::ensure(&["rabbitmq-server"])? {
+        crate::services::Need::Present if std::env::var_os(crate::rabbit::URL_VAR).is_none() => {
+            crate::test_gate::amqp_env(&mut cmd)?;
+        }
+        _ => {}
+    }
     run(&mut cmd).map_err(|f| f.fix("fix the failing benchmark above"))?;
 
     let dir = meta.target_directory.join("bench");

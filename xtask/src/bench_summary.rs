@@ -183,7 +183,7 @@ mod tests {
             ),
             (
                 "redis.json",
-                r#"{"server":"redis 7.0.15","results":[{"client":"adapter","tasks":1,"cycles_per_sec":27516},{"client":"rslock","tasks":1,"cycles_per_sec":22234},{"client":"adapter","tasks":16,"cycles_per_sec":75136},{"client":"rslock","tasks":16,"cycles_per_sec":74688}],"commands":[{"op":"peek_many_64","commands_per_op":128.0,"round_trips_per_op":1.0,"specified_round_trips":1}]}"#,
+                r#"{"server":"redis 7.0.15","results":[{"client":"adapter","tasks":1,"cycles_per_sec":27516},{"client":"rslock","tasks":1,"cycles_per_sec":22234},{"client":"adapter","tasks":16,"cycles_per_sec":75136},{"client":"rslock","tasks":16,"cycles_per_sec":74688}],"commands":[{"op":"peek_owners_64","commands_per_op":128.0,"round_trips_per_op":1.0,"specified_round_trips":1}]}"#,
             ),
             (
                 "owners.json",
@@ -209,7 +209,7 @@ mod tests {
             "63276",
             "27516",
             "75136",
-            "peek_many_64",
+            "peek_owners_64",
             "128.0",
             "4543",
             "drain_time_claim_aware_vs_off: 0.95",

@@ -10,17 +10,20 @@ mod bench;
 mod bench_summary;
 mod cargo_gates;
 mod ci;
+mod deploy;
 mod env_gate;
 mod files;
 mod flags;
 mod fuzz;
 mod lines;
 mod metadata;
+mod rabbit;
 mod scan;
 mod services;
 mod soak;
 mod test_gate;
 mod util;
+mod vocabulary;
 
 use std::process::ExitCode;
 
@@ -33,18 +36,25 @@ Gates (`ci` runs them in this order and stops at the first failure):
   fmt      cargo fmt --all -- --check
   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings,
            and the fuzz targets (fuzz/, their own workspace) on stable
-  test     cargo test --workspace --all-features, with a private redis-server
-           (tests start private redis-servers) and RabbitMQ with AMQP 1.0 (DRAIN_TEST_AMQP_URL)
+  test     cargo test --workspace --all-features; tests start private
+           redis-servers and Prometheus servers, the gate one private RabbitMQ
+           node with AMQP 1.0 (DRAIN_TEST_AMQP_URL); runs .ci/setup-services.sh
+           as root when a package is missing
   soak     the load program (tests/load/): 64 queues x 16 instances of the tick
            path and 10,000 owners on a private redis-server; no error, commands
            per operation as specified, flat memory; target/bench/load.json.
            `cargo xtask soak [--seconds N]` runs 60 s by default, `ci` 15 s
   doc      cargo doc --workspace --no-deps --all-features, rustdoc warnings denied
-  arch     architecture invariants: drain-core's dependencies and source,
-           dependencies between workspace crates (docs/architecture.md)
+  arch     architecture invariants: drain-core's dependencies and source (no
+           clock, randomness, I/O or Redis vocabulary), dependencies between
+           workspace crates, no spec-section or issue references in code
+           (docs/architecture.md)
   flags    docs/flags.md matches `drain config --flags-markdown`
            (`cargo xtask flags --write` regenerates it)
   env      only the config layer reads the environment
+  deploy   deploy/: promtool check and test the alerting rules, the Grafana
+           dashboard queries only keep-list metrics, systemd-analyze verify the
+           unit (installs promtool as root, via .ci/setup-services.sh)
   lines    no source file over 800 lines without a reason in
            xtask/line-exceptions.txt
   bench    runs the benches; each writes target/bench/<name>.json
@@ -77,6 +87,8 @@ pub(crate) enum Gate {
     Flags,
     /// Environment reads.
     Env,
+    /// The files under deploy/.
+    Deploy,
     /// File lengths.
     Lines,
     /// Benchmarks.
@@ -85,7 +97,7 @@ pub(crate) enum Gate {
 
 impl Gate {
     /// Every gate, in the order `ci` runs them.
-    pub(crate) const ALL: [Gate; 10] = [
+    pub(crate) const ALL: [Gate; 11] = [
         Gate::Fmt,
         Gate::Clippy,
         Gate::Test,
@@ -94,6 +106,7 @@ impl Gate {
         Gate::Arch,
         Gate::Flags,
         Gate::Env,
+        Gate::Deploy,
         Gate::Lines,
         Gate::Bench,
     ];
@@ -109,6 +122,7 @@ impl Gate {
             Gate::Arch => "arch",
             Gate::Flags => "flags",
             Gate::Env => "env",
+            Gate::Deploy => "deploy",
             Gate::Lines => "lines",
             Gate::Bench => "bench",
         }
@@ -133,6 +147,7 @@ impl Gate {
             Gate::Arch => arch::run(),
             Gate::Flags => flags::run_gate(write),
             Gate::Env => env_gate::run(),
+            Gate::Deploy => deploy::run_gate(),
             Gate::Lines => lines::run(),
             Gate::Bench => bench::run_gate(),
         };
@@ -176,6 +191,8 @@ fn main() -> ExitCode {
 }
 
 fn exit(result: Result<(), Failure>) -> ExitCode {
+    // A private RabbitMQ node a gate started for this run stops with it.
+    rabbit::stop_shared();
     if result.is_ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 

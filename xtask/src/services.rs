@@ -1,72 +1,88 @@
-//! The servers the `test` gate checks: `redis-server` installed (tests start their
-//! own), and the machine's RabbitMQ with its AMQP 1.0 plugin.
+//! The programs the gates need (Debian packages), installed by
+//! .ci/setup-services.sh: run by the gate itself as root, named as the one command
+//! to run otherwise.
 
 use std::fs;
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use crate::util::{Failure, run};
 
-/// RabbitMQ's AMQP port on this machine (AMQP 0-9-1 and, with the plugin, 1.0).
-pub(crate) const RABBITMQ_PORT: u16 = 5672;
-/// The plugin SPEC §7 needs.
-const AMQP1_PLUGIN: &str = "rabbitmq_amqp1_0";
-const SETUP: &str = "run `bash .ci/setup-services.sh` (installs and starts the services)";
-
-/// Whether `redis-server` can be run: every test that touches Redis starts its own
-/// private server through `crates/test-servers`, so the gate only checks the program.
-pub(crate) fn redis_server_installed() -> bool {
-    find_program("redis-server").is_some()
-}
-
-fn tail(log: &str) -> String {
-    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
-    let start = lines.len().saturating_sub(3);
-    if lines.is_empty() { "no output".to_owned() } else { lines[start..].join(" | ") }
-}
-
-/// Whether something accepts connections on RabbitMQ's port.
-pub(crate) fn rabbitmq_answers() -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, RABBITMQ_PORT));
-    TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok()
-}
-
-/// What [`ensure_amqp1_plugin`] did.
+/// What [`ensure`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Plugin {
-    /// `rabbitmq-plugins` is not installed here.
-    NoTool,
-    /// It was on already.
-    AlreadyEnabled,
-    /// We turned it on.
-    EnabledNow,
-    /// The node could not be asked (not running); the reason.
-    Unknown(String),
+pub(crate) enum Need {
+    /// Every program is installed (now).
+    Present,
+    /// Some are missing and this is not root (outside CI): why, with the command.
+    Missing(String),
 }
 
-/// Enable `rabbitmq_amqp1_0` when `rabbitmq-plugins` exists and the plugin is off.
-pub(crate) fn ensure_amqp1_plugin() -> Result<Plugin, Failure> {
-    let Some(tool) = find_program("rabbitmq-plugins") else {
-        return Ok(Plugin::NoTool);
-    };
-    let mut list = Command::new(&tool);
-    list.args(["-q", "list", "--enabled", "--minimal"]);
-    let output = match list.stdin(Stdio::null()).output() {
-        Ok(o) if o.status.success() => o,
-        Ok(o) => {
-            let why = String::from_utf8_lossy(&o.stderr);
-            return Ok(Plugin::Unknown(tail(&why)));
-        }
-        Err(e) => return Ok(Plugin::Unknown(e.to_string())),
-    };
-    let listed = String::from_utf8_lossy(&output.stdout);
-    if listed.lines().any(|l| l.trim() == AMQP1_PLUGIN) {
-        return Ok(Plugin::AlreadyEnabled);
+/// The setup script, relative to the project root.
+const SETUP_SCRIPT: &str = ".ci/setup-services.sh";
+
+/// What to do about missing programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    /// Nothing is missing.
+    Nothing,
+    /// Root: run the setup script, then look again.
+    RunSetup,
+    /// Not root: fail (under CI) or warn, with the one command to run.
+    Ask { why: String, fail: bool },
+}
+
+fn decide(absent: &[&str], root: bool, ci: bool) -> Step {
+    if absent.is_empty() {
+        return Step::Nothing;
     }
-    run(Command::new(&tool).args(["enable", AMQP1_PLUGIN]).stdin(Stdio::null())).map_err(|f| f.fix(SETUP))?;
-    Ok(Plugin::EnabledNow)
+    if root {
+        return Step::RunSetup;
+    }
+    let why = format!(
+        "{} not installed; run `sudo bash {SETUP_SCRIPT}` (installs every package the tests need)",
+        absent.join(", ")
+    );
+    Step::Ask { why, fail: ci }
+}
+
+/// Make sure `programs` are installed. As root a missing one is installed by running
+/// the setup script (the same one CI runs); otherwise the gate prints the one
+/// command to run, and under CI fails with it.
+pub(crate) fn ensure(programs: &[&str]) -> Result<Need, Failure> {
+    let absent = missing(programs);
+    match decide(&absent, is_root(), crate::util::is_ci()) {
+        Step::Nothing => Ok(Need::Present),
+        Step::RunSetup => {
+            println!("xtask: {} not installed; running `bash {SETUP_SCRIPT}` (as root)", absent.join(", "));
+            let mut cmd = Command::new("bash");
+            cmd.arg(SETUP_SCRIPT).current_dir(crate::util::project_root()).stdin(Stdio::null());
+            run(&mut cmd)?;
+            let still = missing(programs);
+            if still.is_empty() {
+                return Ok(Need::Present);
+            }
+            Err(Failure::new(format!("{} still not installed after {SETUP_SCRIPT}", still.join(", "))))
+        }
+        Step::Ask { why, fail: true } => Err(Failure::new(why)),
+        Step::Ask { why, fail: false } => {
+            println!("xtask: warning: {why}");
+            Ok(Need::Missing(why))
+        }
+    }
+}
+
+fn missing<'a>(programs: &[&'a str]) -> Vec<&'a str> {
+    programs.iter().copied().filter(|p| find_program(p).is_none()).collect()
+}
+
+/// Whether this process runs as root (uid 0), read from /proc on Linux.
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status").ok().is_some_and(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|ids| ids.split_whitespace().nth(1))
+            .is_some_and(|effective| effective == "0")
+    })
 }
 
 /// `name` on `PATH`, or in the sbin directories Debian puts RabbitMQ's tools in.
@@ -87,4 +103,39 @@ fn is_executable(path: &Path) -> bool {
 #[cfg(not(unix))]
 fn is_executable(path: &Path) -> bool {
     path.is_file()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(absent: &[&str], root: bool, ci: bool, expected: &Step) {
+        assert_eq!(&decide(absent, root, ci), expected, "absent {absent:?}, root {root}, ci {ci}");
+    }
+
+    #[test]
+    fn a_missing_package_is_installed_as_root_and_asked_for_otherwise() {
+        let why =
+            "promtool not installed; run `sudo bash .ci/setup-services.sh` (installs every package the tests need)";
+        for (root, ci) in [(true, true), (true, false), (false, true), (false, false)] {
+            check(&[], root, ci, &Step::Nothing);
+        }
+        check(&["promtool"], true, true, &Step::RunSetup);
+        check(&["promtool"], true, false, &Step::RunSetup);
+        check(&["promtool"], false, true, &Step::Ask { why: why.to_owned(), fail: true });
+        check(&["promtool"], false, false, &Step::Ask { why: why.to_owned(), fail: false });
+    }
+
+    /// As root, a program the setup script cannot provide is named after it ran
+    /// (here the script finds every real package installed and changes nothing).
+    #[test]
+    fn as_root_the_setup_script_runs_and_what_is_still_missing_is_named() {
+        if !is_root() || !missing(&["redis-server", "promtool", "rabbitmq-server"]).is_empty() {
+            // Not root, or packages missing: running the script would install them.
+            eprintln!("SKIP: needs root with every package installed");
+            return;
+        }
+        let failure = ensure(&["drain-no-such-program"]).expect_err("still missing");
+        assert!(failure.what.contains("drain-no-such-program still not installed after"), "{failure}");
+    }
 }

@@ -1,4 +1,4 @@
-//! `cargo xtask soak [--seconds N]`: the load check (issue 6, item 4). Runs the
+//! `cargo xtask soak [--seconds N]`: the load check. Runs the
 //! `drain-load` program of `tests/load/` (package `drain-e2e`): 64 queues x 16
 //! instances of the tick path and 10,000 owners through the admission scheduler
 //! against one private `redis-server`, for N seconds ([`DEFAULT_SECONDS`]; `ci` runs
@@ -15,7 +15,7 @@ use std::process::Command;
 
 use crate::metadata::Metadata;
 use crate::services;
-use crate::util::{Failure, GateResult, Outcome, cargo, is_ci, run};
+use crate::util::{Failure, GateResult, Outcome, cargo, run};
 
 /// Seconds of load for `cargo xtask soak`.
 pub(crate) const DEFAULT_SECONDS: u64 = 60;
@@ -47,13 +47,8 @@ pub(crate) fn run_and_report(seconds: u64) -> Result<(), Failure> {
 
 /// Build the load program with the test build and run it for `seconds`.
 pub(crate) fn run_gate(seconds: u64) -> GateResult {
-    if !services::redis_server_installed() {
-        let failure = Failure::new("redis-server is not installed; the load program starts a private one")
-            .fix("run `bash .ci/setup-services.sh` (installs redis-server and RabbitMQ)");
-        if is_ci() {
-            return Err(failure);
-        }
-        return Ok(Outcome::Skipped("redis-server is not installed".to_owned()));
+    if let services::Need::Missing(why) = services::ensure(&["redis-server"])? {
+        return Ok(Outcome::Skipped(why));
     }
     let meta = Metadata::load()?;
     let mut build = cargo();

@@ -1,55 +1,51 @@
-//! `cargo xtask test`: the whole test suite (unit, integration, doctests). Tests
-//! that touch Redis start their own private `redis-server`s (crates/test-servers),
-//! so the gate only checks that the program is installed; AMQP tests use the
-//! machine's RabbitMQ, found through `DRAIN_TEST_AMQP_URL` (kept when already set,
-//! otherwise set when RabbitMQ answers), with the AMQP 1.0 plugin enabled here.
+//! `cargo xtask test`: the whole test suite (unit, integration, doctests).
+//!
+//! The servers come from Debian packages (redis-server, redis-tools,
+//! rabbitmq-server, prometheus, python3 for the Service Bus SDK check): when one is
+//! missing the gate runs
+//! .ci/setup-services.sh itself as root, and otherwise prints the one command to
+//! run. Tests that touch Redis or Prometheus start private servers of their own;
+//! AMQP tests use one private RabbitMQ node that this gate starts for the run
+//! (crate::rabbit) and names in `DRAIN_TEST_AMQP_URL` (kept when already set). The
+//! machine's services are never used.
 
-use crate::services::{self, Plugin, RABBITMQ_PORT};
-use crate::util::{Failure, GateResult, Outcome, cargo, is_ci, run};
+use crate::rabbit::{self, HOME_VAR, NODE_VAR, URL_VAR};
+use crate::services::{self, Need};
+use crate::util::{GateResult, Outcome, cargo, run};
 
-const AMQP_VAR: &str = "DRAIN_TEST_AMQP_URL";
+/// The programs the tests run (each from the package the setup script installs;
+/// `python3` makes the venv of the Service Bus SDK check, whose `python3-venv` the
+/// script installs too).
+pub(crate) const PROGRAMS: [&str; 6] =
+    ["redis-server", "redis-cli", "rabbitmq-server", "prometheus", "promtool", "python3"];
 
 /// Run the gate.
 pub(crate) fn run_gate() -> GateResult {
-    match services::ensure_amqp1_plugin()? {
-        Plugin::NoTool => {
-            println!("xtask test: rabbitmq-plugins not installed; not touching RabbitMQ")
-        }
-        Plugin::AlreadyEnabled => {
-            println!("xtask test: RabbitMQ plugin rabbitmq_amqp1_0 is enabled")
-        }
-        Plugin::EnabledNow => println!("xtask test: enabled RabbitMQ plugin rabbitmq_amqp1_0"),
-        Plugin::Unknown(why) => {
-            println!("xtask test: could not ask RabbitMQ for its plugins ({why})")
-        }
-    }
-
+    let need = services::ensure(&PROGRAMS)?;
     let mut cmd = cargo();
     cmd.args(["test", "--workspace", "--all-features"]);
-
-    if !services::redis_server_installed() {
-        let failure = Failure::new("redis-server is not installed; tests that need Redis cannot start their servers")
-            .fix("run `bash .ci/setup-services.sh` (installs redis-server and RabbitMQ)");
-        if is_ci() {
-            return Err(failure);
-        }
-        println!("xtask test: warning: {failure}");
-        println!("xtask test: tests that need Redis will skip (they fail under CI=true)");
+    if let Need::Missing(why) = &need {
+        println!("xtask test: tests that need what is missing will skip (they fail under CI=true): {why}");
     }
-
-    if let Some(url) = std::env::var_os(AMQP_VAR) {
-        println!("xtask test: {AMQP_VAR} already set; using it");
-        cmd.env(AMQP_VAR, url);
-    } else if services::rabbitmq_answers() {
-        let url = format!("amqp://guest:guest@127.0.0.1:{RABBITMQ_PORT}");
-        println!("xtask test: {AMQP_VAR}={url}");
-        cmd.env(AMQP_VAR, url);
-    } else {
-        println!(
-            "xtask test: warning: nothing answers on 127.0.0.1:{RABBITMQ_PORT}; AMQP tests will skip (they fail under CI=true); run `bash .ci/setup-services.sh`"
-        );
+    if std::env::var_os(URL_VAR).is_some() {
+        println!("xtask test: {URL_VAR} already set; using that broker");
+    } else if need == Need::Present {
+        // The node boots (seconds, mostly waiting) while the tests compile.
+        let node = std::thread::spawn(rabbit::shared);
+        let mut build = cargo();
+        build.args(["test", "--workspace", "--all-features", "--no-run"]);
+        let built = run(&mut build);
+        let (url, name, home) = node.join().map_err(|_| crate::util::Failure::new("starting RabbitMQ panicked"))??;
+        built.map_err(|f| f.fix("fix the build errors above"))?;
+        cmd.env(URL_VAR, url).env(NODE_VAR, name).env(HOME_VAR, home);
     }
-
     run(&mut cmd).map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
     Ok(Outcome::Passed)
+}
+
+/// Point `cmd`'s tests (or benches) at this run's private RabbitMQ node.
+pub(crate) fn amqp_env(cmd: &mut std::process::Command) -> Result<(), crate::util::Failure> {
+    let (url, node, home) = rabbit::shared()?;
+    cmd.env(URL_VAR, url).env(NODE_VAR, node).env(HOME_VAR, home);
+    Ok(())
 }

@@ -1,6 +1,6 @@
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 
-/// Every metric name drain exports (SPEC §9). Nothing else reaches `/metrics`.
+/// Every metric name drain exports (docs/metrics.md). Nothing else reaches `/metrics`.
 pub const KEEP_LIST: &[&str] = &[
     "drain_ticks_total",
     "drain_lease_ops_total",

@@ -4,7 +4,7 @@
 //! `metrics-exporter-prometheus` on an HTTP `/metrics` endpoint.
 //!
 //! Only the names in [`KEEP_LIST`] are exported: the installed recorder drops every
-//! other metric, whoever registers it, so the scrape surface is exactly SPEC §9.
+//! other metric, whoever registers it, so the scrape surface is exactly docs/metrics.md.
 //! Decisions taken in shadow mode carry `mode="shadow"`.
 //!
 //! ```no_run
@@ -18,12 +18,16 @@
 #![forbid(unsafe_code)]
 
 mod keep;
+mod known;
 mod observer;
+mod serve;
 
 use std::net::SocketAddr;
 
 pub use keep::{KEEP_LIST, KeepList};
+pub use known::{Known, KnownTicks, export_known};
 pub use observer::MetricsObserver;
+pub use serve::CONTENT_TYPE_TEXT;
 
 use metrics_exporter_prometheus::PrometheusBuilder;
 
@@ -47,23 +51,24 @@ pub enum MetricsError {
 pub const DURATION_BUCKETS: &[f64] =
     &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0];
 
-/// Serve `/metrics` on `addr` and install the keep-list recorder globally.
+/// Serve `/metrics` on `addr` (content type [`CONTENT_TYPE_TEXT`]) and install the
+/// keep-list recorder globally. Returns the address bound (port 0 picks a free one).
 ///
 /// Must be called inside a tokio runtime (the listener is spawned on it).
 ///
 /// # Errors
 /// [`MetricsError::Build`] when the listener cannot bind; [`MetricsError::AlreadyInstalled`]
 /// when a recorder is already installed.
-pub fn install(addr: SocketAddr) -> Result<(), MetricsError> {
+pub fn install(addr: SocketAddr) -> Result<SocketAddr, MetricsError> {
     let build = |e: &dyn std::fmt::Display| MetricsError::Build { addr, reason: e.to_string() };
-    let (recorder, exporter) = PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .set_buckets(DURATION_BUCKETS)
-        .map_err(|e| build(&e))?
-        .build()
-        .map_err(|e| build(&e))?;
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| build(&e))?;
+    let bound = listener.local_addr().map_err(|e| build(&e))?;
+    listener.set_nonblocking(true).map_err(|e| build(&e))?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| build(&e))?;
+    let recorder = PrometheusBuilder::new().set_buckets(DURATION_BUCKETS).map_err(|e| build(&e))?.build_recorder();
+    let handle = recorder.handle();
     metrics::set_global_recorder(KeepList::new(recorder)).map_err(|_| MetricsError::AlreadyInstalled)?;
-    tokio::spawn(exporter);
+    tokio::spawn(serve::serve(listener, handle));
     observer::describe();
-    Ok(())
+    Ok(bound)
 }

@@ -3,7 +3,7 @@ use drain_core::event::Event;
 use drain_core::ports::Observer;
 use metrics::{Unit, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 
-/// Turns every drain-core [`Event`] into the SPEC §9 metric it stands for.
+/// Turns every drain-core [`Event`] into the metric of docs/metrics.md it stands for.
 ///
 /// Stateless and cheap: each event is one counter increment, gauge set or histogram
 /// record on the global recorder (a no-op until [`crate::install`] ran).
@@ -13,13 +13,14 @@ pub struct MetricsObserver;
 impl Observer for MetricsObserver {
     fn observe(&self, event: &Event<'_>) {
         match *event {
-            Event::Tick { queue, outcome, mode, duration } => {
-                counter!("drain_ticks_total", "queue" => queue.to_owned(), "outcome" => outcome.as_str(), "mode" => mode.as_str())
+            Event::Tick { queue, outcome, mode, kind, duration } => {
+                counter!("drain_ticks_total", "queue" => queue.to_owned(), "outcome" => outcome.as_str(), "mode" => mode.as_str(), "kind" => kind.as_str())
                     .increment(1);
-                histogram!("drain_tick_duration_seconds").record(duration.as_secs_f64());
+                histogram!("drain_tick_duration_seconds", "kind" => kind.as_str()).record(duration.as_secs_f64());
             }
-            Event::LeaseOp { op, result } => {
-                counter!("drain_lease_ops_total", "op" => op.as_str(), "result" => result).increment(1);
+            Event::LeaseOp { op, result, mode } => {
+                counter!("drain_lease_ops_total", "op" => op.as_str(), "result" => result, "mode" => mode.as_str())
+                    .increment(1);
             }
             Event::LeaseLost { .. } => counter!("drain_lease_lost_total").increment(1),
             Event::Message { queue, outcome, mode } => {
@@ -58,8 +59,11 @@ impl Observer for MetricsObserver {
 
 /// Register HELP text and units for every kept metric.
 pub(crate) fn describe() {
-    describe_counter!("drain_ticks_total", "Beat ticks by queue and outcome (ran, skipped_locked, fail_open).");
-    describe_counter!("drain_lease_ops_total", "Single-flight lease operations by op and result.");
+    describe_counter!(
+        "drain_ticks_total",
+        "Ticks by queue, outcome (ran, skipped_locked, fail_open), mode and kind (beat, resident)."
+    );
+    describe_counter!("drain_lease_ops_total", "Single-flight lease operations by op, result and mode.");
     describe_counter!("drain_lease_lost_total", "Renewals that found the lease gone; the drain was cancelled.");
     describe_counter!("drain_owner_skipped_total", "Owner launches deferred by admission, by reason.");
     describe_counter!("drain_owner_claim_busy_backoff_total", "Claim-busy turns put on a jittered retry timer.");
@@ -69,7 +73,7 @@ pub(crate) fn describe() {
     describe_counter!("drain_messages_total", "Received messages by queue and outcome.");
     describe_gauge!("drain_owner_queue_depth", "Owners waiting to launch.");
     describe_gauge!("drain_owner_retry_timers", "Pending owner retry timers.");
-    describe_histogram!("drain_tick_duration_seconds", Unit::Seconds, "Duration of a beat tick.");
+    describe_histogram!("drain_tick_duration_seconds", Unit::Seconds, "Duration of a tick, by kind (beat, resident).");
     describe_histogram!("drain_redis_op_duration_seconds", Unit::Seconds, "Duration of one Redis round trip, by op.");
     describe_gauge!("drain_switch_mode", "1 for each switch's effective position, 0 for the others.");
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use adapter_metrics::{KEEP_LIST, MetricsObserver};
 use drain_core::Switch;
-use drain_core::event::{Event, LeaseOp, MessageOutcome, SkipReason, TickOutcome, TurnLabel};
+use drain_core::event::{Event, LeaseOp, MessageOutcome, SkipReason, TickKind, TickOutcome, TurnLabel};
 use drain_core::ports::Observer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -32,16 +32,14 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
     adapter_metrics::install(addr).expect("install");
     let o = MetricsObserver;
     let d = Duration::from_millis(1500);
-    o.observe(&Event::Tick { queue: "requests", outcome: TickOutcome::Ran, mode: Switch::On, duration: d });
-    o.observe(&Event::Tick { queue: "requests", outcome: TickOutcome::SkippedLocked, mode: Switch::On, duration: d });
-    o.observe(&Event::Tick { queue: "requests", outcome: TickOutcome::SkippedLocked, mode: Switch::On, duration: d });
-    o.observe(&Event::Tick {
-        queue: "requests",
-        outcome: TickOutcome::SkippedLocked,
-        mode: Switch::Shadow,
-        duration: d,
-    });
-    o.observe(&Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired" });
+    let tick = |outcome, mode, kind| Event::Tick { queue: "requests", outcome, mode, kind, duration: d };
+    o.observe(&tick(TickOutcome::Ran, Switch::On, TickKind::Beat));
+    o.observe(&tick(TickOutcome::SkippedLocked, Switch::On, TickKind::Beat));
+    o.observe(&tick(TickOutcome::SkippedLocked, Switch::On, TickKind::Beat));
+    o.observe(&tick(TickOutcome::SkippedLocked, Switch::Shadow, TickKind::Beat));
+    o.observe(&tick(TickOutcome::Ran, Switch::Off, TickKind::Resident));
+    o.observe(&Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired", mode: Switch::On });
+    o.observe(&Event::LeaseOp { op: LeaseOp::Renew, result: "error", mode: Switch::Shadow });
     o.observe(&Event::LeaseLost { queue: "requests" });
     o.observe(&Event::Message { queue: "requests", outcome: MessageOutcome::Duplicate, mode: Switch::On });
     o.observe(&Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode: Switch::Shadow });
@@ -58,10 +56,12 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
 
     let body = scrape(addr).await;
     for line in [
-        r#"drain_ticks_total{queue="requests",outcome="ran",mode="on"} 1"#,
-        r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on"} 2"#,
-        r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="shadow"} 1"#,
-        r#"drain_lease_ops_total{op="acquire",result="acquired"} 1"#,
+        r#"drain_ticks_total{queue="requests",outcome="ran",mode="on",kind="beat"} 1"#,
+        r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on",kind="beat"} 2"#,
+        r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="shadow",kind="beat"} 1"#,
+        r#"drain_ticks_total{queue="requests",outcome="ran",mode="off",kind="resident"} 1"#,
+        r#"drain_lease_ops_total{op="acquire",result="acquired",mode="on"} 1"#,
+        r#"drain_lease_ops_total{op="renew",result="error",mode="shadow"} 1"#,
         "drain_lease_lost_total 1",
         r#"drain_messages_total{queue="requests",outcome="duplicate",mode="on"} 1"#,
         r#"drain_owner_skipped_total{reason="claim_held",mode="shadow"} 1"#,
@@ -73,8 +73,9 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
         "drain_owner_retry_timers 3",
         r#"drain_switch_mode{switch="SERVICEBUS_DRAIN_SINGLEFLIGHT",mode="shadow"} 1"#,
         r#"drain_switch_mode{switch="SERVICEBUS_DRAIN_SINGLEFLIGHT",mode="on"} 0"#,
-        r#"drain_tick_duration_seconds_bucket{le="2.5"} 4"#,
-        "drain_tick_duration_seconds_count 4",
+        r#"drain_tick_duration_seconds_bucket{kind="beat",le="2.5"} 4"#,
+        r#"drain_tick_duration_seconds_count{kind="beat"} 4"#,
+        r#"drain_tick_duration_seconds_count{kind="resident"} 1"#,
         r#"drain_redis_op_duration_seconds_count{op="acquire"} 1"#,
     ] {
         assert!(body.lines().any(|l| l == line), "missing `{line}` in:\n{body}");
@@ -86,4 +87,10 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
         assert!(KEEP_LIST.contains(&base), "unexpected series {name}");
     }
     assert!(body.contains("# HELP drain_ticks_total"), "described:\n{body}");
+    let head = body.split("\r\n\r\n").next().unwrap_or_default().to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(
+        head.lines().any(|l| l == "content-type: text/plain; version=0.0.4; charset=utf-8"),
+        "the text format's full content type:\n{head}"
+    );
 }

@@ -28,9 +28,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
+use drain_core::LeaseToken;
+use drain_core::ports::LeaseName;
 use drain_core::ports::{Acquire, LeaseStore, Release};
 use drain_core::testkit::TestRng;
-use drain_core::{KeySpace, LeaseToken};
 use redis::aio::ConnectionLike;
 use test_servers::{RedisServer, Reply};
 
@@ -92,16 +93,17 @@ impl Client {
                 assert_eq!(v, redis::Value::Int(1));
             }
             Client::Rslock(lm) => {
-                let lock = lm.lock(task.key.lease.as_str(), TTL).await.expect("rslock lock");
+                let lock = lm.lock(task.keys.lease.as_str(), TTL).await.expect("rslock lock");
                 lm.unlock(&lock).await;
             }
         }
     }
 }
 
-/// One task's key, token and prepared commands.
+/// One task's lease, its keys, token and prepared commands.
 struct Task {
-    key: drain_core::LeaseKey,
+    key: LeaseName,
+    keys: adapter_redis::LeaseKeys,
     token: LeaseToken,
     acquire: redis::Cmd,
     release: redis::Cmd,
@@ -109,15 +111,22 @@ struct Task {
 
 impl Task {
     fn new(client: &str, n: usize) -> Self {
-        let key = KeySpace::new("bench").lease(&format!("{client}-{n}"));
+        let key = LeaseName::queue(format!("{client}-{n}"));
+        let keys = adapter_redis::KeySpace::new(adapter_redis::DEFAULT_KEY_PREFIX).lease(&key);
         let token = LeaseToken::generate("bench", &mut TestRng::new(n as u64));
         let acquire_sha = redis::Script::new(include_str!("../src/scripts/acquire.lua")).get_hash().to_owned();
         let release_sha = redis::Script::new(include_str!("../src/scripts/release.lua")).get_hash().to_owned();
         let mut acquire = redis::cmd("EVALSHA");
-        acquire.arg(acquire_sha).arg(2).arg(&key.lease).arg(&key.fence).arg(token.as_str()).arg(TTL.as_millis() as u64);
+        acquire
+            .arg(acquire_sha)
+            .arg(2)
+            .arg(&keys.lease)
+            .arg(&keys.fence)
+            .arg(token.as_str())
+            .arg(TTL.as_millis() as u64);
         let mut release = redis::cmd("EVALSHA");
-        release.arg(release_sha).arg(1).arg(&key.lease).arg(token.as_str());
-        Task { key, token, acquire, release }
+        release.arg(release_sha).arg(1).arg(&keys.lease).arg(token.as_str());
+        Task { key, keys, token, acquire, release }
     }
 }
 

@@ -1,9 +1,10 @@
-//! [`ClaimStore`] on Redis: one `EVALSHA` per hash slot for a whole batch.
+//! [`ClaimStore`] on Redis: one `EVALSHA` per batch (the claims of one queue share
+//! the queue's hash slot). Values are `pending:<token>` and `done:<token>`.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::ports::{ClaimState, ClaimStore, SettleAction, SettleResult, Settlement};
+use drain_core::ports::{ClaimState, ClaimStore, MessageId, SettleAction, SettleResult, Settlement};
 use drain_core::{LeaseToken, PortError};
 use futures::future::try_join_all;
 
@@ -17,13 +18,16 @@ use crate::store::RedisStore;
 impl ClaimStore for RedisStore {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        if keys.is_empty() {
+        if ids.is_empty() {
             return Ok(Vec::new());
         }
+        let keys: Vec<String> = ids.iter().map(|id| self.keys().message_claim(queue, id)).collect();
+        let keys = keys.as_slice();
         let ttl = millis(pending_ttl);
         let groups = self.groups(keys.iter().map(String::as_str));
         let replies = try_join_all(groups.iter().map(|group| async move {
@@ -48,6 +52,7 @@ impl ClaimStore for RedisStore {
 
     async fn settle_batch(
         &self,
+        queue: &str,
         settlements: &[Settlement],
         token: &LeaseToken,
         done_ttl: Duration,
@@ -55,9 +60,11 @@ impl ClaimStore for RedisStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        let groups = self.groups(settlements.iter().map(|s| s.key.as_str()));
+        let keys: Vec<String> = settlements.iter().map(|s| self.keys().message_claim(queue, &s.id)).collect();
+        let keys = keys.as_slice();
+        let groups = self.groups(keys.iter().map(String::as_str));
         let replies = try_join_all(groups.iter().map(|group| async move {
-            let group_keys: Vec<&str> = group.iter().map(|&i| settlements[i].key.as_str()).collect();
+            let group_keys: Vec<&str> = group.iter().map(|&i| keys[i].as_str()).collect();
             let args = |cmd: &mut redis::Cmd| {
                 cmd.arg(token.as_str()).arg(millis(done_ttl));
                 for &i in group {

@@ -17,6 +17,9 @@ pub struct RedisConfig {
     pub url: String,
     /// Use the Redis Cluster protocol (`DRAIN_REDIS_CLUSTER=on`).
     pub cluster: bool,
+    /// Every key the store reads or writes starts with `<key_prefix>:`
+    /// (`DRAIN_KEY_PREFIX`): tenants sharing one Redis keep apart by prefix.
+    pub key_prefix: String,
     /// Connections of the pool used for exclusive, non-hot-path work (`SCAN`).
     /// The hot path never uses the pool. At least 1.
     pub pool_size: usize,
@@ -31,6 +34,8 @@ pub struct RedisConfig {
     pub tls_ca_file: Option<PathBuf>,
 }
 
+/// Default [`RedisConfig::key_prefix`].
+pub const DEFAULT_KEY_PREFIX: &str = "drain";
 /// Default [`RedisConfig::pool_size`].
 pub const DEFAULT_POOL_SIZE: usize = 4;
 /// Default [`RedisConfig::connect_timeout`].
@@ -39,13 +44,15 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl RedisConfig {
-    /// A standalone configuration for `url` with the defaults: pool of
+    /// A standalone configuration for `url` with the defaults: key prefix
+    /// [`DEFAULT_KEY_PREFIX`], pool of
     /// [`DEFAULT_POOL_SIZE`], [`DEFAULT_CONNECT_TIMEOUT`], [`DEFAULT_RESPONSE_TIMEOUT`].
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
             cluster: false,
+            key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
             pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
@@ -58,6 +65,13 @@ impl RedisConfig {
     #[must_use]
     pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
         self.tls_ca_file = Some(path.into());
+        self
+    }
+
+    /// The same configuration under another key prefix.
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.key_prefix = prefix.into();
         self
     }
 
@@ -118,6 +132,7 @@ impl fmt::Debug for RedisConfig {
         f.debug_struct("RedisConfig")
             .field("url", &redact_url(&self.url))
             .field("cluster", &self.cluster)
+            .field("key_prefix", &self.key_prefix)
             .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)

@@ -196,6 +196,17 @@ pub(crate) fn deadline_error(endpoint: &str, deadline: std::time::Duration) -> P
     )
 }
 
+/// A key under the prefix holds something drain did not write (`WRONGTYPE` in
+/// spirit: permanent until someone deletes it).
+pub(crate) fn wrong_type(endpoint: &str, what: &str) -> PortError {
+    PortError::new(
+        ErrorKind::WrongType,
+        format!(
+            "Redis at {endpoint}: {what}; another program writes under DRAIN_KEY_PREFIX: choose another prefix or delete the key"
+        ),
+    )
+}
+
 /// The error of a reply that does not have the shape a drain script returns.
 pub(crate) fn shape_error(op: &str, endpoint: &str, what: &str) -> PortError {
     PortError::new(

@@ -1,17 +1,18 @@
-//! [`LeaseStore`] on Redis: one `EVALSHA` per acquire, release and renew; one
-//! pipelined `GET`+`PTTL` round trip per peek (per hash slot for many keys).
+//! [`LeaseStore`] and [`OwnerClaims`] on Redis: one `EVALSHA` per acquire, release
+//! and renew; one pipelined round trip per peek (per hash slot for many owners).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::ports::{Acquire, Holding, LeaseStore, Release, Renew};
-use drain_core::{LeaseKey, LeaseToken, PortError};
+use drain_core::admission::OwnerId;
+use drain_core::ports::{Acquire, Holding, LeaseName, LeaseStore, OwnerClaim, OwnerClaims, Release, Renew};
+use drain_core::{LeaseToken, PortError};
 use futures::future::try_join_all;
 
 use crate::error::shape_error;
 use crate::reply;
 use crate::scripts::SCRIPTS;
-use crate::store::{RedisStore, peek_pipe};
+use crate::store::{RedisStore, Scanned, peek_pipe};
 
 /// A TTL in whole milliseconds for `PX`/`PEXPIRE`: at least 1 (Redis rejects 0).
 pub(crate) fn millis(ttl: Duration) -> u64 {
@@ -20,7 +21,8 @@ pub(crate) fn millis(ttl: Duration) -> u64 {
 
 #[async_trait]
 impl LeaseStore for RedisStore {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        let key = self.keys().lease(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str()).arg(millis(ttl));
         };
@@ -28,7 +30,8 @@ impl LeaseStore for RedisStore {
         reply::acquire(&v).ok_or_else(|| shape_error("acquire", self.endpoint(), &format!("{v:?}")))
     }
 
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        let key = self.keys().lease(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str());
         };
@@ -40,7 +43,8 @@ impl LeaseStore for RedisStore {
         }
     }
 
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        let key = self.keys().lease(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str()).arg(millis(ttl));
         };
@@ -52,36 +56,59 @@ impl LeaseStore for RedisStore {
         }
     }
 
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
-        let values = self.pipeline("peek", &peek_pipe([key])).await?;
-        match values.as_slice() {
-            [get, pttl] => {
-                reply::holding(get, pttl).ok_or_else(|| shape_error("peek", self.endpoint(), "a non-string value"))
-            }
-            _ => Err(shape_error("peek", self.endpoint(), "a pipeline reply of the wrong length")),
-        }
+    /// One pipeline: `GET` + `PTTL` of the lease, `GET` of its fence.
+    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        let key = self.keys().lease(lease);
+        let mut pipe = peek_pipe([key.lease.as_str()]);
+        pipe.cmd("GET").arg(&key.fence);
+        let values = self.pipeline("peek", &pipe).await?;
+        let [get, pttl, fence] = values.as_slice() else {
+            return Err(shape_error("peek", self.endpoint(), "a pipeline reply of the wrong length"));
+        };
+        let bad = |what: &str| shape_error("peek", self.endpoint(), what);
+        let Some(held) = reply::holding(get, pttl).ok_or_else(|| bad("a lease that is not a string"))? else {
+            return Ok(None);
+        };
+        let Some(remaining) = reply::remaining(held.remaining) else { return Ok(None) };
+        let fence = reply::counter(fence).ok_or_else(|| {
+            crate::error::wrong_type(self.endpoint(), &format!("the fence key {} does not hold a counter", key.fence))
+        })?;
+        Ok(Some(Holding { holder: drain_core::token::holder_of(&held.value).to_owned(), remaining, fence }))
     }
+}
 
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
+#[async_trait]
+impl OwnerClaims for RedisStore {
+    /// `GET` + `PTTL` of every owner's claim key, one pipeline per hash slot, the
+    /// slots in parallel.
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        let keys: Vec<String> = owners.iter().map(|o| self.keys().owner_claim(o.as_str())).collect();
+        let read = self.read_keys("peek_owners", &keys).await?;
+        Ok(read.into_iter().map(reply::owner_claim).collect())
+    }
+}
+
+impl RedisStore {
+    /// `GET` + `PTTL` of every key, one pipeline per hash slot (in parallel), the
+    /// answers in key order; an empty slice makes no call.
+    pub(crate) async fn read_keys(&self, op: &'static str, keys: &[String]) -> Result<Vec<Option<Scanned>>, PortError> {
         if keys.is_empty() {
             return Ok(Vec::new());
         }
         let groups = self.groups(keys.iter().map(String::as_str));
-        self.holdings_by_slot("peek_many", keys.len(), &groups, |group| async move {
+        self.holdings_by_slot(op, keys.len(), &groups, |group| async move {
             let pipe = peek_pipe(group.iter().map(|&i| keys[i].as_str()));
-            let values = self.pipeline("peek_many", &pipe).await?;
+            let values = self.pipeline(op, &pipe).await?;
             if values.len() != group.len() * 2 {
-                return Err(shape_error("peek_many", self.endpoint(), "a pipeline reply of the wrong length"));
+                return Err(shape_error(op, self.endpoint(), "a pipeline reply of the wrong length"));
             }
             Ok(values)
         })
         .await
     }
-}
 
-impl RedisStore {
     /// One call of `fetch` per hash-slot group of `n` keys (in parallel), each
-    /// answering a value and a PTTL per key of its group; the holdings back in key
+    /// answering a value and a PTTL per key of its group; the values back in key
     /// order. Shared by the plain batched peek and the peek that registers a waiter.
     pub(crate) async fn holdings_by_slot<'g, F, Fut>(
         &self,
@@ -89,7 +116,7 @@ impl RedisStore {
         n: usize,
         groups: &'g [Vec<usize>],
         fetch: F,
-    ) -> Result<Vec<Option<Holding>>, PortError>
+    ) -> Result<Vec<Option<Scanned>>, PortError>
     where
         F: Fn(&'g [usize]) -> Fut,
         Fut: Future<Output = Result<Vec<redis::Value>, PortError>>,

@@ -1,8 +1,12 @@
 //! # adapter-redis
 //!
-//! drain-core's [`LeaseStore`](drain_core::ports::LeaseStore) and
-//! [`ClaimStore`](drain_core::ports::ClaimStore) on Redis 6.2+ (standalone or
-//! Redis Cluster), exactly as SPEC §4 and §6 describe.
+//! drain-core's store ports on Redis 6.2+ (standalone or Redis Cluster):
+//! [`LeaseStore`](drain_core::ports::LeaseStore),
+//! [`ClaimStore`](drain_core::ports::ClaimStore),
+//! [`OwnerClaims`](drain_core::ports::OwnerClaims) and the optional
+//! [`ReleaseWake`](drain_core::ports::ReleaseWake), each passing drain-core's
+//! contract suites on a real server and a real Cluster. The key layout is this
+//! crate's ([`KeySpace`]): every key starts with [`RedisConfig::key_prefix`].
 //!
 //! ## Round trips
 //!
@@ -11,20 +15,17 @@
 //! | `acquire` | `EVALSHA acquire` (`SET NX PX` + `INCR fence`) | 1 |
 //! | `release` | `EVALSHA release` (compare-and-`DEL`) | 1 |
 //! | `renew` | `EVALSHA renew` (compare-and-`PEXPIRE`) | 1 |
-//! | `peek` | pipeline `GET` + `PTTL` | 1 |
-//! | `peek_many` (K keys) | pipeline of K × (`GET` + `PTTL`) | 1 (1 per hash slot on a Cluster, in parallel) |
-//! | `claim_batch` | `EVALSHA claim` over the batch's keys | 1 per hash slot |
-//! | `settle_batch` | `EVALSHA settle` over the batch's keys | 1 per hash slot |
+//! | `peek` | pipeline `GET` + `PTTL` of the lease, `GET` of its fence | 1 |
+//! | `peek_owners` (K owners) | pipeline of K × (`GET` + `PTTL`) | 1 (1 per hash slot on a Cluster, in parallel) |
+//! | `claim_batch` | `EVALSHA claim` over the batch's keys | 1 (one queue, one hash slot) |
+//! | `settle_batch` | `EVALSHA settle` over the batch's keys | 1 |
 //!
-//! Besides the ports, a few plain list and hash operations serve an embedder's owner
-//! work on the same connection ([`RedisStore::pop_batch`], [`RedisStore::mark_processed`],
-//! [`RedisStore::list_lengths`], [`RedisStore::push_items`]; `drain owners` uses them).
-//!
-//! Release wake-up (issue 7) adds a waiter list per owner, registration inside the
-//! claim-held peek and the lost acquire, a release that publishes to one waiter, and a
-//! subscriber: [`RedisStore::peek_and_wait`], [`RedisStore::acquire_or_wait`],
-//! [`RedisStore::release_and_wake`], [`RedisStore::subscribe_releases`] (one round
-//! trip each; see the `wake` module's table).
+//! The release wake-up's operations are one round trip each too (see the `wake`
+//! module's table). Besides the ports, a few plain list and hash operations serve an
+//! embedder's owner work on the same connection ([`RedisStore::pop_batch`],
+//! [`RedisStore::mark_processed`], [`RedisStore::list_lengths`],
+//! [`RedisStore::push_items`]; `drain owners` uses them), and [`KeyedClaims`] peeks
+//! at owner claims under keys of an embedder's own.
 //!
 //! The scripts (`src/scripts/*.lua`) are loaded with `SCRIPT LOAD` at connect and
 //! called by SHA. When a server answers `NOSCRIPT` (restart, `SCRIPT FLUSH`,
@@ -50,11 +51,23 @@
 //! ## Errors
 //!
 //! Driver errors are mapped at the boundary by [`map_error`] to drain-core's kinds:
-//! timeouts, refused or broken connections, `LOADING`, `BUSY`, `TRYAGAIN`,
-//! `CLUSTERDOWN`, `READONLY`, `MASTERDOWN`, `MOVED`/`ASK` are temporary; `NOPERM`,
-//! `WRONGPASS`/`NOAUTH`, `WRONGTYPE` are permanent. Messages name the endpoint
-//! (`host:port`) and what to check, and never contain the password
-//! ([`redact_url`]).
+//!
+//! | Redis says | kind | persistence |
+//! |---|---|---|
+//! | a timeout, our own deadline | `Timeout` | temporary |
+//! | refused, reset or broken connections, other I/O errors | `Connection` | temporary |
+//! | `LOADING`, `BUSY`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY`, `MASTERDOWN`, `OOM` | `Unavailable` | temporary |
+//! | `MOVED`/`ASK` (redirect storms) | `Redirected` | temporary |
+//! | `NOPERM` | `Permission` | permanent |
+//! | `WRONGPASS`, `NOAUTH`, authentication failed | `Auth` | permanent |
+//! | `WRONGTYPE`, a fence key that is not a counter | `WrongType` | permanent |
+//! | `CROSSSLOT`, `NOSCRIPT` after `EVAL`, a reply drain's scripts never give | `Protocol` | permanent |
+//!
+//! Messages name the endpoint (`host:port`) and what to check, and never contain the
+//! password ([`redact_url`]). A lease key without a TTL (written by hand, never by
+//! drain) is held until someone deletes it: `Held` reports [`Duration::MAX`] left.
+//!
+//! [`Duration::MAX`]: std::time::Duration::MAX
 //!
 //! ## Example
 //!
@@ -63,16 +76,16 @@
 //! use std::time::Duration;
 //!
 //! use adapter_redis::{RedisConfig, RedisStore};
-//! use drain_core::ports::{Acquire, LeaseStore, NoopObserver};
-//! use drain_core::{KeySpace, LeaseToken};
+//! use drain_core::ports::{Acquire, LeaseName, LeaseStore, NoopObserver};
+//! use drain_core::LeaseToken;
 //!
 //! # async fn demo(token: LeaseToken) -> Result<(), drain_core::PortError> {
-//! // DRAIN_REDIS_URL and DRAIN_REDIS_CLUSTER, as drain-app's config layer read them.
-//! let config = RedisConfig::new("redis://drain:secret@127.0.0.1:6379").cluster(false);
+//! // DRAIN_REDIS_URL, DRAIN_REDIS_CLUSTER and DRAIN_KEY_PREFIX, as drain-app's
+//! // config layer read them.
+//! let config = RedisConfig::new("redis://drain:secret@127.0.0.1:6379").cluster(false).key_prefix("drain");
 //! let store = RedisStore::connect(config).await?.with_observer(Arc::new(NoopObserver));
 //!
-//! let keys = KeySpace::new("drain");
-//! let lease = keys.lease("requests");
+//! let lease = LeaseName::queue("requests");
 //! match store.acquire(&lease, &token, Duration::from_secs(120)).await? {
 //!     Acquire::Acquired { fence } => {
 //!         // … drain, passing `fence` downstream …
@@ -90,16 +103,21 @@ mod claim;
 mod config;
 mod conn;
 mod error;
+pub mod keys;
 mod lease;
 mod lists;
+mod owners;
 mod releases;
 mod reply;
 mod scripts;
 mod store;
 mod wake;
 
-pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url};
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url,
+};
 pub use error::map_error;
+pub use keys::{KeySpace, LeaseKeys};
+pub use owners::KeyedClaims;
 pub use releases::{ReleaseCounters, Releases};
-pub use store::RedisStore;
-pub use wake::{Waiter, WakeRelease};
+pub use store::{RedisStore, Scanned};

@@ -33,7 +33,8 @@ struct Counts {
     failed_attempts: AtomicU64,
 }
 
-/// A handle on a subscriber's counters, readable after its stream was moved away.
+/// A handle on the store's subscriber counters (every subscription of one store and
+/// its clones counts into the same ones), readable after a stream was moved away.
 #[derive(Debug, Clone, Default)]
 pub struct ReleaseCounters(Arc<Counts>);
 
@@ -90,7 +91,7 @@ impl Drop for Releases {
 
 impl RedisStore {
     /// Subscribe to `channel` (this instance's
-    /// [`KeySpace::wake_channel`](drain_core::KeySpace::wake_channel)) on a dedicated
+    /// [`KeySpace::wake_channel`](crate::KeySpace::wake_channel)) on a dedicated
     /// connection to the first URL (any node of a Cluster: `PUBLISH` reaches all), and
     /// yield the owner named by each message. Returns once subscribed, so a waiter
     /// registered afterwards is heard; reconnects by itself afterwards.
@@ -104,7 +105,7 @@ impl RedisStore {
             crate::conn::seed_client(self.config(), ca.as_deref()).map_err(|e| self.error("subscribe", e.into()))?;
         let deadline = self.config().operation_deadline();
         let first = subscribe(&client, channel, deadline).await.map_err(|f| self.error("subscribe", f))?;
-        let counters = ReleaseCounters::default();
+        let counters = self.release_counters();
         let (tx, rx) = mpsc::unbounded_channel();
         let task = tokio::spawn(listen(client, channel.to_owned(), deadline, first, tx, counters.clone()));
         Ok(Releases { rx, counters, task })

@@ -3,12 +3,14 @@
 
 use std::time::Duration;
 
-use drain_core::ports::{Acquire, ClaimState, Holding};
+use drain_core::ports::{Acquire, ClaimState, OwnerClaim};
 use drain_core::token::holder_of;
 use redis::Value;
 
+use crate::store::Scanned;
+
 /// `GET` + `PTTL` of one key: `Some(None)` when absent, `None` for a non-string.
-pub(crate) fn holding(get: &Value, pttl: &Value) -> Option<Option<Holding>> {
+pub(crate) fn holding(get: &Value, pttl: &Value) -> Option<Option<Scanned>> {
     let value = match get {
         Value::Nil => return Some(None),
         other => text(other)?,
@@ -19,7 +21,35 @@ pub(crate) fn holding(get: &Value, pttl: &Value) -> Option<Option<Holding>> {
         Value::Int(ms) => u64::try_from(*ms).ok().map(Duration::from_millis),
         _ => return None,
     };
-    Some(Some(Holding { value, remaining }))
+    Some(Some(Scanned { value, remaining }))
+}
+
+/// A held lease's time left from its key's TTL: `None` when it expired between the
+/// reads (it is free now); a key without a TTL (written by hand, never by drain)
+/// never expires: [`Duration::MAX`].
+pub(crate) fn remaining(ttl: Option<Duration>) -> Option<Duration> {
+    match ttl {
+        None => Some(Duration::MAX),
+        Some(d) if d.is_zero() => None,
+        Some(d) => Some(d),
+    }
+}
+
+/// What a peek of an owner's claim key found.
+pub(crate) fn owner_claim(read: Option<Scanned>) -> OwnerClaim {
+    match read.and_then(|s| Some((remaining(s.remaining)?, s.value))) {
+        Some((remaining, value)) => OwnerClaim::Held { holder: holder_of(&value).to_owned(), remaining },
+        None => OwnerClaim::Free,
+    }
+}
+
+/// A fence counter read with `GET`: a missing key is 0 (never taken).
+pub(crate) fn counter(v: &Value) -> Option<u64> {
+    match v {
+        Value::Nil => Some(0),
+        Value::Int(n) => u64::try_from(*n).ok(),
+        other => text(other)?.parse().ok(),
+    }
 }
 
 /// The acquire script's `{1, fence}` or `{0, holder_token, pttl}`.
@@ -29,7 +59,8 @@ pub(crate) fn acquire(v: &Value) -> Option<Acquire> {
         [Value::Int(1), Value::Int(fence)] => Some(Acquire::Acquired { fence: u64::try_from(*fence).ok()? }),
         [Value::Int(0), token, Value::Int(pttl)] => Some(Acquire::Held {
             holder: holder_of(&text(token)?).to_owned(),
-            remaining: u64::try_from(*pttl).ok().map(Duration::from_millis),
+            // No TTL (-1): a key written by hand; it holds until someone deletes it.
+            remaining: u64::try_from(*pttl).map_or(Duration::MAX, |ms| Duration::from_millis(ms.max(1))),
         }),
         _ => None,
     }
@@ -108,12 +139,12 @@ mod tests {
         assert_eq!(holding(&Value::Nil, &Value::Int(-2)), Some(None));
         assert_eq!(
             holding(&bulk("v"), &Value::Int(1500)),
-            Some(Some(Holding { value: "v".into(), remaining: Some(Duration::from_millis(1500)) }))
+            Some(Some(Scanned { value: "v".into(), remaining: Some(Duration::from_millis(1500)) }))
         );
-        assert_eq!(holding(&bulk("v"), &Value::Int(-1)), Some(Some(Holding { value: "v".into(), remaining: None })));
+        assert_eq!(holding(&bulk("v"), &Value::Int(-1)), Some(Some(Scanned { value: "v".into(), remaining: None })));
         assert_eq!(
             holding(&bulk("v"), &Value::Int(-2)),
-            Some(Some(Holding { value: "v".into(), remaining: Some(Duration::ZERO) }))
+            Some(Some(Scanned { value: "v".into(), remaining: Some(Duration::ZERO) }))
         );
         assert_eq!(holding(&Value::Int(3), &Value::Int(-1)), None);
     }
@@ -124,14 +155,33 @@ mod tests {
         assert_eq!(a(vec![Value::Int(1), Value::Int(7)]), Some(Acquire::Acquired { fence: 7 }));
         assert_eq!(
             a(vec![Value::Int(0), bulk("host-1:abc"), Value::Int(900)]),
-            Some(Acquire::Held { holder: "host-1".into(), remaining: Some(Duration::from_millis(900)) })
+            Some(Acquire::Held { holder: "host-1".into(), remaining: Duration::from_millis(900) })
         );
         assert_eq!(
             a(vec![Value::Int(0), bulk("x:y"), Value::Int(-1)]),
-            Some(Acquire::Held { holder: "x".into(), remaining: None })
+            Some(Acquire::Held { holder: "x".into(), remaining: Duration::MAX })
         );
         assert_eq!(a(vec![Value::Int(1)]), None);
         assert_eq!(acquire(&Value::Nil), None);
+    }
+
+    #[test]
+    fn owner_claims_and_fences() {
+        let held =
+            |v: &str, ttl: Option<u64>| Some(Scanned { value: v.into(), remaining: ttl.map(Duration::from_millis) });
+        assert_eq!(owner_claim(None), OwnerClaim::Free);
+        assert_eq!(
+            owner_claim(held("w-1:ab", Some(900))),
+            OwnerClaim::Held { holder: "w-1".into(), remaining: Duration::from_millis(900) }
+        );
+        assert_eq!(owner_claim(held("w-1:ab", Some(0))), OwnerClaim::Free, "expired between the reads");
+        assert_eq!(
+            owner_claim(held("hand", None)),
+            OwnerClaim::Held { holder: "hand".into(), remaining: Duration::MAX }
+        );
+        assert_eq!(counter(&Value::Nil), Some(0));
+        assert_eq!(counter(&bulk("41")), Some(41));
+        assert_eq!(counter(&bulk("x")), None);
     }
 
     #[test]

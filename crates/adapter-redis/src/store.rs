@@ -6,7 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use drain_core::ports::{Holding, Observer};
+use drain_core::ports::Observer;
 use drain_core::{ErrorKind, Event, PortError};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
@@ -14,6 +14,7 @@ use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
 use crate::config::{RedisConfig, scrub};
 use crate::conn::{Conn, pool_connection_config};
 use crate::error::{deadline_error, map_error, shape_error};
+use crate::keys::KeySpace;
 use crate::reply;
 use crate::scripts::{LuaScript, SCRIPTS};
 
@@ -33,6 +34,8 @@ pub struct RedisStore {
 struct Inner {
     conn: Conn,
     pool: Option<deadpool_redis::Pool>,
+    keys: KeySpace,
+    releases: crate::releases::ReleaseCounters,
     config: RedisConfig,
     endpoint: String,
     deadline: Duration,
@@ -46,6 +49,15 @@ impl fmt::Debug for RedisStore {
             .field("observer", &self.observer.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// A string key's value and time to live, as [`RedisStore::scan`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scanned {
+    /// The value.
+    pub value: String,
+    /// Time to live; `None` when the key has none.
+    pub remaining: Option<Duration>,
 }
 
 /// Why a round trip failed, before mapping.
@@ -85,7 +97,15 @@ impl RedisStore {
             Some(build_pool(&config, ca.as_deref()).map_err(|e| fail(Failure::Redis(e)))?)
         };
         let store = RedisStore {
-            inner: Arc::new(Inner { conn, pool, endpoint: endpoint.clone(), deadline, config }),
+            inner: Arc::new(Inner {
+                conn,
+                pool,
+                keys: KeySpace::new(config.key_prefix.clone()),
+                releases: crate::releases::ReleaseCounters::default(),
+                endpoint: endpoint.clone(),
+                deadline,
+                config,
+            }),
             observer: None,
         };
         store.load_scripts().await?;
@@ -105,6 +125,18 @@ impl RedisStore {
         &self.inner.config
     }
 
+    /// What the release subscriptions of this store (and its clones) saw.
+    #[must_use]
+    pub fn release_counters(&self) -> crate::releases::ReleaseCounters {
+        self.inner.releases.clone()
+    }
+
+    /// The key layout under the configured prefix.
+    #[must_use]
+    pub fn keys(&self) -> &KeySpace {
+        &self.inner.keys
+    }
+
     /// `host:port` of the server or seed nodes, as error messages name it.
     #[must_use]
     pub fn endpoint(&self) -> &str {
@@ -121,16 +153,18 @@ impl RedisStore {
         Ok(start.elapsed())
     }
 
-    /// Every string key matching the `SCAN` `pattern` (e.g.
-    /// [`KeySpace::scan_pattern`](drain_core::KeySpace::scan_pattern)) with its value
-    /// and TTL, sorted by key. Uses `SCAN … TYPE string` (never `KEYS`) on a pooled
+    /// Every string key under the store's prefix ([`KeySpace::scan_pattern`]) with
+    /// its value and TTL, sorted by key (`drain leases` sorts them with
+    /// [`KeySpace::parse`]). Uses `SCAN … TYPE string` (never `KEYS`) on a pooled
     /// connection (on every primary in Cluster mode), one page of up to 1000 keys
     /// per round trip, then one pipelined read per page. Keys that expire meanwhile
     /// are left out.
     ///
     /// # Errors
     /// The mapped error of the first failed round trip.
-    pub async fn scan(&self, pattern: &str) -> Result<Vec<(String, Holding)>, PortError> {
+    pub async fn scan(&self) -> Result<Vec<(String, Scanned)>, PortError> {
+        let pattern = self.inner.keys.scan_pattern();
+        let pattern = pattern.as_str();
         let mut found = BTreeMap::new();
         if let Some(pool) = &self.inner.pool {
             let mut conn = self.timed("scan", async { pool.get().await }).await.map_err(|f| self.error("scan", f))?;
@@ -166,7 +200,7 @@ impl RedisStore {
                     let (next, keys): (u64, Vec<String>) = redis::from_redis_value(value)
                         .map_err(|_| shape_error("scan", &self.inner.endpoint, "an unexpected SCAN reply"))?;
                     if !keys.is_empty() {
-                        let held = drain_core::ports::LeaseStore::peek_many(self, &keys).await?;
+                        let held = self.read_keys("scan", &keys).await?;
                         for (key, h) in keys.into_iter().zip(held) {
                             if let Some(h) = h {
                                 found.insert(key, h);
@@ -389,6 +423,9 @@ fn validate(config: &RedisConfig) -> Result<(), PortError> {
     if config.urls().is_empty() {
         return bad("the Redis URL is empty: set DRAIN_REDIS_URL to redis://host:port");
     }
+    if config.key_prefix.is_empty() {
+        return bad("the Redis key prefix is empty: set DRAIN_KEY_PREFIX");
+    }
     if config.pool_size == 0 {
         return bad("the Redis pool size must be at least 1");
     }
@@ -457,7 +494,7 @@ pub(crate) fn peek_pipe<K: AsRef<str>>(keys: impl IntoIterator<Item = K>) -> Pip
 }
 
 fn collect(
-    found: &mut BTreeMap<String, Holding>,
+    found: &mut BTreeMap<String, Scanned>,
     keys: Vec<String>,
     values: &[Value],
     op: &str,

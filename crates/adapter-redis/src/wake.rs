@@ -1,25 +1,33 @@
-//! Release wake-up on Redis (issue 7): an instance that finds an owner's claim held
-//! registers as a waiter in the same round trip, and the holder's release pops ONE
-//! waiter and publishes the owner on that waiter's channel, in the release's round
-//! trip. drain-core's scheduler turns the notification into
-//! [`Scheduler::on_release`](drain_core::admission::Scheduler::on_release); the
-//! subscriber is [`RedisStore::subscribe_releases`].
+//! [`ReleaseWake`] on Redis: an instance that finds an owner's claim held registers
+//! as a waiter in the same round trip, and the holder's release pops ONE waiter and
+//! publishes the owner on that waiter's channel, in the release's round trip.
+//! drain-core's scheduler turns the notification into
+//! [`Scheduler::on_release`](drain_core::admission::Scheduler::on_release).
 //!
 //! | operation | what is sent | round trips |
 //! |---|---|---|
-//! | [`RedisStore::peek_and_wait`] (K owners) | `EVALSHA peek_wait` (`GET` + `PTTL`; held: `LREM` + `RPUSH` + `PEXPIRE` on the waiter list) | 1 (1 per hash slot on a Cluster, in parallel) |
-//! | [`RedisStore::acquire_or_wait`] | `EVALSHA acquire_wait` (`SET NX PX` + `INCR`; held: register) | 1 |
-//! | [`RedisStore::release_and_wake`] | `EVALSHA release_wake` (compare-and-`DEL`, `LPOP` + `PUBLISH`) | 1 |
+//! | `peek_and_wait` (K owners) | `EVALSHA peek_wait` (`GET` + `PTTL`; held: `LREM` + `RPUSH` + `PEXPIRE` on the waiter list) | 1 (1 per hash slot on a Cluster, in parallel) |
+//! | `acquire_or_wait` | `EVALSHA acquire_wait` (`SET NX PX` + `INCR`; held: register; acquired: `LREM`) | 1 |
+//! | `release_and_wake` | `EVALSHA release_wake` (compare-and-`DEL`, `LPOP` + `PUBLISH`) | 1 |
+//! | `subscribe` | `SUBSCRIBE <prefix>:wake:<instance>` on a dedicated connection | 1, then a push per release |
 //!
-//! Keys: the waiter list [`KeySpace::owner_waiters`](drain_core::KeySpace::owner_waiters)
+//! Keys: the waiter list [`KeySpace::owner_waiters`](crate::KeySpace::owner_waiters)
 //! shares the claim's hash tag, so every script stays in one slot. Its elements are
-//! wake channels ([`KeySpace::wake_channel`](drain_core::KeySpace::wake_channel)),
-//! each at most once, oldest first; the list expires with the registration TTL.
+//! wake channels ([`KeySpace::wake_channel`](crate::KeySpace::wake_channel)), each at
+//! most once (a registration moves the channel to the tail), oldest first; the list
+//! expires with the registration TTL, renewed by every registration.
+//!
+//! On a standalone server a popped waiter nobody listens on (a dead instance) is
+//! skipped for the next, up to 4; on a Cluster `PUBLISH` counts only the node's own
+//! subscribers, so the first popped waiter is final.
 
 use std::time::Duration;
 
-use drain_core::ports::{Acquire, Holding, Release};
-use drain_core::{ErrorKind, LeaseKey, LeaseToken, PortError};
+use async_trait::async_trait;
+use drain_core::admission::OwnerId;
+use drain_core::ports::{Acquire, LeaseName, OwnerClaim, Release, ReleaseWake, Releases, Waiter, WakeRelease};
+use drain_core::{ErrorKind, LeaseToken, PortError};
+use futures::StreamExt;
 use redis::Value;
 
 use crate::error::shape_error;
@@ -32,98 +40,67 @@ use crate::store::RedisStore;
 /// (a dead instance) is skipped for the next.
 const STANDALONE_TRIES: u32 = 4;
 
-/// This instance as a waiter: where its wake-ups arrive and how long a registration
-/// lives (longer than the claim retry window, so a waiter is still registered when
-/// its backstop timer would fire).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Waiter {
-    /// The wake channel, e.g. `KeySpace::wake_channel(instance)`.
-    pub channel: String,
-    /// The waiter list's TTL, renewed by every registration.
-    pub ttl: Duration,
-}
-
-/// What [`RedisStore::release_and_wake`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WakeRelease {
-    /// The compare-and-delete's answer.
-    pub release: Release,
-    /// A waiter was popped and the owner published on its channel.
-    pub woke: bool,
-}
-
-impl RedisStore {
-    /// [`peek_many`](drain_core::ports::LeaseStore::peek_many) of the claim keys of
-    /// `claims` (pairs of claim key and waiter list, e.g. `KeySpace::owner_claim` and
-    /// `KeySpace::owner_waiters` of one owner), registering `waiter` on the waiter list
-    /// of every claim found held, in the same round trip (one per hash slot on a
-    /// Cluster). Answers in the order of `claims`.
-    ///
-    /// # Errors
-    /// The mapped error of the first failed round trip, or `Shape` for an unexpected
-    /// reply (e.g. a claim key holding another type).
-    pub async fn peek_and_wait(
-        &self,
-        claims: &[(String, String)],
-        waiter: &Waiter,
-    ) -> Result<Vec<Option<Holding>>, PortError> {
-        if claims.is_empty() {
-            return Ok(Vec::new());
-        }
-        let groups = self.groups(claims.iter().map(|(claim, _)| claim.as_str()));
-        let ttl = millis(waiter.ttl);
-        self.holdings_by_slot("peek_wait", claims.len(), &groups, |group| async move {
-            let keys: Vec<&str> = group.iter().flat_map(|&i| [claims[i].0.as_str(), claims[i].1.as_str()]).collect();
-            let args = |cmd: &mut redis::Cmd| {
-                cmd.arg(waiter.channel.as_str()).arg(ttl);
-            };
-            match self.eval("peek_wait", &SCRIPTS.peek_wait, &keys, args).await? {
-                Value::Array(values) if values.len() == group.len() * 2 => Ok(values),
-                _ => Err(shape_error("peek_wait", self.endpoint(), "a reply of the wrong shape")),
-            }
-        })
-        .await
+#[async_trait]
+impl ReleaseWake for RedisStore {
+    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
+        Ok(self.subscribe_releases(&self.keys().wake_channel(instance)).await?.boxed())
     }
 
-    /// [`acquire`](drain_core::ports::LeaseStore::acquire) of an owner's claim that,
-    /// when the claim is held, registers `waiter` on the owner's waiter list `waiters`
-    /// (same hash slot as `key`) in the same round trip; when acquired, it removes
-    /// `waiter` from the list.
-    ///
-    /// # Errors
-    /// The mapped error of the round trip, or `Shape` for an unexpected reply.
-    pub async fn acquire_or_wait(
+    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let keys = self.keys();
+        let claims: Vec<(String, String)> =
+            owners.iter().map(|o| (keys.owner_claim(o.as_str()), keys.owner_waiters(o.as_str()))).collect();
+        let claims = claims.as_slice();
+        let channel = keys.wake_channel(&waiter.instance);
+        let channel = channel.as_str();
+        let groups = self.groups(claims.iter().map(|(claim, _)| claim.as_str()));
+        let ttl = millis(waiter.ttl);
+        let read = self
+            .holdings_by_slot("peek_wait", claims.len(), &groups, |group| async move {
+                let keys: Vec<&str> =
+                    group.iter().flat_map(|&i| [claims[i].0.as_str(), claims[i].1.as_str()]).collect();
+                let args = |cmd: &mut redis::Cmd| {
+                    cmd.arg(channel).arg(ttl);
+                };
+                match self.eval("peek_wait", &SCRIPTS.peek_wait, &keys, args).await? {
+                    Value::Array(values) if values.len() == group.len() * 2 => Ok(values),
+                    _ => Err(shape_error("peek_wait", self.endpoint(), "a reply of the wrong shape")),
+                }
+            })
+            .await?;
+        Ok(read.into_iter().map(reply::owner_claim).collect())
+    }
+
+    async fn acquire_or_wait(
         &self,
-        key: &LeaseKey,
-        waiters: &str,
+        owner: &OwnerId,
         token: &LeaseToken,
         ttl: Duration,
         waiter: &Waiter,
     ) -> Result<Acquire, PortError> {
+        let keys = self.keys();
+        let key = keys.lease(&LeaseName::owner(owner.as_str()));
+        let waiters = keys.owner_waiters(owner.as_str());
+        let channel = keys.wake_channel(&waiter.instance);
         let args = |cmd: &mut redis::Cmd| {
-            cmd.arg(token.as_str()).arg(millis(ttl)).arg(waiter.channel.as_str()).arg(millis(waiter.ttl));
+            cmd.arg(token.as_str()).arg(millis(ttl)).arg(channel.as_str()).arg(millis(waiter.ttl));
         };
-        let v = self.eval("acquire_wait", &SCRIPTS.acquire_wait, &[&key.lease, &key.fence, waiters], args).await?;
+        let v = self.eval("acquire_wait", &SCRIPTS.acquire_wait, &[&key.lease, &key.fence, &waiters], args).await?;
         reply::acquire(&v).ok_or_else(|| shape_error("acquire_wait", self.endpoint(), &format!("{v:?}")))
     }
 
-    /// [`release`](drain_core::ports::LeaseStore::release) of an owner's claim that,
-    /// when `wake` and the claim was ours, pops the oldest waiter of `waiters` (same
-    /// hash slot as `key`) and publishes `owner` on its channel: one waiter, in the
-    /// release's round trip. On a standalone server a popped waiter nobody listens on
-    /// is skipped for the next (up to 4); on a Cluster the first popped is notified.
-    /// Pass `wake = false` when the holder will continue with the owner at once.
-    ///
-    /// # Errors
-    /// The mapped error of the round trip, or `Shape` for an unexpected reply.
-    pub async fn release_and_wake(
+    async fn release_and_wake(
         &self,
-        key: &LeaseKey,
-        waiters: &str,
+        owner: &OwnerId,
         token: &LeaseToken,
-        owner: &str,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
+        let keys = self.keys();
+        let key = keys.lease(&LeaseName::owner(owner.as_str()));
+        let waiters = keys.owner_waiters(owner.as_str());
         let standalone = !self.is_cluster();
         let tries = match (wake, standalone) {
             (false, _) => 0,
@@ -131,9 +108,9 @@ impl RedisStore {
             (true, false) => 1,
         };
         let args = |cmd: &mut redis::Cmd| {
-            cmd.arg(token.as_str()).arg(owner).arg(tries).arg(if standalone { "1" } else { "0" });
+            cmd.arg(token.as_str()).arg(owner.as_str()).arg(tries).arg(if standalone { "1" } else { "0" });
         };
-        let v = self.eval("release_wake", &SCRIPTS.release_wake, &[&key.lease, waiters], args).await?;
+        let v = self.eval("release_wake", &SCRIPTS.release_wake, &[&key.lease, &waiters], args).await?;
         let bad = || shape_error("release_wake", self.endpoint(), &format!("{v:?}"));
         let Value::Array(items) = &v else { return Err(bad()) };
         match items.as_slice() {
@@ -142,13 +119,19 @@ impl RedisStore {
             _ => Err(bad()),
         }
     }
+}
 
+impl RedisStore {
     /// Which rights the release wake-up needs beyond the minimal lease ACL this user
     /// lacks, empty when it has them all: `+rpush`, `+lrem`, `+lpop` (the waiter
     /// list; tried on `probe`, a list key under the key prefix, deleted again),
     /// `+publish` and `+subscribe`, or the channel pattern `&<channel>` when the
-    /// commands are allowed but the wake channel is not. `channel` is a probe wake
-    /// channel nobody listens on (e.g. `KeySpace::wake_channel("<instance>.probe")`).
+    /// commands are allowed but the wake channel is not. `probe` is a list key and
+    /// `channel` a wake channel nobody uses (e.g. [`KeySpace::owner_waiters`] and
+    /// [`KeySpace::wake_channel`] of a probe name).
+    ///
+    /// [`KeySpace::owner_waiters`]: crate::KeySpace::owner_waiters
+    /// [`KeySpace::wake_channel`]: crate::KeySpace::wake_channel
     ///
     /// # Errors
     /// The mapped error of a probe that failed for another reason than a missing right.

@@ -1,39 +1,72 @@
-//! drain-core's shared contract suites against a private redis-server and a private
-//! 3-master Redis Cluster.
+//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
+//! concurrency and the error rules included) against a private redis-server and a
+//! private 3-master Redis Cluster.
 
 mod support;
 
-use drain_core::testkit::contract;
+use drain_core::testkit::contract::{self, Checked};
 use test_servers::{RedisCluster, RedisServer};
 
-use support::{TokioClock, connect, connect_cluster, env};
+use support::{Frozen, TokioClock, connect, connect_cluster, env};
+
+/// Nothing skipped: the outage hook checks the error rules too.
+fn all_checked(what: &str, checked: Checked) {
+    assert!(checked.skipped.is_empty(), "{what}: skipped {:?}", checked.skipped);
+}
 
 #[tokio::test]
 async fn standalone_passes_the_lease_contract() {
     let Some(redis) = RedisServer::start() else { return };
     let store = connect(&redis.url()).await;
-    let clock = TokioClock::new();
-    contract::lease_store(&store, &env(&clock, "contract")).await;
+    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let env = env(&clock, "").outage(&outage);
+    all_checked("lease", contract::lease_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test]
 async fn standalone_passes_the_claim_contract() {
     let Some(redis) = RedisServer::start() else { return };
     let store = connect(&redis.url()).await;
-    let clock = TokioClock::new();
-    contract::claim_store(&store, &env(&clock, "contract")).await;
+    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let env = env(&clock, "").outage(&outage);
+    all_checked("claim", contract::claim_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
-/// One cluster for both suites (forming one takes a few seconds). Both run at once,
-/// on different prefixes, and no node may have answered `CROSSSLOT`.
+#[tokio::test]
+async fn standalone_passes_the_owner_claims_and_release_wake_contracts() {
+    let Some(redis) = RedisServer::start() else { return };
+    let store = connect(&redis.url()).await;
+    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let env = env(&clock, "").outage(&outage);
+    all_checked("owners", contract::owner_claims(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("wake", contract::release_wake(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+}
+
+/// One cluster for every suite (forming one takes a few seconds). They run at once
+/// on one store under different names (the outage, which freezes every node, after
+/// them), and no node may have answered `CROSSSLOT`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cluster_passes_the_lease_and_claim_contracts() {
+async fn cluster_passes_every_store_contract() {
     let Some(cluster) = RedisCluster::start(3) else { return };
     let store = connect_cluster(&cluster.urls()).await;
     let clock = TokioClock::new();
-    let lease_env = env(&clock, "lease-contract");
-    let claim_env = env(&clock, "claim-contract");
-    tokio::join!(contract::lease_store(&store, &lease_env), contract::claim_store(&store, &claim_env));
+    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-")];
+    let (lease, claim, owners, wake) = tokio::join!(
+        contract::lease_store(&store, &envs[0]),
+        contract::claim_store(&store, &envs[1]),
+        contract::owner_claims(&store, &envs[2]),
+        contract::release_wake(&store, &envs[3]),
+    );
+    for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake)] {
+        r.unwrap_or_else(|v| panic!("{what}: {v}"));
+    }
+    // The error rules, one suite at a time, with every node frozen.
+    let outage = Frozen(cluster.freezer());
+    let env = env(&clock, "e-").concurrency(2, 1).outage(&outage);
+    all_checked("lease", contract::lease_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("claim", contract::claim_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("owners", contract::owner_claims(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("wake", contract::release_wake(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 
     for node in cluster.nodes() {
         let errors = node.info("errorstats").expect("INFO errorstats");

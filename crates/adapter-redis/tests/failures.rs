@@ -7,15 +7,16 @@ mod support;
 use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
-use drain_core::ports::{Acquire, LeaseStore, Release};
-use drain_core::{ErrorKind, KeySpace, LeaseKey, LeaseToken, PortError};
+use drain_core::admission::OwnerId;
+use drain_core::ports::{Acquire, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, Release};
+use drain_core::{ErrorKind, LeaseToken, PortError};
 use test_servers::{RedisServer, Reply};
 
 use support::{config, connect, token};
 
 const BOUND: Duration = Duration::from_secs(10);
 
-async fn cycle(store: &RedisStore, lease: &LeaseKey, me: &LeaseToken) -> Result<(), PortError> {
+async fn cycle(store: &RedisStore, lease: &LeaseName, me: &LeaseToken) -> Result<(), PortError> {
     let call = async {
         match store.acquire(lease, me, Duration::from_secs(30)).await? {
             Acquire::Acquired { .. } => {}
@@ -28,7 +29,7 @@ async fn cycle(store: &RedisStore, lease: &LeaseKey, me: &LeaseToken) -> Result<
 }
 
 /// Calls until one succeeds; returns how many failed (each MUST be temporary).
-async fn failures_until_recovered(store: &RedisStore, lease: &LeaseKey, me: &LeaseToken) -> usize {
+async fn failures_until_recovered(store: &RedisStore, lease: &LeaseName, me: &LeaseToken) -> usize {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
     let mut failed = 0;
     loop {
@@ -62,7 +63,7 @@ async fn killed_server_gives_temporary_errors_then_the_same_store_recovers() {
     let cfg = config(&redis.url()).timeouts(Duration::from_millis(500), Duration::from_millis(500));
     let deadline = cfg.operation_deadline();
     let store = RedisStore::connect(cfg).await.expect("connect");
-    let lease = KeySpace::new("f").lease("q");
+    let lease = LeaseName::queue("q");
     let me = token("me", 1);
     cycle(&store, &lease, &me).await.expect("healthy");
 
@@ -89,14 +90,14 @@ async fn paused_server_times_out_then_recovers() {
     let cfg = config(&redis.url()).timeouts(Duration::from_millis(300), Duration::from_millis(300));
     let deadline = cfg.operation_deadline();
     let store = RedisStore::connect(cfg).await.expect("connect");
-    let lease = KeySpace::new("f").lease("q");
+    let lease = LeaseName::queue("q");
     let me = token("me", 1);
     cycle(&store, &lease, &me).await.expect("healthy");
 
     redis.pause();
     for _ in 0..3 {
         let started = tokio::time::Instant::now();
-        let e = store.peek(&lease.lease).await.expect_err("paused");
+        let e = store.peek(&lease).await.expect_err("paused");
         assert_within_deadline(started, deadline);
         assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
         assert!(e.is_temporary());
@@ -110,7 +111,7 @@ async fn paused_server_times_out_then_recovers() {
 async fn a_cut_connection_costs_at_most_one_failed_call() {
     let Some(redis) = RedisServer::start() else { return };
     let store = connect(&redis.url()).await;
-    let lease = KeySpace::new("f").lease("q");
+    let lease = LeaseName::queue("q");
     let me = token("me", 1);
     for round in 0..3 {
         cycle(&store, &lease, &me).await.expect("healthy");
@@ -169,7 +170,7 @@ async fn passwords_work_and_wrong_ones_are_permanent_auth_errors() {
     let Some(redis) = RedisServer::start_with(&["--requirepass", "hunter2-secret"]) else { return };
     let port = redis.port();
     let store = connect(&format!("redis://:hunter2-secret@127.0.0.1:{port}")).await;
-    cycle(&store, &KeySpace::new("f").lease("q"), &token("me", 1)).await.expect("authenticated");
+    cycle(&store, &LeaseName::queue("q"), &token("me", 1)).await.expect("authenticated");
 
     for url in [
         format!("redis://:wrong-pass-xyz@127.0.0.1:{port}"),
@@ -216,23 +217,24 @@ async fn minimal_acl_suffices_and_missing_rights_are_permission_errors() {
     assert_eq!(redis.command(&minimal).expect("acl"), Reply::Simple("OK".into()));
     let url = format!("redis://drain:drain-pass-1@127.0.0.1:{}", redis.port());
     let store = connect(&url).await;
-    let keys = KeySpace::new("drain");
     let me = token("me", 1);
-    cycle(&store, &keys.lease("q"), &me).await.expect("lease cycle under the minimal ACL");
-    let msgs = vec![keys.message_claim("q", "m1")];
-    drain_core::ports::ClaimStore::claim_batch(&store, &msgs, &me, Duration::from_secs(5)).await.expect("claim");
-    store.peek_many(&msgs).await.expect("peek");
-    store.scan(&keys.scan_pattern()).await.expect("scan");
+    let q = LeaseName::queue("q");
+    cycle(&store, &q, &me).await.expect("lease cycle under the minimal ACL");
+    store.claim_batch("q", &[MessageId::from("m1")], &me, Duration::from_secs(5)).await.expect("claim");
+    store.peek_owners(&[OwnerId::from("o")]).await.expect("peek");
+    store.peek(&q).await.expect("peek");
+    store.scan().await.expect("scan");
     store.ping().await.expect("ping");
 
     // Outside the prefix: NOPERM.
-    let e = store.acquire(&KeySpace::new("other").lease("q"), &me, Duration::from_secs(5)).await.expect_err("NOPERM");
+    let other = RedisStore::connect(config(&url).key_prefix("other")).await.expect("connect");
+    let e = other.acquire(&q, &me, Duration::from_secs(5)).await.expect_err("NOPERM");
     assert_eq!(e.kind, ErrorKind::Permission, "{e}");
     assert!(!e.is_temporary());
 
     // Without EVALSHA: NOPERM naming the command.
     redis.command(&["ACL", "SETUSER", "drain", "-evalsha"]).expect("acl");
-    let e = store.release(&keys.lease("q"), &me).await.expect_err("NOPERM");
+    let e = store.release(&q, &me).await.expect_err("NOPERM");
     assert_eq!(e.kind, ErrorKind::Permission, "{e}");
     assert!(e.message.to_ascii_lowercase().contains("evalsha"), "{e}");
     assert!(!e.message.contains("drain-pass-1"), "{e}");

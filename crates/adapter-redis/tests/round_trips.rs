@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use adapter_redis::RedisStore;
-use drain_core::KeySpace;
-use drain_core::ports::{ClaimStore, LeaseStore, SettleAction, Settlement};
+use drain_core::admission::OwnerId;
+use drain_core::ports::{ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement};
 use drain_core::testkit::RecordingObserver;
 use test_servers::{RedisCluster, RedisServer};
 
@@ -43,8 +43,7 @@ async fn standalone_operations_cost_one_round_trip_each() {
     let Some(redis) = RedisServer::start() else { return };
     let (store, obs) = observed(connect(&redis.url()).await);
     let stats = || redis.command_calls().expect("INFO commandstats");
-    let keys = KeySpace::new("rt");
-    let lease = keys.lease("q");
+    let lease = LeaseName::queue("q");
     let me = token("me", 1);
     let ttl = Duration::from_secs(30);
 
@@ -61,10 +60,10 @@ async fn standalone_operations_cost_one_round_trip_each() {
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "renew = one EVALSHA");
 
     let (d, n) = measure(stats, &obs, async {
-        store.peek(&lease.lease).await.expect("peek");
+        store.peek(&lease).await.expect("peek");
     })
     .await;
-    assert_eq!((d, n), (calls(&[("get", 1), ("pttl", 1)]), 1), "peek = GET + PTTL in one pipeline");
+    assert_eq!((d, n), (calls(&[("get", 2), ("pttl", 1)]), 1), "peek = GET + PTTL + GET fence in one pipeline");
 
     let (d, n) = measure(stats, &obs, async {
         store.release(&lease, &me).await.expect("release");
@@ -79,24 +78,24 @@ async fn standalone_operations_cost_one_round_trip_each() {
     .await;
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 2)]), 2), "a lease cycle = two commands, two round trips");
 
-    let owners: Vec<String> = (0..50).map(|i| keys.owner_claim(&format!("owner-{i}"))).collect();
+    let owners: Vec<OwnerId> = (0..50).map(|i| OwnerId::from(format!("owner-{i}"))).collect();
     let (d, n) = measure(stats, &obs, async {
-        store.peek_many(&owners).await.expect("peek_many");
+        store.peek_owners(&owners).await.expect("peek_owners");
     })
     .await;
-    assert_eq!((d, n), (calls(&[("get", 50), ("pttl", 50)]), 1), "peek_many of 50 keys = one pipeline");
+    assert_eq!((d, n), (calls(&[("get", 50), ("pttl", 50)]), 1), "peek_owners of 50 owners = one pipeline");
 
     let (d, n) = measure(stats, &obs, async {
-        store.peek_many(&[]).await.expect("peek_many empty");
-        store.claim_batch(&[], &me, ttl).await.expect("claim empty");
-        store.settle_batch(&[], &me, ttl).await.expect("settle empty");
+        store.peek_owners(&[]).await.expect("peek_owners empty");
+        store.claim_batch("q", &[], &me, ttl).await.expect("claim empty");
+        store.settle_batch("q", &[], &me, ttl).await.expect("settle empty");
     })
     .await;
     assert_eq!((d, n), (calls(&[]), 0), "empty batches make no call");
 
-    let msgs: Vec<String> = (0..32).map(|i| keys.message_claim("q", &format!("m{i}"))).collect();
+    let msgs: Vec<MessageId> = (0..32).map(|i| MessageId::from(format!("m{i}"))).collect();
     let (d, n) = measure(stats, &obs, async {
-        store.claim_batch(&msgs, &me, ttl).await.expect("claim_batch");
+        store.claim_batch("q", &msgs, &me, ttl).await.expect("claim_batch");
     })
     .await;
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "claim_batch of 32 = one EVALSHA");
@@ -104,13 +103,13 @@ async fn standalone_operations_cost_one_round_trip_each() {
     let settle: Vec<Settlement> = msgs
         .iter()
         .enumerate()
-        .map(|(i, k)| Settlement {
-            key: k.clone(),
+        .map(|(i, id)| Settlement {
+            id: id.clone(),
             action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
         })
         .collect();
     let (d, n) = measure(stats, &obs, async {
-        store.settle_batch(&settle, &me, ttl).await.expect("settle_batch");
+        store.settle_batch("q", &settle, &me, ttl).await.expect("settle_batch");
     })
     .await;
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "settle_batch of 32 = one EVALSHA");
@@ -127,7 +126,7 @@ async fn concurrent_cycles_send_nothing_but_the_operations() {
         .map(|t| {
             let store: RedisStore = store.clone();
             tokio::spawn(async move {
-                let lease = KeySpace::new("rt").lease(&format!("q{t}"));
+                let lease = LeaseName::queue(format!("q{t}"));
                 let me = token("me", t);
                 for _ in 0..50 {
                     store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire");
@@ -155,11 +154,11 @@ async fn cluster_round_trips_are_per_slot() {
     let Some(cluster) = RedisCluster::start(3) else { return };
     let (store, obs) = observed(connect_cluster(&cluster.urls()).await);
     let stats = || cluster.command_calls().expect("INFO commandstats");
-    let keys = KeySpace::new("rt");
+    let keys = store.keys().clone();
     let me = token("me", 1);
     let ttl = Duration::from_secs(30);
 
-    let lease = keys.lease("q");
+    let lease = LeaseName::queue("q");
     let (d, n) = measure(stats, &obs, async {
         store.acquire(&lease, &me, ttl).await.expect("acquire");
         store.release(&lease, &me).await.expect("release");
@@ -172,31 +171,30 @@ async fn cluster_round_trips_are_per_slot() {
     );
 
     // 12 owners: one pipeline per distinct slot, GET + PTTL per key.
-    let owners: Vec<String> = (0..12).map(|i| keys.owner_claim(&format!("owner-{i}"))).collect();
-    let slots = distinct_slots(&owners);
+    let owners: Vec<OwnerId> = (0..12).map(|i| OwnerId::from(format!("owner-{i}"))).collect();
+    let claim_keys: Vec<String> = owners.iter().map(|o| keys.owner_claim(o.as_str())).collect();
+    let slots = distinct_slots(&claim_keys);
     let (d, n) = measure(stats, &obs, async {
-        store.peek_many(&owners).await.expect("peek_many");
+        store.peek_owners(&owners).await.expect("peek_owners");
     })
     .await;
     assert_eq!(d, calls(&[("get", 12), ("pttl", 12)]));
     assert_eq!(n, slots, "one round trip per hash slot");
 
     // A received batch: one queue, one slot, one script — even on a cluster.
-    let msgs: Vec<String> = (0..32).map(|i| keys.message_claim("q", &format!("m{i}"))).collect();
+    let msgs: Vec<MessageId> = (0..32).map(|i| MessageId::from(format!("m{i}"))).collect();
     let (d, n) = measure(stats, &obs, async {
-        store.claim_batch(&msgs, &me, ttl).await.expect("claim_batch");
+        store.claim_batch("q", &msgs, &me, ttl).await.expect("claim_batch");
     })
     .await;
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "claim_batch of one queue = one EVALSHA");
 
-    // Mixed queues: one script per slot.
-    let mixed: Vec<String> = (0..9).map(|i| keys.message_claim(&format!("q{}", i % 3), &format!("m{i}"))).collect();
-    let slots = distinct_slots(&mixed);
+    // The peek of one lease: its lease and fence keys share a slot.
     let (d, n) = measure(stats, &obs, async {
-        store.claim_batch(&mixed, &me, ttl).await.expect("claim_batch");
+        store.peek(&lease).await.expect("peek");
     })
     .await;
-    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", slots as u64)]), slots));
+    assert_eq!((d, n), (calls(&[("get", 2), ("pttl", 1)]), 1), "peek = one pipeline on the slot's node");
 }
 
 fn distinct_slots(keys: &[String]) -> usize {

@@ -1,5 +1,5 @@
-//! Release wake-up on a private redis-server (issue 7): waiters register in the
-//! round trip that found the claim held, a release notifies exactly one of them in
+//! The release wake-up on a private redis-server, beyond the shared contract: waiters
+//! register in the round trip that found the claim held, a release notifies exactly one of them in
 //! its own round trip, and the subscriber survives a killed connection. Also on a
 //! 3-master Cluster.
 
@@ -8,15 +8,16 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use adapter_redis::{RedisStore, Releases, Waiter};
-use drain_core::KeySpace;
+use adapter_redis::RedisStore;
 use drain_core::admission::OwnerId;
-use drain_core::ports::{Acquire, LeaseStore, Release};
+use drain_core::ports::{
+    Acquire, LeaseName, LeaseStore, OwnerClaim, OwnerClaims, Release, ReleaseWake, Releases, Waiter,
+};
 use drain_core::testkit::RecordingObserver;
 use futures::StreamExt;
 use test_servers::{RedisCluster, RedisServer, Reply};
 
-use support::{calls, connect, connect_cluster, delta, observed, round_trips, slot, token};
+use support::{calls, config, connect, connect_prefixed, delta, observed, round_trips, slot, token};
 
 /// Commands the scripts run inside Redis (no round trip of their own).
 const INSIDE: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire", "lrem", "rpush", "lpop", "publish"];
@@ -25,8 +26,19 @@ fn sent(d: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     d.into_iter().filter(|(k, _)| !INSIDE.contains(&k.as_str())).collect()
 }
 
-fn waiter(keys: &KeySpace, instance: &str) -> Waiter {
-    Waiter { channel: keys.wake_channel(instance), ttl: Duration::from_secs(30) }
+fn waiter(instance: &str) -> Waiter {
+    Waiter { instance: instance.to_owned(), ttl: Duration::from_secs(30) }
+}
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::from(name)
+}
+
+fn held_by(c: &OwnerClaim) -> Option<&str> {
+    match c {
+        OwnerClaim::Held { holder, .. } => Some(holder),
+        OwnerClaim::Free => None,
+    }
 }
 
 /// The next release heard within `within`, if any.
@@ -63,32 +75,32 @@ async fn measure<T>(
 #[tokio::test]
 async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
     let Some(redis) = RedisServer::start() else { return };
-    let keys = KeySpace::new("wk");
-    let (store, obs) = observed(connect(&redis.url()).await);
+    let (store, obs) = observed(connect_prefixed(&redis.url(), "wk").await);
+    let keys = store.keys().clone();
     let stats = || redis.command_calls().expect("INFO commandstats");
-    let (b, c) = (waiter(&keys, "b"), waiter(&keys, "c"));
-    let mut b_hears = store.subscribe_releases(&b.channel).await.expect("subscribe b");
-    let mut c_hears = store.subscribe_releases(&c.channel).await.expect("subscribe c");
-    let claim = keys.owner_lease("o{1}");
+    let (b, c) = (waiter("b"), waiter("c"));
+    let mut b_hears = store.subscribe(&b.instance).await.expect("subscribe b");
+    let mut c_hears = store.subscribe(&c.instance).await.expect("subscribe c");
+    let o = owner("o{1}");
     let waiters = keys.owner_waiters("o{1}");
+    let (b_channel, c_channel) = (keys.wake_channel("b"), keys.wake_channel("c"));
     let (holder, other) = (token("a", 1), token("c", 2));
     let ttl = Duration::from_secs(30);
 
-    let got = store.acquire_or_wait(&claim, &waiters, &holder, ttl, &waiter(&keys, "a")).await.expect("acquire");
+    let got = store.acquire_or_wait(&o, &holder, ttl, &waiter("a")).await.expect("acquire");
     assert!(matches!(got, Acquire::Acquired { fence: 1 }), "{got:?}");
 
     // b peeks the held claim (twice: registered once), c loses the acquire race.
-    let pair = [(claim.lease.clone(), waiters.clone())];
     for _ in 0..2 {
-        let (held, d, n) = measure(stats, &obs, store.peek_and_wait(&pair, &b)).await;
+        let (held, d, n) = measure(stats, &obs, store.peek_and_wait(std::slice::from_ref(&o), &b)).await;
         let held = held.expect("peek_and_wait");
-        assert_eq!(held[0].as_ref().map(|h| h.value.as_str()), Some(holder.as_str()));
+        assert_eq!(held_by(&held[0]), Some("a"));
         assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a registering peek = one EVALSHA");
     }
-    let (got, d, n) = measure(stats, &obs, store.acquire_or_wait(&claim, &waiters, &other, ttl, &c)).await;
+    let (got, d, n) = measure(stats, &obs, store.acquire_or_wait(&o, &other, ttl, &c)).await;
     assert!(matches!(got.expect("acquire"), Acquire::Held { .. }));
     assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a registering acquire = one EVALSHA");
-    assert_eq!(list(&redis, &waiters), [b.channel.clone(), c.channel.clone()], "each once, oldest first");
+    assert_eq!(list(&redis, &waiters), [b_channel.clone(), c_channel.clone()], "each once, oldest first");
     let pttl = redis.command(&["PTTL", &waiters]).expect("PTTL");
     assert!(
         matches!(pttl, Reply::Int(ms) if ms > 29_000 && ms <= 30_000),
@@ -96,68 +108,65 @@ async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
     );
 
     // Not ours: nobody is woken.
-    let woke = store.release_and_wake(&claim, &waiters, &other, "o{1}", true).await.expect("release");
+    let woke = store.release_and_wake(&o, &other, true).await.expect("release");
     assert_eq!((woke.release, woke.woke), (Release::NotOwner, false));
     assert_eq!(list(&redis, &waiters).len(), 2);
 
-    let (woke, d, n) = measure(stats, &obs, store.release_and_wake(&claim, &waiters, &holder, "o{1}", true)).await;
+    let (woke, d, n) = measure(stats, &obs, store.release_and_wake(&o, &holder, true)).await;
     let woke = woke.expect("release");
     assert_eq!((woke.release, woke.woke), (Release::Released, true));
     assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a waking release = one EVALSHA");
-    assert_eq!(heard(&mut b_hears, Duration::from_secs(5)).await, Some(OwnerId::from("o{1}")), "the oldest waiter");
+    assert_eq!(heard(&mut b_hears, Duration::from_secs(5)).await, Some(o.clone()), "the oldest waiter");
     assert_eq!(heard(&mut c_hears, Duration::from_millis(300)).await, None, "exactly one waiter, no herd");
-    assert_eq!(list(&redis, &waiters), std::slice::from_ref(&c.channel));
+    assert_eq!(list(&redis, &waiters), std::slice::from_ref(&c_channel));
 
     // c wins the claim now: it leaves the list; its release finds nobody to wake.
-    let got = store.acquire_or_wait(&claim, &waiters, &other, ttl, &c).await.expect("acquire");
+    let got = store.acquire_or_wait(&o, &other, ttl, &c).await.expect("acquire");
     assert!(matches!(got, Acquire::Acquired { fence: 2 }), "{got:?}");
     assert!(list(&redis, &waiters).is_empty(), "a winner is no longer a waiter");
-    let woke = store.release_and_wake(&claim, &waiters, &other, "o{1}", true).await.expect("release");
+    let woke = store.release_and_wake(&o, &other, true).await.expect("release");
     assert_eq!((woke.release, woke.woke), (Release::Released, false));
 
     // A continuing holder (wake = false) leaves the waiters registered.
-    store.acquire_or_wait(&claim, &waiters, &holder, ttl, &waiter(&keys, "a")).await.expect("acquire");
-    store.peek_and_wait(&pair, &c).await.expect("peek");
-    let woke = store.release_and_wake(&claim, &waiters, &holder, "o{1}", false).await.expect("release");
+    store.acquire_or_wait(&o, &holder, ttl, &waiter("a")).await.expect("acquire");
+    store.peek_and_wait(std::slice::from_ref(&o), &c).await.expect("peek");
+    let woke = store.release_and_wake(&o, &holder, false).await.expect("release");
     assert_eq!((woke.release, woke.woke), (Release::Released, false));
-    assert_eq!(list(&redis, &waiters), std::slice::from_ref(&c.channel));
+    assert_eq!(list(&redis, &waiters), std::slice::from_ref(&c_channel));
     assert_eq!(heard(&mut c_hears, Duration::from_millis(200)).await, None);
 
     // A dead waiter (nobody subscribed to its channel) is skipped for the next one.
-    store.acquire_or_wait(&claim, &waiters, &holder, ttl, &waiter(&keys, "a")).await.expect("acquire");
+    store.acquire_or_wait(&o, &holder, ttl, &waiter("a")).await.expect("acquire");
     redis.command(&["LPUSH", &waiters, "wk:wake:gone"]).expect("LPUSH");
-    let woke = store.release_and_wake(&claim, &waiters, &holder, "o{1}", true).await.expect("release");
+    let woke = store.release_and_wake(&o, &holder, true).await.expect("release");
     assert!(woke.woke);
-    assert_eq!(heard(&mut c_hears, Duration::from_secs(5)).await, Some(OwnerId::from("o{1}")));
+    assert_eq!(heard(&mut c_hears, Duration::from_secs(5)).await, Some(o.clone()));
     assert!(list(&redis, &waiters).is_empty());
-    assert_eq!((b_hears.counters().received(), c_hears.counters().received()), (1, 1));
+    assert_eq!(store.release_counters().received(), 2, "b once, c once");
 }
 
 #[tokio::test]
-async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek_many() {
+async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek_owners() {
     let Some(redis) = RedisServer::start() else { return };
-    let keys = KeySpace::new("wk");
-    let (store, obs) = observed(connect(&redis.url()).await);
+    let (store, obs) = observed(connect_prefixed(&redis.url(), "wk").await);
+    let keys = store.keys().clone();
     let stats = || redis.command_calls().expect("INFO commandstats");
-    let me = waiter(&keys, "me");
+    let me = waiter("me");
     let holder = token("h", 1);
-    let owners: Vec<String> = (0..50).map(|i| format!("owner-{i}")).collect();
+    let owners: Vec<OwnerId> = (0..50).map(|i| owner(&format!("owner-{i}"))).collect();
     for o in owners.iter().step_by(2) {
-        store.acquire(&keys.owner_lease(o), &holder, Duration::from_secs(30)).await.expect("acquire");
+        store.acquire(&LeaseName::owner(o.as_str()), &holder, Duration::from_secs(30)).await.expect("acquire");
     }
-    let pairs: Vec<(String, String)> = owners.iter().map(|o| (keys.owner_claim(o), keys.owner_waiters(o))).collect();
-    let (got, d, n) = measure(stats, &obs, store.peek_and_wait(&pairs, &me)).await;
+    let (got, d, n) = measure(stats, &obs, store.peek_and_wait(&owners, &me)).await;
     assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "50 owners = one EVALSHA");
-    let claims: Vec<String> = pairs.iter().map(|(c, _)| c.clone()).collect();
-    let plain = store.peek_many(&claims).await.expect("peek_many");
+    let plain = store.peek_owners(&owners).await.expect("peek_owners");
     let got = got.expect("peek_and_wait");
-    let values = |v: &[Option<drain_core::ports::Holding>]| -> Vec<Option<String>> {
-        v.iter().map(|h| h.as_ref().map(|h| h.value.clone())).collect()
-    };
-    assert_eq!(values(&got), values(&plain));
+    let holders =
+        |v: &[OwnerClaim]| -> Vec<Option<String>> { v.iter().map(|c| held_by(c).map(str::to_owned)).collect() };
+    assert_eq!(holders(&got), holders(&plain));
     for (i, o) in owners.iter().enumerate() {
-        let expected = if i % 2 == 0 { vec![me.channel.clone()] } else { vec![] };
-        assert_eq!(list(&redis, &keys.owner_waiters(o)), expected, "{o}: registered only where held");
+        let expected = if i % 2 == 0 { vec![keys.wake_channel("me")] } else { vec![] };
+        assert_eq!(list(&redis, &keys.owner_waiters(o.as_str())), expected, "{o}: registered only where held");
     }
     assert!(store.peek_and_wait(&[], &me).await.expect("empty").is_empty());
 }
@@ -165,10 +174,9 @@ async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek
 #[tokio::test]
 async fn the_subscriber_resubscribes_after_its_connection_is_killed() {
     let Some(redis) = RedisServer::start() else { return };
-    let keys = KeySpace::new("wk");
-    let store: RedisStore = connect(&redis.url()).await;
-    let channel = keys.wake_channel("me");
-    let mut hears = store.subscribe_releases(&channel).await.expect("subscribe");
+    let store: RedisStore = connect_prefixed(&redis.url(), "wk").await;
+    let channel = store.keys().wake_channel("me");
+    let mut hears = store.subscribe("me").await.expect("subscribe");
     assert_eq!(redis.command(&["CLIENT", "KILL", "TYPE", "pubsub"]).expect("kill"), Reply::Int(1));
     // Published until someone is subscribed again (messages before that are lost:
     // the backstop timer covers them).
@@ -182,40 +190,37 @@ async fn the_subscriber_resubscribes_after_its_connection_is_killed() {
     }
     assert!(back, "resubscribed within 5 s");
     assert_eq!(heard(&mut hears, Duration::from_secs(5)).await, Some(OwnerId::from("o")));
-    assert!(hears.counters().reconnects() >= 1);
+    assert!(store.release_counters().reconnects() >= 1);
 }
 
 #[tokio::test]
 async fn on_a_cluster_waiters_and_wakes_work_across_nodes() {
     let Some(cluster) = RedisCluster::start(3) else { return };
-    let keys = KeySpace::new("wk");
-    let (store, obs) = observed(connect_cluster(&cluster.urls()).await);
+    let store = RedisStore::connect(config(&cluster.urls().join(",")).cluster(true).key_prefix("wk"))
+        .await
+        .expect("connect to the private cluster");
+    let keys = store.keys().clone();
+    let (store, obs) = observed(store);
     let stats = || cluster.command_calls().expect("INFO commandstats");
-    let me = waiter(&keys, "me");
-    let mut hears = store.subscribe_releases(&me.channel).await.expect("subscribe");
+    let me = waiter("me");
+    let mut hears = store.subscribe(&me.instance).await.expect("subscribe");
     let holder = token("h", 1);
-    let owners: Vec<String> = (0..12).map(|i| format!("owner-{i}")).collect();
+    let owners: Vec<OwnerId> = (0..12).map(|i| owner(&format!("owner-{i}"))).collect();
     for o in &owners {
-        store.acquire(&keys.owner_lease(o), &holder, Duration::from_secs(30)).await.expect("acquire");
+        store.acquire(&LeaseName::owner(o.as_str()), &holder, Duration::from_secs(30)).await.expect("acquire");
     }
-    let pairs: Vec<(String, String)> = owners.iter().map(|o| (keys.owner_claim(o), keys.owner_waiters(o))).collect();
-    let mut slots: Vec<u16> = pairs.iter().map(|(c, _)| slot(c)).collect();
+    let mut slots: Vec<u16> = owners.iter().map(|o| slot(&keys.owner_claim(o.as_str()))).collect();
     slots.sort_unstable();
     slots.dedup();
-    let (got, d, n) = measure(stats, &obs, store.peek_and_wait(&pairs, &me)).await;
-    assert!(got.expect("peek_and_wait").iter().all(Option::is_some));
+    let (got, d, n) = measure(stats, &obs, store.peek_and_wait(&owners, &me)).await;
+    assert!(got.expect("peek_and_wait").iter().all(|c| held_by(c).is_some()));
     assert_eq!((d, n), (calls(&[("evalsha", slots.len() as u64)]), slots.len()), "one EVALSHA per hash slot");
     // Every owner's release reaches the subscriber, whichever node holds its slot.
     for o in &owners {
-        let (woke, d, n) = measure(
-            stats,
-            &obs,
-            store.release_and_wake(&keys.owner_lease(o), &keys.owner_waiters(o), &holder, o, true),
-        )
-        .await;
+        let (woke, d, n) = measure(stats, &obs, store.release_and_wake(o, &holder, true)).await;
         assert!(woke.expect("release").woke, "{o}");
         assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "{o}: one EVALSHA");
-        assert_eq!(heard(&mut hears, Duration::from_secs(5)).await, Some(OwnerId::from(o.as_str())), "{o}");
+        assert_eq!(heard(&mut hears, Duration::from_secs(5)).await, Some(o.clone()), "{o}");
     }
 }
 
@@ -237,7 +242,7 @@ async fn missing_wake_rights_names_each_command_and_the_channel() {
         args.extend(rights);
         assert_eq!(redis.command(&args).expect("acl"), Reply::Simple("OK".into()));
     };
-    let keys = KeySpace::new("wk");
+    let keys = adapter_redis::KeySpace::new("wk");
     let (list, channel) = (keys.owner_waiters("probe"), keys.wake_channel("probe"));
     let check = |user: &'static str| {
         let url = format!("redis://{user}:wake-pass-1@127.0.0.1:{}", redis.port());

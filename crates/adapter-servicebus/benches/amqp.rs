@@ -1,5 +1,5 @@
-//! Messages drained per second from the machine's RabbitMQ (AMQP 1.0) and from
-//! test-servicebus (Service Bus, in this process), for:
+//! Messages drained per second from RabbitMQ (AMQP 1.0) and from test-servicebus
+//! (Service Bus, in this process), for:
 //!
 //! * `bare_fe2o3` — a plain fe2o3-amqp consume-and-accept loop (credit windows of
 //!   64, TCP_NODELAY): the floor of what the broker allows through this client;
@@ -21,8 +21,9 @@
 //! median round is reported; the overhead is the median of the per-round ratios
 //! (the machine is shared; single rounds are noisy). Writes
 //! `<target>/bench/amqp.json` and prints a table.
-//! Without RabbitMQ on 127.0.0.1:5672 the RabbitMQ modes are skipped (the reason is
-//! in the JSON).
+//! The RabbitMQ broker is `cargo xtask bench`'s private node, named at compile time
+//! (`DRAIN_TEST_AMQP_URL`, `_NODE`, `_HOME`), else 127.0.0.1:5672; without one
+//! answering the RabbitMQ modes are skipped (the reason is in the JSON).
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
@@ -32,11 +33,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
-use async_trait::async_trait;
+use drain_clock::TokioClock;
+use drain_core::LeaseToken;
+use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
-use drain_core::testkit::{MemoryStore, TestRng, message};
+use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken, Time};
 use fe2o3_amqp::link::CreditMode;
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
@@ -77,8 +79,8 @@ async fn run() -> String {
     let probe = endpoint("x");
     let addr: SocketAddr = format!("{}:{}", probe.host, probe.port).parse().expect("address");
     let rabbit = StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok();
-    let rabbit_skipped =
-        (!rabbit).then(|| format!("RabbitMQ does not answer on {addr}; run `bash .ci/setup-services.sh`"));
+    let rabbit_skipped = (!rabbit)
+        .then(|| format!("RabbitMQ does not answer on {addr}; run `cargo xtask bench` (it starts a private node)"));
     if let Some(why) = &rabbit_skipped {
         println!("amqp bench: RabbitMQ modes skipped: {why}");
     }
@@ -348,23 +350,16 @@ async fn tick((from, to): (Endpoint, Endpoint), concurrency: usize) -> Duration 
     let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
     let source = AmqpSource::connect(from, options).await.expect("source");
     let submitter = AmqpSubmitter::connect(to, SubmitterOptions::default()).await.expect("target");
-    let clock = Arc::new(WallClock(Instant::now()));
+    let clock = Arc::new(TokioClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let mut cfg = TickConfig::new(queue);
     cfg.concurrency = concurrency;
     cfg.batch = BATCH;
     cfg.max_wait = Duration::from_millis(300);
-    let ports = TickPorts {
-        leases: &store,
-        claims: &store,
-        source: &source,
-        target: &submitter,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency as u64));
     let start = Instant::now();
-    let report = run_tick(&cfg, &KeySpace::new(format!("{queue}-{concurrency}")), &ports, &token).await;
+    let report = run_tick(&cfg, &ports, &token).await;
     // The last, empty receive waits max_wait: not part of the drain.
     let took = start.elapsed().saturating_sub(cfg.max_wait);
     assert_eq!(report.stats.map(|s| s.submitted), Some(N as u64), "{:?}", report.error);
@@ -400,7 +395,24 @@ fn purge(queue: &str) {
     let _ = rabbitmqctl(&["purge_queue", queue]);
 }
 
+/// `cargo xtask bench`'s private node, named at compile time as the broker is.
+const NODE: Option<(&str, &str)> = match (option_env!("DRAIN_TEST_AMQP_NODE"), option_env!("DRAIN_TEST_AMQP_HOME")) {
+    (Some(node), Some(home)) => Some((node, home)),
+    _ => None,
+};
+
 fn rabbitmqctl(args: &[&str]) -> bool {
+    if let Some((node, home)) = NODE {
+        return Command::new("/usr/lib/rabbitmq/bin/rabbitmqctl")
+            .args(["-n", node, "-q"])
+            .args(args)
+            .env("HOME", home)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+    }
     ["rabbitmqctl", "/usr/sbin/rabbitmqctl", "/usr/local/sbin/rabbitmqctl"].iter().any(|tool| {
         Command::new(tool)
             .arg("-q")
@@ -411,18 +423,4 @@ fn rabbitmqctl(args: &[&str]) -> bool {
             .status()
             .is_ok_and(|s| s.success())
     })
-}
-
-/// drain-core's clock on wall time.
-struct WallClock(Instant);
-
-#[async_trait]
-impl Clock for WallClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX))
-    }
-
-    async fn sleep_until(&self, deadline: Time) {
-        tokio::time::sleep(deadline.saturating_since(self.now())).await;
-    }
 }

@@ -130,7 +130,7 @@ impl<S: LockLookup> AutoRenew<S> {
         };
         let base = LockEvent {
             handle,
-            message_id: delivery.message.message_id.clone(),
+            message_id: delivery.message.message_id.as_ref().map(ToString::to_string),
             lock_token: lock.token,
             event: RenewEvent::MaxDurationReached,
         };

@@ -1,27 +1,71 @@
 //! drain-core's [`Message`] to and from AMQP 1.0 messages.
 //!
-//! Outgoing: one Data section with the body; `message-id`, `correlation-id`
-//! (strings), `content-type`, `subject`; application properties; header
-//! `durable=true` (RabbitMQ persists it; Service Bus always does).
+//! Kept through a resubmit, with their AMQP types: `message-id` and
+//! `correlation-id` (string, ulong, uuid or binary), `to`, `subject`, `reply-to`,
+//! `content-type`, `content-encoding`, `absolute-expiry-time`, `creation-time`,
+//! `group-id`, `group-sequence`, `reply-to-group-id`; the header's `ttl` and
+//! `priority`; application properties; message annotations the sender set. Sent
+//! messages are `durable`. One Data section carries the body.
+//!
+//! Not kept, and why (docs/operations.md has the same list):
+//! * `user-id`: the broker checks it against the user of the connection that sends
+//!   (RabbitMQ refuses a message whose `user-id` is not drain's user).
+//! * the header's `delivery-count` and `first-acquirer`, delivery annotations and
+//!   the footer: they describe one transfer, not the message; the target sets its own.
+//! * broker-owned message annotations ([`broker_owned`]): sequence numbers, enqueue
+//!   and lock times, the dead-letter source, the exchange and routing key a broker
+//!   routed through; the target assigns its own.
+//! * annotations keyed by a number, and property or annotation values without a
+//!   counterpart in [`PropertyValue`] (null, decimals, chars, lists, maps, arrays,
+//!   described values).
 //!
 //! Incoming: the body is the concatenated Data sections; an `amqp-value` holding
 //! binary or a string gives those bytes; any other body (a value, a sequence) is
-//! passed on as its AMQP encoding. Message and correlation ids of other types
-//! become strings (numbers in decimal, UUIDs hyphenated, binary in hex).
+//! passed on as its AMQP encoding. Integer properties of every width arrive as
+//! `Long` (an unsigned one above `i64::MAX` as `Ulong`).
 
-use drain_core::ports::{Message, PropertyValue};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use drain_core::ports::{Message, MessageId as Id, PropertyValue};
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
 use fe2o3_amqp::types::messaging::{
-    ApplicationProperties, Body, Data, Header, Message as AmqpMessage, MessageId, Properties,
+    ApplicationProperties, Body, Data, Header, Message as AmqpMessage, MessageAnnotations, MessageId, Priority,
+    Properties,
 };
-use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Value};
+use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp, Uuid, Value};
+
+/// Message annotations a broker sets on the messages it delivers: never resent.
+///
+/// Service Bus reserves the `x-opt-` prefix: every such annotation is its own but
+/// the three a sender may set (`x-opt-partition-key`, `x-opt-via-partition-key`,
+/// `x-opt-scheduled-enqueue-time`). RabbitMQ adds the exchange and routing key a
+/// message went through and its dead-lettering history.
+#[must_use]
+pub(crate) fn broker_owned(key: &str) -> bool {
+    const SENDER_SET: [&str; 3] = ["x-opt-partition-key", "x-opt-via-partition-key", "x-opt-scheduled-enqueue-time"];
+    const RABBITMQ: [&str; 4] = ["x-exchange", "x-routing-key", "x-death", "x-delivery-count"];
+    (key.starts_with("x-opt-") && !SENDER_SET.contains(&key))
+        || RABBITMQ.contains(&key)
+        || key.starts_with("x-first-death-")
+        || key.starts_with("x-last-death-")
+}
 
 /// The AMQP message to send for `message`.
 pub(crate) fn to_amqp(message: &Message) -> AmqpMessage<Data> {
     let properties = Properties {
-        message_id: message.message_id.clone().map(MessageId::String),
-        correlation_id: message.correlation_id.clone().map(MessageId::String),
-        content_type: message.content_type.clone().map(Symbol::from),
+        message_id: message.message_id.as_ref().map(amqp_id),
+        correlation_id: message.correlation_id.as_ref().map(amqp_id),
+        to: message.to.clone(),
         subject: message.subject.clone(),
+        reply_to: message.reply_to.clone(),
+        content_type: message.content_type.clone().map(Symbol::from),
+        content_encoding: message.content_encoding.clone().map(Symbol::from),
+        absolute_expiry_time: message.absolute_expiry_time.map(Timestamp::from_milliseconds),
+        creation_time: message.creation_time.map(Timestamp::from_milliseconds),
+        group_id: message.group_id.clone(),
+        group_sequence: message.group_sequence,
+        reply_to_group_id: message.reply_to_group_id.clone(),
         ..Properties::default()
     };
     let application_properties = (!message.properties.is_empty()).then(|| {
@@ -31,10 +75,19 @@ pub(crate) fn to_amqp(message: &Message) -> AmqpMessage<Data> {
         }
         map
     });
+    let message_annotations = (!message.annotations.is_empty()).then(|| {
+        let mut map = MessageAnnotations::default();
+        for (k, v) in message.annotations.iter().filter(|(k, _)| !broker_owned(k)) {
+            map.0.insert(OwnedKey::from(k.as_str()), amqp_value(v));
+        }
+        map
+    });
+    let ttl = message.time_to_live.map(|d| u32::try_from(d.as_millis()).unwrap_or(u32::MAX));
+    let priority = message.priority.map_or_else(Priority::default, Priority::from);
     AmqpMessage {
-        header: Some(Header { durable: true, ..Header::default() }),
+        header: Some(Header { durable: true, priority, ttl, ..Header::default() }),
         delivery_annotations: None,
-        message_annotations: None,
+        message_annotations,
         properties: Some(properties),
         application_properties,
         body: Data(Binary::from(message.body.clone())),
@@ -53,14 +106,88 @@ pub(crate) fn set_fence(message: &mut AmqpMessage<Data>, name: &str, fence: u64)
         .insert(name.to_owned(), SimpleValue::Long(fence));
 }
 
-fn simple_value(v: &PropertyValue) -> SimpleValue {
-    match v {
-        PropertyValue::String(s) => SimpleValue::String(s.clone()),
-        PropertyValue::Long(n) => SimpleValue::Long(*n),
-        PropertyValue::Double(f) => SimpleValue::from(*f),
-        PropertyValue::Bool(b) => SimpleValue::Bool(*b),
-        PropertyValue::Binary(b) => SimpleValue::Binary(Binary::from(b.clone())),
+fn amqp_id(id: &Id) -> MessageId {
+    match id {
+        Id::String(s) => MessageId::String(s.clone()),
+        Id::Ulong(n) => MessageId::Ulong(*n),
+        Id::Uuid(b) => MessageId::Uuid(Uuid::from(*b)),
+        Id::Binary(b) => MessageId::Binary(Binary::from(b.clone())),
     }
+}
+
+fn core_id(id: MessageId) -> Id {
+    match id {
+        MessageId::String(s) => Id::String(s),
+        MessageId::Ulong(n) => Id::Ulong(n),
+        MessageId::Uuid(u) => Id::Uuid(u.into_inner()),
+        MessageId::Binary(b) => Id::Binary(b.into_vec()),
+    }
+}
+
+/// An application property: every [`PropertyValue`] is a simple AMQP value.
+fn simple_value(v: &PropertyValue) -> SimpleValue {
+    SimpleValue::try_from(amqp_value(v)).unwrap_or(SimpleValue::Null)
+}
+
+fn amqp_value(v: &PropertyValue) -> Value {
+    match v {
+        PropertyValue::String(s) => Value::String(s.clone()),
+        PropertyValue::Symbol(s) => Value::Symbol(Symbol::from(s.as_str())),
+        PropertyValue::Long(n) => Value::Long(*n),
+        PropertyValue::Ulong(n) => Value::Ulong(*n),
+        PropertyValue::Double(f) => Value::from(*f),
+        PropertyValue::Bool(b) => Value::Bool(*b),
+        PropertyValue::Binary(b) => Value::Binary(Binary::from(b.clone())),
+        PropertyValue::Timestamp(ms) => Value::Timestamp(Timestamp::from_milliseconds(*ms)),
+        PropertyValue::Uuid(b) => Value::Uuid(Uuid::from(*b)),
+        _ => Value::Null,
+    }
+}
+
+fn unsigned(n: u64) -> PropertyValue {
+    i64::try_from(n).map_or(PropertyValue::Ulong(n), PropertyValue::Long)
+}
+
+fn property_value(v: SimpleValue) -> Option<PropertyValue> {
+    core_value(Value::from(v))
+}
+
+/// drain-core's view of an AMQP value; `None` for one it has no counterpart for.
+fn core_value(v: Value) -> Option<PropertyValue> {
+    Some(match v {
+        Value::String(s) => PropertyValue::String(s),
+        Value::Symbol(s) => PropertyValue::Symbol(s.0),
+        Value::Bool(b) => PropertyValue::Bool(b),
+        Value::Byte(n) => PropertyValue::Long(n.into()),
+        Value::Short(n) => PropertyValue::Long(n.into()),
+        Value::Int(n) => PropertyValue::Long(n.into()),
+        Value::Long(n) => PropertyValue::Long(n),
+        Value::Ubyte(n) => PropertyValue::Long(n.into()),
+        Value::Ushort(n) => PropertyValue::Long(n.into()),
+        Value::Uint(n) => PropertyValue::Long(n.into()),
+        Value::Ulong(n) => unsigned(n),
+        Value::Float(f) => PropertyValue::Double(f64::from(f.0)),
+        Value::Double(f) => PropertyValue::Double(f.0),
+        Value::Timestamp(t) => PropertyValue::Timestamp(t.milliseconds()),
+        Value::Uuid(u) => PropertyValue::Uuid(u.into_inner()),
+        Value::Binary(b) => PropertyValue::Binary(b.into_vec()),
+        // Null, chars, decimals, lists, maps, arrays and described values: dropped.
+        _ => return None,
+    })
+}
+
+/// The sender's message annotations: string keys, values with a counterpart, and
+/// none a broker owns.
+fn sender_annotations(annotations: Option<MessageAnnotations>) -> BTreeMap<String, PropertyValue> {
+    let Some(annotations) = annotations else { return BTreeMap::new() };
+    annotations
+        .0
+        .into_iter()
+        .filter_map(|(k, v)| match k {
+            OwnedKey::Symbol(s) if !broker_owned(&s.0) => core_value(v).map(|v| (s.0, v)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// drain-core's view of a received AMQP message, and its delivery count (how many
@@ -70,18 +197,31 @@ pub(crate) fn from_amqp(message: AmqpMessage<Body<Value>>) -> (Message, u32) {
     // RabbitMQ does not count `released` redeliveries but clears `first-acquirer`.
     let redelivered = message.header.as_ref().is_some_and(|h| !h.first_acquirer);
     let delivery_count = if redelivered { header_count.max(1) } else { header_count };
+    let header = message.header.unwrap_or_default();
     let props = message.properties.unwrap_or_default();
     let properties = message
         .application_properties
         .map(|ap| ap.0.into_iter().filter_map(|(k, v)| property_value(v).map(|v| (k, v))).collect())
         .unwrap_or_default();
     let out = Message {
-        message_id: props.message_id.map(id_string),
+        message_id: props.message_id.map(core_id),
         body: body_bytes(message.body),
         content_type: props.content_type.map(|s| s.0),
-        correlation_id: props.correlation_id.map(id_string),
+        content_encoding: props.content_encoding.map(|s| s.0),
+        correlation_id: props.correlation_id.map(core_id),
         subject: props.subject,
+        to: props.to,
+        reply_to: props.reply_to,
+        group_id: props.group_id,
+        group_sequence: props.group_sequence,
+        reply_to_group_id: props.reply_to_group_id,
+        creation_time: props.creation_time.map(|t| t.milliseconds()),
+        absolute_expiry_time: props.absolute_expiry_time.map(|t| t.milliseconds()),
+        time_to_live: header.ttl.map(|ms| Duration::from_millis(u64::from(ms))),
+        // The default priority (4) is what a message without one has: not kept apart.
+        priority: (header.priority != Priority::default()).then_some(header.priority.0),
         properties,
+        annotations: sender_annotations(message.message_annotations),
     };
     (out, delivery_count)
 }
@@ -111,101 +251,45 @@ fn body_bytes(body: Body<Value>) -> Vec<u8> {
     }
 }
 
-fn property_value(v: SimpleValue) -> Option<PropertyValue> {
-    Some(match v {
-        SimpleValue::String(s) => PropertyValue::String(s),
-        SimpleValue::Symbol(s) => PropertyValue::String(s.0),
-        SimpleValue::Char(c) => PropertyValue::String(c.to_string()),
-        SimpleValue::Bool(b) => PropertyValue::Bool(b),
-        SimpleValue::Byte(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Short(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Int(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Long(n) => PropertyValue::Long(n),
-        SimpleValue::Ubyte(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Ushort(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Uint(n) => PropertyValue::Long(n.into()),
-        SimpleValue::Ulong(n) => match i64::try_from(n) {
-            Ok(n) => PropertyValue::Long(n),
-            Err(_) => PropertyValue::String(n.to_string()),
-        },
-        SimpleValue::Float(f) => PropertyValue::Double(f64::from(f.0)),
-        SimpleValue::Double(f) => PropertyValue::Double(f.0),
-        SimpleValue::Timestamp(t) => PropertyValue::Long(t.milliseconds()),
-        SimpleValue::Uuid(u) => PropertyValue::String(crate::lock::LockToken::from_bytes(u.into_inner()).to_string()),
-        SimpleValue::Binary(b) => PropertyValue::Binary(b.into_vec()),
-        // Null, decimals and described values have no counterpart: dropped.
-        _ => return None,
-    })
-}
-
-/// Type tags for message ids that are not strings. The per-message claim is keyed on
-/// the id string, so the mapping must be injective: ulong `42` and the string `"42"`
-/// are different messages, and mapping both to `"42"` would complete one of them as a
-/// duplicate of the other without ever submitting it.
-const ID_TAGS: [&str; 4] = ["string:", "ulong:", "uuid:", "binary:"];
-
-/// An AMQP message id as the string drain keys its claim on: a string id as it is
-/// (the common case), other types tagged (`ulong:42`, `uuid:…`, `binary:<hex>`), and a
-/// string that happens to start with a tag escaped as `string:<id>`.
-fn id_string(id: MessageId) -> String {
-    match id {
-        MessageId::String(s) if ID_TAGS.iter().any(|t| s.starts_with(t)) => format!("string:{s}"),
-        MessageId::String(s) => s,
-        MessageId::Ulong(n) => format!("ulong:{n}"),
-        MessageId::Uuid(u) => format!("uuid:{}", crate::lock::LockToken::from_bytes(u.into_inner())),
-        MessageId::Binary(b) => {
-            let hex: String = b.iter().map(|byte| format!("{byte:02x}")).collect();
-            format!("binary:{hex}")
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use fe2o3_amqp::types::messaging::{AmqpValue, Batch};
-    use fe2o3_amqp::types::primitives::Uuid;
-
-    use std::collections::BTreeMap;
 
     use super::*;
-
-    #[test]
-    fn ids_of_different_types_never_collide() {
-        use fe2o3_amqp::types::primitives::Binary;
-        let ids = [
-            MessageId::String("42".into()),
-            MessageId::Ulong(42),
-            MessageId::String("ulong:42".into()),
-            MessageId::String("string:ulong:42".into()),
-            MessageId::Binary(Binary::from(b"42".to_vec())),
-            MessageId::String("3432".into()),
-            MessageId::String("binary:3432".into()),
-            MessageId::Uuid(Uuid::from([7u8; 16])),
-        ];
-        let strings: Vec<String> = ids.iter().cloned().map(id_string).collect();
-        let mut unique = strings.clone();
-        unique.sort();
-        unique.dedup();
-        assert_eq!(unique.len(), strings.len(), "{strings:?}");
-        assert_eq!(strings[0], "42", "plain string ids are kept as they are");
-        assert_eq!(strings[1], "ulong:42");
-        assert_eq!(strings[2], "string:ulong:42");
-    }
 
     fn full() -> Message {
         let mut properties = BTreeMap::new();
         properties.insert("s".to_owned(), PropertyValue::String("text".into()));
+        properties.insert("y".to_owned(), PropertyValue::Symbol("sym".into()));
         properties.insert("n".to_owned(), PropertyValue::Long(-7));
+        properties.insert("u".to_owned(), PropertyValue::Ulong(u64::MAX));
         properties.insert("f".to_owned(), PropertyValue::Double(1.5));
         properties.insert("b".to_owned(), PropertyValue::Bool(true));
         properties.insert("x".to_owned(), PropertyValue::Binary(vec![0, 255]));
+        properties.insert("t".to_owned(), PropertyValue::Timestamp(1_700_000_000_123));
+        properties.insert("g".to_owned(), PropertyValue::Uuid([9; 16]));
+        let mut annotations = BTreeMap::new();
+        annotations.insert("x-opt-partition-key".to_owned(), PropertyValue::String("p-1".into()));
+        annotations.insert("x-opt-scheduled-enqueue-time".to_owned(), PropertyValue::Timestamp(1_700_000_000_000));
+        annotations.insert("app-trace".to_owned(), PropertyValue::Symbol("t-1".into()));
         Message {
-            message_id: Some("id-1".into()),
+            message_id: Some(Id::Ulong(42)),
             body: b"\x00payload\xff".to_vec(),
             content_type: Some("application/json".into()),
-            correlation_id: Some("corr-9".into()),
+            content_encoding: Some("gzip".into()),
+            correlation_id: Some(Id::Uuid([7; 16])),
             subject: Some("subj".into()),
+            to: Some("orders".into()),
+            reply_to: Some("replies".into()),
+            group_id: Some("session-1".into()),
+            group_sequence: Some(3),
+            reply_to_group_id: Some("session-r".into()),
+            creation_time: Some(1_700_000_000_001),
+            absolute_expiry_time: Some(1_800_000_000_000),
+            time_to_live: Some(Duration::from_secs(90)),
+            priority: Some(7),
             properties,
+            annotations,
         }
     }
 
@@ -216,7 +300,7 @@ mod tests {
         let received = AmqpMessage {
             header: out.header.map(|h| Header { first_acquirer: true, ..h }),
             delivery_annotations: None,
-            message_annotations: None,
+            message_annotations: out.message_annotations,
             properties: out.properties,
             application_properties: out.application_properties,
             body: Body::Data(Batch::new(vec![out.body])),
@@ -226,7 +310,7 @@ mod tests {
     }
 
     #[test]
-    fn every_field_survives_a_round_trip() {
+    fn every_field_survives_a_round_trip_with_its_type() {
         let m = full();
         assert_eq!(round_trip(&m), (m.clone(), 0));
         let bare = Message { message_id: None, body: Vec::new(), ..Message::default() };
@@ -235,8 +319,58 @@ mod tests {
     }
 
     #[test]
+    fn ids_keep_their_amqp_type() {
+        let check = |id: Id, want: MessageId| {
+            let m = Message { message_id: Some(id.clone()), correlation_id: Some(id.clone()), ..Message::default() };
+            let props = to_amqp(&m).properties.expect("properties");
+            assert_eq!(props.message_id, Some(want.clone()), "{id:?}");
+            assert_eq!(props.correlation_id, Some(want), "{id:?}");
+            assert_eq!(round_trip(&m).0.message_id, Some(id));
+        };
+        check(Id::String("42".into()), MessageId::String("42".into()));
+        check(Id::Ulong(42), MessageId::Ulong(42));
+        check(Id::Uuid([1; 16]), MessageId::Uuid(Uuid::from([1; 16])));
+        check(Id::Binary(vec![0xab, 0x01]), MessageId::Binary(Binary::from(vec![0xab, 0x01])));
+        // A string that looks like a tagged id stays that string.
+        check(Id::String("ulong:42".into()), MessageId::String("ulong:42".into()));
+    }
+
+    #[test]
+    fn broker_owned_annotations_are_not_kept() {
+        let mut annotations = MessageAnnotations::default();
+        for key in [
+            "x-opt-sequence-number",
+            "x-opt-enqueued-time",
+            "x-opt-locked-until",
+            "x-opt-deadletter-source",
+            "x-exchange",
+            "x-routing-key",
+            "x-first-death-queue",
+        ] {
+            annotations.0.insert(OwnedKey::from(key), Value::Long(1));
+        }
+        annotations.0.insert(OwnedKey::from("x-opt-partition-key"), Value::String("p".into()));
+        annotations.0.insert(OwnedKey::from("mine"), Value::Int(5));
+        annotations.0.insert(OwnedKey::Ulong(7), Value::Int(5));
+        annotations.0.insert(OwnedKey::from("a-list"), Value::List(vec![Value::Int(1)]));
+        let kept = sender_annotations(Some(annotations));
+        assert_eq!(
+            kept.into_iter().collect::<Vec<_>>(),
+            vec![
+                ("mine".to_owned(), PropertyValue::Long(5)),
+                ("x-opt-partition-key".to_owned(), PropertyValue::String("p".into())),
+            ]
+        );
+        for (key, owned) in
+            [("x-opt-via-partition-key", false), ("x-opt-lock-token", true), ("x-last-death-reason", true)]
+        {
+            assert_eq!(broker_owned(key), owned, "{key}");
+        }
+    }
+
+    #[test]
     fn the_fence_is_an_application_property_when_asked() {
-        let bare = Message { message_id: Some("m".into()), ..Message::default() };
+        let bare = Message { message_id: Some(Id::from("m")), ..Message::default() };
         let mut out = to_amqp(&bare);
         set_fence(&mut out, "drain-fence", 7);
         set_fence(&mut out, "drain-fence", 8);
@@ -246,7 +380,7 @@ mod tests {
         let mut full_out = to_amqp(&full());
         set_fence(&mut full_out, "drain-fence", u64::MAX);
         let props = full_out.application_properties.expect("properties").0;
-        assert_eq!(props.len(), 6, "the message's own properties are kept");
+        assert_eq!(props.len(), 10, "the message's own properties are kept");
         assert_eq!(props.get("drain-fence"), Some(&SimpleValue::Long(i64::MAX)), "saturates");
     }
 
@@ -263,7 +397,7 @@ mod tests {
     }
 
     #[test]
-    fn foreign_bodies_ids_and_counts() {
+    fn foreign_bodies_and_counts() {
         let check = |body: Body<Value>, want: &[u8]| assert_eq!(received(body, None, None).0.body, want);
         check(Body::Value(AmqpValue(Value::String("hi".into()))), b"hi");
         check(Body::Value(AmqpValue(Value::Binary(Binary::from(vec![1, 2])))), &[1, 2]);
@@ -272,18 +406,12 @@ mod tests {
         // An int value is passed on as its AMQP encoding (smallint 0x54).
         check(Body::Value(AmqpValue(Value::Int(5))), &[0x54, 5]);
 
-        let id = |id: MessageId| received(Body::Empty, None, Some(id)).0.message_id.unwrap();
-        assert_eq!(id(MessageId::Ulong(42)), "ulong:42");
-        assert_eq!(id(MessageId::Binary(Binary::from(vec![0xab, 0x01]))), "binary:ab01");
-        let uuid = Uuid::from([
-            0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
-        ]);
-        assert_eq!(id(MessageId::Uuid(uuid)), "uuid:00112233-4455-6677-8899-aabbccddeeff");
-
         let count = |header: Header| received(Body::Empty, Some(header), None).1;
         assert_eq!(count(Header { first_acquirer: true, ..Header::default() }), 0);
         assert_eq!(count(Header { first_acquirer: false, ..Header::default() }), 1);
         assert_eq!(count(Header { delivery_count: 3, first_acquirer: true, ..Header::default() }), 3);
         assert_eq!(count(Header { delivery_count: 3, first_acquirer: false, ..Header::default() }), 3);
+        let (m, _) = received(Body::Empty, Some(Header::default()), Some(MessageId::Ulong(9)));
+        assert_eq!((m.message_id, m.priority, m.time_to_live), (Some(Id::Ulong(9)), None, None));
     }
 }

@@ -50,7 +50,7 @@ pub struct SubmitterOptions {
     pub backoff: Backoff,
     /// When set, every submit made under a lease carries the lease's fencing number
     /// as this application property (an AMQP `long`), so a consumer of the target can
-    /// reject writes from a holder older than one it has seen (SPEC §4). `None` (the
+    /// reject writes from a holder older than one it has seen (docs/reliability.md). `None` (the
     /// default): the message goes out as it came in.
     pub fence_property: Option<String>,
     /// Service Bus only: how long each SAS token put on the connection is valid; see

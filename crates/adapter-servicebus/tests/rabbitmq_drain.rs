@@ -8,12 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Backoff, SourceOptions, SubmitterOptions};
+use drain_clock::TokioClock;
+use drain_core::LeaseToken;
+use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
-use drain_core::testkit::{MemoryStore, TestRng, message};
+use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{KeySpace, LeaseToken};
 use futures::stream::{self, StreamExt};
-use support::{PrivateVhost, Proxy, Rabbit, RealClock, TestQueue, rabbit};
+use support::{PrivateVhost, Proxy, Rabbit, TestQueue, rabbit};
 
 /// Put `ids` on `queue` with up to 64 submits in flight.
 async fn feed(r: &Rabbit, queue: &str, vhost: Option<&str>, ids: impl Iterator<Item = String>) {
@@ -41,7 +43,7 @@ async fn collect(r: &Rabbit, queue: &str, vhost: Option<&str>) -> BTreeMap<Strin
             break;
         }
         for d in got {
-            *seen.entry(d.message.message_id.clone().expect("id")).or_insert(0) += 1;
+            *seen.entry(d.message.message_id.as_ref().expect("id").to_string()).or_insert(0) += 1;
             source.complete(d.handle).await.expect("complete");
         }
     }
@@ -51,33 +53,25 @@ async fn collect(r: &Rabbit, queue: &str, vhost: Option<&str>) -> BTreeMap<Strin
 
 struct Drain {
     store: MemoryStore,
-    clock: Arc<RealClock>,
-    keys: KeySpace,
+    clock: Arc<TokioClock>,
     cfg: TickConfig,
 }
 
 impl Drain {
     fn new(queue: &str, concurrency: usize, batch: usize) -> Drain {
-        let clock = Arc::new(RealClock::new());
+        let clock = Arc::new(TokioClock::new());
         let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
         let mut cfg = TickConfig::new(queue);
         cfg.concurrency = concurrency;
         cfg.batch = batch;
         cfg.max_wait = Duration::from_millis(500);
-        Drain { store, clock, keys: KeySpace::new(support::unique_name()), cfg }
+        Drain { store, clock, cfg }
     }
 
     async fn tick(&self, source: &AmqpSource, target: &AmqpSubmitter, n: u64) -> TickReport {
-        let ports = TickPorts {
-            leases: &self.store,
-            claims: &self.store,
-            source,
-            target,
-            clock: &*self.clock,
-            observer: &NoopObserver,
-        };
+        let ports = TickPorts::new(source, target, &*self.clock, &NoopObserver).leases(&self.store).claims(&self.store);
         let token = LeaseToken::generate("drain-test", &mut TestRng::new(n));
-        run_tick(&self.cfg, &self.keys, &ports, &token).await
+        run_tick(&self.cfg, &ports, &token).await
     }
 }
 

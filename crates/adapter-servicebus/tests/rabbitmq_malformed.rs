@@ -1,7 +1,8 @@
 //! Bad input over the real RabbitMQ: messages a foreign producer may send (no message
 //! id, huge application properties, a binary or odd-typed body, an empty body, ids
 //! that are not strings) never crash the drain. The id-less one is dead-lettered,
-//! every other one reaches the target exactly once, and the source ends empty.
+//! every other one reaches the target exactly once, with its id of the type it was
+//! sent with, and the source ends empty.
 
 mod support;
 
@@ -11,19 +12,20 @@ use std::time::Duration;
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, SourceOptions, SubmitterOptions};
 use async_trait::async_trait;
+use drain_clock::TokioClock;
+use drain_core::LeaseToken;
 use drain_core::PortError;
+use drain_core::memory::MemoryStore;
 use drain_core::ports::{
-    Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageSource, NoopObserver, PropertyValue,
+    Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageId as Id, MessageSource, NoopObserver, PropertyValue,
 };
-use drain_core::testkit::{MemoryStore, TestRng};
+use drain_core::testkit::TestRng;
 use drain_core::tick::{MISSING_ID_REASON, TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken};
 use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Batch, Body, Data, Message as AmqpMessage, MessageId, Properties,
 };
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Uuid, Value};
-use fe2o3_amqp::{Connection, Sender, Session};
-use support::{Rabbit, RealClock, TestQueue, rabbit};
+use support::{Rabbit, TestQueue, rabbit, send_raw};
 
 /// Every wait of this test ends within this.
 const BOUND: Duration = Duration::from_secs(90);
@@ -78,10 +80,9 @@ fn data(bytes: &[u8]) -> Body<Value> {
     Body::Data(Batch::new(vec![Data(Binary::from(bytes.to_vec()))]))
 }
 
-/// The malformed messages, keyed by the id drain-core gives them on the target: the
-/// drain submits the adapter's id string (`ulong:42`), which the collector, reading a
-/// string id that starts with a type tag, escapes as `string:ulong:42`.
-fn cases() -> (Case, BTreeMap<String, Case>) {
+/// The malformed messages, keyed by the id the target must see: the id as sent,
+/// with its AMQP type (a ulong 42 arrives as a ulong, not as the string `ulong:42`).
+fn cases() -> (Case, BTreeMap<Id, Case>) {
     let no_id = Case::new(None, data(b"I have no id"), b"I have no id");
     let mut many = Case::new(Some(MessageId::String("many-properties".into())), data(b"many"), b"many");
     for i in 0..200 {
@@ -99,10 +100,10 @@ fn cases() -> (Case, BTreeMap<String, Case>) {
     let odd_bytes = serde_amqp::to_vec(&odd_value).expect("encode");
     let uuid = [0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff];
     let others = [
-        ("many-properties", many),
-        ("huge-property", huge),
+        (Id::from("many-properties"), many),
+        (Id::from("huge-property"), huge),
         (
-            "non-utf8-body",
+            Id::from("non-utf8-body"),
             Case::new(
                 Some(MessageId::String("non-utf8-body".into())),
                 data(&[0xff, 0xfe, 0, 0xc3, 0x28]),
@@ -110,18 +111,18 @@ fn cases() -> (Case, BTreeMap<String, Case>) {
             ),
         ),
         (
-            "odd-value",
+            Id::from("odd-value"),
             Case::new(Some(MessageId::String("odd-value".into())), Body::Value(AmqpValue(odd_value)), &odd_bytes),
         ),
-        ("empty-body", Case::new(Some(MessageId::String("empty-body".into())), Body::Empty, b"")),
-        ("empty-data", Case::new(Some(MessageId::String("empty-data".into())), data(b""), b"")),
-        ("string:ulong:42", Case::new(Some(MessageId::Ulong(42)), data(b"ulong id"), b"ulong id")),
+        (Id::from("empty-body"), Case::new(Some(MessageId::String("empty-body".into())), Body::Empty, b"")),
+        (Id::from("empty-data"), Case::new(Some(MessageId::String("empty-data".into())), data(b""), b"")),
+        (Id::Ulong(42), Case::new(Some(MessageId::Ulong(42)), data(b"ulong id"), b"ulong id")),
+        // The string "42" is another message than the ulong 42: both reach the target.
+        (Id::from("42"), Case::new(Some(MessageId::String("42".into())), data(b"string id"), b"string id")),
+        (Id::from("ulong:42"), Case::new(Some(MessageId::String("ulong:42".into())), data(b"tag"), b"tag")),
+        (Id::Uuid(uuid), Case::new(Some(MessageId::Uuid(Uuid::from(uuid))), data(b"uuid id"), b"uuid id")),
         (
-            "string:uuid:00112233-4455-6677-8899-aabbccddeeff",
-            Case::new(Some(MessageId::Uuid(Uuid::from(uuid))), data(b"uuid id"), b"uuid id"),
-        ),
-        (
-            "string:binary:deadbeef00ff",
+            Id::Binary(vec![0xde, 0xad, 0xbe, 0xef, 0x00, 0xff]),
             Case::new(
                 Some(MessageId::Binary(Binary::from(vec![0xde, 0xad, 0xbe, 0xef, 0x00, 0xff]))),
                 data(b"binary id"),
@@ -129,30 +130,7 @@ fn cases() -> (Case, BTreeMap<String, Case>) {
             ),
         ),
     ];
-    (no_id, others.into_iter().map(|(k, c)| (k.to_owned(), c)).collect())
-}
-
-/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted.
-async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
-    let mut conn = Connection::builder()
-        .container_id(support::unique_name())
-        .hostname(r.addr.ip().to_string().as_str())
-        .open(r.base.as_str())
-        .await
-        .expect("connect");
-    let mut session = Session::begin(&mut conn).await.expect("session");
-    let mut sender =
-        Sender::attach(&mut session, support::unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
-    for m in messages {
-        let outcome = sender.send(m).await.expect("send");
-        assert!(outcome.is_accepted(), "the broker accepts the message: {outcome:?}");
-    }
-    // As the harness does: RabbitMQ answers a link close with a detach. The teardown
-    // is best effort and bounded: the messages are already accepted.
-    let close = Duration::from_secs(5);
-    let _ = tokio::time::timeout(close, sender.detach()).await;
-    let _ = tokio::time::timeout(close, session.end()).await;
-    let _ = tokio::time::timeout(close, conn.close()).await;
+    (no_id, others.into_iter().collect())
 }
 
 /// The adapter's source, recording the reason of every dead-letter (RabbitMQ keeps
@@ -229,21 +207,14 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
     )
     .await
     .unwrap();
-    let clock = Arc::new(RealClock::new());
+    let clock = Arc::new(TokioClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let mut cfg = TickConfig::new(&source_q.name);
     cfg.concurrency = 4;
     cfg.max_wait = Duration::from_millis(500);
-    let ports = TickPorts {
-        leases: &store,
-        claims: &store,
-        source: &source,
-        target: &target,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("drain-test", &mut TestRng::new(6));
-    let report = step("run the tick", run_tick(&cfg, &KeySpace::new(support::unique_name()), &ports, &token)).await;
+    let report = step("run the tick", run_tick(&cfg, &ports, &token)).await;
     eprintln!("{report:?}");
     assert_eq!(report.error, None);
     let stats = report.stats.expect("stats");
@@ -265,10 +236,10 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
 
     let dead = step("collect the dead letters", take_all(&r, &dlq)).await;
     assert_eq!(dead.len(), 1, "only the id-less message is dead-lettered");
-    assert_eq!((dead[0].message_id.as_deref(), dead[0].body.as_slice()), (None, no_id.want_body.as_slice()));
+    assert_eq!((dead[0].message_id.as_ref(), dead[0].body.as_slice()), (None, no_id.want_body.as_slice()));
 
     let delivered = step("collect the target", take_all(&r, &target_q.name)).await;
-    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    let mut seen: BTreeMap<Id, u32> = BTreeMap::new();
     for m in &delivered {
         let id = m.message_id.clone().expect("every submitted message has an id");
         *seen.entry(id.clone()).or_insert(0) += 1;
@@ -276,7 +247,7 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
         assert_eq!(m.body, case.want_body, "{id}: body");
         assert_eq!(m.properties, case.want_properties(), "{id}: application properties");
     }
-    let want: BTreeMap<String, u32> = others.keys().map(|k| (k.clone(), 1)).collect();
+    let want: BTreeMap<Id, u32> = others.keys().map(|k| (k.clone(), 1)).collect();
     assert_eq!(seen, want, "each malformed message reaches the target exactly once");
 }
 

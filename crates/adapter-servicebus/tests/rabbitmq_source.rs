@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, SourceOptions, SubmitterOptions};
 use drain_core::ErrorKind;
-use drain_core::ports::{Delivery, MessageSource, PropertyValue, SubmitContext, Submitter};
+use drain_core::ports::{Delivery, MessageId, MessageSource, PropertyValue, SubmitContext, Submitter};
 use drain_core::testkit::{contract, message};
 use support::{TestQueue, rabbit};
 
@@ -40,7 +40,7 @@ async fn passes_the_message_source_contract_with_its_dead_letter_queue() {
     let (source, feed) = open(&r, &q.name).await;
     let dlq_name = q.dlq.clone().expect("dlq");
     let dlq = AmqpSource::connect(r.endpoint(&dlq_name, None), SourceOptions::default()).await.expect("dlq source");
-    contract::message_source(&source, &feed, Some(&dlq), WAIT).await;
+    contract::message_source(&source, &feed, Some(&dlq), WAIT).await.unwrap_or_else(|v| panic!("{v}"));
     for s in [&source, &dlq] {
         s.close().await.expect("close");
     }
@@ -55,7 +55,7 @@ async fn complete_abandon_and_dead_letter_do_what_they_say() {
     let dlq = AmqpSource::connect(r.endpoint(q.dlq.as_deref().unwrap(), None), SourceOptions::default()).await.unwrap();
 
     let mut m = message("full");
-    m.correlation_id = Some("corr".into());
+    m.correlation_id = Some(MessageId::from("corr"));
     m.subject = Some("subj".into());
     m.properties.insert("tenant".into(), PropertyValue::String("t1".into()));
     m.properties.insert("n".into(), PropertyValue::Long(42));
@@ -64,7 +64,7 @@ async fn complete_abandon_and_dead_letter_do_what_they_say() {
     }
     let got = take(&source, 3).await;
     assert_eq!(got.len(), 3);
-    let by_id = |id: &str| got.iter().find(|d| d.message.message_id.as_deref() == Some(id)).expect(id);
+    let by_id = |id: &str| got.iter().find(|d| d.message.message_id == Some(MessageId::from(id))).expect(id);
     assert_eq!(by_id("full").message, m, "every field arrives intact");
     assert_eq!(by_id("full").delivery_count, 0, "first delivery");
 
@@ -74,13 +74,13 @@ async fn complete_abandon_and_dead_letter_do_what_they_say() {
 
     let again = take(&source, 2).await;
     assert_eq!(again.len(), 1, "only the abandoned message comes back");
-    assert_eq!(again[0].message.message_id.as_deref(), Some("abandon-me"));
+    assert_eq!(again[0].message.message_id, Some(MessageId::from("abandon-me")));
     assert_eq!(again[0].delivery_count, 1, "redelivery is counted");
     source.complete(again[0].handle).await.expect("complete");
 
     let dead = take(&dlq, 2).await;
     assert_eq!(dead.len(), 1, "the dead-lettered message is in the DLQ");
-    assert_eq!(dead[0].message.message_id.as_deref(), Some("dead-letter-me"));
+    assert_eq!(dead[0].message.message_id, Some(MessageId::from("dead-letter-me")));
     assert_eq!(dead[0].message.body, message("dead-letter-me").body);
     dlq.complete(dead[0].handle).await.expect("complete");
 
@@ -149,7 +149,7 @@ async fn settlement_runs_while_another_receive_waits() {
     assert!(settled.1 < Duration::from_secs(1), "dead-letter did not wait for the receive ({:?})", settled.1);
     let waiting = waiting.unwrap();
     assert_eq!(waiting.len(), 1, "the waiting receive gets the message sent meanwhile");
-    assert_eq!(waiting[0].message.message_id.as_deref(), Some("b"));
+    assert_eq!(waiting[0].message.message_id, Some(MessageId::from("b")));
     source.complete(waiting[0].handle).await.unwrap();
     source.close().await.unwrap();
     feed.close().await.unwrap();
@@ -259,7 +259,7 @@ async fn the_fence_rides_along_as_an_application_property_when_asked() {
     let mut got: Vec<(String, Option<PropertyValue>)> = take(&source, 3)
         .await
         .into_iter()
-        .map(|d| (d.message.message_id.clone().expect("id"), d.message.properties.get("drain-fence").cloned()))
+        .map(|d| (d.message.message_id.expect("id").to_string(), d.message.properties.get("drain-fence").cloned()))
         .collect();
     got.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(

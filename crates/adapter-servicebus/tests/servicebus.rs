@@ -103,7 +103,7 @@ async fn contract_on(e: Endpoint) {
     let source = AmqpSource::connect(e.clone(), SourceOptions::default()).await.expect("source");
     let feed = AmqpSubmitter::connect(e.clone(), SubmitterOptions::default()).await.expect("submitter");
     let dlq = AmqpSource::connect(dead_letter_queue(&e), SourceOptions::default()).await.expect("dead-letter queue");
-    contract::message_source(&source, &feed, Some(&dlq), WAIT).await;
+    contract::message_source(&source, &feed, Some(&dlq), WAIT).await.unwrap_or_else(|v| panic!("{v}"));
     source.close().await.unwrap();
     dlq.close().await.unwrap();
     feed.close().await.unwrap();
@@ -133,7 +133,7 @@ async fn abandon_counts_a_delivery_and_dead_letter_keeps_reason_and_description(
     assert!(source.locked_until(first.handle).await.unwrap().is_some(), "x-opt-locked-until arrives");
     source.abandon(first.handle).await.unwrap();
     let [second] = receive_n(&source, 1).await.try_into().unwrap();
-    assert_eq!(second.message.message_id.as_deref(), Some("again"));
+    assert_eq!(second.message.message_id, Some("again".into()));
     assert_eq!(second.delivery_count, 1, "an abandon is a failed delivery on Service Bus");
     source.dead_letter(second.handle, "BadPayload", "cannot parse the body").await.unwrap();
 
@@ -220,7 +220,7 @@ async fn without_renewal_a_lock_that_ran_out_is_reported_as_lost() {
     assert!(e.to_string().contains("expired"), "{e}");
     // Service Bus put it back, counted; it comes again.
     let [again] = receive_n(&source, 1).await.try_into().unwrap();
-    assert_eq!(again.message.message_id.as_deref(), Some("forgotten"));
+    assert_eq!(again.message.message_id, Some("forgotten".into()));
     assert_eq!(again.delivery_count, 1);
     source.complete(again.handle).await.unwrap();
     let stats = settled(&local, (0, 0, 0)).await;
@@ -279,7 +279,7 @@ async fn source_and_submitter_reconnect_after_the_broker_restarts() {
     local.broker.come_up().expect("listens again");
     feed.submit(&message("after"), &CTX).await.expect("the submitter reconnects");
     let got = receive_n(&source, 1).await;
-    assert_eq!(got[0].message.message_id.as_deref(), Some("after"));
+    assert_eq!(got[0].message.message_id, Some("after".into()));
     source.complete(got[0].handle).await.unwrap();
     assert!(local.broker.counters().connections >= connections + 2, "both reconnected");
     source.close().await.unwrap();

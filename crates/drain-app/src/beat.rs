@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use drain_core::event::TickKind;
+use drain_core::ports::LeaseName;
 use drain_core::tick::{TickReport, run_tick_until};
 use drain_core::{LeaseToken, Switch};
 use tokio::sync::{Semaphore, watch};
@@ -36,7 +38,7 @@ impl Held {
 /// Run one tick with a fresh token.
 pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> TickReport {
     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-    run_tick_until(&rt.tick, &rt.keys, &rt.ports(), &token, stop).await
+    run_tick_until(&rt.tick, &rt.ports(), &token, stop).await
 }
 
 fn log_report(report: &TickReport) {
@@ -88,7 +90,7 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
                     if rt.tick.singleflight != Switch::Off {
                         held.lock().insert(id, token.clone());
                     }
-                    let report = run_tick_until(&rt.tick, &rt.keys, &rt.ports(), &token, &stop).await;
+                    let report = run_tick_until(&rt.tick, &rt.ports(), &token, &stop).await;
                     held.lock().remove(&id);
                     log_report(&report);
                     drop(permit);
@@ -151,9 +153,9 @@ async fn shut_down(rt: &Runtime, mut tasks: JoinSet<()>, stop: &AtomicBool, held
     }
     stop.store(true, Ordering::Release);
     let leftovers: Vec<LeaseToken> = held.lock().drain().map(|(_, t)| t).collect();
-    let key = rt.keys.lease(&rt.tick.queue);
-    for token in leftovers {
-        match rt.leases.release(&key, &token).await {
+    let key = LeaseName::queue(rt.tick.queue.as_str());
+    for (token, leases) in leftovers.into_iter().filter_map(|t| rt.leases.as_ref().map(|l| (t, l))) {
+        match leases.release(&key, &token).await {
             Ok(r) => tracing::info!(result = ?r, "released the lease of an aborted tick"),
             Err(e) => tracing::warn!("could not release an aborted tick's lease ({e}); its TTL frees it"),
         }
@@ -192,11 +194,12 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, mut shutdown: wa
     let mut cfg = rt.tick.clone();
     cfg.singleflight = Switch::Off;
     cfg.max_batches = Some(1);
+    cfg.kind = TickKind::Resident;
     tracing::info!(queue = %cfg.queue, "resident consumer started");
     let mut backoff = None;
     while !stop.load(Ordering::Acquire) && !*shutdown.borrow() {
         let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-        let report = run_tick_until(&cfg, &rt.keys, &rt.ports(), &token, &stop).await;
+        let report = run_tick_until(&cfg, &rt.ports(), &token, &stop).await;
         if let Some(s) = report.stats
             && s.received > 0
         {

@@ -10,15 +10,24 @@ use clap::{Parser, Subcommand};
 /// With no DRAIN_*_URL set, everything runs embedded: an in-memory store and a demo
 /// queue fed by a synthetic producer.
 #[derive(Debug, Parser)]
-#[command(name = "drain", version, about, long_about)]
+///
+/// Run `drain` with no command, or `drain --help`, for this text.
+#[command(name = "drain", version)]
 pub(crate) struct Cli {
     /// TOML file of settings (same names as the environment variables; the
     /// environment wins).
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
 
+    /// `None` for a bare `drain`, which prints the same text as `drain --help`.
     #[command(subcommand)]
-    pub(crate) command: Command,
+    pub(crate) command: Option<Command>,
+}
+
+/// The text of `drain --help`, for a bare `drain`.
+pub(crate) fn long_help() -> String {
+    use clap::CommandFactory;
+    Cli::command().render_long_help().to_string()
 }
 
 #[derive(Debug, Subcommand)]

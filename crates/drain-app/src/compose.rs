@@ -5,11 +5,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use adapter_redis::{RedisConfig, RedisStore};
+use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
-use drain_core::KeySpace;
-use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, Submitter};
-use drain_core::testkit::{MemorySource, MemoryStore};
+use drain_core::memory::{MemorySource, MemoryStore};
+use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
 use drain_core::tick::{TickConfig, TickPorts};
 
 use crate::config::{Config, Secret};
@@ -33,13 +32,19 @@ pub(crate) enum Backend {
     Unused,
 }
 
-/// Everything a tick needs, owned.
+/// Everything a tick needs, owned. A store port is `None` when nothing the
+/// configuration enables uses it.
 pub(crate) struct Runtime {
     pub(crate) config: Config,
+    /// The Redis key layout under `DRAIN_KEY_PREFIX` (owner backlogs, probes).
     pub(crate) keys: KeySpace,
     pub(crate) tick: TickConfig,
-    pub(crate) leases: Arc<dyn LeaseStore>,
-    pub(crate) claims: Arc<dyn ClaimStore>,
+    /// Single-flight leases and owner claims.
+    pub(crate) leases: Option<Arc<dyn LeaseStore>>,
+    /// Per-message claims.
+    pub(crate) claims: Option<Arc<dyn ClaimStore>>,
+    /// Admission's peeks at owner claims.
+    pub(crate) owner_claims: Option<Arc<dyn OwnerClaims>>,
     pub(crate) backend: Backend,
     pub(crate) source: Arc<dyn MessageSource>,
     pub(crate) target: Arc<dyn Submitter>,
@@ -78,8 +83,8 @@ impl Runtime {
     /// Borrow the ports for one tick.
     pub(crate) fn ports(&self) -> TickPorts<'_> {
         TickPorts {
-            leases: &*self.leases,
-            claims: &*self.claims,
+            leases: self.leases.as_deref(),
+            claims: self.claims.as_deref(),
             source: &*self.source,
             target: &*self.target,
             clock: &*self.clock,
@@ -107,10 +112,10 @@ pub(crate) async fn connect_redis(config: &Config) -> Result<RedisStore, Compose
     })
 }
 
-/// The adapter's configuration from `DRAIN_REDIS_URL`, `DRAIN_REDIS_CLUSTER` and
-/// `DRAIN_REDIS_CA_FILE`.
+/// The adapter's configuration from `DRAIN_REDIS_URL`, `DRAIN_REDIS_CLUSTER`,
+/// `DRAIN_KEY_PREFIX` and `DRAIN_REDIS_CA_FILE`.
 fn redis_config(config: &Config, url: &Secret) -> RedisConfig {
-    let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster);
+    let redis = RedisConfig::new(url.expose()).cluster(config.redis_cluster).key_prefix(config.key_prefix.clone());
     match &config.redis_ca_file {
         Some(ca) => redis.tls_ca_file(ca),
         None => redis,
@@ -141,25 +146,27 @@ pub(crate) async fn compose(
     owner_drains: bool,
 ) -> Result<Runtime, ComposeError> {
     let keys = KeySpace::new(config.key_prefix.clone());
-    let needs_redis = config.singleflight.computes() || config.atomic_claim.computes() || owner_drains;
+    let uses_leases = config.singleflight.computes() || owner_drains;
+    let uses_claims = config.atomic_claim.computes();
+    let uses_peeks = owner_drains && config.claim_aware.computes();
 
-    let (leases, claims, backend): (Arc<dyn LeaseStore>, Arc<dyn ClaimStore>, Backend) = match &config.redis_url {
+    // Each port the configuration uses, from one store; none that it does not use.
+    let stores = |leases: Arc<dyn LeaseStore>, claims: Arc<dyn ClaimStore>, peeks: Arc<dyn OwnerClaims>| {
+        (uses_leases.then_some(leases), uses_claims.then_some(claims), uses_peeks.then_some(peeks))
+    };
+    let ((leases, claims, owner_claims), backend) = match &config.redis_url {
         None => {
             let store = Arc::new(MemoryStore::new(clock.clone()));
-            (store.clone(), store, Backend::Embedded)
+            (stores(store.clone(), store.clone(), store), Backend::Embedded)
         }
-        Some(url) if needs_redis => {
+        Some(url) if uses_leases || uses_claims || uses_peeks => {
             let store = Arc::new(LazyRedis::new(redis_config(&config, url), url.to_string(), observer.clone()));
             // Connect now so the first tick does not pay for it; a failure is not fatal.
             let _ = store.store().await;
-            (store.clone(), store.clone(), Backend::Redis(store))
+            (stores(store.clone(), store.clone(), store.clone()), Backend::Redis(store))
         }
-        Some(_) => {
-            // Nothing enabled uses the store (SPEC: Off never touches Redis). An in-memory
-            // store stands in so the ports are filled; it is never asked anything.
-            let store = Arc::new(MemoryStore::new(clock.clone()));
-            (store.clone(), store, Backend::Unused)
-        }
+        // Nothing enabled uses a store: Off never touches Redis, and no port is filled.
+        Some(_) => ((None, None, None), Backend::Unused),
     };
 
     let mut amqp = AmqpLinks::default();
@@ -205,5 +212,65 @@ pub(crate) async fn compose(
     };
 
     let tick = config.tick_config(&queue);
-    Ok(Runtime { config, keys, tick, leases, claims, backend, source, target, clock, observer, demo_queue, amqp })
+    let rt = Runtime {
+        config,
+        keys,
+        tick,
+        leases,
+        claims,
+        owner_claims,
+        backend,
+        source,
+        target,
+        clock,
+        observer,
+        demo_queue,
+        amqp,
+    };
+    let missing = rt.ports().missing(&rt.tick);
+    if !missing.is_empty() {
+        return Err(ComposeError::Unavailable(format!("no {} for the configured switches", missing.join(" and no "))));
+    }
+    Ok(rt)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use drain_core::memory::ManualClock;
+    use drain_core::ports::NoopObserver;
+
+    use super::*;
+
+    /// Which store ports a configuration is composed with: (leases, claims, owner peeks).
+    async fn ports_of(pairs: &[(&str, &str)], owner_drains: bool) -> (bool, bool, bool, &'static str) {
+        let env: BTreeMap<String, String> = pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let config = crate::config::resolve(&env, None, "host-1").expect("valid config").config;
+        let rt = compose(config, Arc::new(ManualClock::new()), Arc::new(NoopObserver), owner_drains)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let backend = match rt.backend {
+            Backend::Embedded => "embedded",
+            Backend::Redis(_) => "redis",
+            Backend::Unused => "unused",
+        };
+        (rt.leases.is_some(), rt.claims.is_some(), rt.owner_claims.is_some(), backend)
+    }
+
+    #[tokio::test]
+    async fn only_the_ports_the_switches_use_are_composed() {
+        // 127.0.0.1:1 refuses at once: a store that is composed connects lazily and
+        // fails open or closed; one that is not composed is never asked.
+        let redis = ("DRAIN_REDIS_URL", "redis://127.0.0.1:1");
+        let off = [("SERVICEBUS_DRAIN_SINGLEFLIGHT", "off"), ("SERVICEBUS_ATOMIC_CLAIM", "off")];
+        assert_eq!(ports_of(&[redis, off[0], off[1]], false).await, (false, false, false, "unused"));
+        assert_eq!(ports_of(&[redis, off[0]], false).await, (false, true, false, "redis"), "the claim alone");
+        let on = ("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on");
+        assert_eq!(ports_of(&[redis, on, off[1]], false).await, (true, false, false, "redis"), "the lease alone");
+        assert_eq!(ports_of(&[redis, off[0], off[1]], true).await, (true, false, true, "redis"), "owner drains");
+        let blind = ("PROJECTION_DRAIN_CLAIM_AWARE", "off");
+        assert_eq!(ports_of(&[redis, off[0], off[1], blind], true).await, (true, false, false, "redis"), "no peeks");
+        assert_eq!(ports_of(&[off[0]], false).await, (false, true, false, "embedded"), "in memory: the same rule");
+    }
 }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use drain_core::PortError;
+use drain_core::memory::MemorySource;
 use drain_core::ports::{Clock, Message, SubmitContext, Submitter};
-use drain_core::testkit::MemorySource;
 
 /// The demo queue's name.
 pub(crate) const DEMO_QUEUE: &str = "requests";
@@ -42,14 +42,14 @@ impl Submitter for DemoTarget {
         let until = self.clock.now() + self.delay;
         self.clock.sleep_until(until).await;
         let n = self.accepted.fetch_add(1, Ordering::Relaxed) + 1;
-        tracing::trace!(id = message.message_id.as_deref().unwrap_or(""), fence = ?ctx.fence, total = n, "demo target accepted");
+        tracing::trace!(id = %message.message_id.as_ref().map(ToString::to_string).unwrap_or_default(), fence = ?ctx.fence, total = n, "demo target accepted");
         Ok(())
     }
 }
 
 fn demo_message(n: u64) -> Message {
     Message {
-        message_id: Some(format!("demo-{n}")),
+        message_id: Some(format!("demo-{n}").into()),
         body: format!("{{\"n\":{n}}}").into_bytes(),
         content_type: Some("application/json".to_owned()),
         ..Message::default()

@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
 use async_trait::async_trait;
+use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Holding, LeaseStore, Observer, Release, Renew, SettleResult, Settlement,
+    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, Observer, OwnerClaim, OwnerClaims,
+    Release, Renew, SettleResult, Settlement,
 };
-use drain_core::{ErrorKind, LeaseKey, LeaseToken, PortError};
+use drain_core::{ErrorKind, LeaseToken, PortError};
 use tokio::sync::Mutex;
 
 /// Connects on the first call; a failed connect fails that call with a temporary
@@ -77,23 +79,27 @@ impl LazyRedis {
 
 #[async_trait]
 impl LeaseStore for LazyRedis {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.store().await?.acquire(key, token, ttl).await
+    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.store().await?.acquire(lease, token, ttl).await
     }
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
-        self.store().await?.release(key, token).await
+    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        self.store().await?.release(lease, token).await
     }
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.store().await?.renew(key, token, ttl).await
+    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.store().await?.renew(lease, token, ttl).await
     }
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
-        self.store().await?.peek(key).await
+    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.store().await?.peek(lease).await
     }
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        if keys.is_empty() {
+}
+
+#[async_trait]
+impl OwnerClaims for LazyRedis {
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        if owners.is_empty() {
             return Ok(Vec::new());
         }
-        self.store().await?.peek_many(keys).await
+        self.store().await?.peek_owners(owners).await
     }
 }
 
@@ -101,17 +107,19 @@ impl LeaseStore for LazyRedis {
 impl ClaimStore for LazyRedis {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        if keys.is_empty() {
+        if ids.is_empty() {
             return Ok(Vec::new());
         }
-        self.store().await?.claim_batch(keys, token, pending_ttl).await
+        self.store().await?.claim_batch(queue, ids, token, pending_ttl).await
     }
     async fn settle_batch(
         &self,
+        queue: &str,
         settlements: &[Settlement],
         token: &LeaseToken,
         done_ttl: Duration,
@@ -119,6 +127,6 @@ impl ClaimStore for LazyRedis {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        self.store().await?.settle_batch(settlements, token, done_ttl).await
+        self.store().await?.settle_batch(queue, settlements, token, done_ttl).await
     }
 }

@@ -5,7 +5,6 @@
 
 mod beat;
 mod cli;
-mod clock;
 mod commands;
 mod compose;
 mod config;
@@ -23,6 +22,11 @@ use clap::Parser;
 fn main() -> ExitCode {
     panic_hook::install();
     let cli = cli::Cli::parse();
+    let Some(command) = cli.command else {
+        // A bare `drain` says what `drain --help` says (on stdout, exit 0).
+        print!("{}", cli::long_help());
+        return ExitCode::SUCCESS;
+    };
     let loaded = match config::load(cli.config.as_deref()) {
         Ok(l) => l,
         Err(e) => {
@@ -32,9 +36,9 @@ fn main() -> ExitCode {
     };
     panic_hook::set_secrets(loaded.config.secret_parts());
     // `config` and `doctor` print the configuration warnings as part of their output.
-    let warnings_in_output = matches!(cli.command, cli::Command::Config(_) | cli::Command::Doctor);
+    let warnings_in_output = matches!(command, cli::Command::Config(_) | cli::Command::Doctor);
     logging::start(&loaded, !warnings_in_output);
-    match cli.command {
+    match command {
         cli::Command::Config(args) => commands::config::main(&args, &loaded),
         cli::Command::Simulate(args) => commands::simulate::main(&args),
         cli::Command::Run(args) => block_on(commands::run::main(&args, loaded)),

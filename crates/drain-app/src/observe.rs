@@ -1,7 +1,12 @@
 //! The app's observers: metrics plus logs of the decisions an operator must see.
 
+use adapter_metrics::Known;
+use drain_core::Switch;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
 use drain_core::ports::Observer;
+
+use crate::config::Effective;
+use crate::config::registry::{Kind, SETTINGS};
 
 /// Logs notable decisions; everything else is left to metrics.
 #[derive(Debug, Default)]
@@ -13,12 +18,12 @@ impl Observer for LogObserver {
             Event::Tick { queue, outcome: TickOutcome::FailOpen, .. } => {
                 tracing::warn!(queue, "lease store unavailable on acquire; drained without the lease (fail-open)");
             }
-            Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired" } => tracing::debug!("lease acquired"),
-            Event::LeaseOp { op: LeaseOp::Release, result: "released" } => tracing::debug!("lease released"),
-            Event::LeaseOp { op: LeaseOp::Release, result: "error" } => {
+            Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired", .. } => tracing::debug!("lease acquired"),
+            Event::LeaseOp { op: LeaseOp::Release, result: "released", .. } => tracing::debug!("lease released"),
+            Event::LeaseOp { op: LeaseOp::Release, result: "error", .. } => {
                 tracing::warn!("lease release failed; the TTL will free it");
             }
-            Event::LeaseOp { op: LeaseOp::Renew, result: "error" } => {
+            Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. } => {
                 tracing::warn!("lease renewal failed; retrying next period");
             }
             Event::LeaseLost { queue } => {
@@ -76,8 +81,65 @@ pub(crate) fn start(
     serve: bool,
 ) -> Result<std::sync::Arc<dyn Observer>, String> {
     if serve && let Some(addr) = metrics_addr {
-        adapter_metrics::install(addr).map_err(|e| format!("{e}; set DRAIN_METRICS_ADDR to a free port, or `off`"))?;
+        let addr = adapter_metrics::install(addr)
+            .map_err(|e| format!("{e}; set DRAIN_METRICS_ADDR to a free port, or `off`"))?;
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
     Ok(std::sync::Arc::new(Fanout(vec![Box::new(adapter_metrics::MetricsObserver), Box::new(LogObserver)])))
+}
+
+/// Every switch of the registry with its effective position, in registry order (the
+/// values `drain config` shows, so the gauge and `drain config` always agree).
+pub(crate) fn switch_modes(effective: &[Effective]) -> Vec<(&'static str, Switch)> {
+    SETTINGS
+        .iter()
+        .filter_map(|s| match s.kind {
+            Kind::Switch(default) => Some((s.name, default)),
+            _ => None,
+        })
+        .map(|(name, default)| {
+            let shown = effective.iter().find(|e| e.name == name).map(|e| e.value.as_str());
+            (name, Switch::parse(name, shown, default).value)
+        })
+        .collect()
+}
+
+/// What an operator's dashboards and alerts need from the first scrape: every
+/// switch's position (`drain_switch_mode`) and every counter this process can move,
+/// at 0 for each label set it can produce.
+pub(crate) fn announce(observer: &dyn Observer, effective: &[Effective], known: &Known<'_>) {
+    for (switch, mode) in switch_modes(effective) {
+        observer.observe(&Event::SwitchMode { switch, mode });
+    }
+    adapter_metrics::export_known(known);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    fn modes(env: &[(&str, &str)]) -> Vec<(&'static str, Switch)> {
+        let env: BTreeMap<String, String> = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        switch_modes(&crate::config::resolve(&env, None, "test-1").expect("resolves").effective)
+    }
+
+    #[test]
+    fn every_registry_switch_is_reported_with_its_effective_position() {
+        let names: Vec<&str> = SETTINGS.iter().filter(|s| matches!(s.kind, Kind::Switch(_))).map(|s| s.name).collect();
+        let got = modes(&[]);
+        assert_eq!(got.iter().map(|(n, _)| *n).collect::<Vec<_>>(), names, "every switch, in registry order");
+        assert!(got.contains(&("PROJECTION_DRAIN_RELEASE_WAKE", Switch::On)), "{got:?}");
+        assert!(got.contains(&("SERVICEBUS_DRAIN_SINGLEFLIGHT", Switch::Off)), "{got:?}");
+
+        let got = modes(&[
+            ("SERVICEBUS_DRAIN_SINGLEFLIGHT", "shadow"),
+            ("PROJECTION_DRAIN_RELEASE_WAKE", "off"),
+            ("SERVICEBUS_ATOMIC_CLAIM", "nonsense"),
+        ]);
+        assert!(got.contains(&("SERVICEBUS_DRAIN_SINGLEFLIGHT", Switch::Shadow)), "{got:?}");
+        assert!(got.contains(&("PROJECTION_DRAIN_RELEASE_WAKE", Switch::Off)), "{got:?}");
+        assert!(got.contains(&("SERVICEBUS_ATOMIC_CLAIM", Switch::On)), "a bad value is the default: {got:?}");
+    }
 }

@@ -1,7 +1,7 @@
 //! The panic hook: the default hook's report (thread, location, message, then the
 //! backtrace or, on the first panic, the hint to get one), with every configured
 //! secret masked in the message. A panic message can quote anything, a URL with its
-//! password included; SPEC §3 wants secrets redacted everywhere.
+//! password included, and secrets are redacted everywhere (docs/operations.md).
 
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::io::{self, Write};

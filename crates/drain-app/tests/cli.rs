@@ -169,14 +169,16 @@ fn run_skips_overlapping_ticks_serves_metrics_and_shuts_down_on_sigterm() {
     let after = skips(&seen);
     let counted: u64 = body
         .lines()
-        .find_map(|l| l.strip_prefix(r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on"} "#))
+        .find_map(|l| {
+            l.strip_prefix(r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on",kind="beat"} "#)
+        })
         .unwrap_or_else(|| panic!("no skipped_locked counter:\n{body}"))
         .parse()
         .unwrap();
     assert!(counted >= 2, "several overlapping ticks were skipped: {counted}");
     assert!(before <= counted && counted <= after, "one log line per skipped tick: {before} <= {counted} <= {after}");
     assert!(body.contains(r#"drain_switch_mode{switch="SERVICEBUS_DRAIN_SINGLEFLIGHT",mode="on"} 1"#), "{body}");
-    assert!(body.contains(r#"drain_lease_ops_total{op="acquire",result="acquired"} 1"#), "{body}");
+    assert!(body.contains(r#"drain_lease_ops_total{op="acquire",result="acquired",mode="on"} 1"#), "{body}");
 
     let pid = child.0.id().to_string();
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -215,5 +217,117 @@ fn every_subcommand_help_shows_its_examples() {
             words.windows(2).any(|w| w == ["drain", command.as_str()])
         };
         assert!(examples.iter().any(runs_it), "`drain {command} --help` shows examples of it:\n{text}");
+    }
+}
+
+/// A bare `drain` says what `drain --help` says, on stdout, exit 0 (it printed the
+/// crate's description, a usage line and an error, exit 2).
+#[test]
+fn bare_drain_says_what_drain_help_says() {
+    let bare = drain().output().unwrap();
+    let help = drain().arg("--help").output().unwrap();
+    assert!(bare.status.success() && help.status.success(), "{bare:?}\n{help:?}");
+    let (bare_text, help_text) = (String::from_utf8(bare.stdout).unwrap(), String::from_utf8(help.stdout).unwrap());
+    assert_eq!(bare_text, help_text);
+    assert!(bare.stderr.is_empty(), "nothing on stderr: {}", String::from_utf8_lossy(&bare.stderr));
+    assert!(help_text.starts_with("Single-flight queue drains"), "{help_text}");
+    assert!(help_text.contains("Commands:") && help_text.contains("  run "), "{help_text}");
+}
+
+/// `drain run` starts with one line saying what it will do, the store's password
+/// masked; the first scrape answers with the text format's full content type and
+/// shows every registry switch and every counter the process can move at 0 (so an
+/// alert on `rate()` sees the first fail-open or lease loss).
+#[test]
+fn run_says_what_it_will_do_and_exports_every_series_from_the_first_scrape() {
+    let (port, redis_port) = (free_port(), free_port());
+    let mut child = drain()
+        .args(["run", "--resident"])
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("PROJECTION_DRAIN_CLAIM_AWARE", "shadow")
+        // Nothing listens there: the start line must not need the store.
+        .env("DRAIN_REDIS_URL", format!("redis://drain:hunter2@127.0.0.1:{redis_port}"))
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
+        .env("DRAIN_LOG_FORMAT", "json")
+        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = stderr_lines(&mut child);
+    let child = Guard(child);
+    let mut seen = Vec::new();
+    assert!(wait_for(&rx, &mut seen, "drain run: queue", Duration::from_secs(20)), "{}", seen.join("\n"));
+    let starts: Vec<&String> = seen.iter().filter(|l| l.contains("drain run: queue")).collect();
+    assert_eq!(starts.len(), 1, "{}", seen.join("\n"));
+    let start = starts[0];
+    for part in [
+        "queue requests from the embedded demo queue to the embedded target",
+        &format!("store redis at redis://drain:***@127.0.0.1:{redis_port}"),
+        "switches on: SERVICEBUS_DRAIN_SINGLEFLIGHT, SERVICEBUS_DRAIN_LEASE_RENEW, SERVICEBUS_ATOMIC_CLAIM, PROJECTION_DRAIN_CLAIM_AWARE (shadow), PROJECTION_DRAIN_RELEASE_WAKE;",
+        "a tick every 3600 s on 4 workers, messages 1 at a time, plus the resident consumer",
+    ] {
+        assert!(start.contains(part), "`{part}` in the start line: {start}");
+    }
+    assert!(!seen.join("\n").contains("hunter2"), "the password never shows:\n{}", seen.join("\n"));
+
+    let page = scrape(port);
+    let (head, body) = page.split_once("\r\n\r\n").expect("an HTTP answer");
+    let head = head.to_ascii_lowercase();
+    assert!(head.lines().any(|l| l == "content-type: text/plain; version=0.0.4; charset=utf-8"), "{head}");
+    for (switch, on) in [
+        ("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on"),
+        ("SERVICEBUS_DRAIN_LEASE_RENEW", "on"),
+        ("SERVICEBUS_ATOMIC_CLAIM", "on"),
+        ("PROJECTION_DRAIN_CLAIM_AWARE", "shadow"),
+        ("PROJECTION_DRAIN_RELEASE_WAKE", "on"),
+        ("DRAIN_REDIS_CLUSTER", "off"),
+    ] {
+        let line = format!(r#"drain_switch_mode{{switch="{switch}",mode="{on}"}} 1"#);
+        assert!(body.lines().any(|l| l == line), "`{line}` in:\n{body}");
+    }
+    for zero in [
+        r#"drain_ticks_total{queue="requests",outcome="fail_open",mode="on",kind="beat"} 0"#,
+        r#"drain_lease_ops_total{op="renew",result="error",mode="on"} 0"#,
+        "drain_lease_lost_total 0",
+        r#"drain_messages_total{queue="requests",outcome="claim_error",mode="on"} 0"#,
+    ] {
+        // The first tick may already have run (and failed open on the absent store):
+        // the series exists from the start either way; its value is what it counted.
+        let series = zero.rsplit_once(' ').unwrap().0;
+        assert!(body.lines().any(|l| l.starts_with(series)), "`{series}` exported from the start:\n{body}");
+    }
+    assert!(body.contains(r#"kind="resident""#), "the resident consumer's series:\n{body}");
+    assert!(!body.contains("drain_owner_"), "no owner drains in this process, no owner series:\n{body}");
+    drop(child);
+}
+
+/// deploy/drain.toml, the example the systemd unit loads, applies as written: no
+/// warning, every key it sets in effect with origin `file`.
+#[test]
+fn the_deploy_example_config_applies_without_warnings() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/drain.toml");
+    let text = std::fs::read_to_string(&path).expect("deploy/drain.toml");
+    let keys: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim()))
+        .collect();
+    assert!(keys.len() >= 10, "the example sets the main settings: {keys:?}");
+    // The helper turns metrics off through the environment; the file sets them here.
+    let out = drain()
+        .env_remove("DRAIN_METRICS_ADDR")
+        .arg("--config")
+        .arg(&path)
+        .args(["config", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(v["warnings"], serde_json::json!([]), "no warning: {v}");
+    let settings = v["settings"].as_array().expect("settings");
+    for key in keys {
+        let s = settings.iter().find(|s| s["name"] == key).unwrap_or_else(|| panic!("{key} is a known setting"));
+        assert_eq!(s["origin"], "file", "{key} comes from the file: {s}");
     }
 }

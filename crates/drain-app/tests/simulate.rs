@@ -90,10 +90,10 @@ fn default_scenario_cuts_contention_without_slowing_the_work() {
         );
         assert_eq!(get(policy, "items_unfinished"), 0.0, "{policy} leaves nothing behind");
     }
-    // The seed's 5-15 s backoff costs p99 latency (requests absorbed by pending
+    // The first claim-aware policy's 5-15 s backoff costs p99 latency (requests absorbed by pending
     // timers); the release wake-up takes it back to within 1.2x legacy.
     let p99 = |policy| get(policy, "owner_latency_p99_ms") / get("legacy", "owner_latency_p99_ms");
-    assert!(p99("claim_aware") > 1.2, "the seed's policy pays in p99: {:.2}x", p99("claim_aware"));
+    assert!(p99("claim_aware") > 1.2, "the first claim-aware policy pays in p99: {:.2}x", p99("claim_aware"));
     assert!(p99("claim_aware_wake") <= 1.2, "wake-up p99 {:.2}x legacy", p99("claim_aware_wake"));
     assert!(get("claim_aware_wake", "release_wakes") > 0.0);
     assert!(
@@ -186,4 +186,36 @@ fn bad_arguments_exit_2_with_a_reason() {
     }
     let out = drain().args(["simulate", "--scenario", "huge"]).output().expect("run drain");
     assert_eq!(out.status.code(), Some(2), "clap rejects an unknown preset");
+}
+
+/// A run of several seconds: the large scenario's oracle over four hours of arrivals.
+const LONG_RUN: [&str; 7] = ["--scenario", "large", "--policy", "oracle", "--duration", "14400", "--seed"];
+
+/// On a terminal (a pseudo-terminal from util-linux' `script`), a run longer than a
+/// second shows a progress bar on stderr: virtual time simulated and runs done.
+#[test]
+fn a_long_run_shows_progress_on_a_terminal() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let transcript = dir.join(format!("simulate-progress-{}.txt", std::process::id()));
+    let command = format!("{} simulate {} 3", env!("CARGO_BIN_EXE_drain"), LONG_RUN.join(" "));
+    let out = Command::new("script")
+        .args(["--quiet", "--return", "--command", &command])
+        .arg(&transcript)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("util-linux `script` (Debian's bsdutils) runs the command on a pseudo-terminal");
+    assert!(out.status.success(), "{out:?}");
+    let seen = String::from_utf8_lossy(&std::fs::read(&transcript).expect("transcript")).into_owned();
+    let _ = std::fs::remove_file(&transcript);
+    assert!(seen.contains("s simulated, ") && seen.contains("runs done"), "a progress bar:\n{seen}");
+    assert!(seen.contains("of 14400 s simulated"), "virtual time against the window:\n{seen}");
+    assert!(seen.contains("throughput items/s"), "then the table:\n{seen}");
+}
+
+/// The same run with stderr in a pipe: no progress output at all.
+#[test]
+fn no_progress_when_stderr_is_not_a_terminal() {
+    let out = run(&[&LONG_RUN[..], &["3"]].concat());
+    assert!(out.stderr.is_empty(), "nothing on stderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("throughput items/s"), "the table on stdout");
 }

@@ -5,7 +5,7 @@
 //! Plain `std::time::Instant` timing, no harness: each scheduler cycle runs in three
 //! rounds of about half a second and the median round is reported (the machine is
 //! shared). The simulator is drain-app's own code, compiled into this bench from its
-//! source directory (it depends only on drain-core's public API, its testkit and
+//! source directory (it depends only on drain-core's public API, its `memory` feature and
 //! crates drain-core already uses), so the figure is the one `drain simulate
 //! --scenario large` gives, without building the binary.
 //!
@@ -27,11 +27,12 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use drain_core::admission::{Action, OwnerId, PeekResult, Scheduler, SchedulerConfig, TurnOutcome, Woken};
-use drain_core::ports::{Acquire, LeaseStore, NoopObserver};
+use drain_core::memory::{ManualClock, MemorySource, MemoryStore};
+use drain_core::ports::{Acquire, LeaseName, LeaseStore, NoopObserver};
 use drain_core::switch::Switch;
-use drain_core::testkit::{ManualClock, MemorySource, MemoryStore, RecordingSubmitter};
+use drain_core::testkit::RecordingSubmitter;
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
-use drain_core::{KeySpace, LeaseToken, Time};
+use drain_core::{LeaseToken, Time};
 use rand::SeedableRng;
 use rand::rngs::{SmallRng, StdRng};
 use serde_json::json;
@@ -164,24 +165,16 @@ fn tick_skip() -> (f64, f64) {
     let store = MemoryStore::new(clock.clone());
     let source = MemorySource::new(clock.clone(), Duration::from_secs(60));
     let target = RecordingSubmitter::new(clock.clone());
-    let keys = KeySpace::new("drain");
     let mut cfg = TickConfig::new("requests");
     cfg.singleflight = Switch::On;
     let mut rng = StdRng::seed_from_u64(7);
     let other = LeaseToken::generate("other-host", &mut rng);
-    let held = ready(store.acquire(&keys.lease("requests"), &other, Duration::from_secs(86_400)));
+    let held = ready(store.acquire(&LeaseName::queue("requests"), &other, Duration::from_secs(86_400)));
     assert!(matches!(held, Ok(Acquire::Acquired { .. })), "{held:?}");
-    let ports = TickPorts {
-        leases: &store,
-        claims: &store,
-        source: &source,
-        target: &target,
-        clock: &*clock,
-        observer: &NoopObserver,
-    };
+    let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("bench", &mut rng);
     let tick = || {
-        let report = ready(run_tick(&cfg, &keys, &ports, &token));
+        let report = ready(run_tick(&cfg, &ports, &token));
         assert!(report.is_skipped(), "{report:?}");
         black_box(report);
     };
@@ -264,7 +257,8 @@ fn main() {
 
     let sc = simulate::scenario::Scenario::preset("large").expect("the large preset");
     let started = Instant::now();
-    let outcome = simulate::simulate(&sc, 1, &simulate::policy::REPORTED);
+    let progress = simulate::progress::Progress::new(&sc, &simulate::policy::REPORTED);
+    let outcome = simulate::simulate(&sc, 1, &simulate::policy::REPORTED, &progress);
     let wall = started.elapsed();
     let report = &outcome.report;
     let jobs: serde_json::Map<String, serde_json::Value> =
@@ -321,7 +315,8 @@ fn scenario_table(table: &mut String) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for name in ["default", "seed-fleet"] {
         let sc = simulate::scenario::Scenario::preset(name).expect("a preset");
-        let report = simulate::simulate(&sc, 1, &simulate::policy::REPORTED).report;
+        let progress = simulate::progress::Progress::new(&sc, &simulate::policy::REPORTED);
+        let report = simulate::simulate(&sc, 1, &simulate::policy::REPORTED, &progress).report;
         let _ = writeln!(
             table,
             "\nsimulate --scenario {name}: {:<18}{:>12}{:>14}{:>9}{:>9}{:>12}",

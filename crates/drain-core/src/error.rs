@@ -8,14 +8,16 @@ use thiserror::Error;
 /// Whether retrying the same call can succeed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Persistence {
-    /// A passing condition (timeout, refused connection, failover, loading): retry later.
+    /// A passing condition (a timeout, a refused connection, a store that is starting
+    /// or failing over): retry later.
     Temporary,
     /// Retrying will fail the same way until someone changes something (rights,
-    /// credentials, a key of the wrong type, bad configuration).
+    /// credentials, a record another program wrote, bad configuration).
     Permanent,
 }
 
-/// What went wrong, independent of the backend.
+/// What went wrong, in words that fit every store and broker; an adapter maps its
+/// driver's errors to these at its boundary (and documents how).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
@@ -23,15 +25,18 @@ pub enum ErrorKind {
     Timeout,
     /// Could not connect, or the connection broke.
     Connection,
-    /// The server is up but not serving yet (Redis `LOADING`, `BUSY`, a failover, `READONLY`).
+    /// The store or broker answers but does not serve right now (starting, loading
+    /// its data, busy, failing over, read-only).
     Unavailable,
-    /// The cluster keeps redirecting (`MOVED`/`ASK` storms) or the topology changed.
+    /// A distributed store kept sending the request elsewhere: its topology is
+    /// changing.
     Redirected,
     /// Authentication failed.
     Auth,
-    /// The credentials lack a right (Redis `NOPERM`, AMQP `unauthorized-access`).
+    /// The credentials lack a right for this operation.
     Permission,
-    /// A key holds a value of another type, or a reply had an unexpected shape.
+    /// A record holds data drain does not write there (another program writes where
+    /// drain keeps its records), or a reply had a shape drain does not know.
     WrongType,
     /// The peer broke the protocol or answered something we cannot use.
     Protocol,

@@ -19,6 +19,9 @@ pub enum TickOutcome {
 }
 
 impl TickOutcome {
+    /// Every outcome, for exporting each label set before its first event.
+    pub const ALL: [TickOutcome; 3] = [TickOutcome::Ran, TickOutcome::SkippedLocked, TickOutcome::FailOpen];
+
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -30,18 +33,53 @@ impl TickOutcome {
     }
 }
 
+/// What ran the tick (label `kind` of `drain_ticks_total`): the beat, or one batch
+/// of the resident consumer (a tick of at most one receive, without the lease).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TickKind {
+    /// A beat tick.
+    #[default]
+    Beat,
+    /// One batch of the resident consumer.
+    Resident,
+}
+
+impl TickKind {
+    /// Metric label value.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickKind::Beat => "beat",
+            TickKind::Resident => "resident",
+        }
+    }
+}
+
 /// A lease operation (label `op` of `drain_lease_ops_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LeaseOp {
-    /// `SET NX PX` + fence increment.
+    /// Take the lease if it is free, and its next fence.
     Acquire,
     /// Compare-and-delete.
     Release,
-    /// Compare-and-`PEXPIRE`.
+    /// Compare-and-extend.
     Renew,
 }
 
 impl LeaseOp {
+    /// Every operation, for exporting each label set before its first event.
+    pub const ALL: [LeaseOp; 3] = [LeaseOp::Acquire, LeaseOp::Release, LeaseOp::Renew];
+
+    /// The results this operation can have (label `result`).
+    #[must_use]
+    pub fn results(self) -> &'static [LeaseResult] {
+        match self {
+            LeaseOp::Acquire => &["acquired", "held", "error"],
+            LeaseOp::Release => &["released", "not_owner", "error"],
+            LeaseOp::Renew => &["renewed", "lost", "error"],
+        }
+    }
+
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -82,6 +120,19 @@ pub enum MessageOutcome {
 }
 
 impl MessageOutcome {
+    /// Every outcome, for exporting each label set before its first event.
+    pub const ALL: [MessageOutcome; 9] = [
+        MessageOutcome::Submitted,
+        MessageOutcome::Duplicate,
+        MessageOutcome::ClaimedElsewhere,
+        MessageOutcome::ClaimError,
+        MessageOutcome::SubmitFailed,
+        MessageOutcome::DeadLettered,
+        MessageOutcome::SettleFailed,
+        MessageOutcome::ClaimSettleFailed,
+        MessageOutcome::Cancelled,
+    ];
+
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -107,6 +158,9 @@ pub enum SkipReason {
 }
 
 impl SkipReason {
+    /// Every reason, for exporting each label set before its first event.
+    pub const ALL: [SkipReason; 1] = [SkipReason::ClaimHeld];
+
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -132,6 +186,15 @@ pub enum TurnLabel {
 }
 
 impl TurnLabel {
+    /// Every outcome, for exporting each label set before its first event.
+    pub const ALL: [TurnLabel; 5] = [
+        TurnLabel::ProductiveMore,
+        TurnLabel::ProductiveDone,
+        TurnLabel::Done,
+        TurnLabel::ClaimBusy,
+        TurnLabel::Failed,
+    ];
+
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
@@ -158,6 +221,8 @@ pub enum Event<'a> {
         outcome: TickOutcome,
         /// Single-flight switch position.
         mode: Switch,
+        /// What ran it: the beat or the resident consumer.
+        kind: TickKind,
         /// Wall time of the tick as measured on the injected clock.
         duration: Duration,
     },
@@ -167,6 +232,9 @@ pub enum Event<'a> {
         op: LeaseOp,
         /// Its result.
         result: LeaseResult,
+        /// Single-flight switch position (`Shadow`: the lease is taken and counted
+        /// but a held lease does not skip the tick).
+        mode: Switch,
     },
     /// A renewal found the lease gone; the drain was cancelled.
     LeaseLost {
@@ -195,7 +263,7 @@ pub enum Event<'a> {
         mode: Switch,
     },
     /// A release notification ended an owner's claim wait (mode On), or would have
-    /// (mode Shadow). Emitted by the admission driver; not a kept metric (SPEC §9),
+    /// (mode Shadow). Emitted by the admission driver; not a kept metric (docs/metrics.md),
     /// an embedder counts it.
     ReleaseWake {
         /// Release wake-up switch position.
@@ -214,7 +282,8 @@ pub enum Event<'a> {
     OwnerQueueDepth(usize),
     /// Pending retry timers (gauge).
     RetryTimers(usize),
-    /// One store round trip's duration (`drain_redis_op_duration_seconds{op}`).
+    /// One store round trip's duration (an adapter reports it; adapter-metrics turns
+    /// it into the store round-trip histogram of docs/metrics.md).
     StoreOp {
         /// Operation name, e.g. `acquire`, `claim_batch`.
         op: &'static str,
@@ -228,4 +297,70 @@ pub enum Event<'a> {
         /// Position.
         mode: Switch,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each `ALL` lists every variant once, in declaration order: the matches below
+    /// are exhaustive, so a new variant does not compile until it is given a place
+    /// (and the arm count beside it grows), and then fails until it is in `ALL` (so
+    /// its series is exported at 0 from the start).
+    #[test]
+    fn every_all_lists_every_variant() {
+        fn tick(o: TickOutcome) -> usize {
+            match o {
+                TickOutcome::Ran => 0,
+                TickOutcome::SkippedLocked => 1,
+                TickOutcome::FailOpen => 2,
+            }
+        }
+        fn message(o: MessageOutcome) -> usize {
+            match o {
+                MessageOutcome::Submitted => 0,
+                MessageOutcome::Duplicate => 1,
+                MessageOutcome::ClaimedElsewhere => 2,
+                MessageOutcome::ClaimError => 3,
+                MessageOutcome::SubmitFailed => 4,
+                MessageOutcome::DeadLettered => 5,
+                MessageOutcome::SettleFailed => 6,
+                MessageOutcome::ClaimSettleFailed => 7,
+                MessageOutcome::Cancelled => 8,
+            }
+        }
+        fn turn(o: TurnLabel) -> usize {
+            match o {
+                TurnLabel::ProductiveMore => 0,
+                TurnLabel::ProductiveDone => 1,
+                TurnLabel::Done => 2,
+                TurnLabel::ClaimBusy => 3,
+                TurnLabel::Failed => 4,
+            }
+        }
+        fn op(o: LeaseOp) -> usize {
+            match o {
+                LeaseOp::Acquire => 0,
+                LeaseOp::Release => 1,
+                LeaseOp::Renew => 2,
+            }
+        }
+        fn reason(o: SkipReason) -> usize {
+            match o {
+                SkipReason::ClaimHeld => 0,
+            }
+        }
+        // (positions in ALL, the number of arms of the match above)
+        let check = |p: Vec<usize>, arms: usize| {
+            assert_eq!(p, (0..arms).collect::<Vec<_>>(), "ALL lists each of the {arms} variants once, in order");
+        };
+        check(TickOutcome::ALL.map(tick).to_vec(), 3);
+        check(MessageOutcome::ALL.map(message).to_vec(), 9);
+        check(TurnLabel::ALL.map(turn).to_vec(), 5);
+        check(LeaseOp::ALL.map(op).to_vec(), 3);
+        check(SkipReason::ALL.map(reason).to_vec(), 1);
+        for o in LeaseOp::ALL {
+            assert!(o.results().contains(&"error"), "{o:?}: every operation can fail");
+        }
+    }
 }

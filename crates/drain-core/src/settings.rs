@@ -1,4 +1,4 @@
-//! Pure parsing and validation of every setting of SPEC §3.
+//! Pure parsing and validation of every setting (docs/flags.md lists them).
 //!
 //! Each function takes the variable's name and its raw value (`None` when unset)
 //! and returns the effective value with at most one [`Warning`]. Nothing here reads
@@ -148,7 +148,7 @@ pub const WORKER_CONCURRENCY: IntRule = IntRule { default: 4, min: 1, max: 256 }
 /// `DRAIN_SHUTDOWN_GRACE_SECONDS`: how long running ticks may finish at shutdown.
 pub const SHUTDOWN_GRACE_SECONDS: IntRule = IntRule { default: 30, min: 0, max: 3_600 };
 
-/// The lease TTL rule of SPEC §3, in seconds.
+/// The lease TTL rule, in seconds.
 pub fn lease_ttl_seconds(raw: Option<&str>) -> Parsed<u64> {
     LEASE_TTL_SECONDS.parse("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", raw)
 }
@@ -176,8 +176,8 @@ pub fn backoff_window_seconds(raw_min: Option<&str>, raw_max: Option<&str>) -> (
 }
 
 /// `DRAIN_KEY_PREFIX`: non-empty, at most 64 bytes of ASCII letters, digits, `-`, `_`,
-/// `.` and `:`. A bad prefix falls back to `drain` with a warning (a prefix with a
-/// brace would break every hash tag).
+/// `.` and `:`. A bad prefix falls back to `drain` with a warning (a brace or a space
+/// would break a store's key layout).
 pub fn key_prefix(raw: Option<&str>) -> Parsed<String> {
     const DEFAULT: &str = "drain";
     let Some(raw) = raw else {

@@ -1,4 +1,4 @@
-//! The three-position switch and its grammar (SPEC §3).
+//! The three-position switch and its grammar.
 
 use std::fmt;
 
@@ -10,7 +10,7 @@ use crate::settings::{Parsed, Warning};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Switch {
-    /// The feature is not used at all; for the lease this means Redis is never touched.
+    /// The feature is not used at all; for the lease this means the store is never touched.
     Off,
     /// The decision is computed and counted (`mode="shadow"`), but the behaviour is Off.
     Shadow,

@@ -17,6 +17,13 @@ impl LeaseToken {
     pub fn generate<R: CryptoRng + ?Sized>(instance: &str, rng: &mut R) -> Self {
         let mut bytes = [0u8; 16];
         rng.fill_bytes(&mut bytes);
+        Self::from_random(instance, bytes)
+    }
+
+    /// A token for `instance` from 16 bytes of a cryptographically secure source
+    /// (for a caller whose generator is not [`rand`]'s, e.g. another version of it).
+    #[must_use]
+    pub fn from_random(instance: &str, bytes: [u8; 16]) -> Self {
         let mut s = String::with_capacity(instance.len() + 33);
         s.push_str(instance);
         s.push(':');
@@ -24,12 +31,6 @@ impl LeaseToken {
             s.push(char::from(HEX[usize::from(b >> 4)]));
             s.push(char::from(HEX[usize::from(b & 0xf)]));
         }
-        LeaseToken(s)
-    }
-
-    /// Wrap an existing token string (read back from a store).
-    #[must_use]
-    pub fn from_string(s: String) -> Self {
         LeaseToken(s)
     }
 

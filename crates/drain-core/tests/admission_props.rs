@@ -1,4 +1,4 @@
-//! Property tests of the claim-aware owner admission scheduler (SPEC §5).
+//! Property tests of the claim-aware owner admission scheduler.
 //!
 //! Random operation sequences over a dozen owners run under each switch position with
 //! small caps (1–4 workers, 1–4 retry timers). A model kept here predicts, step by

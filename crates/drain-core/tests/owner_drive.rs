@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use drain_core::admission::{DriverPorts, OwnerId, Scheduler, SchedulerConfig, drive};
 use drain_core::event::{Event, SkipReason};
+use drain_core::memory::{ManualClock, MemoryStore, block_on};
 use drain_core::ports::Clock;
-use drain_core::testkit::{BacklogWork, ManualClock, MemoryStore, RecordingObserver, block_on};
-use drain_core::{ErrorKind, KeySpace, Switch};
+use drain_core::ports::LeaseName;
+use drain_core::testkit::{BacklogWork, RecordingObserver};
+use drain_core::{ErrorKind, Switch};
 use futures::stream;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -17,16 +19,14 @@ struct World {
     store: Arc<MemoryStore>,
     work: BacklogWork,
     observer: RecordingObserver,
-    keys: KeySpace,
 }
 
 fn world(per_turn: u64) -> World {
     let clock = Arc::new(ManualClock::new());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let store = Arc::new(MemoryStore::new(dyn_clock.clone()));
-    let keys = KeySpace::new("drain");
-    let work = BacklogWork::new("me", keys.clone(), store.clone(), dyn_clock, per_turn, Duration::from_millis(100));
-    World { clock, store, work, observer: RecordingObserver::new(), keys }
+    let work = BacklogWork::new("me", store.clone(), dyn_clock, per_turn, Duration::from_millis(100));
+    World { clock, store, work, observer: RecordingObserver::new() }
 }
 
 fn owners(names: &[&str]) -> Vec<OwnerId> {
@@ -39,10 +39,7 @@ fn config(mode: Switch, workers: usize) -> SchedulerConfig {
 
 fn run(w: &World, cfg: SchedulerConfig, requests: Vec<OwnerId>, shutdown_at: Option<Duration>) {
     let mut s = Scheduler::new(cfg, SmallRng::seed_from_u64(7));
-    let keys = w.keys.clone();
-    let claim_key = move |o: &OwnerId| keys.owner_claim(o.as_str());
-    let ports =
-        DriverPorts { peeks: &*w.store, claim_key: &claim_key, work: &w.work, clock: &*w.clock, observer: &w.observer };
+    let ports = DriverPorts { claims: Some(&*w.store), work: &w.work, clock: &*w.clock, observer: &w.observer };
     let clock = w.clock.clone();
     let shutdown = async move {
         match shutdown_at {
@@ -78,7 +75,7 @@ fn peeks_of_waiting_owners_go_out_in_one_round_trip() {
         w.work.add(o, 1);
     }
     run(&w, config(Switch::On, 4), os, None);
-    assert_eq!(w.store.calls().get("peek_many"), Some(&1), "{:?}", w.store.calls());
+    assert_eq!(w.store.calls().get("peek_owners"), Some(&1), "{:?}", w.store.calls());
     assert_eq!(w.store.calls().get("peek"), None);
 }
 
@@ -88,7 +85,7 @@ fn a_held_claim_defers_the_owner_until_it_is_free() {
     let a = OwnerId::from("a");
     w.work.add(&a, 2);
     // Someone else holds a's claim for 20 s.
-    w.store.set_raw(&w.keys.owner_claim("a"), "other:1", Some(Duration::from_secs(20)));
+    w.store.put_lease(&LeaseName::owner("a"), "other:1", Duration::from_secs(20));
     run(&w, config(Switch::On, 1), vec![a.clone()], None);
     assert_eq!(w.work.backlog(&a), 0);
     let skipped =
@@ -105,13 +102,13 @@ fn legacy_off_spins_on_a_held_claim_while_claim_aware_waits() {
     let w = world(10);
     let a = OwnerId::from("a");
     w.work.add(&a, 1);
-    w.store.set_raw(&w.keys.owner_claim("a"), "other:1", Some(Duration::from_secs(2)));
+    w.store.put_lease(&LeaseName::owner("a"), "other:1", Duration::from_secs(2));
     // A claim race takes no virtual time, so the legacy spin would never let the clock
     // reach the holder's expiry: bound it with a shutdown at t = 3 s.
     run(&w, config(Switch::Off, 1), vec![a.clone()], Some(Duration::from_secs(3)));
     let (_, busy_off) = w.work.turns();
     assert!(busy_off > 0, "legacy launches into a held claim");
-    assert_eq!(w.store.calls().get("peek_many"), None, "Off never peeks");
+    assert_eq!(w.store.calls().get("peek_owners"), None, "Off never peeks");
 }
 
 #[test]
@@ -156,10 +153,7 @@ fn a_failing_claim_store_backs_off_and_recovers() {
         store.set_failing(None);
     };
     let mut s = Scheduler::new(config(Switch::On, 1), SmallRng::seed_from_u64(3));
-    let keys = w.keys.clone();
-    let claim_key = move |o: &OwnerId| keys.owner_claim(o.as_str());
-    let ports =
-        DriverPorts { peeks: &*w.store, claim_key: &claim_key, work: &w.work, clock: &*w.clock, observer: &w.observer };
+    let ports = DriverPorts { claims: Some(&*w.store), work: &w.work, clock: &*w.clock, observer: &w.observer };
     block_on(&w.clock, async {
         futures::join!(healer, drive(&mut s, ports, stream::iter(vec![a.clone()]), futures::future::pending::<()>()));
     });

@@ -7,9 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use drain_core::admission::{DriverPorts, OwnerId, Scheduler, SchedulerConfig, drive_with_releases};
 use drain_core::event::{Event, SkipReason};
-use drain_core::ports::{Acquire, Clock, Holding, LeaseStore, Release, Renew};
-use drain_core::testkit::{BacklogWork, ManualClock, MemoryStore, RecordingObserver, block_on};
-use drain_core::{KeySpace, LeaseKey, LeaseToken, PortError, Switch, Time};
+use drain_core::memory::{ManualClock, MemoryStore, block_on};
+use drain_core::ports::{Clock, LeaseName, OwnerClaim, OwnerClaims};
+use drain_core::testkit::{BacklogWork, RecordingObserver};
+use drain_core::{PortError, Switch, Time};
 use futures::stream::{self, StreamExt};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -33,21 +34,9 @@ struct SlowPeeks {
 }
 
 #[async_trait]
-impl LeaseStore for SlowPeeks {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.inner.acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.inner.renew(key, token, ttl).await
-    }
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
-        self.inner.peek(key).await
-    }
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        let found = self.inner.peek_many(keys).await;
+impl OwnerClaims for SlowPeeks {
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        let found = self.inner.peek_owners(owners).await;
         self.clock.sleep_until(self.clock.now() + self.delay).await;
         found
     }
@@ -71,19 +60,16 @@ fn run_case(Case { release_wake, release_at_ms, held_ms, peek_ms }: Case) -> Out
     let clock = Arc::new(ManualClock::new());
     let dyn_clock: Arc<dyn Clock> = clock.clone();
     let store = Arc::new(MemoryStore::new(dyn_clock.clone()));
-    let keys = KeySpace::new("drain");
-    let work = BacklogWork::new("me", keys.clone(), store.clone(), dyn_clock, 10, Duration::from_millis(100));
+    let work = BacklogWork::new("me", store.clone(), dyn_clock, 10, Duration::from_millis(100));
     let observer = RecordingObserver::new();
     let a = OwnerId::from("a");
     work.add(&a, 2);
-    store.set_raw(&keys.owner_claim("a"), "other:1", Some(Duration::from_millis(held_ms)));
+    store.put_lease(&LeaseName::owner("a"), "other:1", Duration::from_millis(held_ms));
     let peeks = SlowPeeks { inner: store.clone(), clock: clock.clone(), delay: Duration::from_millis(peek_ms) };
 
     let cfg = SchedulerConfig { claim_aware: Switch::On, release_wake, workers: 1, ..SchedulerConfig::default() };
     let mut s = Scheduler::new(cfg, SmallRng::seed_from_u64(7));
-    let claim_keys = keys.clone();
-    let claim_key = move |o: &OwnerId| claim_keys.owner_claim(o.as_str());
-    let ports = DriverPorts { peeks: &peeks, claim_key: &claim_key, work: &work, clock: &*clock, observer: &observer };
+    let ports = DriverPorts { claims: Some(&peeks), work: &work, clock: &*clock, observer: &observer };
     let release_clock = clock.clone();
     let owner = a.clone();
     let releases = match release_at_ms {

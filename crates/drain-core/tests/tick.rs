@@ -1,18 +1,18 @@
-//! The tick use case of SPEC §4/§6 against the in-memory ports in virtual time.
+//! The tick use case against the in-memory ports in virtual time.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
+use drain_core::memory::{ManualClock, MemorySource, MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, ClaimStore, Clock, Holding, LeaseStore, Message, Release, Renew, SubmitContext, Submitter,
+    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew,
+    SettleResult, Settlement, SubmitContext, Submitter,
 };
-use drain_core::testkit::{
-    ManualClock, MemorySource, MemoryStore, RecordingObserver, RecordingSubmitter, TestRng, block_on, message,
-};
+use drain_core::testkit::{RecordingObserver, RecordingSubmitter, TestRng, message};
 use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{ErrorKind, KeySpace, LeaseKey, LeaseToken, PortError, Switch};
+use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 
 struct Harness {
     clock: Arc<ManualClock>,
@@ -20,7 +20,6 @@ struct Harness {
     source: Arc<MemorySource>,
     target: Arc<RecordingSubmitter>,
     observer: RecordingObserver,
-    keys: KeySpace,
     cfg: TickConfig,
     seed: u64,
 }
@@ -41,7 +40,6 @@ impl Harness {
             target: Arc::new(RecordingSubmitter::with_delay(dyn_clock, delay)),
             clock,
             observer: RecordingObserver::new(),
-            keys: KeySpace::new("drain"),
             cfg,
             seed: 0,
         }
@@ -70,17 +68,25 @@ impl Harness {
     /// A tick with its own lease store, claim store and target.
     fn tick_on(&mut self, leases: &dyn LeaseStore, claims: &dyn ClaimStore, target: &dyn Submitter) -> TickReport {
         let token = self.token();
-        let ports =
-            TickPorts { leases, claims, source: &*self.source, target, clock: &*self.clock, observer: &self.observer };
-        block_on(&self.clock, run_tick(&self.cfg, &self.keys, &ports, &token))
+        let ports = TickPorts::new(&*self.source, target, &*self.clock, &self.observer).leases(leases).claims(claims);
+        block_on(&self.clock, run_tick(&self.cfg, &ports, &token))
     }
 
-    fn lease_key(&self) -> LeaseKey {
-        self.keys.lease(&self.cfg.queue)
+    fn lease_key(&self) -> LeaseName {
+        LeaseName::queue(self.cfg.queue.as_str())
     }
 
+    /// The full token holding the queue's lease.
     fn lease_value(&self) -> Option<String> {
-        block_on(&self.clock, self.store.peek(&self.lease_key().lease)).expect("peek").map(|h| h.value)
+        self.store.lease_token(&self.lease_key())
+    }
+
+    fn put_claim(&self, id: &str, claim: StoredClaim) {
+        self.store.put_claim(&self.cfg.queue, &MessageId::from(id), claim, Duration::from_secs(60));
+    }
+
+    fn claim(&self, id: &str) -> Option<StoredClaim> {
+        self.store.claim(&self.cfg.queue, &MessageId::from(id)).map(|(c, _)| c)
     }
 
     fn count(&self, pred: impl Fn(&Event<'static>) -> bool) -> usize {
@@ -115,21 +121,18 @@ impl<F> LeaseStore for AcquireHook<F>
 where
     F: Fn(&MemoryStore, Result<Acquire, PortError>) -> Result<Acquire, PortError> + Send + Sync,
 {
-    async fn acquire(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         let r = self.0.acquire(k, t, ttl).await;
         (self.1)(&self.0, r)
     }
-    async fn release(&self, k: &LeaseKey, t: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, k: &LeaseName, t: &LeaseToken) -> Result<Release, PortError> {
         self.0.release(k, t).await
     }
-    async fn renew(&self, k: &LeaseKey, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
         self.0.renew(k, t, ttl).await
     }
-    async fn peek(&self, k: &str) -> Result<Option<Holding>, PortError> {
+    async fn peek(&self, k: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.0.peek(k).await
-    }
-    async fn peek_many(&self, k: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        self.0.peek_many(k).await
     }
 }
 
@@ -155,28 +158,25 @@ fn lease_off_never_calls_the_store() {
 /// Records which keys each lease operation used.
 struct KeyRecorder {
     inner: Arc<MemoryStore>,
-    seen: Mutex<Vec<(&'static str, LeaseKey)>>,
+    seen: Mutex<Vec<(&'static str, LeaseName)>>,
 }
 
 #[async_trait]
 impl LeaseStore for KeyRecorder {
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+    async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.seen.lock().unwrap().push(("acquire", key.clone()));
         self.inner.acquire(key, token, ttl).await
     }
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError> {
+    async fn release(&self, key: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
         self.seen.lock().unwrap().push(("release", key.clone()));
         self.inner.release(key, token).await
     }
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+    async fn renew(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
         self.seen.lock().unwrap().push(("renew", key.clone()));
         self.inner.renew(key, token, ttl).await
     }
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError> {
+    async fn peek(&self, key: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.inner.peek(key).await
-    }
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError> {
-        self.inner.peek_many(keys).await
     }
 }
 
@@ -184,24 +184,26 @@ impl LeaseStore for KeyRecorder {
 impl ClaimStore for KeyRecorder {
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         ttl: Duration,
-    ) -> Result<Vec<drain_core::ports::ClaimState>, PortError> {
-        self.inner.claim_batch(keys, token, ttl).await
+    ) -> Result<Vec<ClaimState>, PortError> {
+        self.inner.claim_batch(queue, ids, token, ttl).await
     }
     async fn settle_batch(
         &self,
-        s: &[drain_core::ports::Settlement],
+        queue: &str,
+        s: &[Settlement],
         token: &LeaseToken,
         ttl: Duration,
-    ) -> Result<Vec<drain_core::ports::SettleResult>, PortError> {
-        self.inner.settle_batch(s, token, ttl).await
+    ) -> Result<Vec<SettleResult>, PortError> {
+        self.inner.settle_batch(queue, s, token, ttl).await
     }
 }
 
 #[test]
-fn acquire_then_release_with_queue_scoped_key_parity() {
+fn acquire_then_release_the_queue_s_lease() {
     let mut h = Harness::new();
     h.cfg.queue = "orders.eu".into();
     h.feed(&["a"]);
@@ -211,8 +213,7 @@ fn acquire_then_release_with_queue_scoped_key_parity() {
     assert_eq!(r.lease, Some(LeaseStatus::Held));
     assert_eq!(r.fence, Some(1));
     let seen = rec.seen.lock().unwrap().clone();
-    let expected = h.keys.lease("orders.eu");
-    assert_eq!(expected.lease, "drain:lease:{orders.eu}");
+    let expected = LeaseName::queue("orders.eu");
     assert_eq!(seen, vec![("acquire", expected.clone()), ("release", expected)]);
     assert_eq!(h.lease_value(), None, "released");
     let r2 = h.tick();
@@ -223,11 +224,7 @@ fn acquire_then_release_with_queue_scoped_key_parity() {
 fn contended_tick_skips_without_receive_or_release() {
     let mut h = Harness::new();
     h.feed(&["a"]);
-    h.store.set_raw(
-        &h.lease_key().lease,
-        "other-host:0123456789abcdef0123456789abcdef",
-        Some(Duration::from_secs(100)),
-    );
+    h.store.put_lease(&h.lease_key(), "other-host:0123456789abcdef0123456789abcdef", Duration::from_secs(100));
     let r = h.tick();
     assert_eq!(r, TickReport::skipped_locked("requests"));
     assert_eq!(serde_json::to_string(&r).unwrap(), r#"{"queue":"requests","skipped":"locked"}"#);
@@ -249,7 +246,7 @@ fn lease_store_error_fails_open() {
     assert_eq!(r.fence, None);
     assert_eq!(stats(&r), (3, 3, 0, 0, 0));
     assert_eq!(h.count(|e| matches!(e, Event::Tick { outcome: TickOutcome::FailOpen, .. })), 1);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Acquire, result: "error" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Acquire, result: "error", .. })), 1);
     assert_eq!(h.store.calls().get("release"), None, "nothing acquired, nothing released");
     let json = serde_json::to_string(&r).unwrap();
     assert!(json.contains(r#""lease":"fail_open""#), "{json}");
@@ -272,7 +269,7 @@ fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
     let r = late_tick(&mut h);
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
     assert_eq!(stats(&r), (2, 2, 0, 0, 0), "fail open: drained");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
     assert_eq!(h.lease_value(), None, "the late lease is gone");
     h.feed(&["c"]);
     let r = h.tick();
@@ -285,7 +282,7 @@ fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
     let before = h.lease_value();
     let r = late_tick(&mut h);
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
     assert_eq!(h.lease_value(), before, "another holder's lease is untouched");
 }
 
@@ -293,7 +290,7 @@ fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
 fn report_json_shape() {
     let mut h = Harness::new();
     h.feed(&["a", "b"]);
-    h.store.set_raw(&h.keys.message_claim("requests", "b"), "done:x:1", Some(Duration::from_secs(60)));
+    h.put_claim("b", StoredClaim::Done { token: "x:1".into() });
     let r = h.tick();
     assert_eq!(
         serde_json::to_string(&r).unwrap(),
@@ -305,7 +302,7 @@ fn report_json_shape() {
 fn done_claim_suppresses_a_duplicate() {
     let mut h = Harness::new();
     h.feed(&["a", "b"]);
-    h.store.set_raw(&h.keys.message_claim("requests", "a"), "done:old:1", Some(Duration::from_secs(60)));
+    h.put_claim("a", StoredClaim::Done { token: "old:1".into() });
     let r = h.tick();
     assert_eq!(stats(&r), (2, 1, 1, 0, 0));
     assert_eq!(h.target.submitted_ids(), ["b"]);
@@ -321,7 +318,7 @@ fn done_claim_suppresses_a_duplicate() {
 fn foreign_pending_claim_abandons() {
     let mut h = Harness::new();
     h.feed(&["a", "b"]);
-    h.store.set_raw(&h.keys.message_claim("requests", "a"), "pending:other:1", Some(Duration::from_secs(60)));
+    h.put_claim("a", StoredClaim::Pending { token: "other:1".into() });
     h.cfg.max_batches = Some(1);
     let r = h.tick();
     assert_eq!(stats(&r), (2, 1, 0, 1, 0));
@@ -363,8 +360,7 @@ fn a_batch_that_is_wholly_abandoned_ends_the_tick_instead_of_spinning() {
             "claim store down" => h.store.set_failing(Some(ErrorKind::Connection)),
             "foreign pending claims" => {
                 for id in ["a", "b", "c"] {
-                    let key = h.keys.message_claim("requests", id);
-                    h.store.set_raw(&key, "pending:other:1", Some(Duration::from_secs(60)));
+                    h.put_claim(id, StoredClaim::Pending { token: "other:1".into() });
                 }
             }
             _ => h.target.set_fail_all(true),
@@ -410,10 +406,9 @@ fn submit_failure_releases_the_claim_and_abandons() {
     let r = h.tick();
     assert_eq!(stats(&r), (2, 1, 0, 1, 0));
     assert_eq!(h.messages(MessageOutcome::SubmitFailed), 1);
-    let claim_b = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "b"))).unwrap();
-    assert_eq!(claim_b, None, "the failed submit's claim is deleted so the redelivery can take it");
-    let claim_a = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "a"))).unwrap().unwrap();
-    assert!(claim_a.value.starts_with("done:me:"), "{}", claim_a.value);
+    assert_eq!(h.claim("b"), None, "the failed submit's claim is deleted so the redelivery can take it");
+    let claim_a = h.claim("a");
+    assert!(matches!(&claim_a, Some(StoredClaim::Done { token }) if token.starts_with("me:")), "{claim_a:?}");
     h.target.set_fail_all(false);
     let target = RecordingSubmitter::new(h.clock.clone());
     let store = h.store.clone();
@@ -448,7 +443,7 @@ fn same_id_twice_in_a_batch_is_submitted_once() {
 #[test]
 fn fence_is_passed_to_the_submitter_and_reported() {
     let mut h = Harness::new();
-    h.store.set_raw(&h.lease_key().fence, "41", None);
+    h.store.set_fence(&h.lease_key(), 41);
     h.feed(&["a"]);
     let r = h.tick();
     assert_eq!(r.fence, Some(42));
@@ -482,9 +477,9 @@ fn lease_is_renewed_every_third_of_the_ttl() {
     let r = h.tick();
     assert_eq!(stats(&r).1, 6);
     assert!(!r.lease_lost);
-    let renews = h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed" }));
+    let renews = h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "renewed", .. }));
     assert_eq!(renews, 6, "60 s drain / 10 s period");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
     assert_eq!(h.lease_value(), None);
 }
 
@@ -497,21 +492,21 @@ fn without_renewal_a_long_drain_loses_the_lease_to_the_ttl() {
     let r = h.tick();
     assert_eq!(stats(&r).1, 6);
     assert_eq!(h.store.calls().get("renew"), None);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
 }
 
 /// Steals the lease (as a later tick would after our TTL) when it sees message `steal`.
 struct Thief {
     store: Arc<MemoryStore>,
-    key: String,
+    key: LeaseName,
     inner: RecordingSubmitter,
 }
 
 #[async_trait]
 impl Submitter for Thief {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
-        if message.message_id.as_deref() == Some("steal") {
-            self.store.set_raw(&self.key, "thief:ffffffffffffffffffffffffffffffff", Some(Duration::from_secs(300)));
+        if message.message_id == Some(MessageId::from("steal")) {
+            self.store.put_lease(&self.key, "thief:ffffffffffffffffffffffffffffffff", Duration::from_secs(300));
         }
         self.inner.submit(message, ctx).await
     }
@@ -524,7 +519,7 @@ fn lost_lease_cancels_the_drain_and_leaves_the_new_lease() {
     h.cfg.batch = 1;
     let thief = Thief {
         store: h.store.clone(),
-        key: h.lease_key().lease,
+        key: h.lease_key(),
         inner: RecordingSubmitter::with_delay(h.clock.clone(), Duration::from_secs(4)),
     };
     h.feed(&["a", "steal", "c", "d", "e", "f", "g", "h"]);
@@ -535,7 +530,7 @@ fn lost_lease_cancels_the_drain_and_leaves_the_new_lease() {
     assert!(submitted.len() < 8, "the drain stopped early: {submitted:?}");
     assert_eq!(&submitted[..2], ["a", "steal"]);
     assert_eq!(h.count(|e| matches!(e, Event::LeaseLost { .. })), 1);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
     assert_eq!(h.lease_value().as_deref(), Some("thief:ffffffffffffffffffffffffffffffff"));
     let s = r.stats.unwrap();
     assert_eq!(s.received, s.submitted + s.abandoned, "every received message is settled");
@@ -560,7 +555,7 @@ fn a_panicking_drain_still_releases_the_lease() {
     let err = caught.expect_err("the panic is re-raised, not swallowed");
     assert_eq!(err.downcast_ref::<&str>(), Some(&"submitter bug"));
     assert_eq!(h.lease_value(), None, "released before the panic continued");
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
 }
 
 #[test]
@@ -582,18 +577,20 @@ fn claim_settle_error_is_counted_and_submits_nothing_twice() {
     impl ClaimStore for FailSettle {
         async fn claim_batch(
             &self,
-            keys: &[String],
+            queue: &str,
+            ids: &[MessageId],
             token: &LeaseToken,
             ttl: Duration,
-        ) -> Result<Vec<drain_core::ports::ClaimState>, PortError> {
-            self.0.claim_batch(keys, token, ttl).await
+        ) -> Result<Vec<ClaimState>, PortError> {
+            self.0.claim_batch(queue, ids, token, ttl).await
         }
         async fn settle_batch(
             &self,
-            _: &[drain_core::ports::Settlement],
+            _: &str,
+            _: &[Settlement],
             _: &LeaseToken,
             _: Duration,
-        ) -> Result<Vec<drain_core::ports::SettleResult>, PortError> {
+        ) -> Result<Vec<SettleResult>, PortError> {
             Err(PortError::new(ErrorKind::Connection, "settle refused by the test"))
         }
     }
@@ -609,9 +606,8 @@ fn claim_settle_error_is_counted_and_submits_nothing_twice() {
     assert!(json.contains("\"claim_settle_errors\":3"), "{json}");
     assert_eq!(h.target.attempts(), 3);
     assert_eq!(h.source.ready_len(), 0, "nothing comes back to be submitted again");
-    let pending = h.keys.message_claim("requests", "a");
-    let held = block_on(&h.clock, h.store.peek(&pending)).expect("peek").expect("the claim stays");
-    assert!(held.value.starts_with("pending:"), "{}", held.value);
+    let held = h.claim("a");
+    assert!(matches!(held, Some(StoredClaim::Pending { .. })), "the claim stays pending: {held:?}");
 }
 
 #[test]
@@ -627,7 +623,7 @@ fn release_error_is_counted_and_the_ttl_frees_the_lease() {
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&leases, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::Held));
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "error" })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "error", .. })), 1);
     h.store.set_failing(None);
     assert!(h.lease_value().is_some(), "the lease outlives the failed release");
     h.clock.advance(h.cfg.lease_ttl);
@@ -639,7 +635,7 @@ fn shadow_lease_counts_the_skip_but_drains() {
     let mut h = Harness::new();
     h.cfg.singleflight = Switch::Shadow;
     h.feed(&["a"]);
-    h.store.set_raw(&h.lease_key().lease, "other:1", Some(Duration::from_secs(100)));
+    h.store.put_lease(&h.lease_key(), "other:1", Duration::from_secs(100));
     let r = h.tick();
     assert_eq!(r.lease, Some(LeaseStatus::ShadowWouldSkip));
     assert_eq!(stats(&r).1, 1);
@@ -648,6 +644,8 @@ fn shadow_lease_counts_the_skip_but_drains() {
         1
     );
     assert_eq!(h.lease_value().as_deref(), Some("other:1"), "shadow never releases a foreign lease");
+    let shadow_ops = h.count(|e| matches!(e, Event::LeaseOp { result: "held", mode: Switch::Shadow, .. }));
+    assert_eq!(shadow_ops, 1, "a lease operation carries the switch position it was taken under");
     // Free lease in shadow: acquired, drained, released; the fence is not passed on.
     h.clock.advance(Duration::from_secs(101));
     h.feed(&["b"]);
@@ -664,8 +662,8 @@ fn shadow_claim_counts_duplicates_but_submits() {
     h.cfg.singleflight = Switch::Off;
     h.cfg.atomic_claim = Switch::Shadow;
     h.feed(&["a", "b"]);
-    h.store.set_raw(&h.keys.message_claim("requests", "a"), "done:x:1", Some(Duration::from_secs(60)));
-    h.store.set_raw(&h.keys.message_claim("requests", "b"), "pending:y:1", Some(Duration::from_secs(60)));
+    h.put_claim("a", StoredClaim::Done { token: "x:1".into() });
+    h.put_claim("b", StoredClaim::Pending { token: "y:1".into() });
     let r = h.tick();
     assert_eq!(stats(&r), (2, 2, 0, 0, 0), "shadow behaves as Off");
     assert_eq!(
@@ -690,7 +688,7 @@ fn off_claim_submits_everything() {
     let mut h = Harness::new();
     h.cfg.atomic_claim = Switch::Off;
     h.feed(&["a"]);
-    h.store.set_raw(&h.keys.message_claim("requests", "a"), "done:x:1", Some(Duration::from_secs(60)));
+    h.put_claim("a", StoredClaim::Done { token: "x:1".into() });
     let r = h.tick();
     assert_eq!(stats(&r), (1, 1, 0, 0, 0));
     assert_eq!(h.store.calls().get("claim_batch"), None);
@@ -705,7 +703,7 @@ struct Stopper<'a> {
 #[async_trait]
 impl Submitter for Stopper<'_> {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
-        if message.message_id.as_deref() == Some("stop") {
+        if message.message_id == Some(MessageId::from("stop")) {
             self.flag.store(true, std::sync::atomic::Ordering::Release);
         }
         self.inner.submit(message, ctx).await
@@ -720,22 +718,66 @@ fn a_stop_request_abandons_the_rest_settles_and_releases() {
     let stopper = Stopper { flag: &flag, inner: RecordingSubmitter::new(h.clock.clone()) };
     h.feed(&["a", "stop", "c", "d", "e", "f"]);
     let token = h.token();
-    let ports = TickPorts {
-        leases: &*h.store,
-        claims: &*h.store,
-        source: &*h.source,
-        target: &stopper,
-        clock: &*h.clock,
-        observer: &h.observer,
-    };
-    let r = block_on(&h.clock, drain_core::tick::run_tick_until(&h.cfg, &h.keys, &ports, &token, &flag));
+    let ports = TickPorts::new(&*h.source, &stopper, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
+    let r = block_on(&h.clock, drain_core::tick::run_tick_until(&h.cfg, &ports, &token, &flag));
     assert!(r.stopped);
     assert_eq!(stopper.inner.submitted_ids(), ["a", "stop"]);
     assert_eq!(stats(&r), (4, 2, 0, 2, 0), "one batch received; the two not yet submitted are abandoned");
     assert_eq!(h.messages(MessageOutcome::Cancelled), 2);
     assert_eq!(h.source.ready_len(), 4, "c and d back in the queue, e and f never received");
     assert_eq!(h.lease_value(), None, "released");
-    let claim_c = block_on(&h.clock, h.store.peek(&h.keys.message_claim("requests", "c"))).unwrap();
-    assert_eq!(claim_c, None, "the abandoned message's claim is released, so its redelivery is not blocked");
+    assert_eq!(h.claim("c"), None, "the abandoned message's claim is released, so its redelivery is not blocked");
     assert!(serde_json::to_string(&r).unwrap().contains(r#""stopped":true"#));
+}
+
+/// A configuration that does not use a store needs no store; one that does and has
+/// none fails as an unreachable store would (the lease open, the claims closed), and
+/// the report names what is missing.
+#[test]
+fn ports_a_configuration_does_not_use_are_not_required() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.atomic_claim = Switch::Off;
+    h.feed(&["a", "b"]);
+    let token = h.token();
+    let target = h.target.clone();
+    let ports = TickPorts::new(&*h.source, &*target, &*h.clock, &h.observer);
+    assert!(ports.missing(&h.cfg).is_empty());
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token));
+    assert_eq!((r.lease, stats(&r), r.error.clone()), (Some(LeaseStatus::Off), (2, 2, 0, 0, 0), None));
+
+    h.cfg.singleflight = Switch::On;
+    h.cfg.atomic_claim = Switch::On;
+    h.cfg.max_batches = Some(1);
+    assert_eq!(ports.missing(&h.cfg), ["lease store", "claim store"]);
+    assert_eq!(ports.claims(&*h.store).missing(&h.cfg), ["lease store"]);
+    h.feed(&["c"]);
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token));
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "no lease store: the lease fails open");
+    assert_eq!(stats(&r), (1, 0, 0, 1, 0), "no claim store: claims fail closed, nothing submitted");
+    assert_eq!(r.error.as_deref(), Some("no lease store and no claim store configured"));
+    assert_eq!(h.store.total_calls(), 0);
+}
+
+#[test]
+fn lease_operations_carry_the_single_flight_mode() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::On;
+    h.feed(&["a"]);
+    h.tick();
+    let on = |op: LeaseOp| h.count(|e| matches!(e, Event::LeaseOp { op: o, mode: Switch::On, .. } if *o == op));
+    assert_eq!((on(LeaseOp::Acquire), on(LeaseOp::Release)), (1, 1));
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { mode: Switch::Off | Switch::Shadow, .. })), 0);
+}
+
+#[test]
+fn a_tick_reports_what_ran_it() {
+    let mut h = Harness::new();
+    h.feed(&["a"]);
+    h.tick();
+    assert_eq!(h.count(|e| matches!(e, Event::Tick { kind: TickKind::Beat, .. })), 1, "the default is a beat tick");
+    h.cfg.kind = TickKind::Resident;
+    h.feed(&["b"]);
+    h.tick();
+    assert_eq!(h.count(|e| matches!(e, Event::Tick { kind: TickKind::Resident, .. })), 1);
 }

@@ -174,6 +174,14 @@ impl RedisServer {
         }
     }
 
+    /// A handle that freezes and thaws this process from shared references (an
+    /// outage a test starts while it still reads the server). Thaw before the
+    /// server is stopped: a frozen process ignores the polite stop and is killed.
+    #[must_use]
+    pub fn freezer(&self) -> Freezer {
+        Freezer { pids: self.pid().into_iter().collect() }
+    }
+
     /// Kill the process if it runs, then start a new one on the same port and
     /// directory (empty: nothing is persisted) and wait until it answers `PING`.
     ///
@@ -377,6 +385,12 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// A handle that freezes and thaws every node at once.
+    #[must_use]
+    pub fn freezer(&self) -> Freezer {
+        Freezer { pids: self.nodes.iter().filter_map(RedisServer::pid).collect() }
+    }
+
     /// Sum of `INFO commandstats` calls per command over every node.
     ///
     /// # Errors
@@ -389,6 +403,29 @@ impl RedisCluster {
             }
         }
         Ok(out)
+    }
+}
+
+/// Freezes (SIGSTOP) and thaws (SIGCONT) the processes of a [`RedisServer`] or a
+/// [`RedisCluster`] by their pids: connections stay open and nothing is answered.
+#[derive(Debug, Clone)]
+pub struct Freezer {
+    pids: Vec<u32>,
+}
+
+impl Freezer {
+    /// Freeze every process.
+    pub fn freeze(&self) {
+        for &pid in &self.pids {
+            signal(pid, "STOP");
+        }
+    }
+
+    /// Thaw every process.
+    pub fn thaw(&self) {
+        for &pid in &self.pids {
+            signal(pid, "CONT");
+        }
     }
 }
 
@@ -525,6 +562,11 @@ mod tests {
         redis.pause();
         assert!(resp::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "paused");
         redis.resume();
+        assert_eq!(redis.command(&["PING"]).expect("ping"), Reply::Simple("PONG".into()));
+        let freezer = redis.freezer();
+        freezer.freeze();
+        assert!(resp::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "frozen");
+        freezer.thaw();
         assert_eq!(redis.command(&["PING"]).expect("ping"), Reply::Simple("PONG".into()));
         redis.restart();
         assert_eq!(redis.command(&["GET", "k"]).expect("get"), Reply::Bulk(None), "nothing persisted");

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adapter_redis::RedisStore;
-use drain_core::ports::{ClaimStore, LeaseStore, SettleAction, Settlement};
+use drain_core::admission::OwnerId;
+use drain_core::ports::{ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement};
 use drain_core::testkit::{RecordingObserver, TestRng};
-use drain_core::{Event, KeySpace, LeaseToken};
+use drain_core::{Event, LeaseToken};
 use test_servers::RedisServer;
 
 /// Commands Redis runs inside our scripts: counted by `INFO commandstats`, but
@@ -28,7 +29,7 @@ pub(crate) struct Row {
     pub(crate) commands: f64,
     /// Round trips, from the store's `StoreOp` events.
     pub(crate) round_trips: f64,
-    /// What SPEC §4/§6 specify, in round trips.
+    /// What the adapter promises, in round trips.
     pub(crate) specified: u64,
 }
 
@@ -45,17 +46,16 @@ fn sent(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, keep_read
 pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row> {
     let observer = Arc::new(RecordingObserver::new());
     let store = store.clone().with_observer(observer.clone());
-    let keys = KeySpace::new("bench-commands");
     let me = LeaseToken::generate("bench", &mut TestRng::new(7));
     let ttl = Duration::from_secs(30);
-    let lease = keys.lease("q");
-    let owners: Vec<String> = (0..K).map(|i| keys.owner_claim(&format!("owner-{i}"))).collect();
-    let msgs: Vec<String> = (0..K).map(|i| keys.message_claim("q", &format!("m{i}"))).collect();
+    let lease = LeaseName::queue("bench-commands-q");
+    let owners: Vec<OwnerId> = (0..K).map(|i| OwnerId::from(format!("bench-owner-{i}"))).collect();
+    let msgs: Vec<MessageId> = (0..K).map(|i| MessageId::from(format!("m{i}"))).collect();
     let settle: Vec<Settlement> = msgs
         .iter()
         .enumerate()
-        .map(|(i, k)| Settlement {
-            key: k.clone(),
+        .map(|(i, id)| Settlement {
+            id: id.clone(),
             action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
         })
         .collect();
@@ -69,7 +69,7 @@ pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row>
         ("renew", 1, false),
         ("release", 1, false),
         ("peek", 1, true),
-        ("peek_many_64", 1, true),
+        ("peek_owners_64", 1, true),
         ("claim_batch_64", 1, false),
         ("settle_batch_64", 1, false),
     ] {
@@ -80,10 +80,10 @@ pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row>
                 "acquire" => drop(store.acquire(&lease, &me, ttl).await.expect("acquire")),
                 "renew" => drop(store.renew(&lease, &me, ttl).await.expect("renew")),
                 "release" => drop(store.release(&lease, &me).await.expect("release")),
-                "peek" => drop(store.peek(&lease.lease).await.expect("peek")),
-                "peek_many_64" => drop(store.peek_many(&owners).await.expect("peek_many")),
-                "claim_batch_64" => drop(store.claim_batch(&msgs, &me, ttl).await.expect("claim_batch")),
-                _ => drop(store.settle_batch(&settle, &me, ttl).await.expect("settle_batch")),
+                "peek" => drop(store.peek(&lease).await.expect("peek")),
+                "peek_owners_64" => drop(store.peek_owners(&owners).await.expect("peek_owners")),
+                "claim_batch_64" => drop(store.claim_batch("q", &msgs, &me, ttl).await.expect("claim_batch")),
+                _ => drop(store.settle_batch("q", &settle, &me, ttl).await.expect("settle_batch")),
             }
         }
         let after = stats();

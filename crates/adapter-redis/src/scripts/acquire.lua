@@ -1,4 +1,4 @@
--- Single-flight lease acquire (SPEC §4), one round trip.
+-- Single-flight lease acquire, one round trip.
 -- KEYS[1] lease key, KEYS[2] fence key (same hash slot)
 -- ARGV[1] token, ARGV[2] ttl in milliseconds
 -- Returns {1, fence} when acquired, {0, holder_token, pttl} when held.

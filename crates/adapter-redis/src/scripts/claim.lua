@@ -1,4 +1,4 @@
--- Per-message claims of one batch (SPEC §6), one round trip per hash slot.
+-- Per-message claims of one batch, one round trip per hash slot.
 -- KEYS: the claim keys (one hash slot); ARGV[1] token, ARGV[2] pending ttl in ms.
 -- Returns, per key in order: 1 when claimed now (`pending:<token>` written),
 -- otherwise the value found (`done:…` or another holder's `pending:…`).

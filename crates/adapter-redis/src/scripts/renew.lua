@@ -1,4 +1,4 @@
--- Compare-and-PEXPIRE (SPEC §4): extend the lease only while it holds our token.
+-- Lease renewal, compare-and-PEXPIRE: extend the lease only while it holds our token.
 -- KEYS[1] lease key; ARGV[1] token, ARGV[2] ttl in milliseconds.
 -- Returns 1 when renewed, 0 when the lease is gone or foreign.
 if redis.call('GET', KEYS[1]) == ARGV[1] then

@@ -1,4 +1,4 @@
--- Settle our claims of one batch (SPEC §6), one round trip per hash slot.
+-- Settle our claims of one batch, one round trip per hash slot.
 -- KEYS: the claim keys (one hash slot); ARGV[1] token, ARGV[2] done ttl in ms,
 -- ARGV[2 + i] the action for KEYS[i]: 'd' mark done, 'r' release.
 -- Returns, per key in order: 1 when settled, 0 when the key no longer holds

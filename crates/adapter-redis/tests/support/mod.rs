@@ -1,45 +1,40 @@
-//! Shared test helpers: a real-time clock on Tokio, store construction, command
-//! counting from `INFO commandstats`.
+//! Shared test helpers: the contract environment on the shared real-time clock, an
+//! outage that freezes the private servers, store construction, command counting
+//! from `INFO commandstats`.
 #![allow(dead_code, unreachable_pub)]
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
-use async_trait::async_trait;
-use drain_core::ports::Clock;
-use drain_core::testkit::contract::ContractEnv;
-use drain_core::{KeySpace, LeaseToken, Time};
+use drain_core::LeaseToken;
+use drain_core::testkit::contract::{ContractEnv, Outage};
+use test_servers::Freezer;
 
-/// Real time for the contract suites: `now` from a start instant, sleeps on Tokio.
-pub struct TokioClock {
-    start: Instant,
+/// Real time for the contract suites: the shared clock on Tokio.
+pub use drain_clock::TokioClock;
+
+/// The contract environment: short TTL 300 ms on a real clock, names under `names`.
+pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a> {
+    ContractEnv::new(clock).names(names).short_ttl(Duration::from_millis(300))
 }
 
-impl TokioClock {
-    pub fn new() -> Self {
-        TokioClock { start: Instant::now() }
-    }
-}
+/// An outage for the contract suites: the private server (or every node of a
+/// private Cluster) frozen with SIGSTOP, so every call waits out its timeout.
+pub struct Frozen(pub Freezer);
 
-#[async_trait]
-impl Clock for TokioClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+#[drain_core::async_trait]
+impl Outage for Frozen {
+    async fn begin(&self) {
+        self.0.freeze();
     }
 
-    async fn sleep_until(&self, deadline: Time) {
-        let wait = deadline.saturating_since(self.now());
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
-        }
+    async fn end(&self) {
+        self.0.thaw();
+        // Let the thawed server work through what queued up meanwhile.
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The contract environment: short TTL 300 ms on a real clock.
-pub fn env<'a>(clock: &'a TokioClock, prefix: &str) -> ContractEnv<'a> {
-    ContractEnv { clock, keys: KeySpace::new(prefix), short_ttl: Duration::from_millis(300) }
 }
 
 /// Short timeouts so failure tests stay fast.
@@ -49,6 +44,11 @@ pub fn config(url: &str) -> RedisConfig {
 
 pub async fn connect(url: &str) -> RedisStore {
     RedisStore::connect(config(url)).await.expect("connect to the private redis-server")
+}
+
+/// A store under its own key prefix.
+pub async fn connect_prefixed(url: &str, prefix: &str) -> RedisStore {
+    RedisStore::connect(config(url).key_prefix(prefix)).await.expect("connect to the private redis-server")
 }
 
 pub async fn connect_cluster(urls: &[String]) -> RedisStore {
@@ -91,7 +91,7 @@ pub fn observed(store: RedisStore) -> (RedisStore, Arc<drain_core::testkit::Reco
 
 /// CRC16/XMODEM of the hash tag, mod 16384: the Redis Cluster slot.
 pub fn slot(key: &str) -> u16 {
-    let tag = drain_core::keys::hash_tag(key);
+    let tag = adapter_redis::keys::hash_tag(key);
     let mut crc: u16 = 0;
     for &b in tag.as_bytes() {
         crc ^= u16::from(b) << 8;

@@ -79,7 +79,7 @@ impl MessageSource for Fake {
         Ok((first..*next)
             .map(|n| Delivery {
                 handle: DeliveryHandle(n),
-                message: Message { message_id: Some(format!("m{n}")), ..Message::default() },
+                message: Message { message_id: Some(format!("m{n}").into()), ..Message::default() },
                 delivery_count: 0,
             })
             .collect())

@@ -2,8 +2,9 @@
 //! dead-letter queue through a per-queue policy), private vhosts, a TCP proxy that
 //! can cut every connection, and a real-time clock for drain-core.
 //!
-//! RabbitMQ is `DRAIN_TEST_AMQP_URL` (set by `cargo xtask test`) or
-//! `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
+//! RabbitMQ is `DRAIN_TEST_AMQP_URL` (set by `cargo xtask test` to its private
+//! node, with `DRAIN_TEST_AMQP_NODE` and `DRAIN_TEST_AMQP_HOME` for `rabbitmqctl`)
+//! or `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
 //! test panics, otherwise it prints why it skips and returns.
 #![allow(dead_code, unreachable_pub)]
 
@@ -15,16 +16,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use adapter_servicebus::Endpoint;
-use async_trait::async_trait;
-use drain_core::Time;
-use drain_core::ports::Clock;
-use fe2o3_amqp::{Connection, Sender, Session};
+use fe2o3_amqp::types::messaging::{Body, Message as AmqpMessage};
+use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 const DEFAULT_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
 
-/// The machine's RabbitMQ.
+/// The run's RabbitMQ.
 #[derive(Debug, Clone)]
 pub struct Rabbit {
     /// `amqp://user:password@host:port`, no path.
@@ -48,9 +48,8 @@ pub fn rabbit(test: &str) -> Option<Rabbit> {
     if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
         return Some(Rabbit { base, addr });
     }
-    let why = format!(
-        "RabbitMQ does not answer on {addr}: run `bash .ci/setup-services.sh` (installs, starts, enables rabbitmq_amqp1_0)"
-    );
+    let why =
+        format!("RabbitMQ does not answer on {addr}: run the tests with `cargo xtask test` (it starts a private node)");
     if std::env::var_os("CI").is_some() {
         panic!("{test}: {why}");
     }
@@ -83,26 +82,34 @@ pub fn unique_name() -> String {
     format!("drain-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
-fn rabbitmqctl_path() -> PathBuf {
+/// `rabbitmqctl` for the run's broker: `cargo xtask test`'s private node
+/// (`DRAIN_TEST_AMQP_NODE`, its cookie in `DRAIN_TEST_AMQP_HOME`) through Debian's
+/// real script, or else the machine's broker through the one on `PATH`.
+fn rabbitmqctl_command() -> Command {
+    if let (Ok(node), Some(home)) = (std::env::var("DRAIN_TEST_AMQP_NODE"), std::env::var_os("DRAIN_TEST_AMQP_HOME")) {
+        let mut c = Command::new("/usr/lib/rabbitmq/bin/rabbitmqctl");
+        c.args(["-n", &node]).env("HOME", home);
+        return c;
+    }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    let tool = std::env::split_paths(&path)
         .chain(["/usr/sbin", "/usr/local/sbin", "/sbin"].map(PathBuf::from))
         .map(|d| d.join("rabbitmqctl"))
         .find(|p| p.is_file())
-        .expect("rabbitmqctl not found: the tests create queues, policies and vhosts with it")
+        .expect("rabbitmqctl not found: the tests create queues, policies and vhosts with it");
+    Command::new(tool)
 }
 
 /// Run `rabbitmqctl args…`; panics with its output when it fails.
 pub fn rabbitmqctl(args: &[&str]) -> String {
-    let out =
-        Command::new(rabbitmqctl_path()).arg("-q").args(args).stdin(Stdio::null()).output().expect("run rabbitmqctl");
+    let out = rabbitmqctl_command().arg("-q").args(args).stdin(Stdio::null()).output().expect("run rabbitmqctl");
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(out.status.success(), "rabbitmqctl {args:?} failed: {text}{}", String::from_utf8_lossy(&out.stderr));
     text
 }
 
 fn rabbitmqctl_quiet(args: &[&str]) {
-    let _ = Command::new(rabbitmqctl_path()).arg("-q").args(args).stdin(Stdio::null()).output();
+    let _ = rabbitmqctl_command().arg("-q").args(args).stdin(Stdio::null()).output();
 }
 
 /// A queue of this test (and its dead-letter queue), deleted on drop.
@@ -267,26 +274,55 @@ impl Drop for Proxy {
     }
 }
 
-/// drain-core's clock on real (tokio) time.
-#[derive(Debug)]
-pub struct RealClock {
-    start: tokio::time::Instant,
+/// A plain fe2o3 connection and session to the broker: a foreign client's.
+async fn raw_session(
+    r: &Rabbit,
+) -> (fe2o3_amqp::connection::ConnectionHandle<()>, fe2o3_amqp::session::SessionHandle<()>) {
+    let mut conn = Connection::builder()
+        .container_id(unique_name())
+        .hostname(r.addr.ip().to_string().as_str())
+        .open(r.base.as_str())
+        .await
+        .expect("connect");
+    let session = Session::begin(&mut conn).await.expect("session");
+    (conn, session)
 }
 
-impl RealClock {
-    pub fn new() -> RealClock {
-        RealClock { start: tokio::time::Instant::now() }
+/// Send `messages` to `/amq/queue/<queue>` with fe2o3's raw sender, each accepted:
+/// what a foreign producer puts on the queue.
+pub async fn send_raw(r: &Rabbit, queue: &str, messages: Vec<AmqpMessage<Body<Value>>>) {
+    let (mut conn, mut session) = raw_session(r).await;
+    let mut sender = Sender::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    for m in messages {
+        let outcome = sender.send(m).await.expect("send");
+        assert!(outcome.is_accepted(), "the broker accepts the message: {outcome:?}");
     }
+    // RabbitMQ answers a link close with a detach. The teardown is best effort and
+    // bounded: the messages are already accepted.
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, sender.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
 }
 
-#[async_trait]
-impl Clock for RealClock {
-    fn now(&self) -> Time {
-        Time::from_millis(u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX))
+/// Receive `n` messages from `/amq/queue/<queue>` with fe2o3's raw receiver,
+/// accepting each: what a foreign consumer sees on the wire.
+pub async fn receive_raw(r: &Rabbit, queue: &str, n: usize) -> Vec<AmqpMessage<Body<Value>>> {
+    let (mut conn, mut session) = raw_session(r).await;
+    let mut receiver =
+        Receiver::attach(&mut session, unique_name(), format!("/amq/queue/{queue}")).await.expect("attach");
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let delivery = tokio::time::timeout(Duration::from_secs(10), receiver.recv::<Body<Value>>())
+            .await
+            .expect("a message within 10 s")
+            .expect("receive");
+        receiver.accept(&delivery).await.expect("accept");
+        out.push(delivery.into_message());
     }
-
-    async fn sleep_until(&self, deadline: Time) {
-        let now = self.now();
-        tokio::time::sleep(deadline.saturating_since(now)).await;
-    }
+    let close = Duration::from_secs(5);
+    let _ = tokio::time::timeout(close, receiver.detach()).await;
+    let _ = tokio::time::timeout(close, session.end()).await;
+    let _ = tokio::time::timeout(close, conn.close()).await;
+    out
 }

@@ -4,8 +4,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use drain_core::ports::{Acquire, ClaimStore, LeaseStore, Release, Renew, SettleAction, Settlement};
-use drain_core::{ErrorKind, KeySpace, LeaseToken, PortError};
+use drain_core::admission::OwnerId;
+use drain_core::ports::{
+    Acquire, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, Release, Renew, SettleAction, Settlement,
+};
+use drain_core::{ErrorKind, LeaseToken, PortError};
 
 use crate::compose;
 use crate::config::Loaded;
@@ -137,9 +140,9 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
     rtts.sort();
     r.ok("redis rtt", format!("median {:.2} ms over 5 PINGs", rtts[2].as_secs_f64() * 1000.0));
 
-    let keys = KeySpace::new(c.key_prefix.clone());
+    let keys = store.keys().clone();
     let probe = format!("drain-doctor.{}", c.instance_id);
-    match store.missing_rights(&keys.lease(&format!("{probe}.rights")).fence).await {
+    match store.missing_rights(&keys.lease(&LeaseName::queue(format!("{probe}.rights"))).fence).await {
         Ok(missing) if missing.is_empty() => r.ok("acl rights", "every command drain sends is allowed"),
         // Without SCRIPT LOAD the first call of each script after a connect falls back to EVAL.
         Ok(missing) if missing == ["+script|load"] => {
@@ -166,30 +169,31 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
             Err(e) => r.fail("wake rights", explain(&e)),
         }
     }
-    let lease = keys.lease(&probe);
+    let lease = LeaseName::queue(probe.as_str());
     let token = LeaseToken::generate(&c.instance_id, &mut rand::rng());
     let ttl = Duration::from_secs(10);
     match lease_cycle(&store, &lease, &token, ttl).await {
-        Ok(fence) => r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", lease.lease)),
+        Ok(fence) => {
+            r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", keys.lease(&lease).lease))
+        }
         Err((op, e)) => r.fail("lease ops", format!("{op}: {}", explain(&e))),
     }
-    let peek_keys = vec![lease.lease.clone(), keys.owner_claim(&probe)];
-    match store.peek_many(&peek_keys).await {
-        Ok(_) => r.ok("peeks", "GET + PTTL pipeline"),
-        Err(e) => r.fail("peeks", explain(&e)),
+    match (store.peek(&lease).await, store.peek_owners(&[OwnerId::from(probe.as_str())]).await) {
+        (Ok(_), Ok(_)) => r.ok("peeks", "GET + PTTL pipeline"),
+        (Err(e), _) | (_, Err(e)) => r.fail("peeks", explain(&e)),
     }
-    let msg_key = vec![keys.message_claim(&probe, "probe")];
-    match store.claim_batch(&msg_key, &token, ttl).await {
+    let msg = [MessageId::from("probe")];
+    match store.claim_batch(&probe, &msg, &token, ttl).await {
         Ok(_) => {
-            let settle = [Settlement { key: msg_key[0].clone(), action: SettleAction::Release }];
-            match store.settle_batch(&settle, &token, ttl).await {
+            let settle = [Settlement { id: msg[0].clone(), action: SettleAction::Release }];
+            match store.settle_batch(&probe, &settle, &token, ttl).await {
                 Ok(_) => r.ok("message claims", "claim + settle scripts"),
                 Err(e) => r.fail("message claims", format!("settle: {}", explain(&e))),
             }
         }
         Err(e) => r.fail("message claims", format!("claim: {}", explain(&e))),
     }
-    match store.scan(&keys.scan_pattern()).await {
+    match store.scan().await {
         Ok(found) => r.ok("scan", format!("{} key(s) under `{}:`", found.len(), c.key_prefix)),
         Err(e) => r.fail("scan", format!("`drain leases` needs SCAN: {}", explain(&e))),
     }
@@ -197,7 +201,7 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
 
 async fn lease_cycle(
     store: &adapter_redis::RedisStore,
-    key: &drain_core::LeaseKey,
+    key: &LeaseName,
     token: &LeaseToken,
     ttl: Duration,
 ) -> Result<u64, (&'static str, PortError)> {

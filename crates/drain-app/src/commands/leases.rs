@@ -4,10 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use adapter_redis::keys::KeyKind;
+use adapter_redis::{KeySpace, Scanned};
 use clap::Args;
-use drain_core::KeySpace;
-use drain_core::keys::KeyKind;
-use drain_core::ports::Holding;
 use drain_core::token::holder_of;
 use serde::Serialize;
 
@@ -62,7 +61,7 @@ fn name(bytes: &[u8]) -> String {
 }
 
 /// Sort scanned keys into the listing.
-fn classify(keys: &KeySpace, found: Vec<(String, Holding)>) -> Listing {
+fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
     let mut out = Listing::default();
     let mut leases: BTreeMap<String, LeaseRow> = BTreeMap::new();
     for (key, h) in found {
@@ -91,7 +90,7 @@ fn classify(keys: &KeySpace, found: Vec<(String, Holding)>) -> Listing {
                 let entry = out.message_claims.entry(name(&queue)).or_default();
                 match h.value.strip_prefix("pending:") {
                     Some(token) => entry.pending.push(PendingRow {
-                        message_id: name(&message_id),
+                        message_id: message_id.to_string(),
                         holder: holder_of(token).to_owned(),
                         ttl_ms,
                     }),
@@ -141,7 +140,6 @@ fn table(l: &Listing) -> String {
 
 /// `drain leases`.
 pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
-    let keys = KeySpace::new(loaded.config.key_prefix.clone());
     if loaded.config.redis_url.is_none() {
         eprintln!(
             "drain leases: no DRAIN_REDIS_URL: the embedded store lives inside each running `drain run` process \
@@ -156,14 +154,14 @@ pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let found = match store.scan(&keys.scan_pattern()).await {
+    let found = match store.scan().await {
         Ok(f) => f,
         Err(e) => {
             eprintln!("drain leases: scanning {}: {e}", store.endpoint());
             return ExitCode::from(2);
         }
     };
-    let listing = classify(&keys, found);
+    let listing = classify(store.keys(), found);
     if args.json {
         println!("{}", serde_json::to_string(&listing).unwrap_or_default());
     } else {
@@ -176,19 +174,22 @@ pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
 mod tests {
     use std::time::Duration;
 
+    use drain_core::ports::{LeaseName, MessageId};
+
     use super::*;
 
     #[test]
     fn classifies_every_kind() {
         let ks = KeySpace::new("drain");
-        let h = |v: &str, ttl: Option<u64>| Holding { value: v.to_owned(), remaining: ttl.map(Duration::from_millis) };
+        let h = |v: &str, ttl: Option<u64>| Scanned { value: v.to_owned(), remaining: ttl.map(Duration::from_millis) };
+        let q = |name: &str| ks.lease(&LeaseName::queue(name));
         let found = vec![
-            (ks.lease("requests").lease, h("host-1:0123", Some(90_000))),
-            (ks.lease("requests").fence, h("7", None)),
-            (ks.lease("idle").fence, h("3", None)),
+            (q("requests").lease, h("host-1:0123", Some(90_000))),
+            (q("requests").fence, h("7", None)),
+            (q("idle").fence, h("3", None)),
             (ks.owner_claim("tenant{a}"), h("w-2:ff", Some(5_000))),
-            (ks.message_claim("requests", "m1"), h("pending:host-1:0123", Some(300_000))),
-            (ks.message_claim("requests", "m2"), h("done:host-1:0123", Some(86_000_000))),
+            (ks.message_claim("requests", &MessageId::Ulong(1)), h("pending:host-1:0123", Some(300_000))),
+            (ks.message_claim("requests", &MessageId::from("m2")), h("done:host-1:0123", Some(86_000_000))),
             ("other:key".to_owned(), h("x", None)),
         ];
         let l = classify(&ks, found);
@@ -202,6 +203,7 @@ mod tests {
         assert_eq!(l.owner_claims[0].owner, "tenant{a}");
         let m = &l.message_claims["requests"];
         assert_eq!((m.pending.len(), m.done), (1, 1));
+        assert_eq!(m.pending[0].message_id, "ulong:1", "an id of another type says so");
         let t = table(&l);
         assert!(t.contains("lease") && t.contains("host-1") && t.contains("90.0s") && t.contains("(free)"), "{t}");
     }

@@ -4,13 +4,13 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use adapter_metrics::{Known, KnownTicks};
 use clap::Args;
-use drain_core::event::Event;
+use drain_clock::TokioClock;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
 use crate::beat;
-use crate::clock::SystemClock;
 use crate::commands::owners::demo as owners;
 use crate::compose::{self, Runtime};
 use crate::config::Loaded;
@@ -36,23 +36,15 @@ pub(crate) struct RunArgs {
 
 /// `drain run` and `drain run --once`.
 pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
-    let config = loaded.config;
-    let observer = match observe::start(config.metrics_addr, !args.once) {
+    let observer = match observe::start(loaded.config.metrics_addr, !args.once) {
         Ok(o) => o,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(2);
         }
     };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    for (switch, mode) in [
-        ("SERVICEBUS_DRAIN_SINGLEFLIGHT", config.singleflight),
-        ("SERVICEBUS_DRAIN_LEASE_RENEW", config.lease_renew),
-        ("SERVICEBUS_ATOMIC_CLAIM", config.atomic_claim),
-        ("PROJECTION_DRAIN_CLAIM_AWARE", config.claim_aware),
-    ] {
-        observer.observe(&Event::SwitchMode { switch, mode });
-    }
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+    let (config, effective) = (loaded.config, loaded.effective);
     let rt = match compose::compose(config, clock.clone(), observer, args.owners.is_some()).await {
         Ok(rt) => Arc::new(rt),
         Err(e) => {
@@ -60,6 +52,18 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let ticks = KnownTicks {
+        queue: &rt.tick.queue,
+        singleflight: rt.tick.singleflight,
+        atomic_claim: rt.tick.atomic_claim,
+        resident: args.resident,
+    };
+    let owners = args.owners.map(|_| rt.config.claim_aware);
+    observe::announce(rt.observer.as_ref(), &effective, &Known { ticks: Some(ticks), owners });
+    if !args.once {
+        let plan = plan(&rt, args, &observe::switch_modes(&effective));
+        tracing::info!("{plan}");
+    }
     let producer = rt.demo_queue.clone().map(|q| tokio::spawn(demo::produce(q, clock.clone(), !args.once)));
 
     let code = if args.once { once(&rt).await } else { forever(rt.clone(), args).await };
@@ -68,6 +72,39 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     }
     rt.amqp.close().await;
     code
+}
+
+/// What `drain run` is about to do, as its first log line says it: queue, source,
+/// target and store (secrets masked), the switches not off, beat and concurrency.
+fn plan(rt: &Runtime, args: &RunArgs, switches: &[(&'static str, drain_core::Switch)]) -> String {
+    let c = &rt.config;
+    let source = c.source_url.as_ref().map_or_else(|| "the embedded demo queue".to_owned(), ToString::to_string);
+    let target = c.target_url.as_ref().map_or_else(|| "the embedded target".to_owned(), ToString::to_string);
+    let on: Vec<String> = switches
+        .iter()
+        .filter(|(_, mode)| *mode != drain_core::Switch::Off)
+        .map(
+            |(name, mode)| {
+                if *mode == drain_core::Switch::On { (*name).to_owned() } else { format!("{name} (shadow)") }
+            },
+        )
+        .collect();
+    let switches_on = if on.is_empty() { "none".to_owned() } else { on.join(", ") };
+    let extras = match (args.resident, args.owners) {
+        (false, None) => String::new(),
+        (true, None) => ", plus the resident consumer".to_owned(),
+        (false, Some(n)) => format!(", plus owner drains over {n} demo owners"),
+        (true, Some(n)) => format!(", plus the resident consumer and owner drains over {n} demo owners"),
+    };
+    format!(
+        "drain run: queue {queue} from {source} to {target}, store {store}; switches on: {switches_on}; \
+         a tick every {beat} s on {workers} workers, messages {msgs} at a time{extras}",
+        queue = rt.tick.queue,
+        store = rt.store_name(),
+        beat = c.beat_interval.as_secs(),
+        workers = c.worker_concurrency,
+        msgs = rt.tick.concurrency,
+    )
 }
 
 async fn once(rt: &Runtime) -> ExitCode {

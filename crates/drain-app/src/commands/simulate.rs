@@ -1,13 +1,16 @@
-//! `drain simulate`: the fleet simulator (issue 7). The simulation itself lives in
+//! `drain simulate`: the fleet simulator. The simulation itself lives in
 //! `crate::simulate`; this is its command line.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::simulate::policy::{REPORTED, candidates};
+use crate::simulate::progress::Progress;
 use crate::simulate::scenario::{PRESETS, Scenario};
 use crate::simulate::{chart, simulate};
 
@@ -131,7 +134,14 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
         chosen
     };
     let started = Instant::now();
-    let outcome = simulate(&sc, args.seed, &policies);
+    let progress = Progress::new(&sc, &policies);
+    let outcome = std::thread::scope(|s| {
+        let bar = s.spawn(|| show_progress(&progress, sc.duration_s));
+        let outcome = simulate(&sc, args.seed, &policies, &progress);
+        progress.finish();
+        let _ = bar.join();
+        outcome
+    });
     if args.timing {
         let jobs: Vec<String> =
             outcome.wall.iter().map(|(job, took)| format!("{job} {:.2} s", took.as_secs_f64())).collect();
@@ -161,4 +171,41 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
         eprintln!("drain simulate: chart written to {}", path.display());
     }
     ExitCode::SUCCESS
+}
+
+/// Runs shorter than this finish without a progress bar.
+const QUIET_FOR: Duration = Duration::from_secs(1);
+
+/// On a terminal, once the run has taken [`QUIET_FOR`]: a progress bar on stderr
+/// (virtual time reached, runs finished), cleared when the run ends. Nothing at
+/// all when stderr is not a terminal (a pipe, a file, CI logs).
+fn show_progress(progress: &Progress, window_s: u64) {
+    if !std::io::stderr().is_terminal() {
+        return;
+    }
+    let shown_at = Instant::now() + QUIET_FOR;
+    while Instant::now() < shown_at {
+        if progress.finished() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let bar = ProgressBar::with_draw_target(Some(1000), ProgressDrawTarget::stderr());
+    let style = ProgressStyle::with_template("{spinner} {elapsed:>3} [{bar:30}] {percent:>3}% {msg}")
+        .map(|s| s.progress_chars("=> "));
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    while !progress.finished() {
+        let per_mille = progress.per_mille();
+        let (done, jobs) = progress.jobs_done();
+        bar.set_position(per_mille);
+        bar.set_message(format!(
+            "drain simulate: {:.0} of {window_s} s simulated, {done} of {jobs} runs done",
+            per_mille as f64 * window_s as f64 / 1000.0
+        ));
+        bar.tick();
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bar.finish_and_clear();
 }

@@ -119,7 +119,7 @@ impl Config {
             .collect()
     }
 
-    /// The owner admission settings (SPEC §5), with the worker count as turn slots.
+    /// The owner admission settings (docs/flags.md), with the worker count as turn slots.
     pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
         SchedulerConfig {
             claim_aware: self.claim_aware,
@@ -135,7 +135,6 @@ impl Config {
     /// The tick settings for `queue`.
     pub(crate) fn tick_config(&self, queue: &str) -> TickConfig {
         TickConfig {
-            queue: queue.to_owned(),
             singleflight: self.singleflight,
             lease_ttl: self.lease_ttl,
             renew: self.lease_renew,
@@ -145,7 +144,7 @@ impl Config {
             concurrency: self.drain_concurrency,
             batch: self.drain_batch,
             max_wait: self.drain_max_wait,
-            max_batches: None,
+            ..TickConfig::new(queue)
         }
     }
 }

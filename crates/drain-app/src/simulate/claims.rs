@@ -101,11 +101,12 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use drain_core::KeySpace;
-    use drain_core::ports::{Acquire, Clock, LeaseStore, Release};
-    use drain_core::testkit::{ManualClock, MemoryStore, TestRng};
+    use drain_core::memory::{ManualClock, MemoryStore};
+    use drain_core::ports::{Acquire, Clock, LeaseName, LeaseStore, Release};
     use drain_core::{LeaseToken, Time};
     use futures::FutureExt;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
 
     use super::*;
 
@@ -116,9 +117,8 @@ mod tests {
         let clock = Arc::new(ManualClock::new());
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let store = MemoryStore::new(dyn_clock);
-        let keys = KeySpace::new("sim");
-        let key = keys.owner_lease("o0");
-        let mut rng = TestRng::new(1);
+        let key = LeaseName::owner("o0");
+        let mut rng = StdRng::seed_from_u64(1);
         let tokens = [LeaseToken::generate("i0", &mut rng), LeaseToken::generate("i1", &mut rng)];
         let mut claims = Claims::new(1);
         // (advance to ms, instance, op): 0 acquire, 1 release, 2 peek.
@@ -147,8 +147,8 @@ mod tests {
                     (claims.release(0, who as u16, at), r == Release::Released)
                 }
                 _ => {
-                    let r = store.peek(&key.lease).now_or_never().expect("ready").expect("ok");
-                    let remaining = r.and_then(|h| h.remaining).map(|d| d.as_millis() as u64);
+                    let r = store.peek(&key).now_or_never().expect("ready").expect("ok");
+                    let remaining = r.map(|h| h.remaining.as_millis() as u64);
                     assert_eq!(claims.peek(0, at).map(|h| h.remaining(at)), remaining, "remaining at {at}");
                     (claims.peek(0, at).is_some(), remaining.is_some())
                 }

@@ -20,6 +20,7 @@ use rand::rngs::SmallRng;
 use super::agenda::Agenda;
 use super::claims::Claims;
 use super::policy::Wake;
+use super::progress::Reached;
 use super::scenario::Scenario;
 use super::tally::Tally;
 use super::workload::Workload;
@@ -143,13 +144,15 @@ impl<'a> Fleet<'a> {
 
     /// Run to the end: every arrival, then drain until nothing is left to happen (or
     /// the grace period ends).
-    pub(crate) fn run(mut self) -> Tally {
+    /// `reached` follows the virtual time, for a progress display.
+    pub(crate) fn run(mut self, reached: &Reached) -> Tally {
         if !self.w.arrivals.is_empty() {
             self.at(self.w.arrivals[0].at, Ev::Arrival(0));
         }
         let stop = self.sc.duration_ms() + DRAIN_GRACE_MS;
         while let Some((at, ev)) = self.agenda.pop(stop) {
             self.now = at;
+            reached.at(at);
             self.handle(ev);
         }
         self.tally.end_ms = self.now;
@@ -362,7 +365,7 @@ mod tests {
         sc.duration_s = 60;
         let w = Workload::generate(&sc, 5);
         for policy in candidates() {
-            let t = run_policy(&sc, &w, &policy, 5);
+            let t = run_policy(&sc, &w, &policy, 5, &Default::default());
             let key = policy.key;
             assert_eq!((t.latencies.len(), t.unfinished), (w.items(), 0), "{key}: every item once");
             assert!(t.productive > 0 && t.productive <= w.items() as u64, "{key}");

@@ -1,5 +1,5 @@
 //! `drain simulate`: a deterministic discrete-event simulation of a fleet in virtual
-//! time (SPEC §8, issue 7).
+//! time (docs/operations.md, `drain simulate`).
 //!
 //! * [`workload`]: the request stream, drawn once from the seed — Zipf-like owner
 //!   popularity, rate bursts, several items per arrival, each arrival requested of K
@@ -10,8 +10,8 @@
 //!   store with TTLs, and fires timers and release notifications.
 //! * [`oracle`]: a model, not drain-core code — an omniscient dispatcher that never
 //!   wastes a turn, the floor for waste and latency.
-//! * [`ticks`]: the tick side — drain-core's real `run_tick` on the testkit's
-//!   in-memory ports, beat every 10 s on 4 workers, lease off and on.
+//! * [`ticks`]: the tick side — drain-core's real `run_tick` on its in-memory
+//!   ports (feature `memory`), beat every 10 s on 4 workers, lease off and on.
 //! * [`report`] and [`svg`]: the figures, as a table, one JSON object, or a chart.
 //!
 //! The same seed gives byte-identical output: every random draw comes from a
@@ -22,6 +22,7 @@ mod claims;
 mod engine;
 mod oracle;
 pub(crate) mod policy;
+pub(crate) mod progress;
 pub(crate) mod report;
 pub(crate) mod scenario;
 mod svg;
@@ -35,6 +36,7 @@ use drain_core::Switch;
 
 use self::engine::Fleet;
 use self::policy::{Kind, Policy};
+use self::progress::{Progress, Reached};
 use self::report::{Figures, Ordered, Report, Ticks};
 use self::scenario::Scenario;
 use self::tally::{Series, Tally};
@@ -53,14 +55,14 @@ pub(crate) struct Outcome {
 }
 
 /// Run one policy on the workload.
-fn run_policy(sc: &Scenario, w: &Workload, policy: &Policy, seed: u64) -> Tally {
+fn run_policy(sc: &Scenario, w: &Workload, policy: &Policy, seed: u64, reached: &Reached) -> Tally {
     match policy.kind {
         Kind::Scheduler { claim_aware, wake, backoff_ms } => {
             let window = backoff_ms.unwrap_or((sc.backoff_s.0 * 1000, sc.backoff_s.1 * 1000));
             let config = engine::scheduler_config(sc, claim_aware, wake, window);
-            Fleet::new(sc, w, &config, wake, seed).run()
+            Fleet::new(sc, w, &config, wake, seed).run(reached)
         }
-        Kind::Oracle => oracle::run(sc, w),
+        Kind::Oracle => oracle::run(sc, w, reached),
     }
 }
 
@@ -76,16 +78,35 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
     (out, started.elapsed())
 }
 
-/// Simulate `sc` with `seed` under each of `policies`.
-pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy]) -> Outcome {
+/// Simulate `sc` with `seed` under each of `policies`, reporting how far each job
+/// got to `progress` (made for the same scenario and policies).
+pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy], progress: &Progress) -> Outcome {
     let w = Workload::generate(sc, seed);
     // Every policy and both tick runs are independent: run them on threads and
     // collect the results in order, so the output does not depend on scheduling.
     let (ticks, tallies, wall) = std::thread::scope(|s| {
-        let off = s.spawn(|| timed(|| ticks::run(sc, seed, Switch::Off)));
-        let on = s.spawn(|| timed(|| ticks::run(sc, seed, Switch::On)));
+        let off = s.spawn(|| {
+            let out = timed(|| ticks::run(sc, seed, Switch::Off));
+            progress.finish_job(0);
+            out
+        });
+        let on = s.spawn(|| {
+            let out = timed(|| ticks::run(sc, seed, Switch::On));
+            progress.finish_job(1);
+            out
+        });
         let w = &w;
-        let runs: Vec<_> = policies.iter().map(|p| s.spawn(move || timed(|| run_policy(sc, w, p, seed)))).collect();
+        let runs: Vec<_> = policies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                s.spawn(move || {
+                    let out = timed(|| run_policy(sc, w, p, seed, progress.job(i + 2)));
+                    progress.finish_job(i + 2);
+                    out
+                })
+            })
+            .collect();
         let ((off, off_wall), (on, on_wall)) = (join(off), join(on));
         let mut wall = vec![("ticks_lease_off", off_wall), ("ticks_lease_on", on_wall)];
         let mut tallies = Vec::with_capacity(runs.len());

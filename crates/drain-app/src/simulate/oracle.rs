@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 
 use super::agenda::Agenda;
 use super::engine::DRAIN_GRACE_MS;
+use super::progress::Reached;
 use super::scenario::Scenario;
 use super::tally::Tally;
 use super::workload::Workload;
@@ -33,7 +34,7 @@ enum Where {
 }
 
 /// Run the oracle on `w`.
-pub(crate) fn run(sc: &Scenario, w: &Workload) -> Tally {
+pub(crate) fn run(sc: &Scenario, w: &Workload, reached: &Reached) -> Tally {
     let mut m = Oracle {
         sc,
         w,
@@ -51,6 +52,7 @@ pub(crate) fn run(sc: &Scenario, w: &Workload) -> Tally {
     let stop = sc.duration_ms() + DRAIN_GRACE_MS;
     while let Some((at, ev)) = m.agenda.pop(stop) {
         m.now = at;
+        reached.at(at);
         m.handle(ev);
     }
     m.tally.end_ms = m.now;

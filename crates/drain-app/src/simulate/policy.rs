@@ -60,7 +60,7 @@ pub(crate) const LEGACY: Policy = Policy {
     kind: Kind::Scheduler { claim_aware: Switch::Off, wake: Wake::Never, backoff_ms: None },
 };
 
-/// The seed's policy: peek before initial launches, 5–15 s backoff.
+/// The first claim-aware policy: peek before initial launches, 5–15 s backoff.
 pub(crate) const CLAIM_AWARE: Policy = Policy {
     key: "claim_aware",
     label: "claim-aware (seed): peek, 5-15 s jittered backoff",
@@ -81,7 +81,7 @@ pub(crate) const ORACLE: Policy =
 /// The policies of the report, in column order.
 pub(crate) const REPORTED: [Policy; 4] = [LEGACY, CLAIM_AWARE, CLAIM_AWARE_WAKE, ORACLE];
 
-/// The search of part 2: the seed's policy, shorter windows, a backoff shaped by the
+/// The search of part 2: the first claim-aware policy, shorter windows, a backoff shaped by the
 /// holder's remaining TTL, and release notifications to all or one waiter.
 pub(crate) fn candidates() -> Vec<Policy> {
     let window = |key, label, lo, hi| Policy {

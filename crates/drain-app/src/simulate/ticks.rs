@@ -1,5 +1,5 @@
 //! The tick side: a beat every `beat_s` seconds enqueues a tick; `worker_concurrency`
-//! workers run them; each tick is drain-core's real [`run_tick`] on the testkit's
+//! workers run them; each tick is drain-core's real [`run_tick`] on its
 //! in-memory ports (`MemoryStore` for the lease and the per-message claims,
 //! `MemorySource` as the peek-lock queue) in virtual time (`ManualClock`,
 //! `block_on`). Only the submitter (slow during the burst) and a counting wrapper
@@ -10,15 +10,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use drain_core::memory::{ManualClock, MemorySource, MemoryStore, block_on};
 use drain_core::ports::{
-    Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageSource, NoopObserver, SubmitContext, Submitter,
+    Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageId, MessageSource, NoopObserver, SubmitContext,
+    Submitter,
 };
-use drain_core::testkit::{ManualClock, MemorySource, MemoryStore, TestRng, block_on, message};
 use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
-use drain_core::{KeySpace, LeaseToken, PortError, Switch, Time};
+use drain_core::{LeaseToken, PortError, Switch, Time};
 use futures::future::{Either, select};
 use futures::stream::{FuturesUnordered, StreamExt};
-use rand::rngs::SmallRng;
+use rand::rngs::{SmallRng, StdRng};
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 
@@ -129,7 +130,10 @@ impl Submitter for SlowTarget<'_> {
         let now = self.clock.now();
         let slow = now >= self.slow_window.0 && now < self.slow_window.1;
         self.clock.sleep_until(now + if slow { self.slow } else { self.normal }).await;
-        let n = msg.message_id.as_deref().and_then(|id| id.get(1..)).and_then(|n| n.parse().ok()).unwrap_or(u64::MAX);
+        let n = match &msg.message_id {
+            Some(MessageId::String(id)) => id.get(1..).and_then(|n| n.parse().ok()).unwrap_or(u64::MAX),
+            _ => u64::MAX,
+        };
         lock(self.shared).submitted_at.entry(n).or_insert(self.clock.now());
         Ok(())
     }
@@ -186,32 +190,27 @@ pub(crate) fn run(sc: &Scenario, seed: u64, lease: Switch) -> TickFigures {
         claim_done_ttl: Duration::from_secs(3600),
         ..TickConfig::new("requests")
     };
-    let keys = KeySpace::new("sim");
     let times = arrivals(sc, seed);
     let end = Time::from_millis(sc.duration_ms());
 
     let producer = async {
         for (n, &at) in times.iter().enumerate() {
             clock.sleep_until(at).await;
-            source.push(message(&format!("m{n}")));
+            source.push(Message {
+                message_id: Some(MessageId::String(format!("m{n}"))),
+                body: Vec::new(),
+                ..Message::default()
+            });
         }
     };
     let one_tick = |id: u64| {
-        let (clock, source, store, target, shared, cfg, keys) =
-            (&clock, &source, &store, &target, &shared, &cfg, &keys);
+        let (clock, source, store, target, shared, cfg) = (&clock, &source, &store, &target, &shared, &cfg);
         async move {
             let start = clock.now();
             let src = TickSource { inner: source, tick: id, shared };
-            let ports = TickPorts {
-                leases: store,
-                claims: store,
-                source: &src,
-                target,
-                clock: &**clock,
-                observer: &NoopObserver,
-            };
-            let token = LeaseToken::generate("sim", &mut TestRng::new(seed ^ id.wrapping_mul(0x9E37)));
-            let report = run_tick(cfg, keys, &ports, &token).await;
+            let ports = TickPorts::new(&src, target, &**clock, &NoopObserver).leases(store).claims(store);
+            let token = LeaseToken::generate("sim", &mut StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37)));
+            let report = run_tick(cfg, &ports, &token).await;
             lock(shared).active.remove(&id);
             (start, clock.now(), report)
         }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::switch::Switch;
 
-/// How the [`Scheduler`](super::Scheduler) admits owners (SPEC §5).
+/// How the [`Scheduler`](super::Scheduler) admits owners.
 ///
 /// The drain binary builds it from `PROJECTION_DRAIN_CLAIM_AWARE`,
 /// `PROJECTION_DRAIN_RELEASE_WAKE`, `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS`/`_MAX_SECONDS` and
@@ -28,7 +28,8 @@ pub struct SchedulerConfig {
     /// reports what it would wake and changes nothing; [`Switch::Off`] ignores
     /// releases. It only acts when `claim_aware` is On (no claim timer exists
     /// otherwise), and only when the driver delivers releases
-    /// ([`drive_with_releases`](super::drive_with_releases); `drain owners` does on Redis).
+    /// ([`drive_with_releases`](super::drive_with_releases), fed from a
+    /// [`ReleaseWake`](crate::ports::ReleaseWake) subscription).
     pub release_wake: Switch,
     /// Turn slots: owners running or being peeked at the same time (at least 1).
     pub workers: usize,

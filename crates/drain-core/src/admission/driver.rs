@@ -1,4 +1,4 @@
-//! An async driver for the [`Scheduler`]: batched peeks through a [`LeaseStore`],
+//! An async driver for the [`Scheduler`]: batched peeks through [`OwnerClaims`],
 //! owner turns through the embedder's [`OwnerWork`], timers on the [`Clock`] port,
 //! events to the [`Observer`]. Spawns nothing: turns run concurrently inside the one
 //! future [`drive`] returns, at most `workers` at a time.
@@ -16,9 +16,9 @@ use futures::future::{BoxFuture, poll_fn};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 
 use super::{Action, Entry, OwnerId, OwnerState, PeekResult, Scheduler, TurnOutcome, Woken};
-use crate::error::PortError;
+use crate::error::{ErrorKind, PortError};
 use crate::event::Event;
-use crate::ports::{Clock, Holding, LeaseStore, Observer};
+use crate::ports::{Clock, Observer, OwnerClaim, OwnerClaims};
 use crate::time::Time;
 
 /// The owner's drain work, supplied by the embedder.
@@ -37,10 +37,10 @@ pub trait OwnerWork: Send + Sync {
 /// The ports the driver uses.
 #[derive(Clone, Copy)]
 pub struct DriverPorts<'a> {
-    /// Read-only peeks of the owners' claim keys (one `peek_many` per batch).
-    pub peeks: &'a dyn LeaseStore,
-    /// Where each owner's claim lives (`KeySpace::owner_claim` by default).
-    pub claim_key: &'a (dyn Fn(&OwnerId) -> String + Sync),
+    /// Read-only peeks at the owners' claims (one [`OwnerClaims::peek_owners`] per
+    /// batch). Needed only while claim-aware admission computes; without it every
+    /// peek counts as an error and the owner is admitted.
+    pub claims: Option<&'a dyn OwnerClaims>,
     /// The turns.
     pub work: &'a dyn OwnerWork,
     /// Time.
@@ -50,7 +50,7 @@ pub struct DriverPorts<'a> {
 }
 
 /// One batched peek: the owners asked about and what the store said.
-type PeekDone = (Vec<OwnerId>, Result<Vec<Option<Holding>>, PortError>);
+type PeekDone = (Vec<OwnerId>, Result<Vec<OwnerClaim>, PortError>);
 /// The armed timer: its deadline and the sleep.
 type Timer<'a> = (Time, Pin<Box<dyn Future<Output = ()> + Send + 'a>>);
 
@@ -116,13 +116,13 @@ pub async fn drive_with_releases<R, S, L, F>(
         scheduler.handle_timeout(now);
         while let Some(action) = scheduler.poll_action(now) {
             match action {
-                Action::Peek(owners) => {
-                    let keys: Vec<String> = owners.iter().map(|o| (ports.claim_key)(o)).collect();
-                    peeks.push(Box::pin(async move {
-                        let r = ports.peeks.peek_many(&keys).await;
-                        (owners, r)
-                    }));
-                }
+                Action::Peek(owners) => peeks.push(Box::pin(async move {
+                    let r = match ports.claims {
+                        Some(claims) => claims.peek_owners(&owners).await,
+                        None => Err(PortError::new(ErrorKind::Config, "no owner claims to peek at")),
+                    };
+                    (owners, r)
+                })),
                 Action::Launch { owner, entry } => turns.push(Box::pin(async move {
                     let outcome = ports.work.turn(&owner, entry).await;
                     (owner, outcome)
@@ -209,7 +209,13 @@ pub async fn drive_with_releases<R, S, L, F>(
                     Ok(found) if found.len() == owners.len() => owners
                         .into_iter()
                         .zip(found)
-                        .map(|(o, h)| (o, if h.is_some() { PeekResult::Held } else { PeekResult::Free }))
+                        .map(|(o, c)| {
+                            let result = match c {
+                                OwnerClaim::Held { .. } => PeekResult::Held,
+                                OwnerClaim::Free => PeekResult::Free,
+                            };
+                            (o, result)
+                        })
                         .collect(),
                     // An error, or an answer we cannot match to the owners: admit (as before).
                     _ => owners.into_iter().map(|o| (o, PeekResult::Error)).collect(),

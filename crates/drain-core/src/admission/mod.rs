@@ -1,4 +1,4 @@
-//! Claim-aware owner admission (SPEC §5): a pure, sans-IO scheduler of owner turns.
+//! Claim-aware owner admission: a pure, sans-IO scheduler of owner turns.
 //!
 //! The [`Scheduler`] decides *which owner's drain work runs next*; the driver (the app,
 //! or a simulation) does the work. It performs no I/O, reads no clock (every call takes
@@ -47,10 +47,9 @@
 //!   heard of it, e.g. a message the release published to one waiting instance) ends
 //!   a claim wait at once: the owner is queued and peeked again. The jittered window
 //!   stays the backstop for releases nobody reports (a crashed holder, a lost
-//!   message). `drain simulate` shows why: the seed's 5–15 s window cut claim-busy
-//!   turns by 99 % but raised p99 item latency 1.5–2.8x, because requests arriving
-//!   during a window wait for it; the wake-up keeps the cut and legacy's p99
-//!   (docs/performance.md).
+//!   message). The window alone cuts claim-busy turns but delays the requests that
+//!   arrive while an owner waits; the wake-up keeps the cut without the delay
+//!   (`drain simulate` measures both; docs/performance.md has the figures).
 //! * Failed turns back off exponentially with full jitter, capped.
 //! * Timers are capped ([`SchedulerConfig::max_retry_timers`]); the next one is handed
 //!   back to the caller ([`Scheduler::poll_handoff`]) and counted, never dropped.

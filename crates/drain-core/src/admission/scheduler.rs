@@ -47,7 +47,7 @@ struct Slot {
     failures: u32,
 }
 
-/// The claim-aware owner admission scheduler (SPEC §5): a sans-IO state machine.
+/// The claim-aware owner admission scheduler: a sans-IO state machine.
 ///
 /// See the [module documentation](super) for the state diagram and the driving loop.
 ///
@@ -318,11 +318,6 @@ impl<R: Rng> Scheduler<R> {
             self.queue(owner, Entry::Initial);
         }
         self.gauges();
-    }
-
-    /// Another name for [`handle_timeout`](Self::handle_timeout).
-    pub fn on_timer(&mut self, now: Time) {
-        self.handle_timeout(now);
     }
 
     /// A release notification: whoever held `owner`'s claim has just released it

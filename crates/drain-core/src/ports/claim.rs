@@ -3,36 +3,37 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::PortError;
+use crate::ports::MessageId;
 use crate::token::LeaseToken;
 
 /// What [`ClaimStore::claim_batch`] found for one message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimState {
-    /// The claim is now ours (`pending:<token>`, pending TTL): submit.
+    /// The claim is now ours, pending until the submit is settled: submit.
     Claimed,
-    /// An earlier submit finished (`done:…`): complete without submitting.
+    /// An earlier submit of this message finished: complete without submitting.
     Done,
-    /// Another holder's `pending` claim: abandon, the broker redelivers later.
+    /// Another holder's submit is pending: abandon, the source redelivers later.
     PendingElsewhere {
         /// The other holder's instance id.
         holder: String,
     },
 }
 
-/// How to settle one of our claims.
+/// How to settle one of our pending claims.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleAction {
-    /// The submit succeeded: store `done:<token>` with the dedup TTL.
+    /// The submit succeeded: the claim becomes done for the dedup window.
     MarkDone,
-    /// The submit failed: delete the claim so a redelivery can take it.
+    /// The submit failed: the claim is dropped so a redelivery can take it.
     Release,
 }
 
-/// One settlement.
+/// One settlement: which message, and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settlement {
-    /// The message's claim key.
-    pub key: String,
+    /// The message's id.
+    pub id: MessageId,
     /// What to do.
     pub action: SettleAction,
 }
@@ -42,41 +43,73 @@ pub struct Settlement {
 pub enum SettleResult {
     /// Done.
     Settled,
-    /// The claim no longer holds our token (it expired and someone else took it);
-    /// nothing was changed.
+    /// The claim is not our pending one any more (its pending time ran out, and
+    /// maybe someone else took it); nothing was changed.
     NotOwner,
 }
 
-/// The per-message atomic claim of SPEC §6. Values are `pending:<token>` and
-/// `done:<token>`.
+/// The per-message atomic claim: a message is submitted once even when ticks,
+/// resident consumers and redeliveries overlap.
+///
+/// A claim is named by the queue and the message's id; ids of different types are
+/// different claims (the string `"42"` and the number 42 are two messages). A claim
+/// is free, pending (a holder's submit is under way, for the pending time), or done
+/// (the message was submitted, for the dedup window).
+///
+/// `testkit::contract::claim_store` checks every rule below; each rule's name
+/// follows its sentence.
+///
+/// # Errors
+///
+/// Every method answers `Err` when the store cannot answer; the tick then submits
+/// nothing (it fails closed). Kinds as for [`LeaseStore`](crate::ports::LeaseStore).
 #[async_trait]
 pub trait ClaimStore: Send + Sync {
-    /// For each key: if absent, set `pending:<token>` with `pending_ttl` and report
-    /// `Claimed`; if it holds `done:…`, report `Done`; if it holds another token's
-    /// `pending:…`, report `PendingElsewhere`. Atomic per key. One round trip per hash
-    /// slot; the keys of one queue share one slot. Results MUST be in key order; an
-    /// empty slice MUST return an empty vector without contacting the store. A key
-    /// repeated in one call MUST be `Claimed` at most once.
+    /// For each id of `queue`: take the claim for `token` with `pending_ttl` if it is
+    /// free and answer `Claimed`; answer `Done` when it is done, `PendingElsewhere`
+    /// when another holder's claim is pending.
+    ///
+    /// Claims MUST be atomic per message: of any number of concurrent claims of one
+    /// free message, exactly one answers `Claimed` (rule `claim.exclusive`). The
+    /// answer MUST have one state per id, in the order of `ids`, and an empty `ids`
+    /// an empty vector (rule `claim.order`). An id that
+    /// appears twice in one call MUST be `Claimed` at most once (rule `claim.repeat`).
+    /// Another token's pending claim MUST answer `PendingElsewhere` naming its holder
+    /// (rule `claim.pending`), and a done claim MUST answer `Done` (rule `claim.done`).
+    /// A pending claim MUST expire after `pending_ttl`, so a redelivery can take the
+    /// claim of a holder that crashed (rule `claim.pending.expires`). Ids of
+    /// different types, and the same id in different queues, MUST be different
+    /// claims (rule `claim.distinct`).
     ///
     /// # Errors
-    /// MUST return `Err` when the store cannot answer; the caller then submits
-    /// nothing (fails closed).
+    ///
+    /// MUST answer `Err`, never a state, when the store cannot answer
+    /// (rule `claim.error`).
     async fn claim_batch(
         &self,
-        keys: &[String],
+        queue: &str,
+        ids: &[MessageId],
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError>;
 
-    /// Settle our claims: `MarkDone` replaces `pending:<token>` with `done:<token>`
-    /// and `done_ttl`; `Release` deletes it. Both act only while the key still holds
-    /// `pending:<token>`, otherwise report `NotOwner` and change nothing. One round
-    /// trip per hash slot; results in order; empty input makes no call.
+    /// Settle our pending claims of `queue`: `MarkDone` makes a claim done for
+    /// `done_ttl`, `Release` frees it.
+    ///
+    /// A settlement MUST act only on `token`'s own pending claim, and otherwise
+    /// answer `NotOwner` and change nothing, also when our own pending claim expired
+    /// (rule `claim.settle.owner`). `MarkDone` MUST make the claim answer `Done`
+    /// until `done_ttl` has passed, and then be free again (rule `claim.done.expires`);
+    /// `Release` MUST free it (rule `claim.settle.release`). The answer MUST have
+    /// one result per settlement, in order; an empty input MUST answer an empty
+    /// vector (rule `claim.settle.order`).
     ///
     /// # Errors
-    /// MUST return `Err` when the store cannot answer.
+    ///
+    /// MUST answer `Err` when the store cannot answer (rule `claim.settle.error`).
     async fn settle_batch(
         &self,
+        queue: &str,
         settlements: &[Settlement],
         token: &LeaseToken,
         done_ttl: Duration,

@@ -1,35 +1,99 @@
+use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::error::PortError;
-use crate::keys::LeaseKey;
 use crate::token::LeaseToken;
+
+/// What a lease guards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum LeaseKind {
+    /// One queue's drain: the single-flight lease of the tick.
+    Queue,
+    /// One owner's work: the claim an owner turn takes, which admission peeks.
+    Owner,
+}
+
+impl LeaseKind {
+    /// A short stable name (`queue`, `owner`), for logs and for a store's own layout.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseKind::Queue => "queue",
+            LeaseKind::Owner => "owner",
+        }
+    }
+}
+
+/// The identity of one lease: a kind and a name (a queue's, an owner's).
+///
+/// A store decides how to keep it (a key, a row keyed by kind and name, …); two
+/// leases are the same lease exactly when their kinds and names are equal. Names are
+/// any text, including the empty one and characters a store must escape.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LeaseName {
+    kind: LeaseKind,
+    name: String,
+}
+
+impl LeaseName {
+    /// The single-flight lease of `queue`.
+    #[must_use]
+    pub fn queue(queue: impl Into<String>) -> Self {
+        LeaseName { kind: LeaseKind::Queue, name: queue.into() }
+    }
+
+    /// The claim of `owner`.
+    #[must_use]
+    pub fn owner(owner: impl Into<String>) -> Self {
+        LeaseName { kind: LeaseKind::Owner, name: owner.into() }
+    }
+
+    /// What it guards.
+    #[must_use]
+    pub fn kind(&self) -> LeaseKind {
+        self.kind
+    }
+
+    /// The queue's or owner's name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for LeaseName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind.as_str(), self.name)
+    }
+}
 
 /// Result of [`LeaseStore::acquire`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Acquire {
-    /// The lease is ours; `fence` is the queue's fencing number, strictly larger than
-    /// every fence handed out before for this key.
+    /// The lease is ours.
     Acquired {
-        /// Fencing token for downstream writers.
+        /// The lease's fencing number: larger than every fence handed out before for
+        /// this lease, so a downstream store can refuse a writer that lost the lease.
         fence: u64,
     },
-    /// Someone else holds it.
+    /// Someone holds it (possibly this very token).
     Held {
         /// The holder's instance id (the token before its last `:`).
         holder: String,
-        /// Time left on the holder's lease, when the store can tell.
-        remaining: Option<Duration>,
+        /// Time left on the holder's lease.
+        remaining: Duration,
     },
 }
 
 /// Result of [`LeaseStore::release`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
-    /// Our lease was deleted.
+    /// Our lease was released; the lease is free.
     Released,
-    /// The lease is gone or belongs to someone else; nothing was deleted.
+    /// The lease is free, expired, or another token's; nothing was changed.
     NotOwner,
 }
 
@@ -38,66 +102,105 @@ pub enum Release {
 pub enum Renew {
     /// Our lease now expires `ttl` from now.
     Renewed,
-    /// The lease is gone or belongs to someone else; nothing was changed.
+    /// The lease is free, expired, or another token's; nothing was changed.
     Lost,
 }
 
-/// What a read-only peek found at a key.
+/// A held lease as [`LeaseStore::peek`] sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
-    /// The stored value (a token, a claim state, a counter).
-    pub value: String,
-    /// Time to live, when the key has one.
-    pub remaining: Option<Duration>,
+    /// The holder's instance id (the token before its last `:`).
+    pub holder: String,
+    /// Time left on the lease.
+    pub remaining: Duration,
+    /// The fence the holder was given when it acquired the lease.
+    pub fence: u64,
 }
 
-/// A store of single-flight leases with fencing, and read-only peeks of any key.
+/// Single-flight leases with fencing.
 ///
-/// Implementations: `testkit::MemoryStore` (in-memory, virtual clock) and
-/// `adapter-redis` (one round trip per call).
+/// A lease is free, or held by one token until its time to live runs out. Taking it
+/// hands out a fence, a number larger than every fence handed out before for that
+/// lease: the fence belongs to the lease, whatever the store keeps it in (a counter
+/// beside the lease, a column of the lease's row).
+///
+/// Implementations: drain-core's `MemoryStore` (feature `memory`) and the adapters.
+/// `testkit::contract::lease_store` checks every rule below; each rule's name follows
+/// its sentence.
+///
+/// # Errors
+///
+/// Every method answers `Err` when the store cannot answer. An error never stands
+/// for an answer: the tick fails open on an acquire error and keeps renewing after a
+/// renew error, so a store that turned an outage into `Held` or `Lost` would stall
+/// drains or cancel them. Kinds are those of [`ErrorKind`](crate::ErrorKind):
+/// `Timeout` when no answer came in time, `Connection` when the store could not be
+/// reached, `WrongType` for a record the store cannot read as a lease (another
+/// program writes where drain keeps its leases).
 #[async_trait]
 pub trait LeaseStore: Send + Sync {
-    /// Take the lease at `key.lease` for `token` for `ttl`, if nobody holds it.
+    /// Take `lease` for `token` for `ttl`, if it is free (never taken, released, or
+    /// expired).
     ///
-    /// On success the store MUST increment the counter at `key.fence` in the same
-    /// atomic step and return its new value, so fences strictly increase across
-    /// holders and across expiry. When held, it MUST NOT change the lease or fence.
+    /// Acquires of one lease MUST be atomic: of any number of concurrent acquires
+    /// of a free lease, exactly one answers `Acquired` (rule `lease.acquire.exclusive`).
+    /// The fence MUST be larger than every fence handed out before for this lease,
+    /// whether the lease was released or expired in between, however short its
+    /// time to live (rule `lease.fence.increases`). A lease held by anyone (this token
+    /// included) MUST answer `Held` with the holder's instance and change nothing
+    /// (rule `lease.held.unchanged`); `remaining` MUST be the time left on the
+    /// holder's lease: above zero, and at most the time to live the holder took or
+    /// last renewed it with (rule `lease.held.remaining`). A lease MUST expire `ttl`
+    /// after it was taken or last renewed (rule `lease.expires`). Leases of different
+    /// kinds or names MUST be independent, whatever characters the names hold
+    /// (rule `lease.names.distinct`).
     ///
     /// # Errors
-    /// MUST return `Err` (never `Held`) when the store cannot answer; the caller
-    /// then fails open. A key holding a value of another type MUST give
-    /// [`crate::ErrorKind::WrongType`].
-    async fn acquire(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError>;
+    ///
+    /// MUST answer `Err`, never `Held`, when the store cannot answer
+    /// (rule `lease.acquire.error`). A timed-out acquire may still have taken the lease
+    /// (a request is not withdrawn by the caller's timeout): report it as
+    /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout), and the caller, which
+    /// cannot know, releases with the same token once it is done (the tick does).
+    /// That release is safe because release compares the token.
+    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError>;
 
-    /// Delete the lease only if it still holds `token` (compare-and-delete).
+    /// Release `lease` if `token` holds it (compare-and-delete).
     ///
-    /// MUST return `NotOwner` and leave the key untouched when it holds another
-    /// token (a later holder after our TTL expired) or nothing.
+    /// MUST answer `NotOwner` and change nothing when another token holds the lease
+    /// (rule `lease.release.foreign`), and when the lease is free or expired, our own
+    /// expired lease included (rule `lease.release.expired`). After `Released` the lease
+    /// MUST be free: the next acquire takes it (rule `lease.release.frees`).
     ///
     /// # Errors
-    /// MUST return `Err` when the store cannot answer; the TTL then frees the lease.
-    async fn release(&self, key: &LeaseKey, token: &LeaseToken) -> Result<Release, PortError>;
+    ///
+    /// MUST answer `Err`, never `NotOwner`, when the store cannot answer
+    /// (rule `lease.release.error`); the lease's time to live then frees it.
+    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError>;
 
-    /// Extend the lease to `ttl` from now only if it still holds `token`.
+    /// Extend `lease` to `ttl` from now if `token` holds it.
     ///
-    /// MUST return `Lost` and change nothing when the lease is gone or foreign.
+    /// `Renewed` MUST extend the lease: it holds until `ttl` after the renewal
+    /// (rule `lease.renew.extends`). MUST answer `Lost` and change nothing when another
+    /// token holds the lease (rule `lease.renew.foreign`), and when the lease is free or
+    /// expired: our own expired lease is never brought back (rule `lease.renew.expired`).
     ///
     /// # Errors
-    /// MUST return `Err` when the store cannot answer (not `Lost`: a blip is not a loss).
-    async fn renew(&self, key: &LeaseKey, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError>;
+    ///
+    /// MUST answer `Err`, never `Lost`, when the store cannot answer
+    /// (rule `lease.renew.error`): a blip is not a loss.
+    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError>;
 
-    /// Read `key` without changing anything; `None` when absent.
+    /// Look at `lease` without changing it: `None` when it is free.
+    ///
+    /// MUST agree with acquire: the holder `Held` names, a remaining time no later
+    /// than `Held`'s, and the fence the holder's `Acquired` carried
+    /// (rule `lease.peek.agrees`); a free, released or expired lease MUST be `None`
+    /// (rule `lease.peek.free`).
     ///
     /// # Errors
-    /// MUST return `Err` when the store cannot answer, never `None` for "unknown".
-    async fn peek(&self, key: &str) -> Result<Option<Holding>, PortError>;
-
-    /// Read many keys without changing anything, in as few round trips as the
-    /// backend allows (one per hash slot at most). The result MUST have one entry per
-    /// key, in the order of `keys`; an empty slice MUST return an empty vector
-    /// without contacting the store.
     ///
-    /// # Errors
-    /// MUST return `Err` when any part of the read failed.
-    async fn peek_many(&self, keys: &[String]) -> Result<Vec<Option<Holding>>, PortError>;
+    /// MUST answer `Err`, never `None`, when the store cannot answer
+    /// (rule `lease.peek.error`).
+    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError>;
 }

@@ -1,19 +1,36 @@
-//! The ports: async traits that adapters implement and the core calls.
+//! The ports: the traits adapters implement and the core calls.
 //!
-//! Each trait documents its contract in `# Errors` and MUST clauses; the shared
-//! contract suites in `testkit::contract` check them against the in-memory
-//! implementations and against the real adapters.
+//! | port | what for | required |
+//! |---|---|---|
+//! | [`LeaseStore`] | single-flight leases with fences; owner claims | when single-flight computes, and for owner work that takes claims |
+//! | [`ClaimStore`] | the per-message claim | when the atomic claim computes |
+//! | [`OwnerClaims`] | read-only peeks at owners' claims | when claim-aware admission computes |
+//! | [`ReleaseWake`] | the release wake-up (optional capability) | when the release wake is wanted |
+//! | [`MessageSource`], [`Submitter`] | the queue and the target | for a tick |
+//! | [`Clock`], [`Observer`] | time and decisions | always |
+//!
+//! Each trait states its contract as rules, each sentence followed by the name of
+//! its rule; `testkit::contract` checks every rule against an implementation, and
+//! names the rule when one is broken. A store that can answer MUST answer: an `Err`
+//! from a healthy store breaks a rule too (rule `store.answers`). An error kind says
+//! what went wrong in words that fit every store ([`ErrorKind`](crate::ErrorKind));
+//! each adapter documents how its driver's errors map to them. The ports speak of leases, fences and claims;
+//! how a store keeps them (keys, rows, documents) is the adapter's business.
 
 mod claim;
 mod clock;
 mod lease;
 mod observer;
+mod owners;
 mod source;
 mod submit;
+mod wake;
 
 pub use claim::{ClaimState, ClaimStore, SettleAction, SettleResult, Settlement};
 pub use clock::Clock;
-pub use lease::{Acquire, Holding, LeaseStore, Release, Renew};
+pub use lease::{Acquire, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
 pub use observer::{NoopObserver, Observer};
-pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageSource, PropertyValue};
+pub use owners::{OwnerClaim, OwnerClaims};
+pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, PropertyValue};
 pub use submit::{SubmitContext, Submitter};
+pub use wake::{ReleaseWake, Releases, Waiter, WakeRelease};

@@ -2,7 +2,8 @@ use crate::event::Event;
 
 /// Receives every decision the core makes: metrics, logs and tests subscribe here.
 ///
-/// Implementations MUST be cheap and MUST NOT block; decisions never depend on them.
+/// An implementation is called on the decision path: it should be cheap and never
+/// block. Decisions never depend on it.
 pub trait Observer: Send + Sync {
     /// One event.
     fn observe(&self, event: &Event<'_>);

@@ -14,13 +14,13 @@ pub struct SubmitContext<'a> {
 }
 
 /// Where drained messages are resubmitted.
+///
+/// `Ok` means the target accepted the message (body, id with its type, headers and
+/// properties as [`Message`] carries them); the tick then marks the message's claim
+/// done and completes it at the source. `Err` means it did not: the tick releases the
+/// claim and abandons the message for redelivery.
 #[async_trait]
 pub trait Submitter: Send + Sync {
-    /// Send `message` (body, properties and message id kept). MUST return `Ok` only
-    /// after the target accepted it.
-    ///
-    /// # Errors
-    /// MUST return `Err` when the target did not accept it; the tick then releases the
-    /// message's claim and abandons it for redelivery.
+    /// Send `message`, answering once the target has accepted it or refused.
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError>;
 }

@@ -1,36 +1,53 @@
-//! In-memory implementations of every port, a virtual clock, and the contract
-//! suites that every implementation — in memory or real — must pass.
+//! Test support for ports and the core (feature `testkit`): the contract suites
+//! every implementation must pass, deliberately broken stores that prove the suites
+//! catch what matters, and recorders for assertions.
 //!
-//! Enabled by the `testkit` feature. The in-memory ports serve three purposes:
-//! the core's own tests, the simulator, and the binary's embedded single-process
-//! default. They are never a stand-in for testing an adapter: adapters run
-//! [`contract`] against real servers.
+//! * [`contract`]: one suite per port, run against the in-memory ports
+//!   ([`crate::memory`]) in drain-core's tests and against every real adapter in the
+//!   adapter's tests, concurrency included. Each answers `Ok` with the rules it
+//!   checked or `Err` naming the rule that broke.
+//! * [`broken`]: stores with one defect each, and the rule each must fail.
+//! * [`RecordingObserver`], [`RecordingSubmitter`], [`BacklogWork`]: parts of a
+//!   test harness; [`TestRng`] and [`message`] make tokens and messages repeatable.
+//!
+//! Production code does not need this feature: the embedded default uses
+//! [`crate::memory`] alone.
 
+pub mod broken;
 pub mod contract;
 
-mod clock;
-mod executor;
 mod observer;
-mod source;
-mod store;
 mod submitter;
 mod work;
 
-pub use clock::ManualClock;
-pub use executor::block_on;
 pub use observer::RecordingObserver;
-pub use source::MemorySource;
-pub use store::MemoryStore;
 pub use submitter::RecordingSubmitter;
 pub use work::BacklogWork;
 
-use crate::ports::Message;
+use async_trait::async_trait;
+
+use crate::error::ErrorKind;
+use crate::memory::MemoryStore;
+use crate::ports::{Message, MessageId};
+
+/// The memory store's outage: every call fails with a temporary connection error
+/// until it ends.
+#[async_trait]
+impl contract::Outage for MemoryStore {
+    async fn begin(&self) {
+        self.set_failing(Some(ErrorKind::Connection));
+    }
+
+    async fn end(&self) {
+        self.set_failing(None);
+    }
+}
 
 /// A message with `id` and a small body derived from it.
 #[must_use]
 pub fn message(id: &str) -> Message {
     Message {
-        message_id: Some(id.to_owned()),
+        message_id: Some(MessageId::from(id)),
         body: format!("body of {id}").into_bytes(),
         content_type: Some("text/plain".to_owned()),
         ..Message::default()

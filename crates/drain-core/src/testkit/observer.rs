@@ -55,12 +55,12 @@ impl RecordingObserver {
 impl Observer for RecordingObserver {
     fn observe(&self, event: &Event<'_>) {
         let owned: Event<'static> = match *event {
-            Event::Tick { queue, outcome, mode, duration } => {
-                Event::Tick { queue: self.intern(queue), outcome, mode, duration }
+            Event::Tick { queue, outcome, mode, kind, duration } => {
+                Event::Tick { queue: self.intern(queue), outcome, mode, kind, duration }
             }
             Event::LeaseLost { queue } => Event::LeaseLost { queue: self.intern(queue) },
             Event::Message { queue, outcome, mode } => Event::Message { queue: self.intern(queue), outcome, mode },
-            Event::LeaseOp { op, result } => Event::LeaseOp { op, result },
+            Event::LeaseOp { op, result, mode } => Event::LeaseOp { op, result, mode },
             Event::OwnerSkipped { reason, mode } => Event::OwnerSkipped { reason, mode },
             Event::ClaimBusyBackoff { mode } => Event::ClaimBusyBackoff { mode },
             Event::ReleaseWake { mode } => Event::ReleaseWake { mode },

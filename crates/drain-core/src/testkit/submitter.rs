@@ -5,12 +5,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{ErrorKind, PortError};
-use crate::ports::{Clock, Message, SubmitContext, Submitter};
+use crate::ports::{Clock, Message, MessageId, SubmitContext, Submitter};
 
 #[derive(Debug, Default)]
 struct State {
     submitted: Vec<(Message, Option<u64>)>,
-    fail_ids: HashSet<String>,
+    fail_ids: HashSet<MessageId>,
     fail_all: bool,
     in_flight: usize,
     max_in_flight: usize,
@@ -50,8 +50,8 @@ impl RecordingSubmitter {
     }
 
     /// Fail submits of the message with this id.
-    pub fn fail_id(&self, id: &str) {
-        self.lock().fail_ids.insert(id.to_owned());
+    pub fn fail_id(&self, id: impl Into<MessageId>) {
+        self.lock().fail_ids.insert(id.into());
     }
 
     /// Fail every submit (`false` heals).
@@ -65,10 +65,11 @@ impl RecordingSubmitter {
         self.lock().submitted.clone()
     }
 
-    /// Ids of accepted messages, in acceptance order.
+    /// Ids of accepted messages as text ([`MessageId`]'s `Display`), in acceptance
+    /// order.
     #[must_use]
     pub fn submitted_ids(&self) -> Vec<String> {
-        self.lock().submitted.iter().filter_map(|(m, _)| m.message_id.clone()).collect()
+        self.lock().submitted.iter().filter_map(|(m, _)| m.message_id.as_ref().map(ToString::to_string)).collect()
     }
 
     /// Every call, accepted or not.
@@ -99,8 +100,9 @@ impl Submitter for RecordingSubmitter {
         }
         let mut s = self.lock();
         s.in_flight -= 1;
-        let id = message.message_id.as_deref().unwrap_or("");
-        if s.fail_all || s.fail_ids.contains(id) {
+        let failing = message.message_id.as_ref().is_some_and(|id| s.fail_ids.contains(id));
+        let id = message.message_id.as_ref().map(ToString::to_string).unwrap_or_default();
+        if s.fail_all || failing {
             return Err(PortError::new(ErrorKind::Connection, format!("recording submitter: told to fail {id}")));
         }
         s.submitted.push((message.clone(), ctx.fence));

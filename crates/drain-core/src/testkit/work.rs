@@ -5,8 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::admission::{Entry, OwnerId, OwnerWork, TurnOutcome};
-use crate::keys::KeySpace;
-use crate::ports::{Acquire, Clock, LeaseStore};
+use crate::ports::{Acquire, Clock, LeaseName, LeaseStore};
 use crate::token::LeaseToken;
 
 /// Clock time a turn that lost the claim race costs.
@@ -23,12 +22,11 @@ struct State {
 }
 
 /// Owner work over a per-owner backlog: each turn takes the owner's claim
-/// ([`KeySpace::owner_lease`], so admission peeks see it), works up to `per_turn`
+/// ([`LeaseName::owner`], so admission peeks see it), works up to `per_turn`
 /// items at `item_time` each on the clock, releases the claim, and reports
 /// `Productive{more}`; a held claim is `ClaimBusy`, a store error `Failed`.
 pub struct BacklogWork {
     instance: String,
-    keys: KeySpace,
     store: Arc<dyn LeaseStore>,
     clock: Arc<dyn Clock>,
     per_turn: u64,
@@ -47,7 +45,6 @@ impl BacklogWork {
     #[must_use]
     pub fn new(
         instance: &str,
-        keys: KeySpace,
         store: Arc<dyn LeaseStore>,
         clock: Arc<dyn Clock>,
         per_turn: u64,
@@ -55,7 +52,6 @@ impl BacklogWork {
     ) -> Self {
         BacklogWork {
             instance: instance.to_owned(),
-            keys,
             store,
             clock,
             per_turn: per_turn.max(1),
@@ -108,7 +104,7 @@ impl OwnerWork for BacklogWork {
             s.seq += 1;
             s.seq
         };
-        let key = self.keys.owner_lease(owner.as_str());
+        let key = LeaseName::owner(owner.as_str());
         let token = LeaseToken::generate(&self.instance, &mut super::TestRng::new(seq));
         let lease_ttl = self.item_time * u32::try_from(self.per_turn).unwrap_or(u32::MAX) + Duration::from_secs(30);
         match self.store.acquire(&key, &token, lease_ttl).await {

@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::stream::{self, StreamExt};
 
+use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, MessageOutcome};
-use crate::keys::KeySpace;
-use crate::ports::{ClaimState, Delivery, DeliveryHandle, SettleAction, Settlement, SubmitContext};
+use crate::ports::{
+    ClaimState, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, Settlement, SubmitContext,
+};
 use crate::switch::Switch;
 use crate::tick::{DrainStats, TickConfig, TickPorts};
 use crate::token::LeaseToken;
@@ -27,7 +29,6 @@ pub(super) struct DrainOutcome {
 /// Everything one drain needs, borrowed.
 pub(super) struct Drain<'a> {
     pub(super) cfg: &'a TickConfig,
-    pub(super) keys: &'a KeySpace,
     pub(super) ports: &'a TickPorts<'a>,
     pub(super) token: &'a LeaseToken,
     /// Passed to the submitter; `None` unless single-flight is On and we hold the lease.
@@ -107,10 +108,10 @@ impl Drain<'_> {
         // 1. Triage: no id -> dead-letter; an id seen earlier in this batch -> abandon
         //    (the redelivery will find the first one's claim).
         let mut seen = HashSet::new();
-        let mut work: Vec<(Delivery, String)> = Vec::with_capacity(batch.len());
+        let mut work: Vec<(Delivery, MessageId)> = Vec::with_capacity(batch.len());
         let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(batch.len());
         for d in batch {
-            match d.message.message_id.as_deref() {
+            match d.message.message_id.clone() {
                 None => {
                     let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
                     stats.dead_lettered += 1;
@@ -120,13 +121,10 @@ impl Drain<'_> {
                         self.observe(MessageOutcome::SettleFailed, mode);
                     }
                 }
-                Some(id) if !seen.insert(id.to_owned()) => {
+                Some(id) if !seen.insert(id.clone()) => {
                     fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
                 }
-                Some(id) => {
-                    let key = self.keys.message_claim(&self.cfg.queue, id);
-                    work.push((d, key));
-                }
+                Some(id) => work.push((d, id)),
             }
         }
 
@@ -160,16 +158,14 @@ impl Drain<'_> {
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
             .map(|(i, fate)| Settlement {
-                key: work[*i].1.clone(),
+                id: work[*i].1.clone(),
                 action: match fate {
                     Fate::Complete(_) => SettleAction::MarkDone,
                     Fate::Abandon(_) => SettleAction::Release,
                 },
             })
             .collect();
-        if !settlements.is_empty()
-            && self.ports.claims.settle_batch(&settlements, self.token, self.cfg.claim_done_ttl).await.is_err()
-        {
+        if !settlements.is_empty() && self.settle(&settlements).await.is_err() {
             // The claims stay pending until the pending TTL: completed messages stay
             // completed (never submitted twice), abandoned ones wait out the claim.
             // Counted and reported, never silent.
@@ -215,14 +211,14 @@ impl Drain<'_> {
     }
 
     /// Decide each message's plan from its claim state (one store call), per switch.
-    async fn plan(&self, work: &[(Delivery, String)], mode: Switch) -> Vec<Plan> {
+    async fn plan(&self, work: &[(Delivery, MessageId)], mode: Switch) -> Vec<Plan> {
         let off = vec![Plan::Submit { claimed: false }; work.len()];
         if !mode.computes() || work.is_empty() {
             return off;
         }
-        let keys: Vec<String> = work.iter().map(|(_, k)| k.clone()).collect();
-        let states = match self.ports.claims.claim_batch(&keys, self.token, self.cfg.claim_pending_ttl).await {
-            Ok(states) if states.len() == keys.len() => states,
+        let ids: Vec<MessageId> = work.iter().map(|(_, id)| id.clone()).collect();
+        let states = match self.claim(&ids).await {
+            Ok(states) if states.len() == ids.len() => states,
             // A store error, or an answer of the wrong length (which we cannot trust):
             // fail closed — submit nothing.
             _ => {
@@ -251,5 +247,22 @@ impl Drain<'_> {
                 }
             })
             .collect()
+    }
+
+    /// Take the batch's claims, or fail as an unreachable store would when there is
+    /// no claim store.
+    async fn claim(&self, ids: &[MessageId]) -> Result<Vec<ClaimState>, PortError> {
+        match self.ports.claims {
+            Some(store) => store.claim_batch(&self.cfg.queue, ids, self.token, self.cfg.claim_pending_ttl).await,
+            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+        }
+    }
+
+    /// Settle the batch's claims (only ever called after a claim succeeded).
+    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, PortError> {
+        match self.ports.claims {
+            Some(store) => store.settle_batch(&self.cfg.queue, settlements, self.token, self.cfg.claim_done_ttl).await,
+            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+        }
     }
 }

@@ -1,4 +1,4 @@
-//! One beat tick (SPEC §4, §6): the single-flight lease around a drain of the
+//! One beat tick: the single-flight lease around a drain of the
 //! queue, with renewal, fencing, and the per-message atomic claim.
 //!
 //! ```text
@@ -27,14 +27,15 @@ use futures::future::{Either, select};
 pub use drain::MISSING_ID_REASON;
 pub use report::{DrainStats, LeaseStatus, TickReport};
 
-use crate::error::ErrorKind;
-use crate::event::{Event, LeaseOp, TickOutcome};
-use crate::keys::{KeySpace, LeaseKey};
-use crate::ports::{Acquire, ClaimStore, Clock, LeaseStore, MessageSource, Observer, Release, Renew, Submitter};
+use crate::error::{ErrorKind, PortError};
+use crate::event::{Event, LeaseOp, TickKind, TickOutcome};
+use crate::ports::{
+    Acquire, ClaimStore, Clock, LeaseName, LeaseStore, MessageSource, Observer, Release, Renew, Submitter,
+};
 use crate::switch::Switch;
 use crate::token::LeaseToken;
 
-/// Settings of one queue's tick (SPEC §3 `SERVICEBUS_*`).
+/// Settings of one queue's tick (the `SERVICEBUS_*` settings of docs/flags.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickConfig {
     /// The queue drained.
@@ -60,10 +61,13 @@ pub struct TickConfig {
     /// Stop after this many receives even if the queue is not empty (`None`: until a
     /// receive comes back empty).
     pub max_batches: Option<u32>,
+    /// What runs this tick (label `kind` of the tick metric): the beat, or the
+    /// resident consumer's batches.
+    pub kind: TickKind,
 }
 
 impl TickConfig {
-    /// The defaults of SPEC §3 for `queue`.
+    /// The default settings for `queue`.
     #[must_use]
     pub fn new(queue: impl Into<String>) -> Self {
         TickConfig {
@@ -78,17 +82,22 @@ impl TickConfig {
             batch: 32,
             max_wait: Duration::from_millis(1_000),
             max_batches: None,
+            kind: TickKind::Beat,
         }
     }
 }
 
-/// The ports a tick uses.
+/// The ports a tick uses. The lease store is needed only while single-flight
+/// computes (On or Shadow), the claim store only while the atomic claim does:
+/// [`TickPorts::missing`] says what a configuration lacks. A tick that finds a needed
+/// port missing treats it as a store that cannot answer: the lease fails open, the
+/// claims fail closed, and the report's `error` names the port.
 #[derive(Clone, Copy)]
 pub struct TickPorts<'a> {
     /// Single-flight leases.
-    pub leases: &'a dyn LeaseStore,
+    pub leases: Option<&'a dyn LeaseStore>,
     /// Per-message claims.
-    pub claims: &'a dyn ClaimStore,
+    pub claims: Option<&'a dyn ClaimStore>,
     /// The queue.
     pub source: &'a dyn MessageSource,
     /// Where messages are resubmitted.
@@ -99,13 +108,58 @@ pub struct TickPorts<'a> {
     pub observer: &'a dyn Observer,
 }
 
+impl<'a> TickPorts<'a> {
+    /// The ports every tick needs; add stores with [`TickPorts::leases`] and
+    /// [`TickPorts::claims`].
+    #[must_use]
+    pub fn new(
+        source: &'a dyn MessageSource,
+        target: &'a dyn Submitter,
+        clock: &'a dyn Clock,
+        observer: &'a dyn Observer,
+    ) -> Self {
+        TickPorts { leases: None, claims: None, source, target, clock, observer }
+    }
+
+    /// With `store` for single-flight leases.
+    #[must_use]
+    pub fn leases(mut self, store: &'a dyn LeaseStore) -> Self {
+        self.leases = Some(store);
+        self
+    }
+
+    /// With `store` for per-message claims.
+    #[must_use]
+    pub fn claims(mut self, store: &'a dyn ClaimStore) -> Self {
+        self.claims = Some(store);
+        self
+    }
+
+    /// The ports `cfg` needs that are missing (`"lease store"`, `"claim store"`);
+    /// empty when the tick has all it needs.
+    #[must_use]
+    pub fn missing(&self, cfg: &TickConfig) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if cfg.singleflight.computes() && self.leases.is_none() {
+            out.push(NO_LEASE_STORE);
+        }
+        if cfg.atomic_claim.computes() && self.claims.is_none() {
+            out.push(NO_CLAIM_STORE);
+        }
+        out
+    }
+}
+
+const NO_LEASE_STORE: &str = "lease store";
+const NO_CLAIM_STORE: &str = "claim store";
+
 /// Run one tick. `token` must be fresh for this tick ([`LeaseToken::generate`]).
 ///
 /// Never returns an error: every failure is a decision in the report (fail open on
 /// the lease, fail closed on claims, a source error ends the drain early). A panic
 /// in a port is re-raised after the lease is released.
-pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
-    run_tick_until(cfg, keys, ports, token, &AtomicBool::new(false)).await
+pub async fn run_tick(cfg: &TickConfig, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
+    run_tick_until(cfg, ports, token, &AtomicBool::new(false)).await
 }
 
 /// [`run_tick`] that also stops cooperatively once `stop` is set (a shutdown past its
@@ -114,31 +168,30 @@ pub async fn run_tick(cfg: &TickConfig, keys: &KeySpace, ports: &TickPorts<'_>, 
 /// released, and the report says `"stopped":true`.
 pub async fn run_tick_until(
     cfg: &TickConfig,
-    keys: &KeySpace,
     ports: &TickPorts<'_>,
     token: &LeaseToken,
     stop: &AtomicBool,
 ) -> TickReport {
     let start = ports.clock.now();
-    let key = keys.lease(&cfg.queue);
+    let key = LeaseName::queue(cfg.queue.as_str());
     let mode = cfg.singleflight;
     let finish = |outcome: TickOutcome| {
         let duration = ports.clock.now().saturating_since(start);
-        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, duration });
+        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, kind: cfg.kind, duration });
     };
 
     // `timed_out`: the acquire got no answer in time, so it may still have taken the
     // lease with our token (a request is not withdrawn by a client timeout).
     let (status, fence, acquired, timed_out) = match mode {
         Switch::Off => (LeaseStatus::Off, None, false, false),
-        Switch::On | Switch::Shadow => match ports.leases.acquire(&key, token, cfg.lease_ttl).await {
+        Switch::On | Switch::Shadow => match acquire(ports.leases, &key, token, cfg.lease_ttl).await {
             Ok(Acquire::Acquired { fence }) => {
-                lease_op(ports, LeaseOp::Acquire, "acquired");
+                lease_op(cfg, ports, LeaseOp::Acquire, "acquired");
                 let status = if mode.enforces() { LeaseStatus::Held } else { LeaseStatus::ShadowAcquired };
                 (status, Some(fence), true, false)
             }
             Ok(Acquire::Held { .. }) => {
-                lease_op(ports, LeaseOp::Acquire, "held");
+                lease_op(cfg, ports, LeaseOp::Acquire, "held");
                 if mode.enforces() {
                     finish(TickOutcome::SkippedLocked);
                     return TickReport::skipped_locked(&cfg.queue);
@@ -146,7 +199,7 @@ pub async fn run_tick_until(
                 (LeaseStatus::ShadowWouldSkip, None, false, false)
             }
             Err(e) => {
-                lease_op(ports, LeaseOp::Acquire, "error");
+                lease_op(cfg, ports, LeaseOp::Acquire, "error");
                 (LeaseStatus::FailOpen, None, false, e.kind == ErrorKind::Timeout)
             }
         },
@@ -154,18 +207,11 @@ pub async fn run_tick_until(
 
     let cancel = AtomicBool::new(false);
     let lost = AtomicBool::new(false);
-    let drain = drain::Drain {
-        cfg,
-        keys,
-        ports,
-        token,
-        fence: if mode.enforces() { fence } else { None },
-        cancel: &cancel,
-        stop,
-    };
+    let drain =
+        drain::Drain { cfg, ports, token, fence: if mode.enforces() { fence } else { None }, cancel: &cancel, stop };
     let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
-    let result = if acquired && cfg.renew.computes() {
-        let renew_fut = renew_loop(cfg, &key, ports, token, &cancel, &lost);
+    let result = if let Some(leases) = ports.leases.filter(|_| acquired && cfg.renew.computes()) {
+        let renew_fut = renew_loop(cfg, &key, leases, ports, token, &cancel, &lost);
         futures::pin_mut!(drain_fut, renew_fut);
         match select(drain_fut, renew_fut).await {
             Either::Left((result, _)) => result,
@@ -178,18 +224,22 @@ pub async fn run_tick_until(
     // After a timed-out acquire, a best-effort release with this tick's token: if the
     // acquire landed late, the lease no tick holds is freed now instead of skipping
     // every tick until its TTL; if it did not, the compare-and-delete touches nothing.
-    if acquired || timed_out {
-        match ports.leases.release(&key, token).await {
-            Ok(Release::Released) => lease_op(ports, LeaseOp::Release, "released"),
-            Ok(Release::NotOwner) => lease_op(ports, LeaseOp::Release, "not_owner"),
-            Err(_) => lease_op(ports, LeaseOp::Release, "error"),
+    if let Some(leases) = ports.leases.filter(|_| acquired || timed_out) {
+        match leases.release(&key, token).await {
+            Ok(Release::Released) => lease_op(cfg, ports, LeaseOp::Release, "released"),
+            Ok(Release::NotOwner) => lease_op(cfg, ports, LeaseOp::Release, "not_owner"),
+            Err(_) => lease_op(cfg, ports, LeaseOp::Release, "error"),
         }
     }
 
-    let outcome = match result {
+    let mut outcome = match result {
         Ok(outcome) => outcome,
         Err(panic) => resume_unwind(panic),
     };
+    let missing = ports.missing(cfg);
+    if !missing.is_empty() && outcome.error.is_none() {
+        outcome.error = Some(format!("no {} configured", missing.join(" and no ")));
+    }
     let tick_outcome = match status {
         LeaseStatus::FailOpen => TickOutcome::FailOpen,
         LeaseStatus::ShadowWouldSkip => TickOutcome::SkippedLocked,
@@ -208,8 +258,22 @@ pub async fn run_tick_until(
     }
 }
 
-fn lease_op(ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
-    ports.observer.observe(&Event::LeaseOp { op, result });
+/// Acquire through the lease store, or fail as an unreachable store would when there
+/// is none.
+async fn acquire(
+    leases: Option<&dyn LeaseStore>,
+    key: &LeaseName,
+    token: &LeaseToken,
+    ttl: Duration,
+) -> Result<Acquire, PortError> {
+    match leases {
+        Some(store) => store.acquire(key, token, ttl).await,
+        None => Err(PortError::new(ErrorKind::Config, format!("no {NO_LEASE_STORE} configured"))),
+    }
+}
+
+fn lease_op(cfg: &TickConfig, ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
+    ports.observer.observe(&Event::LeaseOp { op, result, mode: cfg.singleflight });
 }
 
 /// Renew every TTL/3 until the lease is lost. With single-flight and renewal both
@@ -218,7 +282,8 @@ fn lease_op(ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
 /// next period tries again: a blip is not a loss, and the TTL still runs.
 async fn renew_loop(
     cfg: &TickConfig,
-    key: &LeaseKey,
+    key: &LeaseName,
+    leases: &dyn LeaseStore,
     ports: &TickPorts<'_>,
     token: &LeaseToken,
     cancel: &AtomicBool,
@@ -229,10 +294,10 @@ async fn renew_loop(
     loop {
         ports.clock.sleep_until(next).await;
         next = ports.clock.now() + period;
-        match ports.leases.renew(key, token, cfg.lease_ttl).await {
-            Ok(Renew::Renewed) => lease_op(ports, LeaseOp::Renew, "renewed"),
+        match leases.renew(key, token, cfg.lease_ttl).await {
+            Ok(Renew::Renewed) => lease_op(cfg, ports, LeaseOp::Renew, "renewed"),
             Ok(Renew::Lost) => {
-                lease_op(ports, LeaseOp::Renew, "lost");
+                lease_op(cfg, ports, LeaseOp::Renew, "lost");
                 ports.observer.observe(&Event::LeaseLost { queue: &cfg.queue });
                 lost.store(true, Ordering::Release);
                 if cfg.singleflight.enforces() && cfg.renew.enforces() {
@@ -240,7 +305,7 @@ async fn renew_loop(
                 }
                 return;
             }
-            Err(_) => lease_op(ports, LeaseOp::Renew, "error"),
+            Err(_) => lease_op(cfg, ports, LeaseOp::Renew, "error"),
         }
     }
 }

@@ -4,7 +4,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseStatus {
-    /// Single-flight is off; Redis was not touched.
+    /// Single-flight is off; the lease store was not touched.
     Off,
     /// We held the lease for the drain.
     Held,

@@ -3,8 +3,8 @@
 //!
 //! Every second a burst of items lands on owners chosen with a skewed popularity,
 //! and each touched owner is requested (several times: the re-requests the seed
-//! describes). A turn takes the owner's claim (`<prefix>:claim:{owner}`) with
-//! `SET NX PX`, works up to 20 items at 20 ms each, and releases it. Run several
+//! describes). A turn takes the owner's claim (an owner lease of the composed
+//! store), works up to 20 items at 20 ms each, and releases it. Run several
 //! `drain run --owners N` processes on one Redis to watch them compete:
 //! `drain_owner_turns_total{outcome="claim_busy"}` stays near zero with
 //! `PROJECTION_DRAIN_CLAIM_AWARE=on` and climbs with `off`.
@@ -15,9 +15,9 @@ use std::task::Poll;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use drain_core::LeaseToken;
 use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, TurnOutcome, drive};
-use drain_core::ports::{Acquire, Clock, LeaseStore};
-use drain_core::{KeySpace, LeaseToken};
+use drain_core::ports::{Acquire, Clock, LeaseName, LeaseStore};
 use rand::RngExt;
 use tokio::sync::{mpsc, watch};
 
@@ -30,7 +30,6 @@ const REQUESTS_PER_ARRIVAL: usize = 3;
 
 struct DemoOwnerWork {
     instance: String,
-    keys: KeySpace,
     store: Arc<dyn LeaseStore>,
     clock: Arc<dyn Clock>,
     backlog: Mutex<HashMap<OwnerId, u64>>,
@@ -55,7 +54,7 @@ impl DemoOwnerWork {
 #[async_trait]
 impl OwnerWork for DemoOwnerWork {
     async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
-        let key = self.keys.owner_lease(owner.as_str());
+        let key = LeaseName::owner(owner.as_str());
         let token = LeaseToken::generate(&self.instance, &mut rand::rng());
         match self.store.acquire(&key, &token, Duration::from_secs(30)).await {
             Ok(Acquire::Acquired { .. }) => {}
@@ -90,24 +89,20 @@ pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, mut shutdown: watch::Re
     let seed: u64 = rand::rng().random();
     let mut scheduler = Scheduler::new(cfg, <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed));
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
+    let Some(store) = rt.leases.clone() else {
+        tracing::error!("owner drains need a store for the owners' claims; none is composed");
+        return;
+    };
     let work = DemoOwnerWork {
         instance: c.instance_id.clone(),
-        keys: rt.keys.clone(),
-        store: rt.leases.clone(),
+        store,
         clock: rt.clock.clone(),
         backlog: Mutex::new(HashMap::new()),
         requeue: tx.clone(),
         handed_off: std::sync::atomic::AtomicU64::new(0),
     };
-    let keys = rt.keys.clone();
-    let claim_key = move |o: &OwnerId| keys.owner_claim(o.as_str());
-    let ports = DriverPorts {
-        peeks: &*rt.leases,
-        claim_key: &claim_key,
-        work: &work,
-        clock: &*rt.clock,
-        observer: &*rt.observer,
-    };
+    let ports =
+        DriverPorts { claims: rt.owner_claims.as_deref(), work: &work, clock: &*rt.clock, observer: &*rt.observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,

@@ -3,8 +3,8 @@
 //!
 //! Each owner's backlog is the Redis list `<prefix>:backlog:{<owner>}` (the hash tag
 //! is the owner's encoded name, so the list shares the slot of the owner's claim). A
-//! turn takes the owner's claim with the composed `LeaseStore::acquire` on
-//! `KeySpace::owner_lease` (a lost race is `ClaimBusy`), pops up to a batch with one
+//! turn takes the owner's claim with `LeaseStore::acquire` on `LeaseName::owner`
+//! (a lost race is `ClaimBusy`), pops up to a batch with one
 //! `LPOP key count`, records every popped item with `HINCRBY <prefix>:processed
 //! <item> 1` (one pipeline: a field above 1 would be an item processed twice),
 //! releases the claim and reports `Productive { more }` while the batch came back
@@ -212,12 +212,12 @@ pub(crate) async fn run(
     let owner_keys = OwnerKeys::new(rt.keys.clone());
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
     let (wake, releases) = wake_side(&rt, &store).await;
-    let heard = releases.as_ref().map(adapter_redis::Releases::counters);
+    let heard = releases.as_ref().map(|_| store.release_counters());
     let releases: BoxStream<'static, OwnerId> = match releases {
-        Some(r) => r.boxed(),
+        Some(r) => r,
         None => futures::stream::empty().boxed(),
     };
-    let claims = Claims { keys: rt.keys.clone(), leases: rt.leases.clone(), wake: wake.clone() };
+    let claims = Claims { leases: Arc::new(store.clone()), wake: wake.clone() };
     let work = RedisOwnerWork {
         instance: c.instance_id.clone(),
         owner_keys: owner_keys.clone(),
@@ -227,12 +227,9 @@ pub(crate) async fn run(
         counters: counters.clone(),
         requeue: tx.clone(),
     };
-    let peeks = Peeks::new(rt.leases.clone(), wake.clone());
+    let peeks = Peeks::new(Arc::new(store.clone()), wake.clone());
     let observer = WakeCounter { inner: rt.observer.clone(), wakes: AtomicU64::new(0) };
-    let keys = rt.keys.clone();
-    let claim_key = move |o: &OwnerId| keys.owner_claim(o.as_str());
-    let ports =
-        DriverPorts { peeks: &peeks, claim_key: &claim_key, work: &work, clock: &*rt.clock, observer: &observer };
+    let ports = DriverPorts { claims: Some(&peeks), work: &work, clock: &*rt.clock, observer: &observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,

@@ -1,10 +1,10 @@
 //! The keys of `drain owners`' workload: each owner's backlog list in the owner's
 //! hash slot, and the processed-items hash.
 
-use adapter_redis::RedisStore;
+use adapter_redis::keys::encode_name;
+use adapter_redis::{KeySpace, RedisStore};
+use drain_core::PortError;
 use drain_core::admission::OwnerId;
-use drain_core::keys::encode_name;
-use drain_core::{KeySpace, PortError};
 
 /// The keys of the owner workload.
 #[derive(Debug, Clone)]
@@ -48,6 +48,8 @@ pub(crate) async fn seed(store: &RedisStore, keys: &OwnerKeys, owners: usize, it
 
 #[cfg(test)]
 mod tests {
+    use drain_core::ports::LeaseName;
+
     use super::*;
 
     /// The text between the first `{` and the following `}`: the Cluster hash tag.
@@ -64,7 +66,7 @@ mod tests {
         for owner in ["owner-7", "a b{c}", ""] {
             let backlog = owners.backlog(owner);
             assert!(backlog.starts_with("drain:backlog:{"), "{backlog}");
-            assert_eq!(tag(&backlog), tag(&keys.owner_lease(owner).lease), "{owner:?}");
+            assert_eq!(tag(&backlog), tag(&keys.lease(&LeaseName::owner(owner)).lease), "{owner:?}");
             assert_eq!(tag(&backlog), tag(&keys.owner_claim(owner)), "{owner:?}");
         }
         assert_eq!(owners.backlog("a b{c}"), "drain:backlog:{a%20b%7Bc%7D}");

@@ -11,11 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use drain_core::event::Event;
+use drain_clock::TokioClock;
 use drain_core::ports::Clock;
 use tokio::sync::watch;
 
-use crate::clock::SystemClock;
 use crate::commands::run::Signals;
 use crate::compose::{self, Backend};
 use crate::config::Loaded;
@@ -55,7 +54,7 @@ pub(crate) struct OwnersArgs {
 
 /// Run `drain owners`.
 pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
-    let config = loaded.config;
+    let (config, effective) = (loaded.config, loaded.effective);
     let draining = !args.seed_only;
     let observer = match observe::start(config.metrics_addr, draining) {
         Ok(o) => o,
@@ -64,8 +63,9 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock::new());
-    observer.observe(&Event::SwitchMode { switch: "PROJECTION_DRAIN_CLAIM_AWARE", mode: config.claim_aware });
+    let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+    let known = adapter_metrics::Known { ticks: None, owners: Some(config.claim_aware) };
+    observe::announce(observer.as_ref(), &effective, &known);
     let rt = match compose::compose(config, clock, observer, true).await {
         Ok(rt) => Arc::new(rt),
         Err(e) => {

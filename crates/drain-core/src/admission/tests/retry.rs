@@ -147,7 +147,7 @@ fn timers_fire_in_deadline_order_as_initial_entries() {
     assert_eq!(s.next_deadline(), Some(t(15)));
     s.handle_timeout(t(14));
     assert_eq!(s.timer_count(), 3);
-    s.on_timer(t(15));
+    s.handle_timeout(t(15));
     assert_eq!(s.timer_count(), 0);
     assert_eq!(s.next_deadline(), None);
     assert_eq!(s.poll_action(t(15)), peek(&["late", "early", "early2"]));

@@ -1,89 +1,288 @@
-use super::{ContractEnv, token};
-use crate::ports::{ClaimState, ClaimStore, SettleAction, SettleResult, Settlement};
+use std::time::Duration;
 
-fn settle(key: &str, action: SettleAction) -> Settlement {
-    Settlement { key: key.to_owned(), action }
+use futures::future::join_all;
+
+use super::{Checked, ContractEnv, Rule, Suite, Violation, token};
+use crate::ports::{ClaimState, ClaimStore, MessageId, SettleAction, SettleResult, Settlement};
+use crate::token::LeaseToken;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn settle(id: &MessageId, action: SettleAction) -> Settlement {
+    Settlement { id: id.clone(), action }
 }
 
-/// The [`ClaimStore`] contract of SPEC §6: batch claim, done suppresses, foreign
-/// pending abandons, compare-and-settle, pending and done expiry.
+fn s_id(id: &str) -> MessageId {
+    MessageId::String(id.to_owned())
+}
+
+fn pending(holder: &str) -> ClaimState {
+    ClaimState::PendingElsewhere { holder: holder.to_owned() }
+}
+
+/// The [`ClaimStore`] contract: one `Claimed` among concurrent claims of a message,
+/// answers in order, done suppresses, another's pending claim abandons, pending and
+/// done claims expire, settlements act only on our own pending claim, ids of
+/// different types and queues are different claims, and (with an outage hook)
+/// errors never pass for states.
 ///
-/// # Panics
-/// On the first broken rule, naming it.
-pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_>) {
-    let long = std::time::Duration::from_secs(60);
-    let a = token("alpha", 11);
-    let b = token("beta", 12);
-    let c = token("gamma", 13);
-    let k = |id: &str| env.keys.message_claim("contract-q", id);
-    let (k1, k2, k3, k4) = (k("m1"), k("m2"), k("m{3}:x"), k("m4"));
+/// # Errors
+/// The first rule the store broke.
+pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation> {
+    let mut s = Suite::new(env);
+    let queue = env.name("contract-q");
+    lifecycle(&mut s, store, &queue).await?;
+    expiry(&mut s, store, &queue).await?;
+    shapes(&mut s, store, &queue).await?;
+    exclusion(&mut s, store, &queue).await?;
+    errors(&mut s, store, &queue).await?;
+    Ok(s.finish())
+}
 
-    assert_eq!(store.claim_batch(&[], &a, long).await.expect("empty claim"), Vec::new());
-    assert_eq!(store.settle_batch(&[], &a, long).await.expect("empty settle"), Vec::new());
+async fn claim<S: ClaimStore + ?Sized>(
+    s: &mut Suite<'_>,
+    store: &S,
+    queue: &str,
+    ids: &[MessageId],
+    t: &LeaseToken,
+    ttl: Duration,
+) -> Result<Vec<ClaimState>, Violation> {
+    let got = s.answer("claim_batch", store.claim_batch(queue, ids, t, ttl).await)?;
+    s.ensure(got.len() == ids.len(), Rule::ClaimOrder, || {
+        format!("claim_batch of {} ids answered {} states: {got:?}", ids.len(), got.len())
+    })?;
+    Ok(got)
+}
 
-    let got = store.claim_batch(&[k1.clone(), k2.clone()], &a, long).await.expect("claim a");
-    assert_eq!(got, vec![ClaimState::Claimed, ClaimState::Claimed], "absent keys MUST be Claimed, in order");
-    let got = store.claim_batch(std::slice::from_ref(&k1), &b, long).await.expect("claim b");
-    assert_eq!(
-        got,
-        vec![ClaimState::PendingElsewhere { holder: "alpha".into() }],
-        "another's pending claim MUST be PendingElsewhere naming the holder"
-    );
+async fn settle_all<S: ClaimStore + ?Sized>(
+    s: &mut Suite<'_>,
+    store: &S,
+    queue: &str,
+    settlements: &[Settlement],
+    t: &LeaseToken,
+    ttl: Duration,
+) -> Result<Vec<SettleResult>, Violation> {
+    let got = s.answer("settle_batch", store.settle_batch(queue, settlements, t, ttl).await)?;
+    s.ensure(got.len() == settlements.len(), Rule::ClaimSettleOrder, || {
+        format!("settle_batch of {} settlements answered {} results: {got:?}", settlements.len(), got.len())
+    })?;
+    Ok(got)
+}
 
-    let got = store
-        .settle_batch(&[settle(&k1, SettleAction::MarkDone), settle(&k2, SettleAction::Release)], &a, long)
-        .await
-        .expect("settle a");
-    assert_eq!(got, vec![SettleResult::Settled, SettleResult::Settled]);
-    let got = store.claim_batch(&[k1.clone(), k2.clone()], &b, long).await.expect("claim b again");
-    assert_eq!(got, vec![ClaimState::Done, ClaimState::Claimed], "done MUST suppress; a released claim MUST be free");
+/// Claim, pending elsewhere, settle, done suppresses, a released claim is free, and
+/// nobody settles a claim that is not their pending one.
+async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+    let (a, b, c) = (token("alpha", 11), token("beta", 12), token("gamma", 13));
+    let (m1, m2) = (s_id("m1"), s_id("m2"));
 
-    // Compare-and-settle: nobody settles a claim that is not their pending one.
-    let got = store
-        .settle_batch(&[settle(&k1, SettleAction::Release), settle(&k2, SettleAction::MarkDone)], &a, long)
-        .await
-        .expect("foreign settle");
-    assert_eq!(got, vec![SettleResult::NotOwner, SettleResult::NotOwner]);
-    assert_eq!(
-        store.claim_batch(&[k1.clone(), k2.clone()], &c, long).await.expect("claim c"),
-        vec![ClaimState::Done, ClaimState::PendingElsewhere { holder: "beta".into() }],
-        "a foreign settle MUST change nothing"
-    );
+    let got = claim(s, store, queue, &[], &a, LONG).await?;
+    s.ensure(got.is_empty(), Rule::ClaimOrder, || format!("an empty claim answered {got:?}"))?;
+    let got = settle_all(s, store, queue, &[], &a, LONG).await?;
+    s.ensure(got.is_empty(), Rule::ClaimSettleOrder, || format!("an empty settle answered {got:?}"))?;
 
-    // A crashed submitter's pending claim expires and a redelivery can take it.
-    assert_eq!(
-        store.claim_batch(std::slice::from_ref(&k3), &a, env.short_ttl).await.expect("claim"),
-        vec![ClaimState::Claimed]
-    );
-    env.wait(env.short_ttl * 3).await;
-    assert_eq!(
-        store.claim_batch(std::slice::from_ref(&k3), &b, long).await.expect("claim after expiry"),
-        vec![ClaimState::Claimed],
-        "an expired pending claim MUST be claimable"
-    );
-    assert_eq!(
-        store.settle_batch(&[settle(&k3, SettleAction::MarkDone)], &a, long).await.expect("late settle"),
-        vec![SettleResult::NotOwner],
-        "the crashed holder MUST NOT settle the new claim"
-    );
+    let got = claim(s, store, queue, &[m1.clone(), m2.clone()], &a, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed, ClaimState::Claimed], Rule::ClaimExclusive, || {
+        format!("claims of two free messages answered {got:?}")
+    })?;
+    let got = claim(s, store, queue, std::slice::from_ref(&m1), &b, LONG).await?;
+    s.ensure(got == [pending("alpha")], Rule::ClaimPending, || format!("alpha's pending claim answered beta {got:?}"))?;
 
-    // The dedup window ends. (Three short TTLs of window, so a stalled machine between
-    // the settle and the check does not expire it early.)
-    assert_eq!(
-        store.settle_batch(&[settle(&k3, SettleAction::MarkDone)], &b, env.short_ttl * 3).await.expect("settle"),
-        vec![SettleResult::Settled]
-    );
-    assert_eq!(store.claim_batch(std::slice::from_ref(&k3), &c, long).await.expect("claim"), vec![ClaimState::Done]);
-    env.wait(env.short_ttl * 5).await;
-    assert_eq!(store.claim_batch(std::slice::from_ref(&k3), &c, long).await.expect("claim"), vec![ClaimState::Claimed]);
+    let got = settle_all(
+        s,
+        store,
+        queue,
+        &[settle(&m1, SettleAction::MarkDone), settle(&m2, SettleAction::Release)],
+        &a,
+        LONG,
+    )
+    .await?;
+    s.ensure(got == [SettleResult::Settled, SettleResult::Settled], Rule::ClaimSettleOwner, || {
+        format!("the holder's settlements of its pending claims answered {got:?}")
+    })?;
+    let got = claim(s, store, queue, std::slice::from_ref(&m1), &b, LONG).await?;
+    s.ensure(got == [ClaimState::Done], Rule::ClaimDone, || format!("a claim marked done answered {got:?}"))?;
+    let got = claim(s, store, queue, std::slice::from_ref(&m2), &b, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimSettleRelease, || format!("a released claim answered {got:?}"))?;
 
-    // A key twice in one call is claimed once.
-    let got = store.claim_batch(&[k4.clone(), k4.clone()], &a, long).await.expect("dup claim");
-    assert_eq!(got[0], ClaimState::Claimed);
-    assert_ne!(got[1], ClaimState::Claimed, "a repeated key MUST be Claimed at most once");
+    let got = settle_all(
+        s,
+        store,
+        queue,
+        &[settle(&m1, SettleAction::Release), settle(&m2, SettleAction::MarkDone)],
+        &a,
+        LONG,
+    )
+    .await?;
+    s.ensure(got == [SettleResult::NotOwner, SettleResult::NotOwner], Rule::ClaimSettleOwner, || {
+        format!("alpha's settlements of a done claim and of beta's pending claim answered {got:?}")
+    })?;
+    let got1 = claim(s, store, queue, std::slice::from_ref(&m1), &c, LONG).await?;
+    let got2 = claim(s, store, queue, std::slice::from_ref(&m2), &c, LONG).await?;
+    s.ensure(got1 == [ClaimState::Done] && got2 == [pending("beta")], Rule::ClaimSettleOwner, || {
+        format!("after settlements that were not alpha's to make, the claims answered {got1:?} and {got2:?}")
+    })?;
+    let got = settle_all(s, store, queue, &[settle(&m2, SettleAction::Release)], &b, LONG).await?;
+    s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || format!("beta's release answered {got:?}"))?;
+    Ok(())
+}
 
-    // Clean up.
-    let _ = store.settle_batch(&[settle(&k4, SettleAction::Release)], &a, long).await;
-    let _ = store.settle_batch(&[settle(&k3, SettleAction::Release)], &c, long).await;
-    let _ = store.settle_batch(&[settle(&k2, SettleAction::Release)], &b, long).await;
+/// A crashed holder's pending claim expires and a redelivery takes it; the crashed
+/// holder cannot settle the new claim; the dedup window ends.
+async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+    let (a, b, c) = (token("alpha", 21), token("beta", 22), token("gamma", 23));
+    let short = s.env.short_ttl;
+    let m3 = s_id("m{3}:x y");
+
+    let got = claim(s, store, queue, std::slice::from_ref(&m3), &a, short).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimExclusive, || format!("a free claim answered {got:?}"))?;
+    s.env.wait(short * 3).await;
+    let got = claim(s, store, queue, std::slice::from_ref(&m3), &b, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimPendingExpires, || {
+        format!("a {short:?} pending claim answered {got:?} after {:?}", short * 3)
+    })?;
+    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::MarkDone)], &a, LONG).await?;
+    s.ensure(got == [SettleResult::NotOwner], Rule::ClaimSettleOwner, || {
+        format!("the crashed holder's settlement of the new claim answered {got:?}")
+    })?;
+
+    // Three short times of window, so a stalled machine between the settle and the
+    // check does not end it early.
+    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::MarkDone)], &b, short * 3).await?;
+    s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
+        format!("the holder's settlement answered {got:?}")
+    })?;
+    let got = claim(s, store, queue, std::slice::from_ref(&m3), &c, LONG).await?;
+    s.ensure(got == [ClaimState::Done], Rule::ClaimDone, || format!("a claim marked done answered {got:?}"))?;
+    s.env.wait(short * 6).await;
+    let got = claim(s, store, queue, std::slice::from_ref(&m3), &c, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimDoneExpires, || {
+        format!("a claim done for {:?} answered {got:?} after {:?}", short * 3, short * 6)
+    })?;
+    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::Release)], &c, LONG).await?;
+    s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
+        format!("the holder's release answered {got:?}")
+    })?;
+    Ok(())
+}
+
+/// A repeated id, ids of every type, another queue, and answers in order in mixed
+/// batches.
+async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+    let (a, b) = (token("alpha", 31), token("beta", 32));
+    let (m4, m5) = (s_id("m4"), s_id("m5"));
+    let got = claim(s, store, queue, std::slice::from_ref(&m5), &a, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimExclusive, || format!("a free claim answered {got:?}"))?;
+
+    let typed = [
+        s_id("42"),
+        MessageId::Ulong(42),
+        MessageId::Binary(b"42".to_vec()),
+        MessageId::Uuid(*b"0123456789abcdef"),
+        s_id("ulong:42"),
+        s_id("binary:3432"),
+        MessageId::Binary(Vec::new()),
+        s_id(""),
+    ];
+    let got = claim(s, store, queue, &typed, &a, LONG).await?;
+    s.ensure(got.iter().all(|c| *c == ClaimState::Claimed), Rule::ClaimDistinct, || {
+        format!("ids of different types ({typed:?}) answered {got:?}")
+    })?;
+    let other_queue = s.env.name("contract-q2");
+    let got = claim(s, store, &other_queue, &typed[..1], &b, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimDistinct, || {
+        format!("the same id in another queue answered {got:?}")
+    })?;
+
+    let (f1, f2, done) = (s_id("fresh-1"), s_id("fresh-2"), s_id("m1"));
+    let got = claim(s, store, queue, &[f1.clone(), done.clone(), f2.clone(), m5.clone()], &b, LONG).await?;
+    let want = [ClaimState::Claimed, ClaimState::Done, ClaimState::Claimed, pending("alpha")];
+    s.ensure(got == want, Rule::ClaimOrder, || format!("a mixed batch answered {got:?}, not {want:?}"))?;
+    let settlements = [
+        settle(&f2, SettleAction::Release),
+        settle(&m5, SettleAction::MarkDone),
+        settle(&f1, SettleAction::MarkDone),
+        settle(&typed[0], SettleAction::Release),
+    ];
+    let got = settle_all(s, store, queue, &settlements, &b, LONG).await?;
+    let want = [SettleResult::Settled, SettleResult::NotOwner, SettleResult::Settled, SettleResult::NotOwner];
+    s.ensure(got == want, Rule::ClaimSettleOrder, || format!("mixed settlements answered {got:?}, not {want:?}"))?;
+
+    let got = claim(s, store, queue, &[m4.clone(), m4.clone()], &a, LONG).await?;
+    s.ensure(got[0] == ClaimState::Claimed && got[1] != ClaimState::Claimed, Rule::ClaimRepeat, || {
+        format!("an id twice in one call answered {got:?}")
+    })?;
+
+    // Clean up what alpha still holds.
+    let mut mine: Vec<Settlement> = typed.iter().map(|id| settle(id, SettleAction::Release)).collect();
+    mine.push(settle(&m4, SettleAction::Release));
+    mine.push(settle(&m5, SettleAction::Release));
+    let got = settle_all(s, store, queue, &mine, &a, LONG).await?;
+    s.ensure(got.iter().all(|r| *r == SettleResult::Settled), Rule::ClaimSettleOwner, || {
+        format!("the holder's releases answered {got:?}")
+    })?;
+    let got = settle_all(s, store, &other_queue, &[settle(&typed[0], SettleAction::Release)], &b, LONG).await?;
+    s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
+        format!("the holder's release answered {got:?}")
+    })?;
+    Ok(())
+}
+
+/// Many callers claim the same messages at once, in different orders, round after
+/// round: each message is `Claimed` exactly once.
+async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+    let callers = s.env.callers;
+    for round in 0..s.env.rounds {
+        let ids = [s_id(&format!("race-{round}-a")), s_id(&format!("race-{round}-b")), MessageId::Ulong(round as u64)];
+        let tokens: Vec<LeaseToken> =
+            (0..callers).map(|i| token(&format!("racer{i}"), (round * callers + i) as u64 + 500)).collect();
+        let batches: Vec<Vec<MessageId>> = (0..callers)
+            .map(|i| {
+                let mut b = ids.to_vec();
+                b.rotate_left(i % ids.len());
+                b
+            })
+            .collect();
+        let answers =
+            join_all(tokens.iter().zip(&batches).map(|(t, ids)| store.claim_batch(queue, ids, t, LONG))).await;
+        let mut claimed = vec![0usize; ids.len()];
+        let mut owner = vec![None; ids.len()];
+        for (i, a) in answers.into_iter().enumerate() {
+            let states = s.answer("claim_batch", a)?;
+            s.ensure(states.len() == ids.len(), Rule::ClaimOrder, || format!("round {round}: answered {states:?}"))?;
+            for (id, state) in batches[i].iter().zip(states) {
+                let k = ids.iter().position(|x| x == id).unwrap_or(0);
+                if state == ClaimState::Claimed {
+                    claimed[k] += 1;
+                    owner[k] = Some(i);
+                }
+            }
+        }
+        s.ensure(claimed.iter().all(|&n| n == 1), Rule::ClaimExclusive, || {
+            format!("round {round}: {callers} concurrent claims of {ids:?} answered Claimed {claimed:?} times")
+        })?;
+        for (k, id) in ids.iter().enumerate() {
+            if let Some(i) = owner[k] {
+                let got = settle_all(s, store, queue, &[settle(id, SettleAction::Release)], &tokens[i], LONG).await?;
+                s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
+                    format!("round {round}: the winner's release answered {got:?}")
+                })?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// While the store cannot answer, claims and settlements answer `Err`.
+async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+    let a = token("alpha", 41);
+    let id = s_id("outage");
+    let Some(outage) = s.begin_outage(&[Rule::ClaimError, Rule::ClaimSettleError]).await else { return Ok(()) };
+    let claimed = store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG).await;
+    let settled = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
+    outage.end().await;
+    s.must_fail(Rule::ClaimError, "claim_batch", &claimed)?;
+    s.must_fail(Rule::ClaimSettleError, "settle_batch", &settled)?;
+    // A timed-out claim may have landed once the store answered again.
+    let _ = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
+    Ok(())
 }

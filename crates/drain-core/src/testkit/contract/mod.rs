@@ -1,43 +1,277 @@
-//! Contract suites: one behaviour suite per port, run against the in-memory
-//! implementations here and against the real adapters in their own tests.
+//! Contract suites: one behaviour suite per port, run against drain-core's in-memory
+//! ports in its own tests and against every real adapter in the adapter's tests.
 //!
-//! Each suite is an async function that panics with a message naming the broken
-//! MUST clause. It needs a [`Clock`] to let TTLs and locks expire: a
-//! [`super::ManualClock`] under [`super::block_on`] for in-memory ports, a real
-//! clock for real servers (then keep `short_ttl` small, e.g. 300 ms).
+//! Each suite is an async function that drives the implementation through the
+//! port's rules (the MUST sentences of its docs, each named) and answers
+//! `Ok(`[`Checked`]`)` with the rules it checked, or `Err(`[`Violation`]`)` naming the
+//! first rule it found broken. Mutual exclusion is checked the way it breaks: many
+//! callers at once, over many rounds. The calls of one round run concurrently on the
+//! caller's task, so a store that talks to a server sees them in parallel.
+//!
+//! A suite needs a [`ContractEnv`]: a [`Clock`] to let time to live run out
+//! (`memory::ManualClock` under `memory::block_on` for in-memory ports; a real clock
+//! such as drain-clock's `TokioClock` for real servers, with `short_ttl` around
+//! 300 ms), and optionally an [`Outage`] that makes the store unable to answer, so
+//! that the error rules are checked too (without one they are listed as skipped).
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use drain_core::memory::{ManualClock, MemoryStore, block_on};
+//! use drain_core::ports::Clock;
+//! use drain_core::testkit::contract::{self, ContractEnv};
+//!
+//! let clock = Arc::new(ManualClock::new());
+//! let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+//! let env = ContractEnv::new(&*clock).outage(&store);
+//! let checked = block_on(&clock, contract::lease_store(&store, &env)).unwrap();
+//! assert!(checked.skipped.is_empty());
+//! ```
 
 mod claim;
 mod lease;
+mod owners;
+mod rules;
 mod source;
+mod wake;
 
 pub use claim::claim_store;
 pub use lease::lease_store;
+pub use owners::owner_claims;
+pub use rules::{Port, Rule};
 pub use source::message_source;
+pub use wake::release_wake;
 
+use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 
-use crate::keys::KeySpace;
+use async_trait::async_trait;
+use futures::FutureExt;
+use futures::future::{Either, select};
+
+use crate::error::PortError;
 use crate::ports::Clock;
 use crate::token::LeaseToken;
 
-/// What a suite needs besides the implementation under test.
-pub struct ContractEnv<'a> {
-    /// Waits for TTLs to pass.
-    pub clock: &'a dyn Clock,
-    /// A key space no other test uses (a unique prefix per run).
-    pub keys: KeySpace,
-    /// A TTL short enough to wait out, long enough that the store will not expire it
-    /// before the next call returns.
-    pub short_ttl: Duration,
+/// A rule the implementation broke, and what the suite saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The rule.
+    pub rule: Rule,
+    /// What happened instead.
+    pub detail: String,
 }
 
-impl ContractEnv<'_> {
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rule `{}` broken ({}): {}", self.rule.id(), self.rule.port().doc(), self.detail)
+    }
+}
+
+impl std::error::Error for Violation {}
+
+/// What a suite checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// The rules it checked, each once, in the order first checked.
+    pub checked: Vec<Rule>,
+    /// The rules it could not check, with the reason (e.g. no [`Outage`] was given).
+    pub skipped: Vec<(Rule, &'static str)>,
+}
+
+/// Makes the store unable to answer and able again, for the error rules: stop or
+/// pause the server, cut the connection, make an in-memory store fail.
+#[async_trait]
+pub trait Outage: Send + Sync {
+    /// From now on the store cannot answer (its calls must fail, within their
+    /// timeouts).
+    async fn begin(&self);
+    /// The store answers again.
+    async fn end(&self);
+}
+
+/// What a suite needs besides the implementation under test.
+#[derive(Clone, Copy)]
+pub struct ContractEnv<'a> {
+    /// Waits for time to live to pass.
+    pub clock: &'a dyn Clock,
+    /// A time to live short enough to wait out, long enough that the store does not
+    /// expire it before the next call returns.
+    pub short_ttl: Duration,
+    /// Put before every queue, owner and instance name the suite uses, so that
+    /// suites running at once on one store do not meet.
+    pub names: &'a str,
+    /// Concurrent callers per round of the mutual-exclusion checks (at least 2).
+    pub callers: usize,
+    /// Rounds of the mutual-exclusion checks.
+    pub rounds: usize,
+    /// Makes the store unable to answer; `None` skips the error rules.
+    pub outage: Option<&'a dyn Outage>,
+}
+
+impl<'a> ContractEnv<'a> {
+    /// Defaults: `short_ttl` 300 ms, no name prefix, 8 callers over 20 rounds, no
+    /// outage.
+    #[must_use]
+    pub fn new(clock: &'a dyn Clock) -> Self {
+        ContractEnv { clock, short_ttl: Duration::from_millis(300), names: "", callers: 8, rounds: 20, outage: None }
+    }
+
+    /// With this short time to live.
+    #[must_use]
+    pub fn short_ttl(mut self, ttl: Duration) -> Self {
+        self.short_ttl = ttl;
+        self
+    }
+
+    /// With this name prefix.
+    #[must_use]
+    pub fn names(mut self, prefix: &'a str) -> Self {
+        self.names = prefix;
+        self
+    }
+
+    /// With this many concurrent callers over this many rounds.
+    #[must_use]
+    pub fn concurrency(mut self, callers: usize, rounds: usize) -> Self {
+        self.callers = callers.max(2);
+        self.rounds = rounds.max(1);
+        self
+    }
+
+    /// With an outage hook, so that the error rules are checked.
+    #[must_use]
+    pub fn outage(mut self, outage: &'a dyn Outage) -> Self {
+        self.outage = Some(outage);
+        self
+    }
+
+    fn name(&self, name: &str) -> String {
+        format!("{}{name}", self.names)
+    }
+
     async fn wait(&self, d: Duration) {
         let until = self.clock.now() + d;
         self.clock.sleep_until(until).await;
     }
+
+    /// `fut`'s output, or `None` once `d` has passed on the clock.
+    async fn within<F: Future>(&self, d: Duration, fut: F) -> Option<F::Output> {
+        let until = self.clock.now() + d;
+        let sleep = self.clock.sleep_until(until);
+        futures::pin_mut!(fut);
+        match select(fut, sleep).await {
+            Either::Left((out, _)) => Some(out),
+            Either::Right(((), _)) => None,
+        }
+    }
 }
 
-fn token(instance: &str, n: u64) -> LeaseToken {
-    LeaseToken::generate(instance, &mut super::TestRng::new(n))
+/// The rules a suite checked so far, and the checks.
+#[derive(Default)]
+struct Tally {
+    done: Checked,
+}
+
+impl Tally {
+    /// Fail `rule` unless `ok`.
+    fn ensure(&mut self, ok: bool, rule: Rule, detail: impl FnOnce() -> String) -> Result<(), Violation> {
+        if !self.done.checked.contains(&rule) {
+            self.done.checked.push(rule);
+        }
+        if ok { Ok(()) } else { Err(Violation { rule, detail: detail() }) }
+    }
+
+    /// The answer of a call to a healthy store, or a `store.answers` violation.
+    fn answer<T>(&mut self, what: &str, r: Result<T, PortError>) -> Result<T, Violation> {
+        match r {
+            Ok(v) => {
+                self.ensure(true, Rule::StoreAnswers, String::new)?;
+                Ok(v)
+            }
+            Err(e) => {
+                Err(Violation { rule: Rule::StoreAnswers, detail: format!("{what} failed on a healthy store: {e}") })
+            }
+        }
+    }
+
+    fn skip(&mut self, rules: &[Rule], why: &'static str) {
+        for &r in rules {
+            if !self.done.skipped.iter().any(|(s, _)| *s == r) {
+                self.done.skipped.push((r, why));
+            }
+        }
+    }
+
+    /// Fail `rule` unless the call made during an outage failed.
+    fn must_fail<T: fmt::Debug>(&mut self, rule: Rule, what: &str, r: &Result<T, PortError>) -> Result<(), Violation> {
+        self.ensure(r.is_err(), rule, || format!("{what} answered {} while the store could not answer", shown(r)))
+    }
+
+    fn finish(self) -> Checked {
+        self.done
+    }
+}
+
+/// A store suite: its environment and its tally.
+struct Suite<'a> {
+    env: ContractEnv<'a>,
+    tally: Tally,
+}
+
+impl<'a> Suite<'a> {
+    fn new(env: &ContractEnv<'a>) -> Self {
+        Suite { env: *env, tally: Tally::default() }
+    }
+
+    /// Begin an outage when there is an outage hook (the caller makes its calls,
+    /// ends it, then checks the answers); otherwise mark `rules` skipped.
+    async fn begin_outage(&mut self, rules: &[Rule]) -> Option<&'a dyn Outage> {
+        match self.env.outage {
+            Some(outage) => {
+                outage.begin().await;
+                Some(outage)
+            }
+            None => {
+                self.tally.skip(rules, "no Outage hook in the ContractEnv");
+                None
+            }
+        }
+    }
+
+    fn finish(self) -> Checked {
+        self.tally.finish()
+    }
+}
+
+impl std::ops::Deref for Suite<'_> {
+    type Target = Tally;
+    fn deref(&self) -> &Tally {
+        &self.tally
+    }
+}
+
+impl std::ops::DerefMut for Suite<'_> {
+    fn deref_mut(&mut self) -> &mut Tally {
+        &mut self.tally
+    }
+}
+
+/// A token for `instance` from a fixed seed.
+fn token(instance: &str, seed: u64) -> LeaseToken {
+    LeaseToken::generate(instance, &mut super::TestRng::new(seed))
+}
+
+/// How a result looks in a violation: the answer, or the error's kind.
+fn shown<T: fmt::Debug>(r: &Result<T, PortError>) -> String {
+    match r {
+        Ok(v) => format!("{v:?}"),
+        Err(e) => format!("Err({})", e.kind),
+    }
+}
+
+/// Poll `fut` once: its output if it is ready now.
+fn ready_now<F: Future>(fut: F) -> Option<F::Output> {
+    fut.now_or_never()
 }

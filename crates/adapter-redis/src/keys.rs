@@ -1,4 +1,16 @@
-//! The Redis key layout of SPEC §4–§6, Cluster-safe and collision-free.
+//! drain's Redis key layout, Cluster-safe and collision-free.
+//!
+//! | what | key |
+//! |---|---|
+//! | a queue's lease ([`LeaseName::queue`]) | `<prefix>:lease:{<queue>}` holds the token; `<prefix>:fence:{<queue>}` the fence counter |
+//! | an owner's claim ([`LeaseName::owner`]) | `<prefix>:claim:{<owner>}` holds the token; `<prefix>:claim-fence:{<owner>}` the fence counter |
+//! | an owner's waiters (release wake-up) | `<prefix>:waiters:{<owner>}`, a list of wake channels |
+//! | a message's claim | `<prefix>:msg:{<queue>}:<id>` holds `pending:<token>` or `done:<token>` |
+//! | an instance's wake channel (pub/sub, not a key) | `<prefix>:wake:<instance>` |
+//!
+//! A string message id appears as itself (encoded); an id of another type carries
+//! its type, `ulong:<n>`, `uuid:<32 hex>` or `binary:<encoded bytes>`: an encoded
+//! name never holds a `:`, so the string `"42"` and the number 42 are two keys.
 //!
 //! Every key that a multi-key operation touches carries the same hash tag
 //! (`{<queue>}` or `{<owner>}`), so a script never crosses slots. Names are encoded
@@ -8,6 +20,8 @@
 //! distinct keys.
 
 use std::fmt::Write as _;
+
+use drain_core::ports::{LeaseKind, LeaseName, MessageId};
 
 /// Encode a queue, owner or message name for use inside a key.
 ///
@@ -65,12 +79,12 @@ pub fn decode_name(encoded: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// The two keys of one queue's single-flight lease; both share the queue's hash slot.
+/// The two keys of one lease; both share the lease's hash slot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LeaseKey {
-    /// `<prefix>:lease:{<queue>}`: holds the holder's token.
+pub struct LeaseKeys {
+    /// Holds the holder's token.
     pub lease: String,
-    /// `<prefix>:fence:{<queue>}`: the fencing counter.
+    /// The fencing counter.
     pub fence: String,
 }
 
@@ -81,7 +95,7 @@ pub struct KeySpace {
 }
 
 impl KeySpace {
-    /// A key space under `prefix` (validated by [`crate::settings::key_prefix`]).
+    /// A key space under `prefix`.
     #[must_use]
     pub fn new(prefix: impl Into<String>) -> Self {
         KeySpace { prefix: prefix.into() }
@@ -93,13 +107,18 @@ impl KeySpace {
         &self.prefix
     }
 
-    /// The lease and fence keys of `queue`.
+    /// The keys of `lease`: `lease:`/`fence:` for a queue, `claim:`/`claim-fence:`
+    /// for an owner.
     #[must_use]
-    pub fn lease(&self, queue: &str) -> LeaseKey {
-        let tag = encode_name(queue.as_bytes());
-        LeaseKey {
-            lease: format!("{}:lease:{{{tag}}}", self.prefix),
-            fence: format!("{}:fence:{{{tag}}}", self.prefix),
+    pub fn lease(&self, lease: &LeaseName) -> LeaseKeys {
+        let tag = encode_name(lease.name().as_bytes());
+        let (held, fence) = match lease.kind() {
+            LeaseKind::Owner => ("claim", "claim-fence"),
+            _ => ("lease", "fence"),
+        };
+        LeaseKeys {
+            lease: format!("{}:{held}:{{{tag}}}", self.prefix),
+            fence: format!("{}:{fence}:{{{tag}}}", self.prefix),
         }
     }
 
@@ -107,18 +126,6 @@ impl KeySpace {
     #[must_use]
     pub fn owner_claim(&self, owner: &str) -> String {
         format!("{}:claim:{{{}}}", self.prefix, encode_name(owner.as_bytes()))
-    }
-
-    /// The owner's claim as a lease: the claim key admission peeks, and a fence
-    /// counter in the same slot, for owner work that takes its claim with
-    /// [`crate::ports::LeaseStore::acquire`].
-    #[must_use]
-    pub fn owner_lease(&self, owner: &str) -> LeaseKey {
-        let tag = encode_name(owner.as_bytes());
-        LeaseKey {
-            lease: format!("{}:claim:{{{tag}}}", self.prefix),
-            fence: format!("{}:claim-fence:{{{tag}}}", self.prefix),
-        }
     }
 
     /// The owner's waiter list `<prefix>:waiters:{<owner>}`, in the claim's hash slot:
@@ -137,10 +144,11 @@ impl KeySpace {
         format!("{}:wake:{}", self.prefix, encode_name(instance.as_bytes()))
     }
 
-    /// The per-message claim key `<prefix>:msg:{<queue>}:<message-id>`.
+    /// The per-message claim key `<prefix>:msg:{<queue>}:<id>`, the id typed (see
+    /// the module docs).
     #[must_use]
-    pub fn message_claim(&self, queue: &str, message_id: &str) -> String {
-        format!("{}:msg:{{{}}}:{}", self.prefix, encode_name(queue.as_bytes()), encode_name(message_id.as_bytes()))
+    pub fn message_claim(&self, queue: &str, id: &MessageId) -> String {
+        format!("{}:msg:{{{}}}:{}", self.prefix, encode_name(queue.as_bytes()), encode_id(id))
     }
 
     /// What `key` is in this key space; `None` for a key of another prefix or shape.
@@ -158,7 +166,7 @@ impl KeySpace {
             ("claim-fence", "") => Some(KeyKind::OwnerFence { owner: name }),
             ("waiters", "") => Some(KeyKind::OwnerWaiters { owner: name }),
             ("msg", tail) => {
-                let id = decode_name(tail.strip_prefix(':')?)?;
+                let id = decode_id(tail.strip_prefix(':')?)?;
                 Some(KeyKind::MessageClaim { queue: name, message_id: id })
             }
             _ => None,
@@ -212,9 +220,48 @@ pub enum KeyKind {
     MessageClaim {
         /// Queue name bytes.
         queue: Vec<u8>,
-        /// Message id bytes.
-        message_id: Vec<u8>,
+        /// The message id, with its type.
+        message_id: MessageId,
     },
+}
+
+/// A message id as the tail of its claim key.
+fn encode_id(id: &MessageId) -> String {
+    match id {
+        MessageId::String(s) => encode_name(s.as_bytes()),
+        MessageId::Ulong(n) => format!("ulong:{n}"),
+        MessageId::Uuid(b) => {
+            let mut out = String::with_capacity(37);
+            out.push_str("uuid:");
+            for byte in b {
+                let _ = write!(out, "{byte:02x}");
+            }
+            out
+        }
+        MessageId::Binary(b) => format!("binary:{}", encode_name(b)),
+    }
+}
+
+/// What [`encode_id`] produced; `None` for anything else.
+fn decode_id(tail: &str) -> Option<MessageId> {
+    let Some((ty, rest)) = tail.split_once(':') else {
+        return String::from_utf8(decode_name(tail)?).ok().map(MessageId::String);
+    };
+    match ty {
+        "ulong" if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) => {
+            let n: u64 = rest.parse().ok()?;
+            (n.to_string() == rest).then_some(MessageId::Ulong(n))
+        }
+        "uuid" if rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => {
+            let mut out = [0u8; 16];
+            for (i, byte) in out.iter_mut().enumerate() {
+                *byte = u8::from_str_radix(&rest[2 * i..2 * i + 2], 16).ok()?;
+            }
+            Some(MessageId::Uuid(out))
+        }
+        "binary" => decode_name(rest).map(MessageId::Binary),
+        _ => None,
+    }
 }
 
 /// The hash tag Redis Cluster uses for `key`: the bytes between the first `{` and the
@@ -267,39 +314,68 @@ mod tests {
     #[test]
     fn layout_and_slots() {
         let ks = KeySpace::new("drain");
-        let k = ks.lease("requests");
+        let k = ks.lease(&LeaseName::queue("requests"));
         assert_eq!(k.lease, "drain:lease:{requests}");
         assert_eq!(k.fence, "drain:fence:{requests}");
         assert_eq!(hash_tag(&k.lease), hash_tag(&k.fence));
         assert_eq!(ks.owner_claim("o{1}"), "drain:claim:{o%7B1%7D}");
-        assert_eq!(ks.owner_lease("o{1}").lease, ks.owner_claim("o{1}"));
-        assert_eq!(hash_tag(&ks.owner_lease("o").fence), hash_tag(&ks.owner_lease("o").lease));
+        let owner = ks.lease(&LeaseName::owner("o{1}"));
+        assert_eq!(owner.lease, ks.owner_claim("o{1}"));
+        assert_eq!(owner.fence, "drain:claim-fence:{o%7B1%7D}");
+        assert_eq!(hash_tag(&owner.fence), hash_tag(&owner.lease));
         assert_eq!(ks.owner_waiters("o{1}"), "drain:waiters:{o%7B1%7D}");
         assert_eq!(hash_tag(&ks.owner_waiters("o{1}")), hash_tag(&ks.owner_claim("o{1}")));
         assert_eq!(ks.wake_channel("host-42"), "drain:wake:host-42");
         assert_eq!(ks.wake_channel("a b:{c}"), "drain:wake:a%20b%3A%7Bc%7D");
-        let m = ks.message_claim("q:1", "id}x");
+        let m = ks.message_claim("q:1", &MessageId::from("id}x"));
         assert_eq!(m, "drain:msg:{q%3A1}:id%7Dx");
         assert_eq!(hash_tag(&m), "q%3A1");
-        assert_eq!(hash_tag(&m), hash_tag(&ks.lease("q:1").lease));
+        assert_eq!(hash_tag(&m), hash_tag(&ks.lease(&LeaseName::queue("q:1")).lease));
         assert_eq!(hash_tag("plain"), "plain");
         assert_eq!(hash_tag("a{}b"), "a{}b");
         assert_eq!(KeySpace::new("t*1").scan_pattern(), "t\\*1:*");
     }
 
     #[test]
+    fn message_ids_keep_their_type() {
+        let ks = KeySpace::new("d");
+        let check = |id: MessageId, tail: &str| {
+            let key = ks.message_claim("q", &id);
+            assert_eq!(key, format!("d:msg:{{q}}:{tail}"));
+            assert_eq!(ks.parse(&key), Some(KeyKind::MessageClaim { queue: b"q".to_vec(), message_id: id }), "{key}");
+        };
+        check(MessageId::from("42"), "42");
+        check(MessageId::Ulong(42), "ulong:42");
+        check(MessageId::from("ulong:42"), "ulong%3A42");
+        check(MessageId::Binary(b"42".to_vec()), "binary:42");
+        check(MessageId::Binary(vec![0, 255]), "binary:%00%FF");
+        check(MessageId::Binary(Vec::new()), "binary:%");
+        check(MessageId::from(""), "%");
+        check(MessageId::Uuid([0xab; 16]), "uuid:abababababababababababababababab");
+        for bad in
+            ["ulong:", "ulong:042", "ulong:x", "uuid:ab", "uuid:ABABABABABABABABABABABABABABABAB", "other:1", "a:b:c"]
+        {
+            assert_eq!(ks.parse(&format!("d:msg:{{q}}:{bad}")), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn parse_inverts_every_builder() {
         let ks = KeySpace::new("p:x");
         let q = "we{ird}:q".as_bytes().to_vec();
-        assert_eq!(ks.parse(&ks.lease("we{ird}:q").lease), Some(KeyKind::Lease { queue: q.clone() }));
-        assert_eq!(ks.parse(&ks.lease("we{ird}:q").fence), Some(KeyKind::Fence { queue: q.clone() }));
+        let lease = ks.lease(&LeaseName::queue("we{ird}:q"));
+        assert_eq!(ks.parse(&lease.lease), Some(KeyKind::Lease { queue: q.clone() }));
+        assert_eq!(ks.parse(&lease.fence), Some(KeyKind::Fence { queue: q.clone() }));
         assert_eq!(ks.parse(&ks.owner_claim("o")), Some(KeyKind::OwnerClaim { owner: b"o".to_vec() }));
-        assert_eq!(ks.parse(&ks.owner_lease("o").fence), Some(KeyKind::OwnerFence { owner: b"o".to_vec() }));
+        assert_eq!(
+            ks.parse(&ks.lease(&LeaseName::owner("o")).fence),
+            Some(KeyKind::OwnerFence { owner: b"o".to_vec() })
+        );
         assert_eq!(ks.parse(&ks.owner_waiters("o:{x}")), Some(KeyKind::OwnerWaiters { owner: b"o:{x}".to_vec() }));
         assert_eq!(ks.parse(&ks.wake_channel("i")), None, "a channel, not a key");
         assert_eq!(
-            ks.parse(&ks.message_claim("we{ird}:q", "m:1")),
-            Some(KeyKind::MessageClaim { queue: q, message_id: b"m:1".to_vec() })
+            ks.parse(&ks.message_claim("we{ird}:q", &MessageId::from("m:1"))),
+            Some(KeyKind::MessageClaim { queue: q, message_id: MessageId::from("m:1") })
         );
         for other in ["p:x:lease:{q}x", "p:y:lease:{q}", "p:x:other:{q}", "p:x:lease:q", "p:x:msg:{q}"] {
             assert_eq!(ks.parse(other), None, "{other}");

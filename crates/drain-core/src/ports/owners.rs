@@ -1,0 +1,48 @@
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::admission::OwnerId;
+use crate::error::PortError;
+
+/// What a peek found for one owner's claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnerClaim {
+    /// Nobody holds it: a turn would take it.
+    Free,
+    /// Someone holds it: a turn would lose the race.
+    Held {
+        /// The holder's instance id.
+        holder: String,
+        /// Time left on the holder's claim.
+        remaining: Duration,
+    },
+}
+
+/// Read-only peeks at owners' claims: how claim-aware admission learns, before it
+/// launches a turn, that another instance already holds the owner.
+///
+/// The claims are wherever the embedder's owner work takes them: by default the
+/// owner leases of a [`LeaseStore`](crate::ports::LeaseStore)
+/// ([`LeaseName::owner`](crate::ports::LeaseName::owner)), which drain-core's
+/// `MemoryStore` and the adapters peek in one round trip; an embedder with claims of
+/// its own implements this trait over them.
+///
+/// `testkit::contract::owner_claims` checks every rule below (over a store that is
+/// also the owners' `LeaseStore`); each rule's name follows its sentence.
+///
+/// # Errors
+///
+/// MUST answer `Err`, never `Free`, when the store cannot answer
+/// (rule `owners.error`); admission then admits the owners and counts the error.
+#[async_trait]
+pub trait OwnerClaims: Send + Sync {
+    /// Look at the claim of every owner in `owners` without changing any.
+    ///
+    /// The answer MUST have one entry per owner, in the order of `owners`, and an
+    /// empty `owners` MUST answer an empty vector (rule `owners.order`). An owner
+    /// whose claim is held MUST be `Held` with the holder's instance and a remaining
+    /// time above zero and at most the claim's time to live (rule `owners.held`); a
+    /// free, released or expired claim MUST be `Free` (rule `owners.free`).
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError>;
+}

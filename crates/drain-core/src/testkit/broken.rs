@@ -1,0 +1,632 @@
+//! Deliberately broken stores: each has one defect that a store written from the
+//! port docs could plausibly have, and breaks exactly one rule. drain-core's tests
+//! run every contract suite against each of them and assert that the suite fails
+//! naming that rule, so a suite that stopped catching one would be noticed.
+//!
+//! Without a defect ([`BrokenStore::sound`]) the store is the in-memory store and
+//! passes every suite: a suite fails a broken store because of its defect.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::channel::mpsc;
+
+use super::contract::{Outage, Rule};
+use crate::admission::OwnerId;
+use crate::error::{ErrorKind, PortError};
+use crate::memory::MemoryStore;
+use crate::memory::store::{self as mem, State, StoredClaim};
+use crate::ports::{
+    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
+    Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, Settlement, Waiter, WakeRelease,
+};
+use crate::time::Time;
+use crate::token::{LeaseToken, holder_of};
+
+macro_rules! defects {
+    ($($variant:ident => $rule:ident: $what:literal;)*) => {
+        /// One defect, the rule it breaks, and what it does.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum Defect {
+            $(
+                #[doc = $what]
+                $variant,
+            )*
+        }
+
+        impl Defect {
+            /// Every defect.
+            pub const ALL: &'static [Defect] = &[$(Defect::$variant),*];
+
+            /// The rule a suite must report for it.
+            #[must_use]
+            pub fn rule(self) -> Rule {
+                match self {
+                    $(Defect::$variant => Rule::$rule,)*
+                }
+            }
+
+            /// What is wrong with the store.
+            #[must_use]
+            pub fn describe(self) -> &'static str {
+                match self {
+                    $(Defect::$variant => $what,)*
+                }
+            }
+        }
+    };
+}
+
+defects! {
+    Flaky => StoreAnswers: "fails one call in seven on a healthy store";
+
+    NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
+    FenceDoesNotMove => LeaseFenceIncreases: "every acquire hands out fence 1";
+    FenceExpiresWithLease => LeaseFenceIncreases: "the fence lives as long as the lease: after an expiry it starts again";
+    HeldBumpsFence => LeaseHeldUnchanged: "an acquire of a held lease still counts the fence up";
+    HeldWithoutRemaining => LeaseHeldRemaining: "Held reports no time left (zero)";
+    LeaseNeverExpires => LeaseExpires: "leases ignore their time to live";
+    KindsShareLeases => LeaseNamesDistinct: "a queue's lease and an owner's claim of one name are one lease";
+    AcquireErrorAsHeld => LeaseAcquireError: "an acquire the store cannot answer answers Held";
+    ReleaseIgnoresToken => LeaseReleaseForeign: "release deletes the lease whoever holds it";
+    ReleaseExpiredReleased => LeaseReleaseExpired: "release of our own expired lease answers Released";
+    ReleaseKeepsLease => LeaseReleaseFrees: "release answers Released and keeps the lease";
+    ReleaseErrorAsNotOwner => LeaseReleaseError: "a release the store cannot answer answers NotOwner";
+    RenewDoesNotExtend => LeaseRenewExtends: "renew answers Renewed and changes nothing";
+    RenewIgnoresToken => LeaseRenewForeign: "renew extends the lease whoever holds it";
+    RenewRevivesExpired => LeaseRenewExpired: "renew of our own expired lease takes it back";
+    RenewErrorAsLost => LeaseRenewError: "a renew the store cannot answer answers Lost";
+    PeekStaleFence => LeasePeekAgrees: "peek reports the fence before the holder's";
+    PeekShowsExpired => LeasePeekFree: "peek reports an expired lease as held";
+    PeekErrorAsFree => LeasePeekError: "a peek the store cannot answer answers None";
+
+    NonAtomicClaim => ClaimExclusive: "claims read, then write in a second step: concurrent claims all win";
+    ClaimOutOfOrder => ClaimOrder: "claim states come back in reverse order";
+    ClaimRepeatTwice => ClaimRepeat: "an id twice in one call is claimed twice";
+    DoneAnsweredClaimed => ClaimDone: "a done claim is taken again";
+    PendingWithoutHolder => ClaimPending: "another's pending claim names no holder";
+    PendingNeverExpires => ClaimPendingExpires: "pending claims never expire";
+    IdTypesCollide => ClaimDistinct: "ids are keyed by their text, so the string 42 and the number 42 collide";
+    ClaimErrorAsPending => ClaimError: "a claim the store cannot answer answers PendingElsewhere";
+    SettleIgnoresToken => ClaimSettleOwner: "settlements act on any claim, whoever holds it";
+    DoneNeverExpires => ClaimDoneExpires: "done claims never expire";
+    ReleaseKeepsClaim => ClaimSettleRelease: "Release answers Settled and keeps the claim";
+    SettleOutOfOrder => ClaimSettleOrder: "settle results come back in reverse order";
+    SettleErrorAsSettled => ClaimSettleError: "a settlement the store cannot answer answers Settled";
+
+    OwnersOutOfOrder => OwnersOrder: "owner peeks come back in reverse order";
+    OwnersMissHeld => OwnersHeld: "owner peeks answer Free for every claim";
+    OwnersSeeQueueLeases => OwnersFree: "owner peeks also see a queue lease of the owner's name";
+    OwnersShowExpired => OwnersFree: "owner peeks report expired claims as held";
+    OwnersErrorAsFree => OwnersError: "an owner peek the store cannot answer answers Free";
+
+    PeekDoesNotRegister => WakePeekRegisters: "a held peek never registers the waiter";
+    PeekRegistersFree => WakePeekRegisters: "a peek registers the waiter on free owners too";
+    PeekAndWaitAnswersFree => WakePeekAnswers: "a peek that registers answers Free for every owner";
+    AcquireDoesNotRegister => WakeAcquireRegisters: "a lost acquire never registers the waiter";
+    AcquireKeepsRegistration => WakeAcquireUnregisters: "a won acquire keeps the winner registered";
+    RegisterTwice => WakeRegisterOnce: "registering again adds a second registration";
+    RegistrationsNeverExpire => WakeRegisterExpires: "registrations never lapse";
+    WakeReleaseKeepsClaim => WakeReleaseFrees: "a release that wakes keeps the claim";
+    WakeEveryone => WakeReleaseOne: "a release wakes every waiter";
+    WakeNewest => WakeReleaseOne: "a release wakes the newest waiter";
+    WokeNeverReported => WakeReleaseReports: "a release never says it woke someone";
+    WakeOnForeignRelease => WakeReleaseQuiet: "a release that is not ours still wakes a waiter";
+    WakeWithoutFlag => WakeReleaseQuiet: "a release asked not to wake still wakes a waiter";
+    WakeBroadcast => WakeDeliverOwn: "a notification goes to every subscription";
+    WakeErrorAsAnswer => WakeError: "a wake-up call the store cannot answer answers as if free";
+}
+
+/// The in-memory store with one [`Defect`] (or none).
+pub struct BrokenStore {
+    inner: MemoryStore,
+    defect: Option<Defect>,
+    calls: AtomicU64,
+}
+
+impl std::fmt::Debug for BrokenStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokenStore").field("defect", &self.defect).finish()
+    }
+}
+
+const FAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl BrokenStore {
+    /// A store with `defect`, reading time from `clock`.
+    #[must_use]
+    pub fn new(clock: Arc<dyn Clock>, defect: Defect) -> Self {
+        BrokenStore { inner: MemoryStore::new(clock), defect: Some(defect), calls: AtomicU64::new(0) }
+    }
+
+    /// The same store without a defect: it passes every suite.
+    #[must_use]
+    pub fn sound(clock: Arc<dyn Clock>) -> Self {
+        BrokenStore { inner: MemoryStore::new(clock), defect: None, calls: AtomicU64::new(0) }
+    }
+
+    fn is(&self, d: Defect) -> bool {
+        self.defect == Some(d)
+    }
+
+    /// Whether the store cannot answer right now, for the defects that hide it.
+    fn failing(&self, d: Defect) -> bool {
+        self.is(d) && self.inner.is_failing()
+    }
+
+    /// Count the call; the flaky store fails one in seven.
+    fn flake(&self) -> Result<(), PortError> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.is(Defect::Flaky) && n.is_multiple_of(7) {
+            return Err(PortError::new(ErrorKind::Connection, "flaky store: dropped a call"));
+        }
+        Ok(())
+    }
+
+    fn call<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut State, Time) -> Result<T, PortError>,
+    ) -> Result<T, PortError> {
+        self.flake()?;
+        self.inner.call(op, f)
+    }
+
+    /// The lease a name stands for (kinds merge with `KindsShareLeases`).
+    fn lease(&self, lease: &LeaseName) -> LeaseName {
+        if self.is(Defect::KindsShareLeases) { LeaseName::queue(lease.name()) } else { lease.clone() }
+    }
+
+    fn ttl(&self, ttl: Duration) -> Duration {
+        ttl
+    }
+
+    fn acquire_in(&self, s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Acquire {
+        let lease = self.lease(lease);
+        let row = s.leases.entry(lease.clone()).or_default();
+        if self.is(Defect::FenceExpiresWithLease) && row.held.is_some() && row.holder(now).is_none() {
+            row.fence = 0;
+        }
+        if self.is(Defect::HeldBumpsFence) && row.holder(now).is_some() {
+            row.fence += 1;
+        }
+        if self.is(Defect::LeaseNeverExpires)
+            && row.holder(now).is_none()
+            && let Some((t, _)) = &row.held
+        {
+            return Acquire::Held { holder: holder_of(t).to_owned(), remaining: Duration::from_millis(1) };
+        }
+        match mem::acquire(s, now, &lease, token, self.ttl(ttl)) {
+            Acquire::Acquired { .. } if self.is(Defect::FenceDoesNotMove) => {
+                s.leases.entry(lease).or_default().fence = 1;
+                Acquire::Acquired { fence: 1 }
+            }
+            Acquire::Held { holder, .. } if self.is(Defect::HeldWithoutRemaining) => {
+                Acquire::Held { holder, remaining: Duration::ZERO }
+            }
+            other => other,
+        }
+    }
+
+    fn release_in(&self, s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken) -> Release {
+        let lease = self.lease(lease);
+        let Some(row) = s.leases.get_mut(&lease) else { return Release::NotOwner };
+        let last = row.held.as_ref().map(|(t, _)| t.clone());
+        let live = row.holder(now).map(|(t, _)| t.to_owned());
+        match live {
+            Some(_) if self.is(Defect::ReleaseIgnoresToken) => {
+                row.held = None;
+                Release::Released
+            }
+            Some(t) if t == token.as_str() && self.is(Defect::ReleaseKeepsLease) => Release::Released,
+            None if self.is(Defect::ReleaseExpiredReleased) && last.as_deref() == Some(token.as_str()) => {
+                row.held = None;
+                Release::Released
+            }
+            _ => mem::release(s, now, &lease, token),
+        }
+    }
+
+    fn peek_in(&self, s: &State, now: Time, lease: &LeaseName) -> Option<Holding> {
+        let lease = self.lease(lease);
+        if self.is(Defect::PeekShowsExpired)
+            && let Some(row) = s.leases.get(&lease)
+            && let Some((t, until)) = &row.held
+        {
+            let remaining = until.saturating_since(now).max(Duration::from_millis(1));
+            return Some(Holding { holder: holder_of(t).to_owned(), remaining, fence: row.fence });
+        }
+        let mut h = mem::peek(s, now, &lease)?;
+        if self.is(Defect::PeekStaleFence) {
+            h.fence = h.fence.saturating_sub(1);
+        }
+        Some(h)
+    }
+
+    fn owner_in(&self, s: &State, now: Time, owner: &OwnerId) -> OwnerClaim {
+        if self.is(Defect::OwnersMissHeld) {
+            return OwnerClaim::Free;
+        }
+        let mut names = vec![LeaseName::owner(owner.as_str())];
+        if self.is(Defect::OwnersSeeQueueLeases) {
+            names.push(LeaseName::queue(owner.as_str()));
+        }
+        for name in names {
+            let row = s.leases.get(&name);
+            let held = match row {
+                Some(row) if self.is(Defect::OwnersShowExpired) => row.held.clone(),
+                Some(row) => row.holder(now).map(|(t, until)| (t.to_owned(), until)),
+                None => None,
+            };
+            if let Some((t, until)) = held {
+                let remaining = until.saturating_since(now).max(Duration::from_millis(1));
+                return OwnerClaim::Held { holder: holder_of(&t).to_owned(), remaining };
+            }
+        }
+        OwnerClaim::Free
+    }
+
+    /// The key a claim is kept under: typed, or by text with `IdTypesCollide`.
+    fn claim_key(&self, queue: &str, id: &MessageId) -> (String, MessageId) {
+        let id = if self.is(Defect::IdTypesCollide) {
+            MessageId::String(match id {
+                MessageId::String(s) => s.clone(),
+                MessageId::Ulong(n) => n.to_string(),
+                MessageId::Uuid(b) => String::from_utf8_lossy(b).into_owned(),
+                MessageId::Binary(b) => String::from_utf8_lossy(b).into_owned(),
+            })
+        } else {
+            id.clone()
+        };
+        (queue.to_owned(), id)
+    }
+
+    fn register_in(&self, s: &mut State, now: Time, owner: &OwnerId, waiter: &Waiter) {
+        if self.is(Defect::RegisterTwice) {
+            let list = s.waiters.entry(owner.as_str().to_owned()).or_default();
+            list.instances.push(waiter.instance.clone());
+            list.until = now + waiter.ttl;
+        } else {
+            mem::register(s, now, owner, waiter);
+        }
+        if self.is(Defect::RegistrationsNeverExpire)
+            && let Some(list) = s.waiters.get_mut(owner.as_str())
+        {
+            list.until = now + FAR;
+        }
+    }
+
+    fn wake_in(&self, s: &mut State, owner: &OwnerId) -> bool {
+        let broadcast = self.is(Defect::WakeBroadcast);
+        let Some(list) = s.waiters.get_mut(owner.as_str()) else { return false };
+        let chosen: Vec<String> = if self.is(Defect::WakeEveryone) {
+            std::mem::take(&mut list.instances)
+        } else if self.is(Defect::WakeNewest) {
+            list.instances.pop().into_iter().collect()
+        } else if broadcast {
+            if list.instances.is_empty() { Vec::new() } else { vec![list.instances.remove(0)] }
+        } else {
+            return mem::wake_one(s, owner);
+        };
+        if chosen.is_empty() {
+            return false;
+        }
+        let targets: Vec<String> = if broadcast { s.subscribers.keys().cloned().collect() } else { chosen };
+        let mut woke = false;
+        for instance in targets {
+            if let Some(subs) = s.subscribers.get_mut(&instance) {
+                subs.retain(|tx: &mpsc::UnboundedSender<OwnerId>| tx.unbounded_send(owner.clone()).is_ok());
+                woke |= !subs.is_empty();
+            }
+        }
+        woke
+    }
+}
+
+/// Returns `Pending` once, waking itself: the second step of a non-atomic write.
+struct YieldNow(bool);
+
+impl Future for YieldNow {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+#[async_trait]
+impl LeaseStore for BrokenStore {
+    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        if self.failing(Defect::AcquireErrorAsHeld) {
+            return Ok(Acquire::Held { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
+        }
+        if self.is(Defect::NonAtomicAcquire) {
+            let free = self.call("acquire", |s, now| Ok(self.peek_in(s, now, lease).is_none()))?;
+            YieldNow(false).await;
+            return self.call("acquire", |s, now| {
+                if !free {
+                    return Ok(self.acquire_in(s, now, lease, token, ttl));
+                }
+                let row = s.leases.entry(lease.clone()).or_default();
+                row.fence += 1;
+                row.held = Some((token.as_str().to_owned(), now + ttl));
+                Ok(Acquire::Acquired { fence: row.fence })
+            });
+        }
+        self.call("acquire", |s, now| Ok(self.acquire_in(s, now, lease, token, ttl)))
+    }
+
+    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        if self.failing(Defect::ReleaseErrorAsNotOwner) {
+            return Ok(Release::NotOwner);
+        }
+        self.call("release", |s, now| Ok(self.release_in(s, now, lease, token)))
+    }
+
+    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        if self.failing(Defect::RenewErrorAsLost) {
+            return Ok(Renew::Lost);
+        }
+        self.call("renew", |s, now| {
+            let lease = self.lease(lease);
+            let Some(row) = s.leases.get_mut(&lease) else { return Ok(Renew::Lost) };
+            let last = row.held.as_ref().map(|(t, _)| t.clone());
+            let live = row.holder(now).map(|(t, _)| t.to_owned());
+            let ours = live.as_deref() == Some(token.as_str());
+            let renew = match live {
+                Some(_) => ours || self.is(Defect::RenewIgnoresToken),
+                None => self.is(Defect::RenewRevivesExpired) && last.as_deref() == Some(token.as_str()),
+            };
+            if !renew {
+                return Ok(Renew::Lost);
+            }
+            if !self.is(Defect::RenewDoesNotExtend) {
+                let holder = row.held.as_ref().map_or_else(|| token.as_str().to_owned(), |(t, _)| t.clone());
+                row.held = Some((holder, now + self.ttl(ttl)));
+            }
+            Ok(Renew::Renewed)
+        })
+    }
+
+    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        if self.failing(Defect::PeekErrorAsFree) {
+            return Ok(None);
+        }
+        self.call("peek", |s, now| Ok(self.peek_in(s, now, lease)))
+    }
+}
+
+#[async_trait]
+impl OwnerClaims for BrokenStore {
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        if self.failing(Defect::OwnersErrorAsFree) {
+            return Ok(vec![OwnerClaim::Free; owners.len()]);
+        }
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut out =
+            self.call("peek_owners", |s, now| Ok(owners.iter().map(|o| self.owner_in(s, now, o)).collect::<Vec<_>>()))?;
+        if self.is(Defect::OwnersOutOfOrder) {
+            out.reverse();
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl ClaimStore for BrokenStore {
+    async fn claim_batch(
+        &self,
+        queue: &str,
+        ids: &[MessageId],
+        token: &LeaseToken,
+        pending_ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        if self.failing(Defect::ClaimErrorAsPending) {
+            return Ok(vec![ClaimState::PendingElsewhere { holder: "unknown".to_owned() }; ids.len()]);
+        }
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let pending_ttl = if self.is(Defect::PendingNeverExpires) { FAR } else { pending_ttl };
+        let mine = StoredClaim::Pending { token: token.as_str().to_owned() };
+        let answer = |found: Option<&StoredClaim>| match found {
+            None => ClaimState::Claimed,
+            Some(StoredClaim::Done { .. }) if self.is(Defect::DoneAnsweredClaimed) => ClaimState::Claimed,
+            Some(StoredClaim::Done { .. }) => ClaimState::Done,
+            Some(StoredClaim::Pending { .. }) if self.is(Defect::PendingWithoutHolder) => {
+                ClaimState::PendingElsewhere { holder: String::new() }
+            }
+            Some(StoredClaim::Pending { token }) => {
+                ClaimState::PendingElsewhere { holder: holder_of(token).to_owned() }
+            }
+        };
+        let snapshot = |s: &State, now: Time| -> Vec<Option<StoredClaim>> {
+            ids.iter()
+                .map(|id| {
+                    s.claims.get(&self.claim_key(queue, id)).filter(|(_, until)| *until > now).map(|(c, _)| c.clone())
+                })
+                .collect()
+        };
+        let non_atomic = self.is(Defect::NonAtomicClaim);
+        let before = if non_atomic {
+            let before = self.call("claim_batch", |s, now| Ok(snapshot(s, now)))?;
+            YieldNow(false).await;
+            Some(before)
+        } else {
+            None
+        };
+        let mut out = self.call("claim_batch", |s, now| {
+            let start = before.unwrap_or_else(|| snapshot(s, now));
+            let mut out = Vec::with_capacity(ids.len());
+            let mut seen = Vec::new();
+            for (id, was) in ids.iter().zip(start) {
+                let key = self.claim_key(queue, id);
+                // The non-atomic store still sees its own call's claims: its race is
+                // with other callers.
+                let repeat = non_atomic && seen.contains(&key);
+                seen.push(key.clone());
+                let found = if self.is(Defect::ClaimRepeatTwice) || (non_atomic && !repeat) {
+                    was
+                } else {
+                    s.claims.get(&key).filter(|(_, until)| *until > now).map(|(c, _)| c.clone())
+                };
+                let state = answer(found.as_ref());
+                if state == ClaimState::Claimed {
+                    s.claims.insert(key, (mine.clone(), now + pending_ttl));
+                }
+                out.push(state);
+            }
+            Ok(out)
+        })?;
+        if self.is(Defect::ClaimOutOfOrder) {
+            out.reverse();
+        }
+        Ok(out)
+    }
+
+    async fn settle_batch(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        token: &LeaseToken,
+        done_ttl: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        if self.failing(Defect::SettleErrorAsSettled) {
+            return Ok(vec![SettleResult::Settled; settlements.len()]);
+        }
+        if settlements.is_empty() {
+            return Ok(Vec::new());
+        }
+        let done_ttl = if self.is(Defect::DoneNeverExpires) { FAR } else { done_ttl };
+        let mut out = self.call("settle_batch", |s, now| {
+            let mine = StoredClaim::Pending { token: token.as_str().to_owned() };
+            let mut out = Vec::with_capacity(settlements.len());
+            for st in settlements {
+                let key = self.claim_key(queue, &st.id);
+                let found = s.claims.get(&key).filter(|(_, until)| *until > now).map(|(c, _)| c.clone());
+                let ours = match &found {
+                    Some(c) => *c == mine || self.is(Defect::SettleIgnoresToken),
+                    None => false,
+                };
+                if !ours {
+                    out.push(SettleResult::NotOwner);
+                    continue;
+                }
+                match st.action {
+                    SettleAction::MarkDone => {
+                        let done = StoredClaim::Done { token: token.as_str().to_owned() };
+                        s.claims.insert(key, (done, now + done_ttl));
+                    }
+                    SettleAction::Release if self.is(Defect::ReleaseKeepsClaim) => {}
+                    SettleAction::Release => {
+                        s.claims.remove(&key);
+                    }
+                }
+                out.push(SettleResult::Settled);
+            }
+            Ok(out)
+        })?;
+        if self.is(Defect::SettleOutOfOrder) {
+            out.reverse();
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl ReleaseWake for BrokenStore {
+    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
+        self.flake()?;
+        self.inner.subscribe(instance).await
+    }
+
+    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
+        if self.failing(Defect::WakeErrorAsAnswer) {
+            return Ok(vec![OwnerClaim::Free; owners.len()]);
+        }
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.call("peek_and_wait", |s, now| {
+            let mut out = Vec::with_capacity(owners.len());
+            for owner in owners {
+                let claim = mem::owner_claim(s, now, owner);
+                let held = matches!(claim, OwnerClaim::Held { .. });
+                if (held && !self.is(Defect::PeekDoesNotRegister)) || self.is(Defect::PeekRegistersFree) {
+                    self.register_in(s, now, owner, waiter);
+                }
+                out.push(if self.is(Defect::PeekAndWaitAnswersFree) { OwnerClaim::Free } else { claim });
+            }
+            Ok(out)
+        })
+    }
+
+    async fn acquire_or_wait(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: &Waiter,
+    ) -> Result<Acquire, PortError> {
+        if self.failing(Defect::WakeErrorAsAnswer) {
+            return Ok(Acquire::Acquired { fence: 1 });
+        }
+        self.call("acquire_or_wait", |s, now| {
+            let got = mem::acquire(s, now, &LeaseName::owner(owner.as_str()), token, ttl);
+            match got {
+                Acquire::Acquired { .. } if self.is(Defect::AcquireKeepsRegistration) => {}
+                Acquire::Acquired { .. } => mem::unregister(s, owner, &waiter.instance),
+                Acquire::Held { .. } if self.is(Defect::AcquireDoesNotRegister) => {}
+                Acquire::Held { .. } => self.register_in(s, now, owner, waiter),
+            }
+            Ok(got)
+        })
+    }
+
+    async fn release_and_wake(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        if self.failing(Defect::WakeErrorAsAnswer) {
+            return Ok(WakeRelease { release: Release::Released, woke: false });
+        }
+        self.call("release_and_wake", |s, now| {
+            let lease = LeaseName::owner(owner.as_str());
+            let release = if self.is(Defect::WakeReleaseKeepsClaim) {
+                let ours = s.leases.get(&lease).and_then(|r| r.holder(now)).is_some_and(|(t, _)| t == token.as_str());
+                if ours { Release::Released } else { Release::NotOwner }
+            } else {
+                mem::release(s, now, &lease, token)
+            };
+            let may_wake = (wake || self.is(Defect::WakeWithoutFlag))
+                && (release == Release::Released || self.is(Defect::WakeOnForeignRelease));
+            let woke = may_wake && self.wake_in(s, owner);
+            Ok(WakeRelease { release, woke: woke && !self.is(Defect::WokeNeverReported) })
+        })
+    }
+}
+
+#[async_trait]
+impl Outage for BrokenStore {
+    async fn begin(&self) {
+        self.inner.set_failing(Some(ErrorKind::Connection));
+    }
+
+    async fn end(&self) {
+        self.inner.set_failing(None);
+    }
+}

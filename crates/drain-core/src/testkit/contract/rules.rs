@@ -1,0 +1,229 @@
+//! The named rules of the ports: one per MUST sentence of their docs.
+
+/// The port a rule belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Port {
+    /// Every store port.
+    Store,
+    /// [`LeaseStore`](crate::ports::LeaseStore).
+    Lease,
+    /// [`ClaimStore`](crate::ports::ClaimStore).
+    Claim,
+    /// [`OwnerClaims`](crate::ports::OwnerClaims).
+    Owners,
+    /// [`ReleaseWake`](crate::ports::ReleaseWake).
+    Wake,
+    /// [`MessageSource`](crate::ports::MessageSource).
+    Source,
+}
+
+impl Port {
+    /// Where the rule's sentence is, for a reader of a violation.
+    #[must_use]
+    pub fn doc(self) -> &'static str {
+        match self {
+            Port::Store => "drain_core::ports",
+            Port::Lease => "drain_core::ports::LeaseStore",
+            Port::Claim => "drain_core::ports::ClaimStore",
+            Port::Owners => "drain_core::ports::OwnerClaims",
+            Port::Wake => "drain_core::ports::ReleaseWake",
+            Port::Source => "drain_core::ports::MessageSource",
+        }
+    }
+}
+
+macro_rules! rules {
+    ($($variant:ident => $port:ident, $id:literal;)*) => {
+        /// One rule of a port's contract: a MUST sentence of its docs, named by
+        /// [`Rule::id`] (the name follows the sentence in the docs).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum Rule {
+            $(
+                #[doc = concat!("`", $id, "`")]
+                $variant,
+            )*
+        }
+
+        impl Rule {
+            /// Every rule.
+            pub const ALL: &'static [Rule] = &[$(Rule::$variant),*];
+
+            /// The rule's name, as the port's docs give it.
+            #[must_use]
+            pub fn id(self) -> &'static str {
+                match self {
+                    $(Rule::$variant => $id,)*
+                }
+            }
+
+            /// The port it belongs to.
+            #[must_use]
+            pub fn port(self) -> Port {
+                match self {
+                    $(Rule::$variant => Port::$port,)*
+                }
+            }
+        }
+    };
+}
+
+rules! {
+    StoreAnswers => Store, "store.answers";
+
+    LeaseAcquireExclusive => Lease, "lease.acquire.exclusive";
+    LeaseFenceIncreases => Lease, "lease.fence.increases";
+    LeaseHeldUnchanged => Lease, "lease.held.unchanged";
+    LeaseHeldRemaining => Lease, "lease.held.remaining";
+    LeaseExpires => Lease, "lease.expires";
+    LeaseNamesDistinct => Lease, "lease.names.distinct";
+    LeaseAcquireError => Lease, "lease.acquire.error";
+    LeaseReleaseForeign => Lease, "lease.release.foreign";
+    LeaseReleaseExpired => Lease, "lease.release.expired";
+    LeaseReleaseFrees => Lease, "lease.release.frees";
+    LeaseReleaseError => Lease, "lease.release.error";
+    LeaseRenewExtends => Lease, "lease.renew.extends";
+    LeaseRenewForeign => Lease, "lease.renew.foreign";
+    LeaseRenewExpired => Lease, "lease.renew.expired";
+    LeaseRenewError => Lease, "lease.renew.error";
+    LeasePeekAgrees => Lease, "lease.peek.agrees";
+    LeasePeekFree => Lease, "lease.peek.free";
+    LeasePeekError => Lease, "lease.peek.error";
+
+    ClaimExclusive => Claim, "claim.exclusive";
+    ClaimOrder => Claim, "claim.order";
+    ClaimRepeat => Claim, "claim.repeat";
+    ClaimPending => Claim, "claim.pending";
+    ClaimDone => Claim, "claim.done";
+    ClaimPendingExpires => Claim, "claim.pending.expires";
+    ClaimDistinct => Claim, "claim.distinct";
+    ClaimError => Claim, "claim.error";
+    ClaimSettleOwner => Claim, "claim.settle.owner";
+    ClaimDoneExpires => Claim, "claim.done.expires";
+    ClaimSettleRelease => Claim, "claim.settle.release";
+    ClaimSettleOrder => Claim, "claim.settle.order";
+    ClaimSettleError => Claim, "claim.settle.error";
+
+    OwnersOrder => Owners, "owners.order";
+    OwnersHeld => Owners, "owners.held";
+    OwnersFree => Owners, "owners.free";
+    OwnersError => Owners, "owners.error";
+
+    WakeDeliverOwn => Wake, "wake.deliver.own";
+    WakePeekAnswers => Wake, "wake.peek.answers";
+    WakePeekRegisters => Wake, "wake.peek.registers";
+    WakeRegisterOnce => Wake, "wake.register.once";
+    WakeRegisterExpires => Wake, "wake.register.expires";
+    WakeAcquireRegisters => Wake, "wake.acquire.registers";
+    WakeAcquireUnregisters => Wake, "wake.acquire.unregisters";
+    WakeReleaseFrees => Wake, "wake.release.frees";
+    WakeReleaseOne => Wake, "wake.release.one";
+    WakeReleaseReports => Wake, "wake.release.reports";
+    WakeReleaseQuiet => Wake, "wake.release.quiet";
+    WakeError => Wake, "wake.error";
+
+    SourceReceiveMax => Source, "source.receive.max";
+    SourceReceiveIntact => Source, "source.receive.intact";
+    SourceCompleteRemoves => Source, "source.complete.removes";
+    SourceSettleOnce => Source, "source.settle.once";
+    SourceAbandonRedelivers => Source, "source.abandon.redelivers";
+    SourceDeadLetter => Source, "source.dead-letter";
+    SourceRenewCapability => Source, "source.renew.capability";
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    /// The port docs, as compiled in.
+    const DOCS: &[(&str, &str)] = &[
+        ("ports/mod.rs", include_str!("../../ports/mod.rs")),
+        ("ports/lease.rs", include_str!("../../ports/lease.rs")),
+        ("ports/claim.rs", include_str!("../../ports/claim.rs")),
+        ("ports/owners.rs", include_str!("../../ports/owners.rs")),
+        ("ports/wake.rs", include_str!("../../ports/wake.rs")),
+        ("ports/source.rs", include_str!("../../ports/source.rs")),
+        ("ports/submit.rs", include_str!("../../ports/submit.rs")),
+        ("ports/clock.rs", include_str!("../../ports/clock.rs")),
+        ("ports/observer.rs", include_str!("../../ports/observer.rs")),
+    ];
+
+    /// The doc comments of a file as sentences, with the file's name.
+    fn sentences() -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        for (file, text) in DOCS {
+            let mut doc = String::new();
+            for line in text.lines() {
+                let t = line.trim_start();
+                if let Some(rest) = t.strip_prefix("///").or_else(|| t.strip_prefix("//!")) {
+                    doc.push(' ');
+                    doc.push_str(rest.trim());
+                } else {
+                    doc.push_str(" \n");
+                }
+            }
+            for paragraph in doc.split(" \n") {
+                // A sentence ends at a full stop followed by a space, outside backticks.
+                let mut current = String::new();
+                let mut ticks = 0;
+                let chars: Vec<char> = paragraph.chars().collect();
+                for (i, &c) in chars.iter().enumerate() {
+                    current.push(c);
+                    if c == '`' {
+                        ticks += 1;
+                    }
+                    let next = chars.get(i + 1).copied();
+                    if ticks % 2 == 0 && c == '.' && next.is_none_or(char::is_whitespace) {
+                        out.push((*file, std::mem::take(&mut current)));
+                    }
+                }
+                if !current.trim().is_empty() {
+                    out.push((*file, current));
+                }
+            }
+        }
+        out
+    }
+
+    fn ids_in(sentence: &str) -> Vec<&str> {
+        sentence.split("(rule `").skip(1).filter_map(|rest| rest.split_once('`').map(|(id, _)| id)).collect()
+    }
+
+    #[test]
+    fn every_must_sentence_of_the_port_docs_names_a_known_rule() {
+        let known: BTreeSet<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
+        let mut named: BTreeSet<String> = BTreeSet::new();
+        for (file, sentence) in sentences() {
+            let ids = ids_in(&sentence);
+            if sentence.contains("MUST") {
+                assert!(!ids.is_empty(), "{file}: a MUST sentence without a rule name: {sentence}");
+            }
+            for id in ids {
+                assert!(known.contains(id), "{file}: rule `{id}` is not a contract::Rule: {sentence}");
+                named.insert(id.to_owned());
+            }
+        }
+        let unnamed: Vec<&str> = known.iter().copied().filter(|id| !named.contains(*id)).collect();
+        assert!(unnamed.is_empty(), "rules no port doc states: {unnamed:?}");
+    }
+
+    #[test]
+    fn ids_are_unique_and_belong_to_their_port() {
+        let ids: BTreeSet<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
+        assert_eq!(ids.len(), Rule::ALL.len());
+        for r in Rule::ALL {
+            let prefix = match r.port() {
+                Port::Store => "store.",
+                Port::Lease => "lease.",
+                Port::Claim => "claim.",
+                Port::Owners => "owners.",
+                Port::Wake => "wake.",
+                Port::Source => "source.",
+            };
+            assert!(r.id().starts_with(prefix), "{r:?}");
+        }
+    }
+}

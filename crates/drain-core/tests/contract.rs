@@ -1,0 +1,176 @@
+//! The contract suites against drain-core's in-memory ports, and against the
+//! deliberately broken stores of `testkit::broken`: the memory store passes every
+//! suite, every broken store fails the rule its defect breaks (the real adapters
+//! run the same suites against real servers).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drain_core::memory::{ManualClock, MemorySource, MemoryStore, block_on};
+use drain_core::ports::{Clock, MessageSource};
+use drain_core::testkit::broken::{BrokenStore, Defect};
+use drain_core::testkit::contract::{self, Checked, ContractEnv, Port, Rule, Violation};
+
+/// Every store suite against `store`, in order, merging what they checked.
+async fn store_suites<S>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation>
+where
+    S: drain_core::ports::LeaseStore
+        + drain_core::ports::ClaimStore
+        + drain_core::ports::OwnerClaims
+        + drain_core::ports::ReleaseWake,
+{
+    let mut all = Checked::default();
+    for checked in [
+        contract::lease_store(store, env).await?,
+        contract::claim_store(store, env).await?,
+        contract::owner_claims(store, env).await?,
+        contract::release_wake(store, env).await?,
+    ] {
+        all.checked.extend(checked.checked);
+        all.skipped.extend(checked.skipped);
+    }
+    Ok(all)
+}
+
+fn store_rules() -> BTreeSet<Rule> {
+    Rule::ALL.iter().copied().filter(|r| r.port() != Port::Source).collect()
+}
+
+#[test]
+fn memory_store_passes_every_store_suite_and_checks_every_rule() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+    let env = ContractEnv::new(&*clock).outage(&store);
+    let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    assert!(checked.skipped.is_empty(), "{:?}", checked.skipped);
+    let seen: BTreeSet<Rule> = checked.checked.into_iter().collect();
+    let missed: Vec<&str> = store_rules().difference(&seen).map(|r| r.id()).collect();
+    assert!(missed.is_empty(), "rules no suite checked: {missed:?}");
+}
+
+#[test]
+fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
+    let clock = Arc::new(ManualClock::new());
+    let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+    let env = ContractEnv::new(&*clock);
+    let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    let skipped: BTreeSet<&str> = checked.skipped.iter().map(|(r, _)| r.id()).collect();
+    let want: BTreeSet<&str> = [
+        "lease.acquire.error",
+        "lease.release.error",
+        "lease.renew.error",
+        "lease.peek.error",
+        "claim.error",
+        "claim.settle.error",
+        "owners.error",
+        "wake.error",
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(skipped, want);
+    assert!(checked.checked.iter().all(|r| !want.contains(r.id())), "a skipped rule counted as checked");
+}
+
+#[test]
+fn the_sound_broken_store_passes_every_store_suite() {
+    let clock = Arc::new(ManualClock::new());
+    let store = BrokenStore::sound(clock.clone() as Arc<dyn Clock>);
+    let env = ContractEnv::new(&*clock).outage(&store);
+    block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+}
+
+/// The heart of the suite's own test: each defect is caught, by the rule it breaks.
+#[test]
+fn every_broken_store_fails_the_rule_its_defect_breaks() {
+    let mut wrong = Vec::new();
+    for &defect in Defect::ALL {
+        let clock = Arc::new(ManualClock::new());
+        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
+        let env = ContractEnv::new(&*clock).outage(&store);
+        match block_on(&clock, store_suites(&store, &env)) {
+            Err(v) if v.rule == defect.rule() => {}
+            Err(v) => {
+                wrong.push(format!("{defect:?} ({}): wanted `{}`, got {v}", defect.describe(), defect.rule().id()))
+            }
+            Ok(_) => wrong.push(format!("{defect:?} ({}): every suite passed", defect.describe())),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} broken stores not caught as expected:\n{}",
+        wrong.len(),
+        Defect::ALL.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_store_rule_has_a_broken_store_that_breaks_it() {
+    let broken: BTreeSet<Rule> = Defect::ALL.iter().map(|d| d.rule()).collect();
+    let missing: Vec<&str> = store_rules().difference(&broken).map(|r| r.id()).collect();
+    assert!(missing.is_empty(), "rules no defect breaks: {missing:?}");
+}
+
+#[test]
+fn the_issue_s_seven_defects_are_among_them() {
+    // A non-atomic acquire, renew and release reviving our own expired lease, a fence
+    // that expires with the lease, Held without a remaining time, a release that
+    // ignores the token, a fence that does not move.
+    for d in [
+        Defect::NonAtomicAcquire,
+        Defect::RenewRevivesExpired,
+        Defect::ReleaseExpiredReleased,
+        Defect::FenceExpiresWithLease,
+        Defect::HeldWithoutRemaining,
+        Defect::ReleaseIgnoresToken,
+        Defect::FenceDoesNotMove,
+        Defect::NonAtomicClaim,
+    ] {
+        assert!(Defect::ALL.contains(&d), "{d:?}");
+    }
+}
+
+#[test]
+fn a_violation_names_its_rule_and_where_it_is_written() {
+    let v = Violation { rule: Rule::LeaseAcquireExclusive, detail: "3 of 8 won".into() };
+    assert_eq!(v.to_string(), "rule `lease.acquire.exclusive` broken (drain_core::ports::LeaseStore): 3 of 8 won");
+}
+
+#[test]
+fn memory_source_passes_the_source_contract() {
+    let clock = Arc::new(ManualClock::new());
+    let source = MemorySource::new(clock.clone() as Arc<dyn Clock>, Duration::from_secs(30));
+    // The in-memory source keeps its dead letters in a list rather than a queue.
+    let checked = block_on(&clock, contract::message_source(&source, &source, None, Duration::from_millis(200)))
+        .unwrap_or_else(|v| panic!("{v}"));
+    let seen: BTreeSet<Rule> = checked.checked.into_iter().collect();
+    let source_rules = Rule::ALL.iter().copied().filter(|r| r.port() == Port::Source && *r != Rule::SourceDeadLetter);
+    let missed: Vec<&str> = source_rules.filter(|r| !seen.contains(r)).map(|r| r.id()).collect();
+    assert!(missed.is_empty(), "source rules the suite did not check: {missed:?}");
+    assert!(!seen.contains(&Rule::SourceDeadLetter), "no dead-letter queue was given: not checked");
+    assert_eq!(checked.skipped.iter().map(|(r, _)| *r).collect::<Vec<_>>(), [Rule::SourceDeadLetter]);
+    let dead = source.dead_letters();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].0.message_id.as_ref().map(ToString::to_string).as_deref(), Some("c3"));
+    assert_eq!(dead[0].1, "ContractTest");
+}
+
+#[test]
+fn memory_source_redelivers_after_lock_expiry() {
+    let clock = Arc::new(ManualClock::new());
+    let source = MemorySource::new(clock.clone() as Arc<dyn Clock>, Duration::from_secs(30));
+    source.push(drain_core::testkit::message("x"));
+    let first = block_on(&clock, source.receive(10, Duration::ZERO)).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].delivery_count, 0);
+    // Within the lock: nothing to receive.
+    clock.advance(Duration::from_secs(29));
+    assert!(block_on(&clock, source.receive(10, Duration::ZERO)).unwrap().is_empty());
+    clock.advance(Duration::from_secs(2));
+    let again = block_on(&clock, source.receive(10, Duration::ZERO)).unwrap();
+    assert_eq!(again.len(), 1, "redelivered after the lock expired");
+    assert_eq!(again[0].delivery_count, 1);
+    let late = block_on(&clock, source.complete(first[0].handle));
+    assert_eq!(late.unwrap_err().kind, drain_core::ErrorKind::LockLost, "the old lock is gone");
+}
