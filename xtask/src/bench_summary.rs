@@ -26,6 +26,7 @@ pub(crate) fn render(dir: &Path, fresh: &[String]) -> String {
             "amqp.json" => amqp(&mut out, &v),
             "owners.json" => owners(&mut out, &v),
             "idle.json" => idle(&mut out, &v),
+            "servicebus.json" => servicebus(&mut out, &v),
             "load.json" => load(&mut out, &v),
             _ => {
                 let _ = writeln!(out, "  {name}: written");
@@ -130,6 +131,18 @@ fn amqp(out: &mut String, v: &Value) {
     for (ratio, f) in v["ratios"].as_object().into_iter().flatten() {
         let spread = f["iqr_over_median"].as_f64().map_or_else(|| "-".to_owned(), |s| format!("{:.1} %", s * 100.0));
         let _ = writeln!(out, "    {ratio}: {}x (spread {spread})", num(f, "/median"));
+    }
+}
+
+fn servicebus(out: &mut String, v: &Value) {
+    let _ = writeln!(
+        out,
+        "  test-servicebus messages/s (servicebus.json, {} length, {} build)",
+        num(v, "/length"),
+        num(v, "/build")
+    );
+    for (mode, rate) in v["msg_per_sec"].as_object().into_iter().flatten() {
+        let _ = writeln!(out, "    {mode:<30}{rate:>10}");
     }
 }
 
