@@ -17,6 +17,7 @@ mod flags;
 mod fuzz;
 mod lines;
 mod metadata;
+mod package;
 mod rabbit;
 mod scan;
 mod services;
@@ -58,6 +59,11 @@ Gates (`ci` runs them in this order and stops at the first failure):
   lines    no source file over 800 lines without a reason in
            xtask/line-exceptions.txt
   bench    runs the benches; each writes target/bench/<name>.json
+  package  every publishable crate (members not `publish = false`) packages:
+           manifest metadata, README, license files, crate docs opening with a
+           runnable example, `cargo package --no-verify`, each crate checked
+           alone; `cargo xtask package --verify` builds each crate from its
+           package instead (minutes; not in `ci`)
   ci       all of the above, then a summary
 
 Not in `ci` (needs the nightly toolchain, takes minutes):
@@ -93,11 +99,13 @@ pub(crate) enum Gate {
     Lines,
     /// Benchmarks.
     Bench,
+    /// Publishable crates.
+    Package,
 }
 
 impl Gate {
     /// Every gate, in the order `ci` runs them.
-    pub(crate) const ALL: [Gate; 11] = [
+    pub(crate) const ALL: [Gate; 12] = [
         Gate::Fmt,
         Gate::Clippy,
         Gate::Test,
@@ -109,6 +117,7 @@ impl Gate {
         Gate::Deploy,
         Gate::Lines,
         Gate::Bench,
+        Gate::Package,
     ];
 
     /// Its subcommand name.
@@ -125,6 +134,7 @@ impl Gate {
             Gate::Deploy => "deploy",
             Gate::Lines => "lines",
             Gate::Bench => "bench",
+            Gate::Package => "package",
         }
     }
 
@@ -150,7 +160,13 @@ impl Gate {
             Gate::Deploy => deploy::run_gate(),
             Gate::Lines => lines::run(),
             Gate::Bench => bench::run_gate(),
+            Gate::Package => package::run_gate(false),
         };
+        self.report(result)
+    }
+
+    /// Print the closing line of this gate's `result`, and return it.
+    fn report(self, result: GateResult) -> GateResult {
         match &result {
             Ok(Outcome::Passed) => println!("xtask {}: ok", self.name()),
             Ok(Outcome::Skipped(why)) => println!("xtask {}: skipped ({why})", self.name()),
@@ -176,6 +192,10 @@ fn main() -> ExitCode {
         ["flags", "--write"] => exit(Gate::Flags.run_with(true).map(|_| ())),
         ["soak", rest @ ..] => match soak::parse_args(rest) {
             Ok(seconds) => exit(soak::run_and_report(seconds)),
+            Err(problem) => usage(&problem),
+        },
+        ["package", rest @ ..] => match package::parse_args(rest) {
+            Ok(verify) => exit(Gate::Package.report(package::run_gate(verify)).map(|_| ())),
             Err(problem) => usage(&problem),
         },
         ["fuzz", rest @ ..] => match fuzz::parse_args(rest) {
