@@ -55,7 +55,8 @@ pub(crate) fn run_gate(verify: bool) -> GateResult {
     let members = load()?;
     let publishable: Vec<&Member> = members.iter().filter(|m| m.publishable).collect();
     if publishable.is_empty() {
-        return Ok(Outcome::Skipped("no workspace member is publishable".to_owned()));
+        return Err(Failure::new("no workspace member is publishable: every one says `publish = false`")
+            .fix("set `publish = true` in the root Cargo.toml's [workspace.package] and `publish.workspace = true` in the crates meant for users"));
     }
     let names: Vec<&str> = publishable.iter().map(|m| m.name.as_str()).collect();
     println!("xtask package: {} publishable crate(s): {}", names.len(), names.join(", "));
@@ -70,8 +71,14 @@ pub(crate) fn run_gate(verify: bool) -> GateResult {
         problems.extend(found);
     }
     if !problems.is_empty() {
+        let mut last = "";
         for p in &problems {
-            println!("  {}: {}\n    fix: {}", p.krate, p.what, p.fix);
+            if p.krate != last {
+                let manifest = members.iter().find(|m| m.name == p.krate).map_or("", |m| m.manifest.as_str());
+                println!("  {} ({manifest}; test support is `publish = false` instead):", p.krate);
+                last = &p.krate;
+            }
+            println!("    {}\n      fix: {}", p.what, p.fix);
         }
         return Err(Failure::new(format!(
             "{} problem(s) would keep a crate from packaging, listed above",

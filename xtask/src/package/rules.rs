@@ -18,9 +18,8 @@ pub(super) fn manifest_problems(m: &Member, members: &[Member]) -> Vec<Problem> 
     let mut out = Vec::new();
     let mut problem = |what: String, fix: String| out.push(Problem { krate: m.name.clone(), what, fix });
     let manifest = &m.manifest;
-    let opt_out = "(or `publish = false` if it is test support)";
     if m.description.is_none() {
-        problem("no description".into(), format!("add `description = \"…\"` to [package] in {manifest} {opt_out}"));
+        problem("no description".into(), format!("add `description = \"…\"` to [package] in {manifest}"));
     }
     if m.license.is_none() && m.license_file.is_none() {
         problem("no license".into(), format!("add `license.workspace = true` to [package] in {manifest}"));
@@ -29,7 +28,7 @@ pub(super) fn manifest_problems(m: &Member, members: &[Member]) -> Vec<Problem> 
         None => problem(
             "no readme".into(),
             format!(
-                "write a README.md beside {manifest} (what it is, a minimal example, a link to the docs) and add `readme = \"README.md\"` {opt_out}"
+                "write a README.md beside {manifest} (what it is, a minimal example, a link to the docs) and add `readme = \"README.md\"`"
             ),
         ),
         Some(r) if r.starts_with("..") || Path::new(r).is_absolute() => problem(
