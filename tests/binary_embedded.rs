@@ -123,3 +123,89 @@ fn config_file_settings_apply_and_the_environment_wins() {
     // would be suppressed, here they are submitted too.
     assert!(count("submitted") > 30, "{report}");
 }
+
+/// `drain config --json` with `env`: the warnings, and the `(value, origin)` of `name`.
+fn config(env: &[(&str, &str)], name: &str) -> (Vec<serde_json::Value>, (String, String)) {
+    let mut cmd = drain();
+    cmd.args(["config", "--json"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = output(cmd, LIMIT);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("config --json");
+    let s = json["settings"].as_array().expect("settings").iter().find(|s| s["name"] == name).cloned();
+    let s = s.unwrap_or_else(|| panic!("{name} listed: {json}"));
+    let shown =
+        (s["value"].as_str().unwrap_or_default().to_owned(), s["origin"].as_str().unwrap_or_default().to_owned());
+    (json["warnings"].as_array().cloned().unwrap_or_default(), shown)
+}
+
+/// Warnings name the variable that was actually bad, with its value: a typo of a
+/// known name is warned about with the closest one (before: ignored in silence); a
+/// lone backoff minimum above the maximum's default blames the minimum (before: the
+/// unset maximum, with an empty value); a value that fell back to its default shows
+/// origin `default` (before: `env`).
+#[test]
+fn warnings_name_the_bad_variable_and_fallbacks_show_origin_default() {
+    let (warnings, singleflight) = config(&[("SERVICEBUS_DRAIN_SINGLEFLIGT", "on")], "SERVICEBUS_DRAIN_SINGLEFLIGHT");
+    assert_eq!(singleflight, ("off".to_owned(), "default".to_owned()), "the typo is not applied");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0]["variable"], "SERVICEBUS_DRAIN_SINGLEFLIGT");
+    let message = warnings[0]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did you mean SERVICEBUS_DRAIN_SINGLEFLIGHT?"), "{message}");
+
+    let (warnings, _) =
+        config(&[("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", "20")], "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS");
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(
+        (&warnings[0]["variable"], &warnings[0]["value"]),
+        (&"PROJECTION_DRAIN_BACKOFF_MIN_SECONDS".into(), &"20".into())
+    );
+
+    for (name, raw, shown) in [
+        ("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "abc", "120"),
+        ("SERVICEBUS_ATOMIC_CLAIM", "nope", "on"),
+        ("DRAIN_METRICS_ADDR", "everywhere", "127.0.0.1:9464"),
+    ] {
+        let (warnings, value) = config(&[(name, raw)], name);
+        assert_eq!(value, (shown.to_owned(), "default".to_owned()), "{name}={raw}");
+        assert_eq!(warnings.len(), 1, "{name}: {warnings:?}");
+    }
+    let (_, clamped) = config(&[("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "5")], "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS");
+    assert_eq!(clamped, ("10".to_owned(), "env".to_owned()), "a clamped value still comes from the environment");
+}
+
+/// With one worker and a beat every second, every beat during the demo's 15 s first
+/// tick finds the worker busy: that is one warning a minute with a count (before: a
+/// warning every beat). The tick, longer than 5 s, logs its progress every 5 s with
+/// what it received and submitted so far (before: nothing until it ended).
+#[test]
+fn a_busy_beat_and_a_long_tick_log_summaries() {
+    let mut cmd = drain();
+    cmd.arg("run")
+        .env("DRAIN_LOG", "info")
+        .env("DRAIN_WORKER_CONCURRENCY", "1")
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
+        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "0");
+    let mut run = Running::spawn(cmd);
+    assert!(run.wait_for("still running after 10 s", Duration::from_secs(30)), "{}", run.log());
+    run.terminate();
+    assert!(run.wait_exit(Duration::from_secs(20)).is_some(), "{}", run.log());
+    let busy = run.count("workers busy");
+    assert_eq!(busy, 1, "one busy warning in the first minute, not one per beat:\n{}", run.log());
+    let line = run.seen.iter().find(|l| l.contains("workers busy")).cloned().unwrap_or_default();
+    let line: serde_json::Value = serde_json::from_str(&line).expect("JSON log line");
+    assert!(line["beats"].as_u64().is_some_and(|n| n >= 1), "with a count: {line}");
+    let progress: Vec<serde_json::Value> = run
+        .seen
+        .iter()
+        .filter(|l| l.contains("still running after"))
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert!(progress.len() >= 2, "progress at 5 s and 10 s:\n{}", run.log());
+    for p in &progress {
+        assert!(p["received"].as_u64().is_some_and(|n| n > 0), "{p}");
+        assert!(p["submitted"].as_u64().is_some(), "{p}");
+    }
+    assert!(progress[1]["submitted"].as_u64() > progress[0]["submitted"].as_u64(), "progress moves: {progress:?}");
+}

@@ -218,6 +218,8 @@ fn sigterm_mid_tick_releases_the_lease_gives_messages_back_and_exits_zero() {
 /// turn a fleet-wide lease or claim into a per-process one. So an unusable URL
 /// (unknown scheme, or set but blank) stops `drain` before it starts: exit 2, one
 /// line naming the variable, the secret masked (docs/operations.md, docs/flags.md).
+/// So does a `DRAIN_KEY_PREFIX` that cannot be used (it used to fall back to the
+/// shared `drain`, silently merging tenants).
 #[test]
 fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
     // Every setting with its type, from the registry as the binary renders it.
@@ -240,14 +242,22 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
     const SECRET: &str = "Garbage-Pw-3";
     let garbage =
         ["\u{1}{}garbage", "-1", "", "99999999999999999999999", "on off", "\u{7f}", "x://drain:Garbage-Pw-3@h"];
+    // `DRAIN_KEY_PREFIX` has no safe default either: a bad prefix replaced by the
+    // shared `drain` would merge tenants. It is fatal like a URL.
+    let fatal = |name: &str, ty: &str| is_url(ty) || name == "DRAIN_KEY_PREFIX";
+    let bad_prefix = |g: &str| {
+        let p = g.trim();
+        p.is_empty() || p.len() > 64 || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b))
+    };
+    let fatal_names: Vec<&str> = settings.iter().filter(|(n, ty)| fatal(n, ty)).map(|(n, _)| n.as_str()).collect();
     // Per garbage value: one `drain run --once` with it in every other variable, and
-    // one per URL variable with it there alone. All at once.
+    // one per fatal variable with it there alone. All at once.
     let mut runs = Vec::new();
     for g in garbage {
         let mut cmd = drain();
         cmd.args(["run", "--once"]);
         let mut set = Vec::new();
-        for (name, ty) in settings.iter().filter(|(_, ty)| !is_url(ty)) {
+        for (name, ty) in settings.iter().filter(|(n, ty)| !fatal(n, ty)) {
             // A huge max wait clamps to 60 s, which --once then honestly waits on an
             // empty queue; that case is checked through `drain config` below.
             if name != "SERVICEBUS_DRAIN_MAX_WAIT_MS" || g.parse::<f64>().is_err() {
@@ -256,10 +266,13 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
             }
         }
         runs.push((g, None, set, std::thread::spawn(move || output(cmd, LIMIT))));
-        for url in &urls {
+        for name in &fatal_names {
+            if *name == "DRAIN_KEY_PREFIX" && !bad_prefix(g) {
+                continue; // `-1` and a long number are valid prefixes
+            }
             let mut cmd = drain();
-            cmd.args(["run", "--once"]).env(url, g);
-            runs.push((g, Some(*url), Vec::new(), std::thread::spawn(move || output(cmd, LIMIT))));
+            cmd.args(["run", "--once"]).env(name, g);
+            runs.push((g, Some(*name), Vec::new(), std::thread::spawn(move || output(cmd, LIMIT))));
         }
     }
     for (g, url, set, run) in runs {
@@ -293,7 +306,7 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
 
     let mut cmd = drain();
     cmd.args(["config", "--json"]);
-    for (name, _) in settings.iter().filter(|(_, ty)| !is_url(ty)) {
+    for (name, _) in settings.iter().filter(|(n, ty)| !fatal(n, ty)) {
         cmd.env(name, "99999999999999999999999");
     }
     let out = output(cmd, LIMIT);
@@ -429,4 +442,80 @@ fn resident_consumer_drains_while_a_foreign_lease_skips_the_beat() {
         submitted > 0 && claims >= submitted,
         "each submit went through a claim: {submitted} submitted, {claims} claims"
     );
+}
+
+/// A reader that closes standard output before `drain` writes (`drain config --json
+/// | head -c1`): every subcommand ends quietly with its usual status, never with a
+/// panic (before, `println!` panicked on the closed pipe about half the time).
+#[test]
+fn a_closed_stdout_ends_every_subcommand_quietly() {
+    let Some(server) = redis() else { return };
+    let cases: Vec<(Vec<&str>, bool)> = vec![
+        (vec!["config"], false),
+        (vec!["config", "--json"], false),
+        (vec!["config", "--flags-markdown"], false),
+        (vec!["run", "--once"], true),
+        (vec!["leases"], true),
+        (vec!["leases", "--json"], true),
+        (vec!["doctor"], true),
+        (vec!["simulate", "--json"], false),
+        (vec!["--help"], false),
+    ];
+    for (args, with_redis) in cases {
+        let mut cmd = drain();
+        cmd.args(&args);
+        if with_redis {
+            cmd.env("DRAIN_REDIS_URL", server.url());
+        }
+        let mut child =
+            cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("spawn drain");
+        drop(child.stdout.take()); // the reader is gone before anything is written
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err).expect("stderr");
+        let status = child.wait().expect("wait");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(status.success(), "{args:?} exits with its usual status: {status:?}: {err}");
+    }
+}
+
+/// `drain leases` shows a foreign writer's token (NUL, an escape sequence, a
+/// newline, 200 characters) escaped and cut to its column, so the terminal gets no
+/// control character and the rows stay aligned; `--json` keeps it in full.
+#[test]
+fn leases_escapes_foreign_tokens_and_keeps_its_columns() {
+    let Some(server) = redis() else { return };
+    let hostile = format!("evil\u{0}\u{1b}[2J\nhost{}:00", "x".repeat(200));
+    let ok = Reply::Simple("OK".into());
+    assert_eq!(server.command(&["SET", "drain:lease:{requests}", &hostile, "PX", "600000"]).expect("SET"), ok);
+    assert_eq!(server.command(&["SET", "drain:claim:{tenant}", "w-2:ff", "PX", "600000"]).expect("SET"), ok);
+    let mut cmd = drain();
+    cmd.arg("leases").env("DRAIN_REDIS_URL", server.url());
+    let out = output(cmd, LIMIT);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8(out.stdout).expect("UTF-8");
+    assert!(!table.chars().any(|c| c.is_control() && c != '\n'), "no raw control character: {table:?}");
+    let rows: Vec<&str> = table.lines().take(3).collect();
+    assert_eq!(rows.len(), 3, "header, lease, owner claim: {table}");
+    let widths: Vec<usize> = rows.iter().map(|r| r.chars().count()).collect();
+    assert!(widths.iter().all(|w| *w == widths[0]), "aligned rows {widths:?}:\n{table}");
+    assert!(rows[1].contains("evil\\u{0}"), "escaped, not dropped: {table}");
+
+    let mut cmd = drain();
+    cmd.args(["leases", "--json"]).env("DRAIN_REDIS_URL", server.url());
+    let v: serde_json::Value = serde_json::from_slice(&output(cmd, LIMIT).stdout).expect("JSON");
+    assert_eq!(v["leases"][0]["holder"], hostile.rsplit_once(':').expect(":").0, "the full holder: {v}");
+}
+
+/// `drain simulate --svg` into a folder that does not exist fails at once, before
+/// simulating (before: after the whole simulation, its table already printed).
+#[test]
+fn simulate_svg_into_a_missing_folder_fails_before_simulating() {
+    let path = std::env::temp_dir().join(format!("drain-no-such-dir-{}", std::process::id())).join("chart.svg");
+    let mut cmd = drain();
+    cmd.args(["simulate", "--svg"]).arg(&path);
+    let out = output(cmd, LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty(), "nothing simulated: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(err.contains("cannot write the chart") && err.contains("chart.svg"), "{err}");
 }

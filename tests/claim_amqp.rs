@@ -149,6 +149,9 @@ fn sum<'a>(reports: impl IntoIterator<Item = &'a TickReport>) -> DrainStats {
         dead_lettered: a.dead_lettered + s.dead_lettered,
         settle_errors: a.settle_errors + s.settle_errors,
         claim_settle_errors: a.claim_settle_errors + s.claim_settle_errors,
+        claim_errors: a.claim_errors + s.claim_errors,
+        submit_failures: a.submit_failures + s.submit_failures,
+        claims_expired: a.claims_expired + s.claims_expired,
     })
 }
 

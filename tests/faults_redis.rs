@@ -34,7 +34,7 @@ use drain_core::ports::{
     Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release,
 };
 use drain_core::testkit::{TestRng, message};
-use drain_core::tick::LeaseStatus;
+use drain_core::tick::{ClaimHealth, LeaseStatus};
 use test_servers::{RedisCluster, RedisServer, Reply};
 
 use faults::{KillDuring, Op, REDIS_TIMEOUT, Server, World, answered, lock, stats};
@@ -94,9 +94,11 @@ async fn redis_killed_while_the_acquire_is_in_flight_fails_open() {
 }
 
 /// Killed from inside a slow submit, after the batch's claims were taken: the
-/// claimed messages of that batch are still submitted (they hold their claims), the
-/// next batch's claims fail and nothing of it is submitted, the release fails and is
-/// counted; after a restart everything else goes through once.
+/// claimed messages of that batch are still submitted (they hold their claims);
+/// settling their claims fails, and a claim store that failed ends the receiving, so
+/// nothing more is received (before, the next batch was received only to be
+/// abandoned); the release fails and is counted; after a restart everything else
+/// goes through once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_drain_submits_only_what_was_claimed() {
     let Some(mut w) = World::new(&[], 15, Duration::from_millis(20)).await else { return };
@@ -105,9 +107,11 @@ async fn redis_killed_mid_drain_submits_only_what_was_claimed() {
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
     assert_eq!(r.fence, Some(1));
-    assert_eq!(stats(&r), (10, 5, 0, 5), "batch 1 (claimed) submitted, batch 2 (claim failed) abandoned");
+    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1 (claimed) submitted, then nothing more received");
+    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(w.target.ids(), w.ids[..5], "only the first, claimed batch reached the target");
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 5);
+    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
+    assert_eq!(w.messages(MessageOutcome::ClaimError), 0, "nothing received that could not be claimed");
     assert_eq!(w.lease_ops(LeaseOp::Release, "error"), 1, "the failed release is counted (the TTL frees the lease)");
     assert_eq!(w.source.ready_len(), 10);
 
@@ -212,19 +216,23 @@ async fn frozen_past_the_ttl_loses_the_lease_cancels_the_drain_and_fails_open_wh
     assert!(abandoned >= 1 && w.messages(MessageOutcome::Cancelled) as u64 == abandoned, "{r:?}");
     assert_eq!(w.source.ready_len() as u64, abandoned);
 
-    // Frozen before a tick: the acquire times out (fail open), the claims time out
-    // (fail closed). Requests already sent may still run when it thaws, leaving a
-    // lease or pending claims that nobody holds: short TTLs let them lapse here.
+    // Frozen before a tick: the acquire times out (fail open), and the store is then
+    // known down for the rest of the tick: the claims would fail closed, so nothing
+    // is received at all. Requests already sent may still run when it thaws, leaving
+    // a lease that nobody holds: a short TTL lets it lapse here.
     w.cfg.claim_pending_ttl = Duration::from_secs(1);
     w.cfg.batch = 5;
     let before = w.target.ids().len();
+    let (ready, claim_errors) = (w.source.ready_len(), w.messages(MessageOutcome::ClaimError));
     w.server().pause();
     let r = w.tick().await;
     w.server().resume();
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
-    assert_eq!(stats(&r), (5, 0, 0, 5), "{r:?}");
+    assert_eq!(stats(&r), (0, 0, 0, 0), "{r:?}");
+    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(w.target.ids().len(), before, "nothing submitted while the claim store was frozen");
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 5);
+    assert_eq!(w.source.ready_len(), ready, "nothing received");
+    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
 
     w.drain_until_done(Duration::from_secs(15)).await;
     w.assert_exactly_once();
@@ -319,9 +327,9 @@ async fn client_kill_mid_drain_costs_at_most_one_failed_call_per_cut() {
 }
 
 /// `DEBUG SLEEP` makes Redis answer later than the client's 300 ms response timeout.
-/// Mid-drain: the claims of the next batch time out and nothing of it is submitted.
-/// Before a tick: the acquire times out and the tick fails open. Both recover on the
-/// same store, every message once. (A request that timed out may still run when Redis
+/// Mid-drain: the batch's settlement times out, and the tick receives nothing more.
+/// Before a tick: the acquire times out, the tick fails open, and with the store
+/// known down it receives nothing. Both recover on the same store, every message once. (A request that timed out may still run when Redis
 /// wakes up; its lease or pending claims then lapse with their TTLs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_slower_than_the_timeout_fail_open_and_closed_then_recover() {
@@ -344,9 +352,10 @@ async fn replies_slower_than_the_timeout_fail_open_and_closed_then_recover() {
     });
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(stats(&r), (10, 5, 0, 5), "batch 2's claims timed out: {r:?}");
+    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1's settlement timed out, so nothing more was received: {r:?}");
+    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(w.target.ids(), w.ids[..5]);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 5);
+    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
     w.drain_until_done(Duration::from_secs(10)).await;
     w.assert_exactly_once();
 
@@ -360,9 +369,9 @@ async fn replies_slower_than_the_timeout_fail_open_and_closed_then_recover() {
     std::thread::sleep(Duration::from_millis(100));
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
-    assert_eq!(stats(&r), (3, 0, 0, 3), "{r:?}");
+    assert_eq!(stats(&r), (0, 0, 0, 0), "the acquire timed out: no receive on a store known down: {r:?}");
     assert_eq!(w.lease_ops(LeaseOp::Acquire, "error"), acquire_errors + 1);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors + 3);
+    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
     slow.join().expect("DEBUG SLEEP thread");
     w.drain_until_done(Duration::from_secs(10)).await;
     w.assert_exactly_once();

@@ -21,6 +21,11 @@ use drain_e2e::{Running, drain, free_port, redis};
 /// `drain run` with the lease on a private Redis, a beat every second, owner drains
 /// over a small demo workload, `/metrics` on `port`.
 fn run(redis_url: &str, port: u16) -> Running {
+    run_with(redis_url, port, &[])
+}
+
+/// [`run`] with `env` on top.
+fn run_with(redis_url: &str, port: u16, env: &[(&str, &str)]) -> Running {
     let mut cmd = drain();
     cmd.args(["run", "--owners", "20"])
         .env("DRAIN_REDIS_URL", redis_url)
@@ -29,6 +34,9 @@ fn run(redis_url: &str, port: u16) -> Running {
         .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
         .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
         .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     Running::spawn(cmd)
 }
 
@@ -101,15 +109,25 @@ fn a_stolen_lease_raises_drain_lease_lost() {
     assert!(states.is_some(), "DrainLeaseLost never went pending or firing: {}\n{}", prom.alerts(), prom.log());
 }
 
-/// Redis stops: ticks drain without the lease (fail open) and every claim fails
-/// (fail closed): DrainTicksFailingOpen and DrainClaimsFailingClosed go active.
+/// Redis stops: a process with the lease only drains without it (fail open:
+/// DrainTicksFailingOpen), and one with the claim too abandons the batch it holds
+/// (fail closed) and then receives nothing while the store is down, its beats
+/// counting `claims_down` (DrainClaimsFailingClosed, which holds for the whole
+/// outage). Two processes, because the second never gets to fail open: once its
+/// claim store failed it starts no tick at all, not even the lease's acquire.
 #[test]
 fn a_stopped_redis_raises_fail_open_and_fail_closed_alerts() {
     let Some(mut server) = redis() else { return };
-    let port = free_port();
-    let Some(prom) = Prometheus::start("stopped_redis", &[format!("127.0.0.1:{port}")]) else { return };
-    let mut drain = run(&server.url(), port);
-    assert!(drain.wait_for("tick done", Duration::from_secs(30)), "{}", drain.log());
+    let (lease_only, claims) = (free_port(), free_port());
+    let targets = [format!("127.0.0.1:{lease_only}"), format!("127.0.0.1:{claims}")];
+    let Some(prom) = Prometheus::start("stopped_redis", &targets) else { return };
+    let mut drains = [
+        run_with(&server.url(), lease_only, &[("SERVICEBUS_ATOMIC_CLAIM", "off"), ("DRAIN_KEY_PREFIX", "lease-only")]),
+        run(&server.url(), claims),
+    ];
+    for drain in &mut drains {
+        assert!(drain.wait_for("tick done", Duration::from_secs(30)), "{}", drain.log());
+    }
     for zero in [r#"drain_ticks_total{outcome="fail_open"}"#, r#"drain_messages_total{outcome="claim_error"}"#] {
         assert_eq!(prom.await_scraped(zero, Duration::from_secs(20)), Some(0.0), "{zero} scraped at 0 first");
     }
@@ -120,6 +138,7 @@ fn a_stopped_redis_raises_fail_open_and_fail_closed_alerts() {
     for alert in ["DrainTicksFailingOpen", "DrainClaimsFailingClosed"] {
         // The demo producer trickles a message every few seconds: claims are tried.
         let states = prom.await_alert(alert, Duration::from_secs(45));
-        assert!(states.is_some(), "{alert} never went pending or firing: {}\n{}", prom.alerts(), drain.log());
+        let logs = drains.iter().map(Running::log).collect::<Vec<_>>().join("\n---\n");
+        assert!(states.is_some(), "{alert} never went pending or firing: {}\n{logs}", prom.alerts());
     }
 }

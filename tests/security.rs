@@ -72,15 +72,28 @@ fn keys(server: &RedisServer, pattern: &str) -> BTreeMap<String, Option<String>>
         .collect()
 }
 
-/// The rights of the minimal ACL, read from docs/operations.md so the test checks
-/// what operators are told to grant.
-fn minimal_rights() -> Vec<String> {
+/// The rights of the minimal ACL of `drain <mode>` (`run`, `owners`, `leases`), read
+/// from docs/operations.md so the test checks what operators are told to grant.
+fn acl_of(mode: &str) -> Vec<String> {
     let doc = fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"))
         .expect("docs/operations.md");
-    let start = doc.find("ACL SETUSER drain on").expect("the minimal ACL block in docs/operations.md");
-    let block = &doc[start..start + doc[start..].find("```").expect("end of the block")];
+    let user = format!("ACL SETUSER drain-{mode} on");
+    let start = doc.find(&user).unwrap_or_else(|| panic!("{user} in docs/operations.md"));
+    let rest = &doc[start..];
+    let block = &rest[..rest.find("\n\n").or_else(|| rest.find("```")).expect("end of the block")];
     let rights: Vec<String> = block.split_whitespace().filter(|w| w.starts_with('+')).map(str::to_owned).collect();
-    assert!(rights.len() >= 10, "{block}");
+    assert!(rights.len() >= 4, "{block}");
+    rights
+}
+
+/// What one user needs for `drain run`, `drain doctor` and `drain leases`.
+fn minimal_rights() -> Vec<String> {
+    let mut rights = acl_of("run");
+    for r in acl_of("leases") {
+        if !rights.contains(&r) {
+            rights.push(r);
+        }
+    }
     rights
 }
 
@@ -263,55 +276,100 @@ async fn rediss_works_with_a_trusted_ca_and_fails_typed_without_it() {
 // ACL
 // ---------------------------------------------------------------------------------
 
-/// The minimal ACL of docs/operations.md runs a full tick through the binary (the
-/// lease held, messages submitted, no fail-open, no claim error) and passes
-/// `drain doctor`; a user missing any one of its rights fails `drain doctor` with
-/// exit 1 and a FAIL line naming that right (`+script|load` only warns: without it
-/// scripts are cached by `EVAL`; `+cluster|nodes` matters on a Cluster only).
+/// Each subcommand runs under exactly its ACL of docs/operations.md, with nothing
+/// refused (`drain run --once` holds the lease and submits; `drain owners` records
+/// every seeded item; `drain leases` lists), and `drain doctor --for` it passes; a
+/// user missing any one of its rights fails `drain doctor --for` it with exit 1 and a
+/// FAIL line naming that right (`+script|load` only warns: scripts are then cached by
+/// `EVAL`). Before, one ACL lacked `llen` and `hincrby` for `drain owners`, and
+/// doctor passed it anyway.
 #[test]
-fn the_minimal_acl_runs_a_tick_and_doctor_names_each_missing_right() {
+fn each_subcommand_runs_under_its_acl_and_doctor_names_each_missing_right() {
     let Some(server) = redis() else { return };
-    let rights = minimal_rights();
-    set_user(&server, "drain", "Acl-Pw-3k9", "drain", &rights);
     let url = |user: &str| format!("redis://{user}:Acl-Pw-3k9@127.0.0.1:{}", server.port());
-
-    let mut cmds = vec![once(&url("drain")), {
+    let doctor = |user: &str, mode: &str| {
         let mut c = drain();
-        c.arg("doctor").env("DRAIN_REDIS_URL", url("drain"));
+        c.args(["doctor", "--for", mode]).env("DRAIN_REDIS_URL", url(user)).env("DRAIN_INSTANCE_ID", user);
         c
-    }];
-    let dropped: Vec<&String> = rights.iter().filter(|r| *r != "+cluster|nodes").collect();
-    for right in &dropped {
-        let user = format!("no{}", right.replace(['+', '|'], "-"));
-        let others: Vec<String> = rights.iter().filter(|r| r != right).cloned().collect();
-        set_user(&server, &user, "Acl-Pw-3k9", "drain", &others);
-        let mut c = drain();
-        c.arg("doctor").env("DRAIN_REDIS_URL", url(&user)).env("DRAIN_INSTANCE_ID", &user);
-        cmds.push(c);
+    };
+    let mut cmds = Vec::new();
+    let mut expected = Vec::new();
+    for mode in ["run", "owners", "leases"] {
+        let rights = acl_of(mode);
+        let user = format!("drain-{mode}");
+        set_user(&server, &user, "Acl-Pw-3k9", "drain", &rights);
+        cmds.push(doctor(&user, mode));
+        expected.push((mode, None));
+        for right in &rights {
+            let user = format!("{mode}-no{}", right.replace(['+', '|'], "-"));
+            let others: Vec<String> = rights.iter().filter(|r| *r != right).cloned().collect();
+            set_user(&server, &user, "Acl-Pw-3k9", "drain", &others);
+            cmds.push(doctor(&user, mode));
+            expected.push((mode, Some(right.clone())));
+        }
     }
     let outs = run_all(cmds);
-
-    let r = report(&outs[0]);
-    assert_eq!((r["lease"].as_str(), r["fence"].as_u64()), (Some("held"), Some(1)), "{r}");
-    assert!(r["submitted"].as_u64().is_some_and(|n| n > 0), "{r}");
-    let log = text(&outs[0]);
-    assert!(!log.contains("fail-open") && !log.contains("fail-closed") && !log.contains("NOPERM"), "{log}");
-    assert!(outs[1].status.success(), "doctor passes with the minimal ACL:\n{}", text(&outs[1]));
-
-    for (right, out) in dropped.iter().zip(&outs[2..]) {
+    for ((mode, dropped), out) in expected.iter().zip(&outs) {
         let shown = text(out);
+        assert!(!shown.contains("Acl-Pw-3k9"), "{shown}");
+        let Some(right) = dropped else {
+            assert!(out.status.success(), "doctor --for {mode} passes with its ACL:\n{shown}");
+            continue;
+        };
         let name = right.trim_start_matches('+');
-        if *right == "+script|load" {
-            assert!(out.status.success(), "{right} only warns:\n{shown}");
-            assert!(shown.lines().any(|l| l.starts_with("warn") && l.contains(name)), "{right}:\n{shown}");
+        if right == "+script|load" {
+            assert!(out.status.success(), "{mode} without {right} only warns:\n{shown}");
+            assert!(shown.lines().any(|l| l.starts_with("warn") && l.contains(name)), "{mode} {right}:\n{shown}");
             continue;
         }
-        assert_eq!(out.status.code(), Some(1), "doctor fails without {right}:\n{shown}");
+        assert_eq!(out.status.code(), Some(1), "doctor --for {mode} fails without {right}:\n{shown}");
         assert!(
             shown.lines().any(|l| l.starts_with("FAIL") && l.contains(name)),
-            "a FAIL line names {right}:\n{shown}"
+            "a FAIL line names {right} for {mode}:\n{shown}"
         );
-        assert!(!shown.contains("Acl-Pw-3k9"), "{shown}");
+    }
+
+    // The subcommands themselves, each under exactly its ACL.
+    let r = report(&run_all(vec![once(&url("drain-run"))])[0]);
+    assert_eq!((r["lease"].as_str(), r["fence"].as_u64()), (Some("held"), Some(1)), "{r}");
+    assert!(r["submitted"].as_u64().is_some_and(|n| n > 0), "{r}");
+    let mut seed = drain();
+    seed.args(["owners", "--owners", "5", "--seed", "50", "--seed-only"]).env("DRAIN_REDIS_URL", url("drain-owners"));
+    let mut owners = drain();
+    owners
+        .args(["owners", "--owners", "5", "--batch", "5", "--pass-ms", "100"])
+        .env("DRAIN_REDIS_URL", url("drain-owners"));
+    let mut leases = drain();
+    leases.args(["leases", "--json"]).env("DRAIN_REDIS_URL", url("drain-leases"));
+    let outs = run_all(vec![seed]);
+    assert!(outs[0].status.success(), "seeding under the owners ACL: {}", text(&outs[0]));
+    let outs = run_all(vec![owners, leases]);
+    for out in &outs {
+        let log = text(out);
+        assert!(out.status.success(), "{log}");
+        assert!(!log.contains("NOPERM") && !log.contains("permission"), "nothing refused: {log}");
+    }
+    let owners: serde_json::Value = serde_json::from_slice(&outs[0].stdout).expect("owners report");
+    assert_eq!((&owners["processed"], &owners["complete"]), (&50.into(), &true.into()), "{owners}");
+    let listing: serde_json::Value = serde_json::from_slice(&outs[1].stdout).expect("leases --json");
+    assert!(listing["owner_claims"].is_array(), "{listing}");
+}
+
+/// `drain doctor`, for each subcommand and with every switch that makes it probe
+/// more, leaves nothing behind on a fresh server: its probe lease's fence (before:
+/// a fence key with no TTL on every run, which `drain leases` then listed forever),
+/// its claims, its backlog, in-flight and processed probe keys, its waiter list.
+#[test]
+fn doctor_leaves_nothing_behind() {
+    let Some(server) = redis() else { return };
+    for mode in ["run", "owners", "leases"] {
+        let mut c = drain();
+        c.args(["doctor", "--for", mode])
+            .env("DRAIN_REDIS_URL", server.url())
+            .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on");
+        let out = output(c, LIMIT);
+        assert!(out.status.success(), "{mode}: {}", text(&out));
+        assert_eq!(server.command(&["DBSIZE"]).expect("DBSIZE"), Reply::Int(0), "{mode}: {:?}", keys(&server, "*"));
     }
 }
 
@@ -462,7 +520,10 @@ fn metrics_bind_loopback_by_default() {
         let s = v["settings"].as_array().expect("settings").iter().find(|s| s["name"] == "DRAIN_METRICS_ADDR").cloned();
         (s.expect("DRAIN_METRICS_ADDR listed"), v["warnings"].as_array().map_or(0, Vec::len))
     };
-    for (value, origin, warnings) in [(None, "default", 0), (Some("0.0.0.0"), "env", 1), (Some("*:9464"), "env", 1)] {
+    // A value that fell back to the default shows origin `default` (the warning says what was set).
+    for (value, origin, warnings) in
+        [(None, "default", 0), (Some("0.0.0.0"), "default", 1), (Some("*:9464"), "default", 1)]
+    {
         let (s, w) = effective(value);
         let addr: SocketAddr = s["value"].as_str().expect("value").parse().expect("host:port");
         assert!(addr.ip().is_loopback(), "{value:?} -> {addr}");

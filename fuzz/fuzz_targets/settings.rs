@@ -9,19 +9,15 @@ use adapter_redis::KeySpace;
 use drain_core::Switch;
 use libfuzzer_sys::fuzz_target;
 
-const RULES: [IntRule; 12] = [
-    settings::LEASE_TTL_SECONDS,
-    settings::CLAIM_TTL_SECONDS,
-    settings::CLAIM_PENDING_SECONDS,
-    settings::DRAIN_CONCURRENCY,
-    settings::DRAIN_BATCH,
-    settings::DRAIN_MAX_WAIT_MS,
-    settings::BACKOFF_MIN_SECONDS,
-    settings::BACKOFF_MAX_SECONDS,
-    settings::MAX_RETRY_TIMERS,
-    settings::BEAT_INTERVAL_SECONDS,
-    settings::WORKER_CONCURRENCY,
-    settings::SHUTDOWN_GRACE_SECONDS,
+/// Rules of the shapes the binary's registry uses (drain-app declares its own; these
+/// cover a zero floor, equal bounds, a default at either end and a huge ceiling).
+const RULES: [IntRule; 6] = [
+    IntRule { default: 120, min: 10, max: 86_400 },
+    IntRule { default: 300, min: 0, max: 86_400 },
+    IntRule { default: 1, min: 1, max: 256 },
+    IntRule { default: 7, min: 7, max: 7 },
+    IntRule { default: 1_000_000, min: 1, max: 1_000_000 },
+    IntRule { default: 0, min: 0, max: u64::MAX },
 ];
 
 fn switch(raw: &str) {
@@ -74,14 +70,17 @@ fuzz_target!(|data: &[u8]| {
     switch(a);
     int(a);
 
-    let (lo, hi) = settings::backoff_window_seconds(Some(a), Some(b));
-    assert!(lo.value <= hi.value, "the jitter window is never inverted: {a:?} {b:?}");
+    for (low, high) in [(Some(a), Some(b)), (Some(a), None), (None, Some(b))] {
+        let (lo, hi) = settings::ordered_window(("LOW", RULES[0], low), ("HIGH", RULES[1], high));
+        assert!(lo.value <= hi.value, "the window is never inverted: {low:?} {high:?}");
+    }
 
-    let prefix = settings::key_prefix(Some(a)).value;
-    assert!(!prefix.is_empty() && prefix.len() <= 64);
-    assert!(prefix.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_.:".contains(&c)), "{prefix:?}");
-    assert!(KeySpace::new(prefix).scan_pattern().ends_with(":*"));
+    if let Ok(prefix) = settings::key_prefix(a) {
+        assert!(!prefix.is_empty() && prefix.len() <= 64);
+        assert!(prefix.bytes().all(|c| c.is_ascii_alphanumeric() || b"-_.:".contains(&c)), "{prefix:?}");
+        assert!(KeySpace::new(prefix).scan_pattern().ends_with(":*"));
+    }
 
-    let id = settings::instance_id(Some(a), "host-1").value;
+    let id = settings::instance_id("FUZZ_ID", Some(a), "host-1").value;
     assert!(!id.is_empty() && id.len() <= 128 && id.bytes().all(|c| c.is_ascii_graphic()), "{id:?}");
 });

@@ -22,9 +22,16 @@ pub mod rabbit;
 /// would otherwise test a stale binary). Building only when needed matters: a
 /// `cargo build -p drain-app` resolves features differently from the workspace test
 /// build and would recompile dependencies.
+///
+/// `DRAIN_TEST_BIN=/path/to/drain` runs the suite against that binary instead (an
+/// older build, to see a test fail before its fix), and builds nothing.
 pub fn drain_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
+        if let Some(bin) = std::env::var_os("DRAIN_TEST_BIN") {
+            eprintln!("testing the drain binary {} (DRAIN_TEST_BIN)", Path::new(&bin).display());
+            return PathBuf::from(bin);
+        }
         let exe = std::env::current_exe().expect("test executable path");
         // target/<profile>/deps/<test> -> target/debug/drain: the benchmarks (release)
         // run the binary the tests built, not a second, release build of drain-app.
@@ -205,6 +212,23 @@ pub fn scrape(port: u16) -> String {
 /// The value of the first series line starting with `series ` (name and labels).
 pub fn metric(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// CPU seconds (user + system, every thread) the process `pid` used so far, from
+/// `/proc/<pid>/stat`.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    static TICKS: OnceLock<f64> = OnceLock::new();
+    let per_second = *TICKS.get_or_init(|| {
+        let out = Command::new("getconf").arg("CLK_TCK").output().expect("getconf CLK_TCK");
+        String::from_utf8_lossy(&out.stdout).trim().parse().expect("CLK_TCK is a number")
+    });
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/<pid>/stat");
+    // The command name (field 2) may hold spaces: count fields after its `)`.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after `)`.
+    let ticks: f64 = fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
+    ticks / per_second
 }
 
 /// A private redis-server, or `None` with the skip reason printed (a failure under CI).

@@ -70,6 +70,16 @@ impl OwnerRun {
     }
 }
 
+/// Seed `items` items over `owners` owners on `server` (fresh).
+pub fn seed(server: &RedisServer, owners: u32, items: u64) {
+    let mut seed = drain();
+    seed.args(["owners", "--owners", &owners.to_string(), "--seed", &items.to_string(), "--seed-only"])
+        .env("DRAIN_REDIS_URL", server.url());
+    let out = output(seed, LIMIT);
+    assert!(out.status.success(), "seeding failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(backlog(server), items as i64, "seeded");
+}
+
 /// The command of one process: turns of 20 items at 2 ms each (40 ms holding the
 /// owner's claim), 64 turn slots (each process is ready to work on every owner, as a
 /// fleet re-requesting the same owners is), a pass every 100 ms; `env` on top.
@@ -102,8 +112,30 @@ const BACKLOG: &str =
     "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do n = n + redis.call('LLEN', k) end return n";
 
 /// Items left in the backlogs.
-fn backlog(server: &RedisServer) -> i64 {
+pub fn backlog(server: &RedisServer) -> i64 {
     int(server.command(&["EVAL", BACKLOG, "0", "drain:backlog:*"]).expect("count the backlogs"))
+}
+
+/// Items taken by a turn and not recorded yet (the owners' in-flight lists).
+pub fn in_flight(server: &RedisServer) -> i64 {
+    int(server.command(&["EVAL", BACKLOG, "0", "drain:inflight:*"]).expect("count the in-flight lists"))
+}
+
+/// `(items recorded, items recorded more than once)` over every owner's processed
+/// hash `drain:processed:{<owner>}` (and the one `drain:processed` hash older builds
+/// used, so a test run against one counts what it recorded).
+pub fn recorded(server: &RedisServer) -> (i64, i64) {
+    const SCRIPT: &str = "local n, twice = 0, 0 \
+        for _, k in ipairs(redis.call('KEYS', ARGV[1])) do \
+          for _, v in ipairs(redis.call('HVALS', k)) do n = n + 1 if v ~= '1' then twice = twice + 1 end end \
+        end return {n, twice}";
+    match server.command(&["EVAL", SCRIPT, "0", "drain:processed*"]).expect("count the processed hashes") {
+        Reply::Array(Some(v)) if v.len() == 2 => {
+            let mut v = v.into_iter().map(int);
+            (v.next().unwrap_or(0), v.next().unwrap_or(0))
+        }
+        other => panic!("unexpected reply {other:?}"),
+    }
 }
 
 /// Seed `server` (fresh), run the processes at once with `env`, and assert that every
@@ -113,12 +145,7 @@ fn backlog(server: &RedisServer) -> i64 {
 /// On a failed process, a lost or doubled item, or a hung process (after [`LIMIT`]).
 #[must_use]
 pub fn run_owners(server: &RedisServer, w: Workload, env: &[(&str, &str)]) -> OwnerRun {
-    let mut seed = drain();
-    seed.args(["owners", "--owners", &w.owners.to_string(), "--seed", &w.items.to_string(), "--seed-only"])
-        .env("DRAIN_REDIS_URL", server.url());
-    let out = output(seed, LIMIT);
-    assert!(out.status.success(), "seeding failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(backlog(server), w.items as i64, "seeded");
+    seed(server, w.owners, w.items);
 
     let start = Instant::now();
     let spawned_unix_ms = unix_ms();
@@ -153,13 +180,11 @@ pub fn run_owners(server: &RedisServer, w: Workload, env: &[(&str, &str)]) -> Ow
     }
     assert_eq!(total.processed, w.items, "the processes' own counts add up to every item");
 
-    // The processed hash: one field per item, every field exactly 1.
-    let processed = server.command(&["HLEN", "drain:processed"]).expect("HLEN");
-    assert_eq!(int(processed), w.items as i64, "every item processed");
-    let not_once =
-        "local n = 0 for _, v in ipairs(redis.call('HVALS', KEYS[1])) do if v ~= '1' then n = n + 1 end end return n";
-    let twice = server.command(&["EVAL", not_once, "1", "drain:processed"]).expect("count doubles");
-    assert_eq!(int(twice), 0, "no item twice");
+    // The processed hashes: one field per item, every field exactly 1.
+    let (processed, twice) = recorded(server);
+    assert_eq!(processed, w.items as i64, "every item processed");
+    assert_eq!(twice, 0, "no item twice");
     assert_eq!(backlog(server), 0, "backlogs empty");
+    assert_eq!(in_flight(server), 0, "nothing left in flight");
     total
 }

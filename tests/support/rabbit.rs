@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
-use drain_core::ports::{MessageSource, SubmitContext, Submitter};
+use drain_core::ports::{Message, MessageSource, SubmitContext, Submitter};
 use drain_core::testkit::message;
 use futures::stream::{self, StreamExt};
 
@@ -23,6 +23,9 @@ const SHARED_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
 const RABBIT_BIN: &str = "/usr/lib/rabbitmq/bin";
 /// How long a private node may take to boot.
 const BOOT: Duration = Duration::from_secs(60);
+
+/// What [`Broker::collect`] counts a message without a message id under.
+pub const NO_ID: &str = "<no id>";
 
 /// Run `fut` on a runtime shared by the tests of this process.
 pub fn block_on<F: Future>(fut: F) -> F::Output {
@@ -204,13 +207,19 @@ impl Broker {
 
     /// Put a persistent message with each id on `queue`, 64 submits in flight.
     pub fn feed(&self, queue: &str, ids: &[String]) {
+        self.feed_messages(queue, &ids.iter().map(|id| message(id)).collect::<Vec<_>>());
+    }
+
+    /// Put each message on `queue` as it is (a message without an id, too), 64
+    /// submits in flight, so their order on the queue is not guaranteed.
+    pub fn feed_messages(&self, queue: &str, messages: &[Message]) {
         block_on(async {
             let feed = AmqpSubmitter::connect(self.endpoint(queue), SubmitterOptions::default()).await.expect("feed");
             let ctx = SubmitContext { queue: "feed", fence: None };
-            stream::iter(ids)
-                .map(|id| {
+            stream::iter(messages)
+                .map(|m| {
                     let (feed, ctx) = (&feed, &ctx);
-                    async move { feed.submit(&message(id), ctx).await.expect("feed submit") }
+                    async move { feed.submit(m, ctx).await.expect("feed submit") }
                 })
                 .buffer_unordered(64)
                 .collect::<Vec<()>>()
@@ -219,7 +228,8 @@ impl Broker {
         });
     }
 
-    /// Take everything off `queue`: message id -> times seen.
+    /// Take everything off `queue`: message id -> times seen (`<no id>` for a
+    /// message without one).
     pub fn collect(&self, queue: &str) -> BTreeMap<String, u32> {
         block_on(async {
             let options = SourceOptions { prefetch: 256, ..SourceOptions::default() };
@@ -231,7 +241,8 @@ impl Broker {
                     break;
                 }
                 for d in got {
-                    *seen.entry(d.message.message_id.as_ref().expect("message id").to_string()).or_insert(0) += 1;
+                    let id = d.message.message_id.as_ref().map_or_else(|| NO_ID.to_owned(), ToString::to_string);
+                    *seen.entry(id).or_insert(0) += 1;
                     source.complete(d.handle).await.expect("complete");
                 }
             }
@@ -285,6 +296,28 @@ impl<'a> Queue<'a> {
             let _ = tokio::time::timeout(bound, session.end()).await;
             let _ = tokio::time::timeout(bound, conn.close()).await;
         });
+        Queue { name, broker }
+    }
+}
+
+impl<'a> Queue<'a> {
+    /// Declare `<test>-<pid>-<n>` as a durable quorum queue whose messages are
+    /// dead-lettered to the queue `dead_letter` (through the default exchange) once
+    /// they were delivered `delivery_limit` times: RabbitMQ's form of Service Bus'
+    /// max delivery count. AMQP 1.0 cannot pass queue arguments, so this declares
+    /// through `rabbitmqctl eval`.
+    pub fn declare_quorum(broker: &'a Broker, test: &str, delivery_limit: u32, dead_letter: &str) -> Queue<'a> {
+        let name = unique(test);
+        let erlang = format!(
+            "rabbit_amqqueue:declare(rabbit_misc:r(<<\"/\">>, queue, <<\"{name}\">>), true, false, \
+             [{{<<\"x-queue-type\">>, longstr, <<\"quorum\">>}}, \
+              {{<<\"x-delivery-limit\">>, long, {delivery_limit}}}, \
+              {{<<\"x-dead-letter-exchange\">>, longstr, <<\"\">>}}, \
+              {{<<\"x-dead-letter-routing-key\">>, longstr, <<\"{dead_letter}\">>}}], \
+             none, <<\"drain-e2e\">>)."
+        );
+        let out = broker.ctl(&["eval", &erlang]);
+        assert!(out.contains("quorum"), "declaring {name}: {out}");
         Queue { name, broker }
     }
 }

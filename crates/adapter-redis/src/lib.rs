@@ -22,11 +22,14 @@
 //! | `settle_batch` | `EVALSHA settle` over the batch's keys | 1 |
 //!
 //! The release wake-up's operations are one round trip each too (see the `wake`
-//! module's table). Besides the ports, a few plain list and hash operations serve an
-//! embedder's owner work on the same connection ([`RedisStore::pop_batch`],
-//! [`RedisStore::mark_processed`], [`RedisStore::list_lengths`],
-//! [`RedisStore::push_items`]; `drain owners` uses them), and [`KeyedClaims`] peeks
-//! at owner claims under keys of an embedder's own.
+//! module's table). Besides the ports, a few list and hash operations serve an
+//! embedder's owner work on the same connection, without ever losing an item:
+//! [`RedisStore::take_batch`] moves a batch from an owner's backlog into its
+//! in-flight list (or hands back what the list still holds),
+//! [`RedisStore::record_batch`] counts it processed and empties the list in the same
+//! step; [`RedisStore::list_lengths`], [`RedisStore::push_items`] (`drain owners`
+//! uses them); and [`KeyedClaims`] peeks at owner claims under keys of an embedder's
+//! own.
 //!
 //! The scripts (`src/scripts/*.lua`) are loaded with `SCRIPT LOAD` at connect and
 //! called by SHA. When a server answers `NOSCRIPT` (restart, `SCRIPT FLUSH`,
@@ -81,6 +84,7 @@ mod lists;
 mod owners;
 mod releases;
 mod reply;
+pub mod rights;
 mod scripts;
 mod store;
 mod wake;
@@ -90,6 +94,7 @@ pub use config::{
 };
 pub use error::map_error;
 pub use keys::{KeySpace, LeaseKeys};
+pub use lists::Batch;
 pub use owners::KeyedClaims;
 pub use releases::{ReleaseCounters, Releases};
 pub use store::{RedisStore, Scanned};

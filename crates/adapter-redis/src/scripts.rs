@@ -30,11 +30,13 @@ pub(crate) struct Scripts {
     pub(crate) peek_wait: LuaScript,
     pub(crate) acquire_wait: LuaScript,
     pub(crate) release_wake: LuaScript,
+    pub(crate) take_batch: LuaScript,
+    pub(crate) record_batch: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 8] {
+    pub(crate) fn all(&self) -> [&LuaScript; 10] {
         [
             &self.acquire,
             &self.release,
@@ -44,6 +46,8 @@ impl Scripts {
             &self.peek_wait,
             &self.acquire_wait,
             &self.release_wake,
+            &self.take_batch,
+            &self.record_batch,
         ]
     }
 }
@@ -58,6 +62,8 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     peek_wait: LuaScript::new("peek_wait", include_str!("scripts/peek_wait.lua")),
     acquire_wait: LuaScript::new("acquire_wait", include_str!("scripts/acquire_wait.lua")),
     release_wake: LuaScript::new("release_wake", include_str!("scripts/release_wake.lua")),
+    take_batch: LuaScript::new("take_batch", include_str!("scripts/take_batch.lua")),
+    record_batch: LuaScript::new("record_batch", include_str!("scripts/record_batch.lua")),
 });
 
 #[cfg(test)]
@@ -74,6 +80,6 @@ mod tests {
         let mut shas: Vec<&str> = SCRIPTS.all().iter().map(|s| s.sha.as_str()).collect();
         shas.sort_unstable();
         shas.dedup();
-        assert_eq!(shas.len(), 8);
+        assert_eq!(shas.len(), SCRIPTS.all().len());
     }
 }

@@ -217,59 +217,6 @@ impl RedisStore {
         Ok(found.into_iter().collect())
     }
 
-    /// Which rights of the minimal ACL (docs/operations.md) this user lacks, as ACL
-    /// rules (`+pexpire`), empty when it has them all. Every command drain sends
-    /// (also those its scripts run, and `EVAL`, which only a restart or
-    /// `SCRIPT FLUSH` makes it send) is tried once directly, so that a refusal names
-    /// its command: on `probe` and `probe` + `:n` (keys of one slot under the key
-    /// prefix, deleted again unless `DEL` is refused) and on a one-line script. `SCAN` is tried on a
-    /// standalone server, `CLUSTER NODES` on a Cluster.
-    ///
-    /// # Errors
-    /// The mapped error of a probe that failed for another reason than a missing right.
-    pub async fn missing_rights(&self, probe: &str) -> Result<Vec<&'static str>, PortError> {
-        const TRIVIAL: &str = "return 1";
-        let counter = format!("{probe}:n");
-        let cmd = |args: &[&str]| {
-            let mut c = redis::cmd(args[0]);
-            c.arg(&args[1..]);
-            c
-        };
-        let sha = redis::Script::new(TRIVIAL).get_hash().to_owned();
-        let cluster = self.inner.conn.cluster().is_some();
-        let mut probes = vec![
-            ("+ping", cmd(&["PING"])),
-            ("+set", cmd(&["SET", probe, "1", "PX", "10000"])),
-            ("+get", cmd(&["GET", probe])),
-            ("+pttl", cmd(&["PTTL", probe])),
-            ("+pexpire", cmd(&["PEXPIRE", probe, "10000"])),
-            ("+incr", cmd(&["INCR", &counter])),
-            ("+del", cmd(&["DEL", probe, &counter])),
-            ("+script|load", cmd(&["SCRIPT", "LOAD", TRIVIAL])),
-            ("+evalsha", cmd(&["EVALSHA", &sha, "0"])),
-            ("+eval", cmd(&["EVAL", TRIVIAL, "0"])),
-        ];
-        if cluster {
-            probes.push(("+cluster|nodes", cmd(&["CLUSTER", "NODES"])));
-        } else {
-            probes.push(("+scan", cmd(&["SCAN", "0", "MATCH", probe, "COUNT", "10"])));
-        }
-        let mut missing = Vec::new();
-        for (right, probe) in &probes {
-            match self.query("rights", probe).await {
-                Ok(_) => {}
-                Err(e) if e.kind == ErrorKind::Permission => missing.push(*right),
-                // Unknown SHA (SCRIPT LOAD refused): the ACL check passed before it.
-                Err(e) if *right == "+evalsha" && e.message.contains("NOSCRIPT") => {}
-                Err(mut e) => {
-                    e.message = format!("probing {right}: {}", e.message);
-                    return Err(e);
-                }
-            }
-        }
-        Ok(missing)
-    }
-
     /// The primaries of the cluster, from `CLUSTER NODES`.
     async fn primaries(&self) -> Result<Vec<(String, u16)>, PortError> {
         let mut cmd = redis::cmd("CLUSTER");

@@ -9,13 +9,14 @@
 //! signal exits at once.
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drain_core::event::TickKind;
 use drain_core::ports::LeaseName;
-use drain_core::tick::{TickReport, run_tick_until};
+use drain_core::tick::{ClaimHealth, Gate, TickProgress, TickReport, run_tick_with_progress};
 use drain_core::{LeaseToken, Switch};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -24,6 +25,11 @@ use crate::compose::Runtime;
 
 /// How long stopped ticks get to abandon and release before they are aborted.
 const STOP_BOUND: Duration = Duration::from_secs(5);
+/// A tick running longer than this logs its progress, once per this period.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// "All workers busy" is logged at most this often, with the number of beats it
+/// stands for.
+const BUSY_EVERY: Duration = Duration::from_secs(60);
 
 /// Leases held by running ticks, so a tick aborted at shutdown still gets released.
 #[derive(Default)]
@@ -38,17 +44,135 @@ impl Held {
 /// Run one tick with a fresh token.
 pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> TickReport {
     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-    run_tick_until(&rt.tick, &rt.ports(), &token, stop).await
+    run_tick_with_progress(&rt.tick, &rt.ports(), &token, stop, &TickProgress::default()).await
 }
 
-fn log_report(report: &TickReport) {
-    let json = serde_json::to_string(report).unwrap_or_default();
+/// Run a tick of `cfg`, logging its progress every [`PROGRESS_EVERY`] while it runs.
+async fn watched_tick(
+    rt: &Runtime,
+    cfg: &drain_core::tick::TickConfig,
+    token: &LeaseToken,
+    stop: &AtomicBool,
+    what: &'static str,
+) -> TickReport {
+    let progress = TickProgress::default();
+    let ports = rt.ports();
+    let tick = run_tick_with_progress(cfg, &ports, token, stop, &progress);
+    futures::pin_mut!(tick);
+    let started = tokio::time::Instant::now();
+    let mut every = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    loop {
+        tokio::select! {
+            report = &mut tick => return report,
+            _ = every.tick() => tracing::info!(
+                target: "drain::tick",
+                queue = %cfg.queue,
+                running_s = started.elapsed().as_secs(),
+                received = progress.received(),
+                submitted = progress.submitted(),
+                "{what} still running after {} s: {} received, {} submitted so far",
+                started.elapsed().as_secs(),
+                progress.received(),
+                progress.submitted()
+            ),
+        }
+    }
+}
+
+/// What went wrong in a tick, in words with counts (empty when nothing did).
+fn problems(report: &TickReport) -> String {
+    let mut out = String::new();
+    let mut add = |what: String| {
+        if !out.is_empty() {
+            out.push_str("; ");
+        }
+        out.push_str(&what);
+    };
+    if report.lease == Some(drain_core::tick::LeaseStatus::FailOpen) {
+        add("the lease store failed on acquire: drained without the lease (fail-open)".to_owned());
+    }
+    if let Some(s) = report.stats {
+        if s.claim_errors > 0 {
+            add(format!(
+                "{} message(s) abandoned, not submitted: the claim store failed (fail-closed)",
+                s.claim_errors
+            ));
+        } else if report.claims == ClaimHealth::Failed {
+            add("the claim store failed: receiving stopped".to_owned());
+        }
+        if s.submit_failures > 0 {
+            add(format!("{} submit(s) failed: claims released, messages abandoned for redelivery", s.submit_failures));
+        }
+        if s.claims_expired > 0 {
+            add(format!(
+                "{} claim(s) expired before they were settled (submits outlived SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS): possible duplicates in the target",
+                s.claims_expired
+            ));
+        }
+        if s.claim_settle_errors > 0 {
+            add(format!(
+                "{} claim settlement(s) failed: those claims stay pending until the pending TTL",
+                s.claim_settle_errors
+            ));
+        }
+        if s.settle_errors > 0 {
+            add(format!("{} settlement(s) at the source failed: those messages are redelivered", s.settle_errors));
+        }
+        if s.dead_lettered > 0 {
+            add(format!("{} message(s) without a message id dead-lettered", s.dead_lettered));
+        }
+    }
+    if report.lease_lost {
+        add("the lease was lost while draining (expired or taken): drain cancelled".to_owned());
+    }
+    if let Some(e) = &report.error {
+        let _ = write!(out, "{}{e}", if out.is_empty() { "" } else { "; " });
+    }
+    out
+}
+
+/// One line per tick: a summary with counts (`report`, the `--once` JSON), a warning
+/// whose `problems` field says in words what went wrong, when something did. The
+/// message stays `tick done` / `resident batch` either way, for whoever greps it.
+fn log_report(report: &TickReport, resident: bool) {
+    let json = crate::report::to_json(report);
+    let problems = problems(report);
     if report.is_skipped() {
         tracing::debug!(target: "drain::tick", report = %json, "tick skipped: another tick holds the lease");
     } else if report.error.is_some() || report.lease_lost {
-        tracing::warn!(target: "drain::tick", report = %json, "tick ended early");
-    } else {
+        tracing::warn!(target: "drain::tick", report = %json, problems = %problems, "tick ended early");
+    } else if resident && !problems.is_empty() {
+        tracing::warn!(target: "drain::resident", report = %json, problems = %problems, "resident batch");
+    } else if resident && report.stats.is_some_and(|s| s.received > 0) {
+        tracing::info!(target: "drain::resident", report = %json, "resident batch");
+    } else if !problems.is_empty() {
+        tracing::warn!(target: "drain::tick", report = %json, problems = %problems, "tick done");
+    } else if !resident {
         tracing::info!(target: "drain::tick", report = %json, "tick done");
+    }
+}
+
+/// "All workers busy", at most once per [`BUSY_EVERY`], with how many beats it covers.
+#[derive(Default)]
+struct Busy {
+    beats: u64,
+    logged: Option<tokio::time::Instant>,
+}
+
+impl Busy {
+    fn beat_lost(&mut self, workers: usize) {
+        self.beats += 1;
+        if self.logged.is_none_or(|t| t.elapsed() >= BUSY_EVERY) {
+            tracing::warn!(
+                workers,
+                beats = self.beats,
+                "all {workers} workers busy: {} beat(s) started no tick{}",
+                self.beats,
+                if self.logged.is_some() { " in the last minute" } else { "" }
+            );
+            self.beats = 0;
+            self.logged = Some(tokio::time::Instant::now());
+        }
     }
 }
 
@@ -60,6 +184,7 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
     let held = Arc::new(Held::default());
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut next_id = 0u64;
+    let mut busy = Busy::default();
 
     if resident {
         tasks.spawn(resident_loop(rt.clone(), stop.clone(), shutdown.clone()));
@@ -79,20 +204,44 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
         tokio::select! {
             () = tokio::time::sleep_until(next_beat) => {
                 next_beat = tokio::time::Instant::now() + jittered(rt.config.beat_interval);
+                let probe = match rt.gate() {
+                    Gate::Run => false,
+                    Gate::Probe => true,
+                    Gate::Wait { .. } => {
+                        tracing::debug!(queue = %rt.tick.queue, "beat starts no tick: the claim store is down");
+                        rt.claims_down_tick(Duration::ZERO);
+                        continue;
+                    }
+                };
                 let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(workers, "all workers busy; this beat starts no tick");
+                    busy.beat_lost(workers);
+                    if probe {
+                        // Probe now rather than lose the turn; a failed probe is a beat
+                        // that found the claim store down.
+                        let started = rt.clock.now();
+                        if !rt.probe().await {
+                            rt.claims_down_tick(rt.clock.now().saturating_since(started));
+                        }
+                    }
                     continue;
                 };
                 next_id += 1;
                 let (id, rt, stop, held) = (next_id, rt.clone(), stop.clone(), held.clone());
                 tasks.spawn(async move {
+                    let started = rt.clock.now();
+                    if probe && !rt.probe().await {
+                        rt.claims_down_tick(rt.clock.now().saturating_since(started));
+                        drop(permit);
+                        return;
+                    }
                     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
                     if rt.tick.singleflight != Switch::Off {
                         held.lock().insert(id, token.clone());
                     }
-                    let report = run_tick_until(&rt.tick, &rt.ports(), &token, &stop).await;
+                    let report = watched_tick(&rt, &rt.tick, &token, &stop, "tick").await;
                     held.lock().remove(&id);
-                    log_report(&report);
+                    log_report(&report, false);
+                    rt.after_tick(&report);
                     drop(permit);
                 });
             }
@@ -165,8 +314,9 @@ async fn shut_down(rt: &Runtime, mut tasks: JoinSet<()>, stop: &AtomicBool, held
 
 /// The resident consumer: one in-process receive loop (at most one per process,
 /// guarded by its own lock), no lease; the atomic claim covers its overlap with
-/// beat ticks.
-async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch::Receiver<bool>) {
+/// beat ticks. While the claim store is down it receives nothing: it waits out the
+/// gate's back-off, then probes the store (see `gate`).
+async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, mut shutdown: watch::Receiver<bool>) {
     static RESIDENT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
     let Ok(_guard) = RESIDENT.try_lock() else {
         tracing::warn!("a resident consumer already runs in this process");
@@ -177,14 +327,27 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, shutdown: watch:
     cfg.max_batches = Some(1);
     cfg.kind = TickKind::Resident;
     tracing::info!(queue = %cfg.queue, "resident consumer started");
-    while !stop.load(Ordering::Acquire) && !*shutdown.borrow() {
-        let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-        let report = run_tick_until(&cfg, &rt.ports(), &token, &stop).await;
-        if let Some(s) = report.stats
-            && s.received > 0
-        {
-            tracing::info!(target: "drain::resident", report = %serde_json::to_string(&report).unwrap_or_default(), "resident batch");
+    let stopping = |shutdown: &watch::Receiver<bool>| stop.load(Ordering::Acquire) || *shutdown.borrow();
+    while !stopping(&shutdown) {
+        match rt.gate() {
+            Gate::Run => {}
+            Gate::Probe => {
+                rt.probe().await;
+                continue;
+            }
+            Gate::Wait { until } => {
+                let wait = until.saturating_since(rt.clock.now()).max(Duration::from_millis(10));
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    _ = shutdown.changed() => {}
+                }
+                continue;
+            }
         }
+        let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
+        let report = watched_tick(&rt, &cfg, &token, &stop, "resident batch").await;
+        log_report(&report, true);
+        rt.after_tick(&report);
         if report.error.is_some() {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

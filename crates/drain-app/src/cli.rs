@@ -46,12 +46,14 @@ pub(crate) enum Command {
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain leases\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 DRAIN_KEY_PREFIX=tenant-a drain leases --json")]
     Leases(crate::commands::leases::LeasesArgs),
-    /// Check connectivity, script load, ACL rights, round-trip time and config warnings.
+    /// Check connectivity, round-trip time, config warnings, and every Redis right and
+    /// operation a subcommand needs (`--for run|owners|leases`).
     #[command(after_help = "Examples:\n  \
         drain doctor\n  \
-        DRAIN_REDIS_URL=redis://drain:secret@127.0.0.1:6379 drain doctor\n\n\
+        DRAIN_REDIS_URL=redis://drain:secret@127.0.0.1:6379 drain doctor\n  \
+        DRAIN_REDIS_URL=redis://drain:secret@127.0.0.1:6379 drain doctor --for owners\n\n\
         Exits non-zero with one line per failed check.")]
-    Doctor,
+    Doctor(crate::commands::doctor::DoctorArgs),
     /// Deterministic fleet simulation in virtual time: legacy vs claim-aware vs oracle.
     #[command(after_help = "Examples:\n  \
         drain simulate\n  \

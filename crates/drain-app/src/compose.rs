@@ -7,12 +7,14 @@ use std::time::Duration;
 
 use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use drain_core::PortError;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
 use drain_core::tick::{TickConfig, TickPorts};
 
 use crate::config::{Config, Secret};
 use crate::demo::{self, DemoTarget};
+use crate::gate::ClaimGate;
 use crate::lazy_redis::LazyRedis;
 
 /// Composition failed: the configuration names something that cannot be reached or built.
@@ -54,6 +56,8 @@ pub(crate) struct Runtime {
     pub(crate) demo_queue: Option<Arc<MemorySource>>,
     /// AMQP links to close at shutdown (returns unsettled deliveries to the queue).
     pub(crate) amqp: AmqpLinks,
+    /// The claim-store outage state every tick of this process consults.
+    pub(crate) claim_gate: ClaimGate,
 }
 
 /// The AMQP source and target, when configured, for a clean close.
@@ -137,6 +141,66 @@ fn prefetch(config: &Config) -> u32 {
     u32::try_from(config.drain_batch).unwrap_or(u32::MAX).max(1)
 }
 
+/// The first wait between two connection attempts at start, and the longest.
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+const RETRY_CAP: Duration = Duration::from_secs(30);
+
+/// Connect with `connect` until it succeeds or fails permanently. A broker that is
+/// down (refused, timed out, not serving yet) when `drain` starts is temporary:
+/// each failed attempt is logged and retried after a jittered back-off (1 s doubling
+/// to 30 s). A permanent error (authentication, a missing queue, a port that does
+/// not speak AMQP, a TLS mismatch) is returned at once: it needs someone to act.
+async fn retrying<T, F, Fut>(what: &str, mut connect: F) -> Result<T, PortError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, PortError>>,
+{
+    let mut step = RETRY_FIRST;
+    let mut attempt = 0u32;
+    loop {
+        attempt = attempt.saturating_add(1);
+        match connect().await {
+            Ok(v) => {
+                if attempt > 1 {
+                    tracing::info!("connected to {what} after {attempt} attempts");
+                }
+                return Ok(v);
+            }
+            Err(e) if e.is_temporary() => {
+                use rand::RngExt;
+                let wait = step.mul_f64(rand::rng().random_range(0.5..=1.0));
+                tracing::warn!(
+                    attempt,
+                    retry_in_s = wait.as_secs_f64(),
+                    "cannot {what} yet ({e}); attempt {attempt} failed, retrying in {:.1} s",
+                    wait.as_secs_f64()
+                );
+                tokio::time::sleep(wait).await;
+                step = (step * 2).min(RETRY_CAP);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// [`compose`], given up when SIGINT or SIGTERM arrives first (a broker that is
+/// down at start is retried until then): `Ok(None)`.
+pub(crate) async fn compose_until_signal(
+    config: Config,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn Observer>,
+    owner_drains: bool,
+) -> Result<Option<Runtime>, ComposeError> {
+    let mut signals = crate::commands::run::Signals::new();
+    tokio::select! {
+        rt = compose(config, clock, observer, owner_drains) => rt.map(Some),
+        () = signals.next() => {
+            tracing::info!("signal received while starting: exiting");
+            Ok(None)
+        }
+    }
+}
+
 /// Build the runtime from the configuration. `owner_drains` says whether owner
 /// drains will run (they peek and take claims in the store).
 pub(crate) async fn compose(
@@ -186,9 +250,12 @@ pub(crate) async fn compose(
                     max_lock_renewal: config.max_lock_renewal,
                     ..SourceOptions::default()
                 };
-                let source = Arc::new(AmqpSource::connect(endpoint, options).await.map_err(|e| {
-                    ComposeError::Unavailable(format!("cannot receive from DRAIN_SOURCE_URL={url}: {e}"))
-                })?);
+                let what = format!("receive from DRAIN_SOURCE_URL={url}");
+                let source = Arc::new(
+                    retrying(&what, || AmqpSource::connect(endpoint.clone(), options.clone()))
+                        .await
+                        .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
+                );
                 amqp.source = Some(source.clone());
                 (queue, source, None)
             }
@@ -201,10 +268,11 @@ pub(crate) async fn compose(
                 fence_property: config.target_fence_property.clone(),
                 ..SubmitterOptions::default()
             };
+            let what = format!("send to DRAIN_TARGET_URL={url}");
             let submitter = Arc::new(
-                AmqpSubmitter::connect(endpoint, options)
+                retrying(&what, || AmqpSubmitter::connect(endpoint.clone(), options.clone()))
                     .await
-                    .map_err(|e| ComposeError::Unavailable(format!("cannot send to DRAIN_TARGET_URL={url}: {e}")))?,
+                    .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
             );
             amqp.target = Some(submitter.clone());
             submitter
@@ -226,6 +294,7 @@ pub(crate) async fn compose(
         observer,
         demo_queue,
         amqp,
+        claim_gate: ClaimGate::new(),
     };
     let missing = rt.ports().missing(&rt.tick);
     if !missing.is_empty() {

@@ -16,7 +16,8 @@ use drain_core::{ErrorKind, LeaseToken, PortError};
 use tokio::sync::Mutex;
 
 /// Connects on the first call; a failed connect fails that call with a temporary
-/// error and the next call tries again (at most one attempt per `retry_every`).
+/// error, and calls within `retry_every` after it fail at once with the same error;
+/// the first call after that tries again.
 pub(crate) struct LazyRedis {
     config: RedisConfig,
     shown: String,
@@ -52,8 +53,12 @@ impl LazyRedis {
         if !due {
             return Err(s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected")));
         }
+        let attempt = RedisStore::connect(self.config.clone()).await;
+        // From the end of the attempt: a connect that waited out its timeout is not
+        // retried by the very next call (a frozen Redis would make every operation
+        // of a tick wait out a connect of its own).
         s.last_attempt = Some(tokio::time::Instant::now());
-        match RedisStore::connect(self.config.clone()).await {
+        match attempt {
             Ok(store) => {
                 let store = store.with_observer(self.observer.clone());
                 tracing::info!(redis = %self.shown, "connected to Redis; scripts loaded");

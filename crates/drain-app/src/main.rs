@@ -9,10 +9,13 @@ mod commands;
 mod compose;
 mod config;
 mod demo;
+mod gate;
 mod lazy_redis;
 mod logging;
 mod observe;
+mod out;
 mod panic_hook;
+mod report;
 mod simulate;
 
 use std::process::ExitCode;
@@ -36,14 +39,14 @@ fn main() -> ExitCode {
     };
     panic_hook::set_secrets(loaded.config.secret_parts());
     // `config` and `doctor` print the configuration warnings as part of their output.
-    let warnings_in_output = matches!(command, cli::Command::Config(_) | cli::Command::Doctor);
+    let warnings_in_output = matches!(command, cli::Command::Config(_) | cli::Command::Doctor(_));
     logging::start(&loaded, !warnings_in_output);
     match command {
         cli::Command::Config(args) => commands::config::main(&args, &loaded),
         cli::Command::Simulate(args) => commands::simulate::main(&args),
         cli::Command::Run(args) => block_on(commands::run::main(&args, loaded)),
         cli::Command::Leases(args) => block_on(commands::leases::main(&args, loaded)),
-        cli::Command::Doctor => block_on(commands::doctor::main(loaded)),
+        cli::Command::Doctor(args) => block_on(commands::doctor::main(&args, loaded)),
         cli::Command::Owners(args) => block_on(commands::owners::main(&args, loaded)),
     }
 }

@@ -8,7 +8,11 @@ use drain_core::ports::Observer;
 use crate::config::Effective;
 use crate::config::registry::{Kind, SETTINGS};
 
-/// Logs notable decisions; everything else is left to metrics.
+/// Logs decisions at debug, one line each, and the few that no tick summary
+/// carries as warnings. A tick's outcome (fail-open, messages abandoned because the
+/// claim store failed, failed submits, dead letters, expired claims, a lost lease) is
+/// logged once per tick by the beat, with counts (`beat::log_report`), never once per
+/// message: an outage would otherwise log a line for every message it touched.
 #[derive(Debug, Default)]
 pub(crate) struct LogObserver;
 
@@ -16,45 +20,26 @@ impl Observer for LogObserver {
     fn observe(&self, event: &Event<'_>) {
         match *event {
             Event::Tick { queue, outcome: TickOutcome::FailOpen, .. } => {
-                tracing::warn!(queue, "lease store unavailable on acquire; drained without the lease (fail-open)");
+                tracing::debug!(queue, "lease store unavailable on acquire; draining without the lease (fail-open)");
             }
             Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired", .. } => tracing::debug!("lease acquired"),
             Event::LeaseOp { op: LeaseOp::Release, result: "released", .. } => tracing::debug!("lease released"),
+            Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. } => {
+                tracing::debug!("lease release found the lease expired or taken; nothing deleted");
+            }
             Event::LeaseOp { op: LeaseOp::Release, result: "error", .. } => {
-                tracing::warn!("lease release failed; the TTL will free it");
+                tracing::debug!("lease release failed or skipped (the store is down); the TTL will free it");
             }
             Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. } => {
                 tracing::warn!("lease renewal failed; retrying next period");
             }
             Event::LeaseLost { queue } => {
-                tracing::warn!(queue, "lease lost while draining (expired or taken); drain cancelled");
+                tracing::debug!(queue, "lease lost while draining (expired or taken); drain cancelled");
             }
-            Event::Message { queue, outcome: MessageOutcome::ClaimError, mode } => {
-                tracing::warn!(
-                    queue,
-                    mode = mode.as_str(),
-                    "claim store unavailable; message abandoned, not submitted (fail-closed)"
-                );
+            Event::Message { queue, outcome, mode } if outcome != MessageOutcome::Submitted => {
+                tracing::debug!(queue, outcome = outcome.as_str(), mode = mode.as_str(), "message settled");
             }
-            Event::Message { queue, outcome: MessageOutcome::SubmitFailed, .. } => {
-                tracing::warn!(queue, "submit failed; claim released and message abandoned for redelivery");
-            }
-            Event::Message { queue, outcome: MessageOutcome::DeadLettered, .. } => {
-                tracing::warn!(queue, "message without message-id dead-lettered");
-            }
-            Event::Message { queue, outcome: MessageOutcome::SettleFailed, .. } => {
-                tracing::warn!(
-                    queue,
-                    "settling a message at the source failed; its lock will expire and it is redelivered"
-                );
-            }
-            Event::Message { queue, outcome: MessageOutcome::ClaimSettleFailed, .. } => {
-                tracing::warn!(
-                    queue,
-                    "settling a message's claim failed; it stays pending until the pending TTL (no second submit)"
-                );
-            }
-            Event::RetryOverflow => tracing::warn!("owner retry timers at the cap; intent handed back"),
+            Event::RetryOverflow => tracing::debug!("owner retry timers at the cap; intent handed back"),
             _ => {}
         }
     }

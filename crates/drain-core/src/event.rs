@@ -16,11 +16,16 @@ pub enum TickOutcome {
     SkippedLocked,
     /// The lease store failed on acquire and the drain ran anyway.
     FailOpen,
+    /// The claim store is known to be down (a tick found it failing, and its
+    /// probe has not answered since): the beat started no tick, nothing was received
+    /// (see `tick::Outage`).
+    ClaimsDown,
 }
 
 impl TickOutcome {
     /// Every outcome, for exporting each label set before its first event.
-    pub const ALL: [TickOutcome; 3] = [TickOutcome::Ran, TickOutcome::SkippedLocked, TickOutcome::FailOpen];
+    pub const ALL: [TickOutcome; 4] =
+        [TickOutcome::Ran, TickOutcome::SkippedLocked, TickOutcome::FailOpen, TickOutcome::ClaimsDown];
 
     /// Metric label value.
     #[must_use]
@@ -29,6 +34,7 @@ impl TickOutcome {
             TickOutcome::Ran => "ran",
             TickOutcome::SkippedLocked => "skipped_locked",
             TickOutcome::FailOpen => "fail_open",
+            TickOutcome::ClaimsDown => "claims_down",
         }
     }
 }
@@ -117,11 +123,15 @@ pub enum MessageOutcome {
     ClaimSettleFailed,
     /// The tick stopped (lease lost) before the message was processed: abandoned.
     Cancelled,
+    /// Settling the message's claim found it no longer ours: the pending TTL ran out
+    /// during the submit and another holder may have taken the message over. After a
+    /// successful submit the message is a possible duplicate in the target.
+    ClaimExpired,
 }
 
 impl MessageOutcome {
     /// Every outcome, for exporting each label set before its first event.
-    pub const ALL: [MessageOutcome; 9] = [
+    pub const ALL: [MessageOutcome; 10] = [
         MessageOutcome::Submitted,
         MessageOutcome::Duplicate,
         MessageOutcome::ClaimedElsewhere,
@@ -131,6 +141,7 @@ impl MessageOutcome {
         MessageOutcome::SettleFailed,
         MessageOutcome::ClaimSettleFailed,
         MessageOutcome::Cancelled,
+        MessageOutcome::ClaimExpired,
     ];
 
     /// Metric label value.
@@ -146,6 +157,7 @@ impl MessageOutcome {
             MessageOutcome::SettleFailed => "settle_failed",
             MessageOutcome::ClaimSettleFailed => "claim_settle_failed",
             MessageOutcome::Cancelled => "cancelled",
+            MessageOutcome::ClaimExpired => "claim_expired",
         }
     }
 }
@@ -314,6 +326,7 @@ mod tests {
                 TickOutcome::Ran => 0,
                 TickOutcome::SkippedLocked => 1,
                 TickOutcome::FailOpen => 2,
+                TickOutcome::ClaimsDown => 3,
             }
         }
         fn message(o: MessageOutcome) -> usize {
@@ -327,6 +340,7 @@ mod tests {
                 MessageOutcome::SettleFailed => 6,
                 MessageOutcome::ClaimSettleFailed => 7,
                 MessageOutcome::Cancelled => 8,
+                MessageOutcome::ClaimExpired => 9,
             }
         }
         fn turn(o: TurnLabel) -> usize {
@@ -354,8 +368,8 @@ mod tests {
         let check = |p: Vec<usize>, arms: usize| {
             assert_eq!(p, (0..arms).collect::<Vec<_>>(), "ALL lists each of the {arms} variants once, in order");
         };
-        check(TickOutcome::ALL.map(tick).to_vec(), 3);
-        check(MessageOutcome::ALL.map(message).to_vec(), 9);
+        check(TickOutcome::ALL.map(tick).to_vec(), 4);
+        check(MessageOutcome::ALL.map(message).to_vec(), 10);
         check(TurnLabel::ALL.map(turn).to_vec(), 5);
         check(LeaseOp::ALL.map(op).to_vec(), 3);
         check(SkipReason::ALL.map(reason).to_vec(), 1);

@@ -1,10 +1,13 @@
-//! Pure parsing and validation of every setting (docs/flags.md lists them).
+//! The rules every setting follows: integers with a default, a floor and a
+//! ceiling; ordered windows; key prefixes; instance ids; and, in
+//! [`crate::switch`], the switch grammar.
 //!
-//! Each function takes the variable's name and its raw value (`None` when unset)
-//! and returns the effective value with at most one [`Warning`]. Nothing here reads
-//! the environment: the configuration layer of the binary does that, once, and
-//! hands the raw strings in. A bad value never panics and never silently disables
-//! a safety feature.
+//! Each rule takes the variable's name and its raw value (`None` when unset) and
+//! returns the effective value with at most one [`Warning`]. Nothing here reads the
+//! environment, and nothing here names a variable: the configuration layer of the
+//! binary (drain-app's registry) declares its variables with their rules and
+//! defaults, reads them once, and hands the raw strings in. A bad value never panics
+//! and never silently disables a safety feature.
 
 use std::fmt;
 
@@ -18,17 +21,26 @@ pub struct Parsed<T> {
     pub value: T,
     /// Why the raw value was not taken as it stands.
     pub warning: Option<Warning>,
+    /// The raw value could not be used at all and `value` is the rule's default, so
+    /// the value comes from the default, not from where the raw value was set. (A
+    /// clamped value still comes from the raw value.)
+    pub defaulted: bool,
 }
 
 impl<T> Parsed<T> {
     /// A value taken as given.
     pub fn clean(value: T) -> Self {
-        Parsed { value, warning: None }
+        Parsed { value, warning: None, defaulted: false }
     }
 
-    /// A value substituted or adjusted, with the reason.
+    /// A value adjusted (clamped, reordered), with the reason.
     pub fn warned(value: T, warning: Warning) -> Self {
-        Parsed { value, warning: Some(warning) }
+        Parsed { value, warning: Some(warning), defaulted: false }
+    }
+
+    /// The default, used because the raw value could not be, with the reason.
+    pub fn fallback(value: T, warning: Warning) -> Self {
+        Parsed { value, warning: Some(warning), defaulted: true }
     }
 }
 
@@ -90,7 +102,10 @@ impl IntRule {
         };
         let trimmed = raw.trim();
         let fallback = |why: &str| {
-            Parsed::warned(self.default, Warning::new(name, raw, format!("{why}; using the default {}", self.default)))
+            Parsed::fallback(
+                self.default,
+                Warning::new(name, raw, format!("{why}; using the default {}", self.default)),
+            )
         };
         if trimmed.is_empty() {
             return fallback("empty");
@@ -120,86 +135,74 @@ impl IntRule {
     }
 }
 
-/// `SERVICEBUS_DRAIN_LOCK_TTL_SECONDS`: lease TTL (default 120, floor 10, ceiling 86400).
-pub const LEASE_TTL_SECONDS: IntRule = IntRule { default: 120, min: 10, max: 86_400 };
-/// `SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS`: how long a `done` claim suppresses duplicates.
-pub const CLAIM_TTL_SECONDS: IntRule = IntRule { default: 86_400, min: 60, max: 30 * 86_400 };
-/// `SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS`: lifetime of a `pending` claim.
-pub const CLAIM_PENDING_SECONDS: IntRule = IntRule { default: 300, min: 10, max: 86_400 };
-/// `SERVICEBUS_DRAIN_CONCURRENCY`: messages processed at once within a tick.
-pub const DRAIN_CONCURRENCY: IntRule = IntRule { default: 1, min: 1, max: 256 };
-/// `SERVICEBUS_DRAIN_BATCH`: messages requested per receive.
-pub const DRAIN_BATCH: IntRule = IntRule { default: 32, min: 1, max: 1_000 };
-/// `SERVICEBUS_DRAIN_MAX_WAIT_MS`: longest wait of one receive.
-pub const DRAIN_MAX_WAIT_MS: IntRule = IntRule { default: 1_000, min: 1, max: 60_000 };
-/// `SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS`: how long a received message's lock
-/// is renewed automatically (Service Bus); 0 turns automatic renewal off.
-pub const MAX_LOCK_RENEWAL_SECONDS: IntRule = IntRule { default: 300, min: 0, max: 86_400 };
-/// `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS`: lower end of the claim-busy jitter window.
-pub const BACKOFF_MIN_SECONDS: IntRule = IntRule { default: 5, min: 1, max: 3_600 };
-/// `PROJECTION_DRAIN_BACKOFF_MAX_SECONDS`: upper end of the claim-busy jitter window.
-pub const BACKOFF_MAX_SECONDS: IntRule = IntRule { default: 15, min: 1, max: 3_600 };
-/// `PROJECTION_DRAIN_MAX_RETRY_TIMERS`: cap on pending retry timers.
-pub const MAX_RETRY_TIMERS: IntRule = IntRule { default: 1_024, min: 1, max: 1_000_000 };
-/// `DRAIN_BEAT_INTERVAL_SECONDS`: beat tick interval.
-pub const BEAT_INTERVAL_SECONDS: IntRule = IntRule { default: 10, min: 1, max: 86_400 };
-/// `DRAIN_WORKER_CONCURRENCY`: ticks that may run at once.
-pub const WORKER_CONCURRENCY: IntRule = IntRule { default: 4, min: 1, max: 256 };
-/// `DRAIN_SHUTDOWN_GRACE_SECONDS`: how long running ticks may finish at shutdown.
-pub const SHUTDOWN_GRACE_SECONDS: IntRule = IntRule { default: 30, min: 0, max: 3_600 };
-
-/// The lease TTL rule, in seconds.
-pub fn lease_ttl_seconds(raw: Option<&str>) -> Parsed<u64> {
-    LEASE_TTL_SECONDS.parse("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", raw)
-}
-
-/// The claim-busy jitter window `[min, max]` in seconds.
+/// An ordered window `[low, high]` from two integer settings (the claim-busy jitter
+/// window of owner admission is one).
 ///
-/// Each end follows its own [`IntRule`]; when the effective `min` exceeds `max`
-/// the two are swapped, with a warning on the max variable, so the window is never
-/// empty and never silently widened to zero.
-pub fn backoff_window_seconds(raw_min: Option<&str>, raw_max: Option<&str>) -> (Parsed<u64>, Parsed<u64>) {
-    const MIN_VAR: &str = "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS";
-    const MAX_VAR: &str = "PROJECTION_DRAIN_BACKOFF_MAX_SECONDS";
-    let min = BACKOFF_MIN_SECONDS.parse(MIN_VAR, raw_min);
-    let max = BACKOFF_MAX_SECONDS.parse(MAX_VAR, raw_max);
-    if min.value > max.value {
-        let (lo, hi) = (max.value, min.value);
-        let warning = Warning::new(
-            MAX_VAR,
-            raw_max.unwrap_or(""),
-            format!("smaller than {MIN_VAR}; using the window [{lo}, {hi}]"),
-        );
-        return (Parsed { value: lo, warning: min.warning }, Parsed::warned(hi, warning));
+/// Each end follows its own [`IntRule`]. When the effective low end exceeds the high
+/// end the two are swapped, so the window is never empty and never silently widened
+/// to zero, and the warning names the variable that was actually set: the low end's
+/// when only it was set (a lone low end above the high end's default), the high
+/// end's otherwise (both set, or only the high end, below the low end's value).
+/// Each argument is `(variable, rule, raw value)`.
+pub fn ordered_window(
+    low: (&str, IntRule, Option<&str>),
+    high: (&str, IntRule, Option<&str>),
+) -> (Parsed<u64>, Parsed<u64>) {
+    let (low_var, low_rule, low_raw) = low;
+    let (high_var, high_rule, high_raw) = high;
+    let lo = low_rule.parse(low_var, low_raw);
+    let hi = high_rule.parse(high_var, high_raw);
+    if lo.value <= hi.value {
+        return (lo, hi);
     }
-    (min, max)
-}
-
-/// `DRAIN_KEY_PREFIX`: non-empty, at most 64 bytes of ASCII letters, digits, `-`, `_`,
-/// `.` and `:`. A bad prefix falls back to `drain` with a warning (a brace or a space
-/// would break a store's key layout).
-pub fn key_prefix(raw: Option<&str>) -> Parsed<String> {
-    const DEFAULT: &str = "drain";
-    let Some(raw) = raw else {
-        return Parsed::clean(DEFAULT.to_owned());
+    let (a, b) = (hi.value, lo.value);
+    let swapped = format!("using the window [{a}, {b}]");
+    // Blame the end that was set; say so in its own warning if it has one already.
+    let blame = |p: Parsed<u64>, value: u64, var: &str, raw: Option<&str>, why: String| {
+        let warning = match p.warning {
+            Some(mut w) => {
+                w.message = format!("{}; {why}", w.message);
+                w
+            }
+            None => Warning::new(var, raw.unwrap_or(""), why),
+        };
+        Parsed { value, warning: Some(warning), defaulted: false }
     };
-    let p = raw.trim();
-    let ok = !p.is_empty()
-        && p.len() <= 64
-        && p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b':'));
-    if ok {
-        Parsed::clean(p.to_owned())
+    if high_raw.is_none() {
+        let lo = blame(lo, a, low_var, low_raw, format!("above {high_var} ({a}); {swapped}"));
+        (lo, Parsed { value: b, ..hi })
     } else {
-        Parsed::warned(
-            DEFAULT.to_owned(),
-            Warning::new("DRAIN_KEY_PREFIX", raw, "must be 1-64 of A-Z a-z 0-9 - _ . :; using `drain`"),
-        )
+        let hi = blame(hi, b, high_var, high_raw, format!("below {low_var} ({b}); {swapped}"));
+        (Parsed { value: a, ..lo }, hi)
     }
 }
 
-/// `DRAIN_INSTANCE_ID`: 1-128 visible ASCII characters; otherwise `default`
-/// (the binary passes host-pid) with a warning.
-pub fn instance_id(raw: Option<&str>, default: &str) -> Parsed<String> {
+/// A key prefix (the namespace every key starts with, e.g. `drain` in
+/// `drain:lease:{q}`): trimmed, 1-64 bytes of ASCII letters, digits, `-`, `_`, `.`
+/// and `:`.
+///
+/// # Errors
+/// The reason, when `raw` is not such a prefix. There is no fallback: a prefix that
+/// cannot be used must stop the caller, because replacing it with a shared default
+/// would silently merge tenants (and complete one tenant's messages as the other's
+/// duplicates). A brace or a space would also break a store's key layout.
+pub fn key_prefix(raw: &str) -> Result<String, String> {
+    let p = raw.trim();
+    if p.is_empty() {
+        return Err("empty; a key prefix must be 1-64 of A-Z a-z 0-9 - _ . :".to_owned());
+    }
+    if p.len() > 64 {
+        return Err(format!("{} bytes; a key prefix must be 1-64 of A-Z a-z 0-9 - _ . :", p.len()));
+    }
+    match p.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))) {
+        Some(c) => Err(format!("{c:?} is not allowed; a key prefix must be 1-64 of A-Z a-z 0-9 - _ . :")),
+        None => Ok(p.to_owned()),
+    }
+}
+
+/// An instance id (the holder identity written into lease and claim tokens):
+/// 1-128 visible ASCII characters; otherwise `default` with a warning on `name`.
+pub fn instance_id(name: &str, raw: Option<&str>, default: &str) -> Parsed<String> {
     let Some(raw) = raw else {
         return Parsed::clean(default.to_owned());
     };
@@ -207,13 +210,9 @@ pub fn instance_id(raw: Option<&str>, default: &str) -> Parsed<String> {
     if !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_graphic()) {
         Parsed::clean(id.to_owned())
     } else {
-        Parsed::warned(
+        Parsed::fallback(
             default.to_owned(),
-            Warning::new(
-                "DRAIN_INSTANCE_ID",
-                raw,
-                format!("must be 1-128 visible ASCII characters; using `{default}`"),
-            ),
+            Warning::new(name, raw, format!("must be 1-128 visible ASCII characters; using `{default}`")),
         )
     }
 }
@@ -222,15 +221,21 @@ pub fn instance_id(raw: Option<&str>, default: &str) -> Parsed<String> {
 mod tests {
     use super::*;
 
+    const TTL: IntRule = IntRule { default: 120, min: 10, max: 86_400 };
+    const LOW: IntRule = IntRule { default: 5, min: 1, max: 3_600 };
+    const HIGH: IntRule = IntRule { default: 15, min: 1, max: 3_600 };
+
     #[track_caller]
     fn ttl(raw: Option<&str>, expected: u64, warns: bool) {
-        let p = lease_ttl_seconds(raw);
+        let p = TTL.parse("TTL", raw);
         assert_eq!(p.value, expected, "ttl for {raw:?}");
         assert_eq!(p.warning.is_some(), warns, "warning for {raw:?}: {:?}", p.warning);
+        let fell_back = warns && expected == TTL.default;
+        assert_eq!(p.defaulted, fell_back, "defaulted for {raw:?}");
     }
 
     #[test]
-    fn lease_ttl_fail_safe_floor_and_ceiling() {
+    fn int_rule_fail_safe_floor_and_ceiling() {
         ttl(None, 120, false);
         ttl(Some("120"), 120, false);
         ttl(Some(" 45 "), 45, false);
@@ -254,40 +259,64 @@ mod tests {
 
     #[test]
     fn warnings_name_the_variable_and_value() {
-        let w = lease_ttl_seconds(Some("9")).warning.expect("warning");
-        assert_eq!(w.variable, "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS");
+        let w = TTL.parse("SOME_TTL", Some("9")).warning.expect("warning");
+        assert_eq!(w.variable, "SOME_TTL");
         assert_eq!(w.value, "9");
         assert!(w.to_string().contains("floor 10"), "{w}");
         let long = "x".repeat(1000);
-        let w = lease_ttl_seconds(Some(&long)).warning.expect("warning");
+        let w = TTL.parse("SOME_TTL", Some(&long)).warning.expect("warning");
         assert!(w.value.chars().count() <= 65);
     }
 
-    #[test]
-    fn backoff_window_is_never_inverted() {
-        let (lo, hi) = backoff_window_seconds(None, None);
-        assert_eq!((lo.value, hi.value), (5, 15));
-        assert!(lo.warning.is_none() && hi.warning.is_none());
-        let (lo, hi) = backoff_window_seconds(Some("20"), Some("3"));
-        assert_eq!((lo.value, hi.value), (3, 20));
-        assert!(hi.warning.is_some());
-        let (lo, hi) = backoff_window_seconds(Some("7"), Some("7"));
-        assert_eq!((lo.value, hi.value), (7, 7));
-        assert!(hi.warning.is_none());
+    /// `(low raw, high raw)` -> the window and which variable a warning names (with
+    /// which value).
+    #[track_caller]
+    fn window(raw: (Option<&str>, Option<&str>), expected: (u64, u64), blamed: Option<(&str, &str)>) {
+        let (lo, hi) = ordered_window(("LOW", LOW, raw.0), ("HIGH", HIGH, raw.1));
+        assert_eq!((lo.value, hi.value), expected, "{raw:?}");
+        let warnings: Vec<&Warning> = lo.warning.iter().chain(&hi.warning).collect();
+        match blamed {
+            None => assert!(warnings.is_empty(), "{raw:?}: {warnings:?}"),
+            Some((var, value)) => {
+                assert_eq!(warnings.len(), 1, "{raw:?}: one warning: {warnings:?}");
+                assert_eq!((warnings[0].variable.as_str(), warnings[0].value.as_str()), (var, value), "{raw:?}");
+                let shown = expected.0.to_string() + ", " + &expected.1.to_string();
+                assert!(warnings[0].message.contains(&shown), "{raw:?}: {}", warnings[0]);
+            }
+        }
     }
 
     #[test]
-    fn prefix_and_instance() {
-        assert_eq!(key_prefix(None).value, "drain");
-        assert_eq!(key_prefix(Some("tenant-a")).value, "tenant-a");
-        for bad in ["", "a{b}", "a b", "é", &"p".repeat(65)] {
-            let p = key_prefix(Some(bad));
-            assert_eq!(p.value, "drain", "{bad:?}");
-            assert!(p.warning.is_some());
+    fn an_inverted_window_is_swapped_and_blames_the_end_that_was_set() {
+        window((None, None), (5, 15), None);
+        window((Some("7"), Some("7")), (7, 7), None);
+        window((Some("20"), Some("3")), (3, 20), Some(("HIGH", "3")));
+        // A lone low end above the high end's default: the low end is what is wrong.
+        window((Some("20"), None), (15, 20), Some(("LOW", "20")));
+        // A lone high end below the low end's default.
+        window((None, Some("3")), (3, 5), Some(("HIGH", "3")));
+        // A high end that was garbage (default 15) below a low end of 20: one
+        // warning on the high end that says both things.
+        window((Some("20"), Some("abc")), (15, 20), Some(("HIGH", "abc")));
+    }
+
+    #[test]
+    fn prefixes_are_valid_or_an_error() {
+        assert_eq!(key_prefix("drain").as_deref(), Ok("drain"));
+        assert_eq!(key_prefix(" tenant-a.eu:1 ").as_deref(), Ok("tenant-a.eu:1"));
+        for bad in ["", "  ", "a{b}", "a b", "é", &"p".repeat(65)] {
+            let e = key_prefix(bad).expect_err(bad);
+            assert!(e.contains("1-64"), "{bad:?}: {e}");
         }
-        assert_eq!(instance_id(None, "host-1").value, "host-1");
-        assert_eq!(instance_id(Some("w-7"), "host-1").value, "w-7");
-        assert!(instance_id(Some("a b"), "host-1").warning.is_some());
-        assert_eq!(instance_id(Some(""), "host-1").value, "host-1");
+    }
+
+    #[test]
+    fn instance_ids() {
+        assert_eq!(instance_id("ID", None, "host-1").value, "host-1");
+        assert_eq!(instance_id("ID", Some("w-7"), "host-1").value, "w-7");
+        let p = instance_id("ID", Some("a b"), "host-1");
+        assert_eq!((p.value.as_str(), p.defaulted), ("host-1", true));
+        assert_eq!(p.warning.map(|w| w.variable), Some("ID".to_owned()));
+        assert_eq!(instance_id("ID", Some(""), "host-1").value, "host-1");
     }
 }

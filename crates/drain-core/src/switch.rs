@@ -56,7 +56,7 @@ impl Switch {
             "off" => Parsed::clean(Switch::Off),
             "on" | "serve" | "true" | "1" | "yes" => Parsed::clean(Switch::On),
             "shadow" => Parsed::clean(Switch::Shadow),
-            _ => Parsed::warned(
+            _ => Parsed::fallback(
                 default,
                 Warning::new(
                     name,

@@ -20,12 +20,12 @@ pub(crate) struct ConfigArgs {
 /// `drain config`.
 pub(crate) fn main(args: &ConfigArgs, loaded: &Loaded) -> ExitCode {
     if args.flags_markdown {
-        print!("{}", config::flags_markdown());
+        crate::out::out!("{}", config::flags_markdown());
     } else if args.json {
         let v = serde_json::json!({ "settings": loaded.effective, "warnings": loaded.warnings });
-        println!("{v}");
+        crate::out::outln!("{v}");
     } else {
-        print!("{}", config::effective_table(&loaded.effective, &loaded.warnings));
+        crate::out::out!("{}", config::effective_table(&loaded.effective, &loaded.warnings));
     }
     ExitCode::SUCCESS
 }

@@ -1,17 +1,42 @@
-//! `drain doctor`: connectivity, script load, ACL rights, round-trip time and config
-//! warnings, one line per check; non-zero exit when any check fails.
+//! `drain doctor`: connectivity, round-trip time, config warnings, and every Redis
+//! right and operation one subcommand needs (`--for run|owners|leases`, the ACLs of
+//! docs/operations.md), one line per check; non-zero exit when any check fails.
+//! Every probe key it writes is deleted again: a doctor run leaves nothing behind.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use adapter_redis::{KeySpace, RedisStore, rights};
+use clap::{Args, ValueEnum};
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
     Acquire, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, Release, Renew, SettleAction, Settlement,
 };
-use drain_core::{ErrorKind, LeaseToken, PortError};
+use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 
+use crate::commands::owners::keys::OwnerKeys;
 use crate::compose;
-use crate::config::Loaded;
+use crate::config::{Config, Loaded};
+use crate::out::outln;
+
+/// `drain doctor` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct DoctorArgs {
+    /// The subcommand to check for: the rights and operations it needs on Redis.
+    #[arg(long = "for", value_enum, default_value_t = Mode::Run)]
+    pub(crate) mode: Mode,
+}
+
+/// What `drain doctor` checks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Mode {
+    /// `drain run`: the lease and the per-message claim, as the switches enable them.
+    Run,
+    /// `drain owners`: owner claims, backlogs, peeks, and the release wake-up.
+    Owners,
+    /// `drain leases`: read only.
+    Leases,
+}
 
 struct Report {
     failed: usize,
@@ -19,16 +44,16 @@ struct Report {
 
 impl Report {
     fn ok(&mut self, check: &str, detail: impl std::fmt::Display) {
-        println!("ok    {check:<16} {detail}");
+        outln!("ok    {check:<16} {detail}");
     }
 
     fn fail(&mut self, check: &str, detail: impl std::fmt::Display) {
         self.failed += 1;
-        println!("FAIL  {check:<16} {detail}");
+        outln!("FAIL  {check:<16} {detail}");
     }
 
     fn warn(&mut self, check: &str, detail: impl std::fmt::Display) {
-        println!("warn  {check:<16} {detail}");
+        outln!("warn  {check:<16} {detail}");
     }
 }
 
@@ -42,7 +67,7 @@ fn explain(e: &PortError) -> String {
 }
 
 /// `drain doctor`.
-pub(crate) async fn main(loaded: Loaded) -> ExitCode {
+pub(crate) async fn main(args: &DoctorArgs, loaded: Loaded) -> ExitCode {
     let mut r = Report { failed: 0 };
     let c = &loaded.config;
     if loaded.warnings.is_empty() {
@@ -55,26 +80,52 @@ pub(crate) async fn main(loaded: Loaded) -> ExitCode {
 
     if c.redis_url.is_none() {
         r.ok("store", "embedded in-memory store (single process; set DRAIN_REDIS_URL for a fleet)");
+    } else if args.mode == Mode::Run && !uses_redis(c) {
+        r.ok("store", "drain run sends Redis nothing: single-flight and the per-message claim are off");
     } else {
-        redis_checks(&mut r, &loaded).await;
+        redis_checks(&mut r, args.mode, &loaded).await;
     }
 
-    for (name, var, url) in
-        [("source", "DRAIN_SOURCE_URL", &c.source_url), ("target", "DRAIN_TARGET_URL", &c.target_url)]
-    {
-        match url {
-            None => r.ok(name, "embedded demo queue"),
-            Some(u) => amqp_check(&mut r, name, var, u, name == "source").await,
+    if args.mode == Mode::Run {
+        for (name, var, url) in
+            [("source", "DRAIN_SOURCE_URL", &c.source_url), ("target", "DRAIN_TARGET_URL", &c.target_url)]
+        {
+            match url {
+                None => r.ok(name, "embedded demo queue"),
+                Some(u) => amqp_check(&mut r, name, var, u, name == "source").await,
+            }
         }
     }
 
     if r.failed == 0 {
-        println!("all checks passed");
+        outln!("all checks passed");
         ExitCode::SUCCESS
     } else {
-        println!("{} check(s) failed", r.failed);
+        outln!("{} check(s) failed", r.failed);
         ExitCode::FAILURE
     }
+}
+
+/// Whether `drain run` talks to Redis with these switches.
+fn uses_redis(c: &Config) -> bool {
+    c.singleflight.computes() || c.atomic_claim.computes()
+}
+
+/// The release wake-up is active for `drain owners`.
+fn wakes(c: &Config) -> bool {
+    c.claim_aware == Switch::On && c.release_wake != Switch::Off
+}
+
+/// The rights `mode` needs (docs/operations.md, one ACL per subcommand).
+fn rights_for(mode: Mode) -> Vec<&'static str> {
+    let mut rights: Vec<&'static str> = match mode {
+        Mode::Run => rights::LEASES_AND_CLAIMS.to_vec(),
+        Mode::Owners => [rights::LEASES_AND_CLAIMS, rights::OWNER_BACKLOGS].concat(),
+        Mode::Leases => rights::SCAN.to_vec(),
+    };
+    let mut seen = std::collections::HashSet::new();
+    rights.retain(|r| seen.insert(*r));
+    rights
 }
 
 /// Connect (which attaches a link to the queue and, for a target, checks that the
@@ -115,11 +166,11 @@ async fn amqp_check(r: &mut Report, name: &str, var: &str, url: &crate::config::
     }
 }
 
-async fn redis_checks(r: &mut Report, loaded: &Loaded) {
+async fn redis_checks(r: &mut Report, mode: Mode, loaded: &Loaded) {
     let c = &loaded.config;
     let store = match compose::connect_redis(c).await {
         Ok(s) => {
-            r.ok("redis connect", format!("{} (scripts loaded)", s.endpoint()));
+            r.ok("redis connect", s.endpoint());
             s
         }
         Err(e) => {
@@ -142,19 +193,113 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
 
     let keys = store.keys().clone();
     let probe = format!("drain-doctor.{}", c.instance_id);
-    match store.missing_rights(&keys.lease(&LeaseName::queue(format!("{probe}.rights"))).fence).await {
-        Ok(missing) if missing.is_empty() => r.ok("acl rights", "every command drain sends is allowed"),
+    let needed = rights_for(mode);
+    match store.missing_rights(&keys.lease(&LeaseName::queue(format!("{probe}.rights"))).fence, &needed).await {
+        Ok(missing) if missing.is_empty() => {
+            r.ok("acl rights", format!("every command `drain {}` sends is allowed", mode_name(mode)));
+        }
         // Without SCRIPT LOAD the first call of each script after a connect falls back to EVAL.
         Ok(missing) if missing == ["+script|load"] => {
             r.warn("acl rights", "the Redis user may not run +script|load: scripts are cached by EVAL instead");
         }
         Ok(missing) => r.fail(
             "acl rights",
-            format!("the Redis user may not run {}: grant them (docs/operations.md, minimal ACL)", missing.join(" ")),
+            format!(
+                "the Redis user may not run {}, which `drain {}` sends: grant them (docs/operations.md, ACL)",
+                missing.join(" "),
+                mode_name(mode)
+            ),
         ),
         Err(e) => r.fail("acl rights", explain(&e)),
     }
-    if c.claim_aware == drain_core::Switch::On && c.release_wake != drain_core::Switch::Off {
+    let token = LeaseToken::generate(&c.instance_id, &mut rand::rng());
+    match mode {
+        Mode::Run => {
+            if c.singleflight.computes() {
+                let lease = LeaseName::queue(probe.as_str());
+                let stored = keys.lease(&lease);
+                let result = lease_cycle(&store, &lease, &token).await;
+                forget(r, &store, &[&stored.fence]).await;
+                match result {
+                    Ok(fence) => {
+                        r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", stored.lease))
+                    }
+                    Err((op, e)) => r.fail("lease ops", format!("{op}: {}", explain(&e))),
+                }
+            }
+            if c.atomic_claim.computes() {
+                message_claims(r, &store, &probe, &token).await;
+            }
+        }
+        Mode::Owners => owner_checks(r, &store, &keys, &probe, &token, c).await,
+        Mode::Leases => match store.scan().await {
+            Ok(found) => r.ok("scan", format!("{} key(s) under `{}:`", found.len(), c.key_prefix)),
+            Err(e) => r.fail("scan", format!("`drain leases` needs SCAN: {}", explain(&e))),
+        },
+    }
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Run => "run",
+        Mode::Owners => "owners",
+        Mode::Leases => "leases",
+    }
+}
+
+async fn message_claims(r: &mut Report, store: &RedisStore, probe: &str, token: &LeaseToken) {
+    let ttl = Duration::from_secs(10);
+    let msg = [MessageId::from("probe")];
+    match store.claim_batch(probe, &msg, token, ttl).await {
+        Ok(_) => {
+            let settle = [Settlement { id: msg[0].clone(), action: SettleAction::Release }];
+            match store.settle_batch(probe, &settle, token, ttl).await {
+                Ok(_) => r.ok("message claims", "claim + settle scripts"),
+                Err(e) => r.fail("message claims", format!("settle: {}", explain(&e))),
+            }
+        }
+        Err(e) => r.fail("message claims", format!("claim: {}", explain(&e))),
+    }
+}
+
+/// `drain owners`' operations on probe keys: the owner claim, the batched peek, a
+/// backlog batch taken and recorded, and the release wake-up's rights.
+async fn owner_checks(
+    r: &mut Report,
+    store: &RedisStore,
+    keys: &KeySpace,
+    probe: &str,
+    token: &LeaseToken,
+    c: &Config,
+) {
+    let claim = LeaseName::owner(probe);
+    let stored = keys.lease(&claim);
+    let result = lease_cycle(store, &claim, token).await;
+    forget(r, store, &[&stored.fence]).await;
+    match result {
+        Ok(_) => r.ok("owner claims", format!("take, renew, release on {}", stored.lease)),
+        Err((op, e)) => r.fail("owner claims", format!("{op}: {}", explain(&e))),
+    }
+    match store.peek_owners(&[OwnerId::from(probe)]).await {
+        Ok(_) => r.ok("peeks", "GET + PTTL pipeline"),
+        Err(e) => r.fail("peeks", explain(&e)),
+    }
+    let owner_keys = OwnerKeys::new(keys.clone());
+    let (backlog, in_flight, processed) =
+        (owner_keys.backlog(probe), owner_keys.in_flight(probe), owner_keys.processed(probe));
+    let cycle = async {
+        store.push_items(&[(backlog.clone(), vec!["probe".to_owned()])]).await.map_err(|e| ("seed", e))?;
+        let batch = store.take_batch(&backlog, &in_flight, 1).await.map_err(|e| ("take", e))?;
+        store.record_batch(&in_flight, &processed, &batch.items).await.map_err(|e| ("record", e))
+    };
+    let result = cycle.await;
+    forget(r, store, &[&backlog, &in_flight, &processed]).await;
+    match result {
+        Ok(1) => r.ok("owner backlogs", "a batch taken into flight and recorded"),
+        Ok(n) => r.fail("owner backlogs", format!("recorded {n} probe items instead of 1")),
+        Err((op, e)) => r.fail("owner backlogs", format!("{op}: {}", explain(&e))),
+    }
+    if wakes(c) {
         // `drain owners` registers waiters and publishes releases (PROJECTION_DRAIN_RELEASE_WAKE).
         let list = keys.owner_waiters(&format!("{probe}.rights"));
         match store.missing_wake_rights(&list, &keys.wake_channel(&format!("{probe}.probe"))).await {
@@ -162,49 +307,28 @@ async fn redis_checks(r: &mut Report, loaded: &Loaded) {
             Ok(missing) => r.fail(
                 "wake rights",
                 format!(
-                    "the Redis user may not run {} (release wake-up; `drain owners` runs without it): grant them (docs/operations.md, minimal ACL) or set PROJECTION_DRAIN_RELEASE_WAKE=off",
+                    "the Redis user may not run {} (release wake-up; `drain owners` runs without it): grant them (docs/operations.md, ACL) or set PROJECTION_DRAIN_RELEASE_WAKE=off",
                     missing.join(" ")
                 ),
             ),
             Err(e) => r.fail("wake rights", explain(&e)),
         }
     }
-    let lease = LeaseName::queue(probe.as_str());
-    let token = LeaseToken::generate(&c.instance_id, &mut rand::rng());
-    let ttl = Duration::from_secs(10);
-    match lease_cycle(&store, &lease, &token, ttl).await {
-        Ok(fence) => {
-            r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", keys.lease(&lease).lease))
-        }
-        Err((op, e)) => r.fail("lease ops", format!("{op}: {}", explain(&e))),
-    }
-    match (store.peek(&lease).await, store.peek_owners(&[OwnerId::from(probe.as_str())]).await) {
-        (Ok(_), Ok(_)) => r.ok("peeks", "GET + PTTL pipeline"),
-        (Err(e), _) | (_, Err(e)) => r.fail("peeks", explain(&e)),
-    }
-    let msg = [MessageId::from("probe")];
-    match store.claim_batch(&probe, &msg, &token, ttl).await {
-        Ok(_) => {
-            let settle = [Settlement { id: msg[0].clone(), action: SettleAction::Release }];
-            match store.settle_batch(&probe, &settle, &token, ttl).await {
-                Ok(_) => r.ok("message claims", "claim + settle scripts"),
-                Err(e) => r.fail("message claims", format!("settle: {}", explain(&e))),
-            }
-        }
-        Err(e) => r.fail("message claims", format!("claim: {}", explain(&e))),
-    }
-    match store.scan().await {
-        Ok(found) => r.ok("scan", format!("{} key(s) under `{}:`", found.len(), c.key_prefix)),
-        Err(e) => r.fail("scan", format!("`drain leases` needs SCAN: {}", explain(&e))),
+}
+
+/// Delete the probe's own keys; a failure is a FAIL line (it needs `+del`).
+async fn forget(r: &mut Report, store: &RedisStore, keys: &[&str]) {
+    if let Err(e) = store.delete_keys(keys).await {
+        r.fail("cleanup", format!("could not delete the probe keys {}: {}", keys.join(" "), explain(&e)));
     }
 }
 
 async fn lease_cycle(
-    store: &adapter_redis::RedisStore,
+    store: &RedisStore,
     key: &LeaseName,
     token: &LeaseToken,
-    ttl: Duration,
 ) -> Result<u64, (&'static str, PortError)> {
+    let ttl = Duration::from_secs(10);
     let fence = match store.acquire(key, token, ttl).await.map_err(|e| ("acquire", e))? {
         Acquire::Acquired { fence } => fence,
         Acquire::Held { holder, .. } => {
@@ -221,4 +345,29 @@ async fn lease_cycle(
         return Err(("release", PortError::new(ErrorKind::Other, "release of our own lease reported NotOwner")));
     }
     Ok(fence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each subcommand's rights are exactly its ACL in docs/operations.md.
+    #[test]
+    fn the_rights_checked_are_the_documented_acls() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/operations.md");
+        let doc = std::fs::read_to_string(path).expect("docs/operations.md");
+        for mode in [Mode::Run, Mode::Owners, Mode::Leases] {
+            let user = format!("ACL SETUSER drain-{} on", mode_name(mode));
+            let start = doc.find(&user).unwrap_or_else(|| panic!("{user} in docs/operations.md"));
+            let block = &doc[start..];
+            let block = &block[..block.find("\n\n").unwrap_or(block.len())];
+            let mut documented: Vec<&str> = block.split_whitespace().filter(|w| w.starts_with('+')).collect();
+            // The release wake-up's rights are checked with the wake (`missing_wake_rights`).
+            documented.retain(|r| !["+lrem", "+lpop", "+publish", "+subscribe"].contains(r));
+            let mut checked = rights_for(mode);
+            documented.sort_unstable();
+            checked.sort_unstable();
+            assert_eq!(checked, documented, "{user}");
+        }
+    }
 }

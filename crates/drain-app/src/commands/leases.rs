@@ -104,6 +104,22 @@ fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
     out
 }
 
+/// `text` as one table cell of at most `width` characters: control characters
+/// (NUL, escape sequences, newlines: a foreign writer's token may hold anything) are
+/// shown escaped, so nothing reaches the terminal raw, and a longer value is cut with
+/// `…` so the columns stay aligned (`--json` has every value in full).
+fn cell(text: &str, width: usize) -> String {
+    let escaped: String =
+        text.chars().flat_map(|c| if c.is_control() { c.escape_default().collect() } else { vec![c] }).collect();
+    if escaped.chars().count() <= width {
+        escaped
+    } else {
+        let mut cut: String = escaped.chars().take(width.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
 fn ttl(ms: Option<u128>) -> String {
     ms.map_or_else(|| "-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0))
 }
@@ -116,21 +132,43 @@ fn table(l: &Listing) -> String {
             out,
             "{:<10} {:<32} {:<28} {:>9} {:>8}",
             "lease",
-            r.queue,
-            r.holder.as_deref().unwrap_or("(free)"),
+            cell(&r.queue, 32),
+            cell(r.holder.as_deref().unwrap_or("(free)"), 28),
             ttl(r.ttl_ms),
-            r.fence.as_deref().unwrap_or("-")
+            cell(r.fence.as_deref().unwrap_or("-"), 8)
         );
     }
     for r in &l.owner_claims {
-        let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>8}", "owner", r.owner, r.holder, ttl(r.ttl_ms), "-");
+        let _ = writeln!(
+            out,
+            "{:<10} {:<32} {:<28} {:>9} {:>8}",
+            "owner",
+            cell(&r.owner, 32),
+            cell(&r.holder, 28),
+            ttl(r.ttl_ms),
+            "-"
+        );
     }
     for (queue, m) in &l.message_claims {
         for p in &m.pending {
-            let n = format!("{queue}/{}", p.message_id);
-            let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>8}", "pending", n, p.holder, ttl(p.ttl_ms), "-");
+            let n = cell(&format!("{queue}/{}", p.message_id), 32);
+            let _ = writeln!(
+                out,
+                "{:<10} {:<32} {:<28} {:>9} {:>8}",
+                "pending",
+                n,
+                cell(&p.holder, 28),
+                ttl(p.ttl_ms),
+                "-"
+            );
         }
-        let _ = writeln!(out, "{:<10} {:<32} {} message(s) submitted within the dedup window", "done", queue, m.done);
+        let _ = writeln!(
+            out,
+            "{:<10} {:<32} {} message(s) submitted within the dedup window",
+            "done",
+            cell(queue, 32),
+            m.done
+        );
     }
     if l.leases.is_empty() && l.owner_claims.is_empty() && l.message_claims.is_empty() {
         out.push_str("(nothing held)\n");
@@ -163,9 +201,9 @@ pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
     };
     let listing = classify(store.keys(), found);
     if args.json {
-        println!("{}", serde_json::to_string(&listing).unwrap_or_default());
+        crate::out::outln!("{}", serde_json::to_string(&listing).unwrap_or_default());
     } else {
-        print!("{}", table(&listing));
+        crate::out::out!("{}", table(&listing));
     }
     ExitCode::SUCCESS
 }
@@ -206,5 +244,29 @@ mod tests {
         assert_eq!(m.pending[0].message_id, "ulong:1", "an id of another type says so");
         let t = table(&l);
         assert!(t.contains("lease") && t.contains("host-1") && t.contains("90.0s") && t.contains("(free)"), "{t}");
+    }
+
+    #[test]
+    fn cells_escape_control_characters_and_keep_the_columns() {
+        for (text, width, shown) in [
+            ("host-1", 28, "host-1"),
+            ("evil\u{0}\u{1b}[31mred", 28, "evil\\u{0}\\u{1b}[31mred"),
+            ("line\nbreak", 28, "line\\nbreak"),
+            ("abcdefghij", 5, "abcd…"),
+            ("", 5, ""),
+        ] {
+            assert_eq!(cell(text, width), shown, "{text:?}");
+        }
+        let ks = KeySpace::new("drain");
+        let h = |v: &str| Scanned { value: v.to_owned(), remaining: Some(Duration::from_secs(5)) };
+        let long = "x".repeat(200);
+        let found = vec![
+            (ks.lease(&LeaseName::queue("q")).lease, h("evil\u{0}\u{1b}[2Jhost:00")),
+            (ks.owner_claim(&long), h(&format!("{long}:ff"))),
+        ];
+        let t = table(&classify(&ks, found));
+        assert!(!t.chars().any(|c| c.is_control() && c != '\n'), "{t:?}");
+        let widths: Vec<usize> = t.lines().take(3).map(|l| l.chars().count()).collect();
+        assert!(widths.iter().all(|w| *w == widths[0]), "aligned: {widths:?}\n{t}");
     }
 }

@@ -45,8 +45,9 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
     };
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let (config, effective) = (loaded.config, loaded.effective);
-    let rt = match compose::compose(config, clock.clone(), observer, args.owners.is_some()).await {
-        Ok(rt) => Arc::new(rt),
+    let rt = match compose::compose_until_signal(config, clock.clone(), observer, args.owners.is_some()).await {
+        Ok(Some(rt)) => Arc::new(rt),
+        Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(2);
@@ -109,16 +110,8 @@ fn plan(rt: &Runtime, args: &RunArgs, switches: &[(&'static str, drain_core::Swi
 
 async fn once(rt: &Runtime) -> ExitCode {
     let report = beat::tick_once(rt, &AtomicBool::new(false)).await;
-    match serde_json::to_string(&report) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            tracing::error!("cannot print the report: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::out::outln!("{}", crate::report::to_json(&report));
+    ExitCode::SUCCESS
 }
 
 async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {

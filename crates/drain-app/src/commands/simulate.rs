@@ -133,6 +133,18 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
         }
         chosen
     };
+    // Open the chart's file first: a path that cannot be written fails now, not after
+    // the whole simulation ran.
+    let mut chart_file = match &args.svg {
+        Some(path) => match std::fs::File::create(path) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                eprintln!("drain simulate: cannot write the chart to {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => None,
+    };
     let started = Instant::now();
     let progress = Progress::new(&sc, &policies);
     let outcome = std::thread::scope(|s| {
@@ -154,17 +166,17 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
     }
     if args.json {
         match serde_json::to_string(&outcome.report) {
-            Ok(line) => println!("{line}"),
+            Ok(line) => crate::out::outln!("{line}"),
             Err(e) => {
                 eprintln!("drain simulate: cannot print the report: {e}");
                 return ExitCode::FAILURE;
             }
         }
     } else {
-        print!("{}", outcome.report.table());
+        crate::out::out!("{}", outcome.report.table());
     }
-    if let Some(path) = &args.svg {
-        if let Err(e) = std::fs::write(path, chart(&outcome, sc.duration_s)) {
+    if let (Some(path), Some(file)) = (&args.svg, chart_file.as_mut()) {
+        if let Err(e) = std::io::Write::write_all(file, chart(&outcome, sc.duration_s).as_bytes()) {
             eprintln!("drain simulate: cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

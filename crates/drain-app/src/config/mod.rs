@@ -153,18 +153,24 @@ impl Config {
 pub(crate) fn load(file: Option<&Path>) -> Result<Loaded, ConfigError> {
     let mut env = BTreeMap::new();
     let mut warnings = Vec::new();
-    for s in SETTINGS {
-        if let Some(v) = std::env::var_os(s.name) {
-            let value = match v.into_string() {
-                Ok(v) => v,
-                Err(raw) => {
-                    let lossy = raw.to_string_lossy().into_owned();
-                    warnings.push(Warning::new(s.name, "<not UTF-8>", "not valid UTF-8; read lossily"));
-                    lossy
-                }
-            };
-            env.insert(s.name.to_owned(), value);
+    for (name, v) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let known = setting(name).map(|s| s.name);
+        if known.is_none() {
+            if let Some(w) = unknown_variable(name) {
+                warnings.push(w);
+            }
+            continue;
         }
+        let value = match v.into_string() {
+            Ok(v) => v,
+            Err(raw) => {
+                let lossy = raw.to_string_lossy().into_owned();
+                warnings.push(Warning::new(name, "<not UTF-8>", "not valid UTF-8; read lossily"));
+                lossy
+            }
+        };
+        env.insert(name.to_owned(), value);
     }
     let file_values = match file {
         Some(path) => Some(read_file(path)?),
@@ -174,6 +180,36 @@ pub(crate) fn load(file: Option<&Path>) -> Result<Loaded, ConfigError> {
     warnings.append(&mut loaded.warnings);
     loaded.warnings = warnings;
     Ok(loaded)
+}
+
+/// The prefixes of drain's variables: an unknown name with one of them is most likely
+/// a typo of a known one, which would otherwise be ignored in silence.
+const PREFIXES: [&str; 3] = ["DRAIN_", "SERVICEBUS_", "PROJECTION_"];
+
+/// Variables with a known prefix that are not settings of drain, but of its tests
+/// (they are read by the test suites, never by the binary).
+fn ignored(name: &str) -> bool {
+    name.starts_with("DRAIN_TEST_")
+}
+
+/// The warning for an unknown variable `name` with one of drain's prefixes, naming
+/// the closest known setting; `None` for any other variable.
+pub(crate) fn unknown_variable(name: &str) -> Option<Warning> {
+    if !PREFIXES.iter().any(|p| name.starts_with(p)) || ignored(name) {
+        return None;
+    }
+    Some(Warning::new(name, "", format!("not a setting of drain; ignored{}", closest_hint(name))))
+}
+
+/// `"; did you mean NAME?"` for the closest registry name, when one is close enough.
+fn closest_hint(name: &str) -> String {
+    let upper = name.to_ascii_uppercase();
+    let best = SETTINGS.iter().map(|s| (strsim::damerau_levenshtein(&upper, s.name), s.name)).min_by_key(|(d, _)| *d);
+    match best {
+        // Close: a few edits, relative to the name's length.
+        Some((d, known)) if d <= 3.max(known.len() / 4) => format!("; did you mean {known}?"),
+        _ => String::new(),
+    }
 }
 
 fn default_instance_id() -> String {
@@ -205,7 +241,10 @@ pub(crate) fn parse_file(path: &str, text: &str) -> Result<BTreeMap<String, Stri
         let value = match value {
             toml::Value::String(s) => s,
             toml::Value::Integer(i) => i.to_string(),
-            toml::Value::Boolean(b) => if b { "on" } else { "off" }.to_owned(),
+            // The same grammar as the environment: `true` is On, but `false` is not
+            // `off` (only `off` disables a default-on switch), so it keeps the
+            // default with a warning, as `SERVICEBUS_ATOMIC_CLAIM=false` would.
+            toml::Value::Boolean(b) => b.to_string(),
             other => {
                 return Err(ConfigError::FileSyntax {
                     path: path.to_owned(),
@@ -228,15 +267,18 @@ pub(crate) fn resolve(
     if let Some(file) = file {
         for name in file.keys() {
             if setting(name).is_none() {
-                r.warnings.push(Warning::new(name, "", "unknown setting in the config file; ignored"));
+                let hint = closest_hint(name);
+                r.warnings.push(Warning::new(name, "", format!("unknown setting in the config file; ignored{hint}")));
             }
         }
     }
     let (bmin_raw, bmax_raw) =
         (r.raw("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS"), r.raw("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS"));
-    let (bmin, bmax) = settings::backoff_window_seconds(bmin_raw.as_deref(), bmax_raw.as_deref());
-    let instance = settings::instance_id(r.raw("DRAIN_INSTANCE_ID").as_deref(), default_instance);
-    let prefix = settings::key_prefix(r.raw("DRAIN_KEY_PREFIX").as_deref());
+    let (bmin, bmax) = settings::ordered_window(
+        ("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", int_rule("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS"), bmin_raw.as_deref()),
+        ("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", int_rule("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS"), bmax_raw.as_deref()),
+    );
+    let instance = settings::instance_id("DRAIN_INSTANCE_ID", r.raw("DRAIN_INSTANCE_ID").as_deref(), default_instance);
     let config = Config {
         singleflight: r.switch("SERVICEBUS_DRAIN_SINGLEFLIGHT"),
         lease_ttl: Duration::from_secs(r.int("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS")),
@@ -262,13 +304,21 @@ pub(crate) fn resolve(
         source_url: r.url("DRAIN_SOURCE_URL", &["amqp://", "amqps://", "endpoint="])?,
         target_url: r.url("DRAIN_TARGET_URL", &["amqp://", "amqps://", "endpoint="])?,
         target_fence_property: r.fence_property(),
-        key_prefix: r.take("DRAIN_KEY_PREFIX", prefix),
+        key_prefix: r.key_prefix()?,
         instance_id: r.take("DRAIN_INSTANCE_ID", instance),
         metrics_addr: r.metrics_addr(),
         log_filter: r.log_filter(),
         log_format: r.log_format(),
     };
     Ok(Loaded { config, effective: r.effective, warnings: r.warnings })
+}
+
+/// The rule of the integer setting `name`.
+fn int_rule(name: &str) -> settings::IntRule {
+    match setting(name).map(|s| s.kind) {
+        Some(Kind::Int(rule, _)) => rule,
+        _ => unreachable!("{name} is declared as an integer in the registry"),
+    }
 }
 
 struct Resolver<'a> {
@@ -295,11 +345,17 @@ impl Resolver<'_> {
 
     /// Record the effective value and warning of a parsed setting; return its value.
     fn take<T: ToString>(&mut self, name: &'static str, parsed: Parsed<T>) -> T {
-        let (_, origin) = self.raw_with_origin(name);
+        let (_, set_in) = self.raw_with_origin(name);
+        // A value that fell back to the default comes from the default, whatever
+        // was set (the warning says what was set, and where).
+        let origin = if parsed.defaulted { Origin::Default } else { set_in };
         let secret = setting(name).is_some_and(|s| s.secret);
         let shown = parsed.value.to_string();
         self.effective.push(Effective { name, value: if secret { redact(&shown) } else { shown }, origin });
-        if let Some(w) = parsed.warning {
+        if let Some(mut w) = parsed.warning {
+            if set_in == Origin::File {
+                w.message.push_str(" (set in the config file)");
+            }
             self.warnings.push(w);
         }
         parsed.value
@@ -314,10 +370,7 @@ impl Resolver<'_> {
     }
 
     fn int(&mut self, name: &'static str) -> u64 {
-        let Some(Kind::Int(rule, _)) = setting(name).map(|s| s.kind) else {
-            unreachable!("{name} is declared as an integer in the registry");
-        };
-        let parsed = rule.parse(name, self.raw(name).as_deref());
+        let parsed = int_rule(name).parse(name, self.raw(name).as_deref());
         self.take(name, parsed)
     }
 
@@ -356,6 +409,26 @@ impl Resolver<'_> {
         Ok(Some(Secret::new(raw)))
     }
 
+    /// `DRAIN_KEY_PREFIX`: unset is `drain`; anything else must be a valid prefix.
+    /// A bad one is fatal, never replaced by the shared default: two tenants would
+    /// silently share keys, and one tenant's messages would be completed as the
+    /// other's duplicates.
+    fn key_prefix(&mut self) -> Result<String, ConfigError> {
+        const NAME: &str = "DRAIN_KEY_PREFIX";
+        let Some(raw) = self.raw(NAME) else {
+            return Ok(self.take(NAME, Parsed::clean("drain".to_owned())));
+        };
+        match settings::key_prefix(&raw) {
+            Ok(prefix) => Ok(self.take(NAME, Parsed::clean(prefix))),
+            Err(reason) => Err(ConfigError::Invalid {
+                name: NAME,
+                // Never a secret, but whatever was pasted here goes through the same mask.
+                value: redact(&raw),
+                reason: format!("{reason}; unset it for the shared prefix `drain`"),
+            }),
+        }
+    }
+
     /// A file path; unset or blank is `None`. Whether it can be read is checked
     /// where it is used (a clear error at connect).
     fn path(&mut self, name: &'static str) -> Option<PathBuf> {
@@ -373,7 +446,7 @@ impl Resolver<'_> {
         let parsed = match raw {
             None => Parsed::clean(None),
             Some(v) if v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()) => Parsed::clean(Some(v)),
-            Some(v) => Parsed::warned(
+            Some(v) => Parsed::fallback(
                 None,
                 Warning::new(
                     NAME,
@@ -383,7 +456,11 @@ impl Resolver<'_> {
             ),
         };
         let value = parsed.value.clone();
-        let shown = Parsed { value: value.clone().unwrap_or_else(|| "unset".to_owned()), warning: parsed.warning };
+        let shown = Parsed {
+            value: value.clone().unwrap_or_else(|| "unset".to_owned()),
+            warning: parsed.warning,
+            defaulted: parsed.defaulted,
+        };
         self.take(NAME, shown);
         value
     }
@@ -398,15 +475,18 @@ impl Resolver<'_> {
             Some(v) if v.eq_ignore_ascii_case("off") => Parsed::clean(None),
             Some(v) => match v.parse::<SocketAddr>() {
                 Ok(a) => Parsed::clean(Some(a)),
-                Err(_) => Parsed::warned(
+                Err(_) => Parsed::fallback(
                     Some(default),
                     Warning::new(NAME, v, format!("not `host:port` or `off`; using {DEFAULT}")),
                 ),
             },
         };
         let value = parsed.value;
-        let shown =
-            Parsed { value: value.map_or_else(|| "off".to_owned(), |a| a.to_string()), warning: parsed.warning };
+        let shown = Parsed {
+            value: value.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+            warning: parsed.warning,
+            defaulted: parsed.defaulted,
+        };
         self.take(NAME, shown);
         value
     }
@@ -434,7 +514,7 @@ impl Resolver<'_> {
                 if ok {
                     Parsed::clean(v.to_owned())
                 } else {
-                    Parsed::warned(
+                    Parsed::fallback(
                         "info".to_owned(),
                         Warning::new(NAME, v, "not a list of `level` or `target=level` directives; using `info`"),
                     )
@@ -451,12 +531,13 @@ impl Resolver<'_> {
             None => Parsed::clean(LogFormat::Text),
             Some(v) if v == "json" => Parsed::clean(LogFormat::Json),
             Some(v) if v == "text" => Parsed::clean(LogFormat::Text),
-            Some(v) => Parsed::warned(LogFormat::Text, Warning::new(NAME, &v, "not `text` or `json`; using text")),
+            Some(v) => Parsed::fallback(LogFormat::Text, Warning::new(NAME, &v, "not `text` or `json`; using text")),
         };
         let value = parsed.value;
         let shown = Parsed {
             value: if value == LogFormat::Json { "json" } else { "text" }.to_owned(),
             warning: parsed.warning,
+            defaulted: parsed.defaulted,
         };
         self.take(NAME, shown);
         value

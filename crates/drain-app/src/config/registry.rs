@@ -1,10 +1,13 @@
-//! The registry: every setting the binary reads, declared once.
+//! The registry: every setting the binary reads, declared once, with its rule
+//! (default, floor, ceiling) and the default as shown.
 //!
-//! `docs/flags.md` is rendered from this table (`drain config --flags-markdown`,
+//! The rules' behaviour (fallbacks, clamping, the switch grammar) is drain-core's
+//! `settings` and `Switch::parse`; the variables, their defaults and their ranges are
+//! the binary's, and live only here. `docs/flags.md` is rendered from this table (`drain config --flags-markdown`,
 //! checked by `cargo xtask flags`), and `drain config` prints the effective value
 //! of each entry with its source.
 
-use drain_core::settings::{self, IntRule};
+use drain_core::settings::IntRule;
 
 /// How a setting's raw value is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +55,11 @@ const fn switch(
     Setting { name, kind: Kind::Switch(default), default: shown, owner, description, secret: false }
 }
 
+/// An integer rule: `default`, floor `min`, ceiling `max`.
+const fn rule(default: u64, min: u64, max: u64) -> IntRule {
+    IntRule { default, min, max }
+}
+
 const fn int(
     name: &'static str,
     rule: IntRule,
@@ -85,7 +93,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS",
-        settings::LEASE_TTL_SECONDS,
+        rule(120, 10, 86_400),
         "s",
         "120",
         QUEUE,
@@ -105,7 +113,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS",
-        settings::CLAIM_TTL_SECONDS,
+        rule(86_400, 60, 30 * 86_400),
         "s",
         "86400",
         QUEUE,
@@ -113,7 +121,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS",
-        settings::CLAIM_PENDING_SECONDS,
+        rule(300, 10, 86_400),
         "s",
         "300",
         QUEUE,
@@ -121,16 +129,16 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "SERVICEBUS_DRAIN_CONCURRENCY",
-        settings::DRAIN_CONCURRENCY,
+        rule(1, 1, 256),
         "",
         "1",
         QUEUE,
         "Messages processed concurrently within one tick.",
     ),
-    int("SERVICEBUS_DRAIN_BATCH", settings::DRAIN_BATCH, "", "32", QUEUE, "Messages requested per receive."),
+    int("SERVICEBUS_DRAIN_BATCH", rule(32, 1, 1_000), "", "32", QUEUE, "Messages requested per receive."),
     int(
         "SERVICEBUS_DRAIN_MAX_WAIT_MS",
-        settings::DRAIN_MAX_WAIT_MS,
+        rule(1_000, 1, 60_000),
         "ms",
         "1000",
         QUEUE,
@@ -138,7 +146,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS",
-        settings::MAX_LOCK_RENEWAL_SECONDS,
+        rule(300, 0, 86_400),
         "s",
         "300",
         QUEUE,
@@ -158,7 +166,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS",
-        settings::BACKOFF_MIN_SECONDS,
+        rule(5, 1, 3_600),
         "s",
         "5",
         OWNERS,
@@ -166,7 +174,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "PROJECTION_DRAIN_BACKOFF_MAX_SECONDS",
-        settings::BACKOFF_MAX_SECONDS,
+        rule(15, 1, 3_600),
         "s",
         "15",
         OWNERS,
@@ -174,7 +182,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "PROJECTION_DRAIN_MAX_RETRY_TIMERS",
-        settings::MAX_RETRY_TIMERS,
+        rule(1_024, 1, 1_000_000),
         "",
         "1024",
         OWNERS,
@@ -182,7 +190,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "DRAIN_BEAT_INTERVAL_SECONDS",
-        settings::BEAT_INTERVAL_SECONDS,
+        rule(10, 1, 86_400),
         "s",
         "10",
         PLATFORM,
@@ -190,7 +198,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "DRAIN_WORKER_CONCURRENCY",
-        settings::WORKER_CONCURRENCY,
+        rule(4, 1, 256),
         "",
         "4",
         PLATFORM,
@@ -198,7 +206,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     ),
     int(
         "DRAIN_SHUTDOWN_GRACE_SECONDS",
-        settings::SHUTDOWN_GRACE_SECONDS,
+        rule(30, 0, 3_600),
         "s",
         "30",
         PLATFORM,
@@ -232,7 +240,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "DRAIN_KEY_PREFIX",
         "drain",
         PLATFORM,
-        "Redis key namespace (tenant isolation): 1-64 of `A-Z a-z 0-9 - _ . :`.",
+        "Redis key namespace (tenant isolation): 1-64 of `A-Z a-z 0-9 - _ . :`. Anything else is fatal (exit 2, one line naming it): falling back to the shared `drain` would silently merge tenants.",
     ),
     text("DRAIN_INSTANCE_ID", "host-pid", PLATFORM, "Holder identity written into lease and claim tokens."),
     text(

@@ -14,8 +14,10 @@ pub(crate) fn flags_markdown() -> String {
     out.push_str("<!-- Generated from crates/drain-app/src/config/registry.rs by `cargo xtask flags --write`. Do not edit. -->\n\n");
     out.push_str(
         "Read once at start from the environment, or from a TOML file given with `--config` \
-         (same names; the environment wins). `drain config` prints the effective values, where \
-         each came from, and every warning.\n\n",
+         (same names and grammar: a TOML `true` is On, `false` is not `off`; the environment wins). \
+         `drain config` prints the effective values, where each came from (`default` for a value \
+         that fell back to it), and every warning. An unknown variable with a prefix of drain's \
+         (`DRAIN_`, `SERVICEBUS_`, `PROJECTION_`) is warned about, naming the closest known one.\n\n",
     );
     out.push_str(
         "Switch grammar (trimmed, case-insensitive): `off` -> Off; `on`, `serve`, `true`, `1`, `yes` -> On; \

@@ -49,20 +49,20 @@ fn each_bad_value_gives_one_warning() {
         ("SERVICEBUS_ATOMIC_CLAIM", "nope"),
         ("DRAIN_METRICS_ADDR", "everywhere"),
         ("DRAIN_LOG_FORMAT", "xml"),
-        ("DRAIN_KEY_PREFIX", "a{b}"),
+        ("DRAIN_INSTANCE_ID", "a b"),
     ]);
     let c = &l.config;
     assert_eq!(c.lease_ttl, Duration::from_secs(10));
     assert_eq!(c.atomic_claim, Switch::On, "a bad value never disables a safety feature");
     assert_eq!(c.metrics_addr, Some(SocketAddr::from(([127, 0, 0, 1], 9464))));
     assert_eq!(c.log_format, LogFormat::Text);
-    assert_eq!(c.key_prefix, "drain");
+    assert_eq!(c.instance_id, "host-1");
     let mut names: Vec<&str> = l.warnings.iter().map(|w| w.variable.as_str()).collect();
     names.sort_unstable();
     assert_eq!(
         names,
         [
-            "DRAIN_KEY_PREFIX",
+            "DRAIN_INSTANCE_ID",
             "DRAIN_LOG_FORMAT",
             "DRAIN_METRICS_ADDR",
             "SERVICEBUS_ATOMIC_CLAIM",
@@ -191,4 +191,137 @@ fn secret_parts_cover_every_url() {
     parts.sort_unstable();
     assert_eq!(parts, ["amqp-pw", "redis-pw", "sas-key"]);
     assert!(load(&[]).config.secret_parts().is_empty());
+}
+
+/// A prefix that cannot be used is fatal (exit 2 in the binary, one line naming
+/// `DRAIN_KEY_PREFIX`), never the shared `drain`: that would silently merge two
+/// tenants, and complete one tenant's messages as the other's duplicates.
+#[test]
+fn a_bad_key_prefix_is_fatal_never_the_shared_default() {
+    for bad in ["a{b}", "", "  ", "tenant a", "é", &"p".repeat(65)] {
+        let e = resolve(&env(&[("DRAIN_KEY_PREFIX", bad)]), None, "h").expect_err(bad);
+        let msg = e.to_string();
+        assert!(msg.starts_with("DRAIN_KEY_PREFIX="), "{bad:?}: {msg}");
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        let file = parse_file("f.toml", &format!("DRAIN_KEY_PREFIX = {bad:?}")).expect("file parses");
+        assert!(resolve(&env(&[]), Some(&file), "h").is_err(), "{bad:?} in the file");
+    }
+    assert_eq!(load(&[("DRAIN_KEY_PREFIX", " tenant-a ")]).config.key_prefix, "tenant-a");
+    assert_eq!(load(&[]).config.key_prefix, "drain");
+}
+
+/// The origin of a value that fell back to the default is `default` (the warning
+/// says what was set); a clamped value still comes from where it was set.
+#[test]
+fn a_value_that_fell_back_to_the_default_has_origin_default() {
+    let origin = |pairs: &[(&str, &str)], name: &str| {
+        let l = load(pairs);
+        l.effective.iter().find(|e| e.name == name).map(|e| (e.origin, e.value.clone())).expect(name)
+    };
+    let check = |name: &str, raw: &str, expected: (Origin, &str)| {
+        let (o, v) = origin(&[(name, raw)], name);
+        assert_eq!((o, v.as_str()), expected, "{name}={raw:?}");
+    };
+    check("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "abc", (Origin::Default, "120"));
+    check("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "5", (Origin::Env, "10"));
+    check("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "60", (Origin::Env, "60"));
+    check("SERVICEBUS_ATOMIC_CLAIM", "nope", (Origin::Default, "on"));
+    check("SERVICEBUS_ATOMIC_CLAIM", "off", (Origin::Env, "off"));
+    check("DRAIN_METRICS_ADDR", "everywhere", (Origin::Default, "127.0.0.1:9464"));
+    check("DRAIN_LOG_FORMAT", "xml", (Origin::Default, "text"));
+    check("DRAIN_LOG", "drain", (Origin::Default, "info"));
+    check("DRAIN_INSTANCE_ID", "a b", (Origin::Default, "host-1"));
+    check("DRAIN_TARGET_FENCE_PROPERTY", "with space", (Origin::Default, "unset"));
+    let file =
+        parse_file("f.toml", "SERVICEBUS_DRAIN_BATCH = \"many\"\nSERVICEBUS_DRAIN_CONCURRENCY = 8").expect("file");
+    let l = resolve(&env(&[]), Some(&file), "h").expect("valid");
+    let o = |n: &str| l.effective.iter().find(|e| e.name == n).map(|e| e.origin);
+    assert_eq!(o("SERVICEBUS_DRAIN_BATCH"), Some(Origin::Default));
+    assert_eq!(o("SERVICEBUS_DRAIN_CONCURRENCY"), Some(Origin::File));
+}
+
+/// A `--config` file follows the environment's grammar: TOML `true` is On, but
+/// `false` is not `off` (only `off` disables a default-on switch), so it keeps the
+/// default with one warning that shows the file's value and says it came from the
+/// file.
+#[test]
+fn a_config_file_follows_the_switch_grammar() {
+    let check = |toml: &str, name: &str, expected: Switch, warned: bool| {
+        let file = parse_file("f.toml", toml).expect("file parses");
+        let l = resolve(&env(&[]), Some(&file), "h").expect("valid");
+        let value = l.effective.iter().find(|e| e.name == name).map(|e| e.value.clone()).expect(name);
+        assert_eq!(value, expected.as_str(), "{toml}");
+        let w: Vec<&Warning> = l.warnings.iter().filter(|w| w.variable == name).collect();
+        assert_eq!(w.len(), usize::from(warned), "{toml}: {w:?}");
+        if let Some(w) = w.first() {
+            assert_eq!(w.value, "false", "the file's value: {w}");
+            assert!(w.message.contains("config file"), "{w}");
+        }
+    };
+    check("SERVICEBUS_ATOMIC_CLAIM = false", "SERVICEBUS_ATOMIC_CLAIM", Switch::On, true);
+    check("SERVICEBUS_ATOMIC_CLAIM = \"off\"", "SERVICEBUS_ATOMIC_CLAIM", Switch::Off, false);
+    check("SERVICEBUS_DRAIN_LEASE_RENEW = false", "SERVICEBUS_DRAIN_LEASE_RENEW", Switch::On, true);
+    check("SERVICEBUS_DRAIN_SINGLEFLIGHT = true", "SERVICEBUS_DRAIN_SINGLEFLIGHT", Switch::On, false);
+    check("SERVICEBUS_DRAIN_SINGLEFLIGHT = false", "SERVICEBUS_DRAIN_SINGLEFLIGHT", Switch::Off, true);
+    check("PROJECTION_DRAIN_CLAIM_AWARE = false", "PROJECTION_DRAIN_CLAIM_AWARE", Switch::On, true);
+}
+
+/// A lone `PROJECTION_DRAIN_BACKOFF_MIN_SECONDS=20` (above the maximum's default
+/// 15) is blamed on the minimum, with its value, not on an unset maximum.
+#[test]
+fn the_backoff_warning_names_the_variable_that_was_set() {
+    let l = load(&[("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", "20")]);
+    assert_eq!((l.config.backoff_min, l.config.backoff_max), (Duration::from_secs(15), Duration::from_secs(20)));
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(
+        (l.warnings[0].variable.as_str(), l.warnings[0].value.as_str()),
+        ("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", "20")
+    );
+    let l = load(&[("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", "20"), ("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", "3")]);
+    assert_eq!(l.warnings.len(), 1, "{:?}", l.warnings);
+    assert_eq!(l.warnings[0].variable, "PROJECTION_DRAIN_BACKOFF_MAX_SECONDS");
+    assert_eq!(l.warnings[0].value, "3");
+}
+
+/// An unknown variable with one of drain's prefixes is warned about, naming the
+/// closest known setting; the test suites' own `DRAIN_TEST_*` and other prefixes are
+/// not.
+#[test]
+fn an_unknown_variable_with_a_known_prefix_names_the_closest_setting() {
+    let check = |name: &str, hint: Option<&str>| {
+        let w = unknown_variable(name);
+        match hint {
+            None => assert!(w.is_none(), "{name}: {w:?}"),
+            Some(h) => {
+                let w = w.unwrap_or_else(|| panic!("{name} is warned about"));
+                assert_eq!(w.variable, name);
+                assert!(w.message.contains(&format!("did you mean {h}?")), "{name}: {w}");
+            }
+        }
+    };
+    check("SERVICEBUS_DRAIN_SINGLEFLIGT", Some("SERVICEBUS_DRAIN_SINGLEFLIGHT"));
+    check("DRAIN_REDIS_ULR", Some("DRAIN_REDIS_URL"));
+    check("PROJECTION_DRAIN_BACKOF_MAX_SECONDS", Some("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS"));
+    check("SERVICEBUS_ATOMIC_CLAIMS", Some("SERVICEBUS_ATOMIC_CLAIM"));
+    check("DRAIN_TEST_REDIS_URL", None);
+    check("HOME", None);
+    check("REDIS_URL", None);
+    let far = unknown_variable("DRAIN_SOMETHING_ELSE_ENTIRELY").expect("warned");
+    assert!(!far.message.contains("did you mean"), "{far}");
+    let file = parse_file("f.toml", "SERVICEBUS_DRAIN_SINGLEFLIGT = \"on\"").expect("file");
+    let l = resolve(&env(&[]), Some(&file), "h").expect("valid");
+    assert!(
+        l.warnings.iter().any(|w| w.message.contains("did you mean SERVICEBUS_DRAIN_SINGLEFLIGHT?")),
+        "{:?}",
+        l.warnings
+    );
+}
+
+/// The binary's defaults (this registry) are the ones drain-core documents for
+/// embedders (`TickConfig::new`, `SchedulerConfig::default`): one set of defaults.
+#[test]
+fn the_binarys_defaults_are_the_cores() {
+    let c = load(&[]).config;
+    assert_eq!(c.tick_config("q"), TickConfig::new("q"));
+    assert_eq!(c.scheduler_config(), SchedulerConfig::default());
 }

@@ -13,7 +13,8 @@ use crate::ports::{
     ClaimState, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, Settlement, SubmitContext,
 };
 use crate::switch::Switch;
-use crate::tick::{DrainStats, TickConfig, TickPorts};
+use crate::tick::health::Health;
+use crate::tick::{ClaimHealth, DrainStats, TickConfig, TickPorts, TickProgress};
 use crate::token::LeaseToken;
 
 /// Reason given when dead-lettering a message that has no message id.
@@ -24,6 +25,7 @@ const MISSING_ID_DESCRIPTION: &str =
 pub(super) struct DrainOutcome {
     pub(super) stats: DrainStats,
     pub(super) error: Option<String>,
+    pub(super) claims: ClaimHealth,
 }
 
 /// Everything one drain needs, borrowed.
@@ -36,6 +38,10 @@ pub(super) struct Drain<'a> {
     pub(super) cancel: &'a AtomicBool,
     /// Set from outside (shutdown).
     pub(super) stop: &'a AtomicBool,
+    /// What this tick learnt about its stores.
+    pub(super) health: &'a Health,
+    /// Counts so far, for whoever watches the tick.
+    pub(super) progress: &'a TickProgress,
 }
 
 /// What to do with one message once its claim state is known.
@@ -61,12 +67,20 @@ impl Drain<'_> {
         self.cancel.load(Ordering::Acquire) || self.stop.load(Ordering::Acquire)
     }
 
+    /// Receiving more cannot succeed: the claim store failed (or is known down)
+    /// while the claim decides (On). What was received is abandoned; receiving more
+    /// would only abandon more, each costing its message a delivery at the broker.
+    fn claims_failed(&self) -> bool {
+        self.cfg.atomic_claim.enforces() && self.health.claims_failed()
+    }
+
     pub(super) async fn run(&self) -> DrainOutcome {
         let mut stats = DrainStats::default();
         let mut batches = 0u32;
         let mut error = None;
+        let mut claims = ClaimHealth::NotAsked;
         loop {
-            if self.cancelled() {
+            if self.cancelled() || self.claims_failed() {
                 break;
             }
             if self.cfg.max_batches.is_some_and(|max| batches >= max) {
@@ -85,8 +99,10 @@ impl Drain<'_> {
             }
             let received = batch.len() as u64;
             stats.received += received;
-            let abandoned_before = stats.abandoned;
-            self.process_batch(batch, &mut stats).await;
+            self.progress.add_received(received);
+            let (abandoned_before, submitted_before) = (stats.abandoned, stats.submitted);
+            claims = claims.max(self.process_batch(batch, &mut stats).await);
+            self.progress.add_submitted(stats.submitted - submitted_before);
             if stats.abandoned - abandoned_before == received {
                 // Every message went back to the source, which offers abandoned messages
                 // again at once: receiving them again in this tick cannot go better (the
@@ -96,23 +112,29 @@ impl Drain<'_> {
                 break;
             }
         }
-        DrainOutcome { stats, error }
+        if self.health.claims_failed() {
+            claims = ClaimHealth::Failed;
+        }
+        DrainOutcome { stats, error, claims }
     }
 
     fn observe(&self, outcome: MessageOutcome, mode: Switch) {
         self.ports.observer.observe(&Event::Message { queue: &self.cfg.queue, outcome, mode });
     }
 
-    async fn process_batch(&self, batch: Vec<Delivery>, stats: &mut DrainStats) {
+    /// Process one received batch; how the claim store fared with it.
+    async fn process_batch(&self, batch: Vec<Delivery>, stats: &mut DrainStats) -> ClaimHealth {
         let mode = self.cfg.atomic_claim;
-        // 1. Triage: no id -> dead-letter; an id seen earlier in this batch -> abandon
-        //    (the redelivery will find the first one's claim).
+        // 1. Triage. With the claim On: no id -> dead-letter (the claim is keyed on
+        //    it); an id seen earlier in this batch -> abandon (the redelivery will find
+        //    the first one's claim). Off and Shadow behave as without the claim: both
+        //    are submitted (Shadow counts what On would have done).
         let mut seen = HashSet::new();
-        let mut work: Vec<(Delivery, MessageId)> = Vec::with_capacity(batch.len());
+        let mut work: Vec<(Delivery, Option<MessageId>)> = Vec::with_capacity(batch.len());
         let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(batch.len());
         for d in batch {
             match d.message.message_id.clone() {
-                None => {
+                None if mode.enforces() => {
                     let r = self.ports.source.dead_letter(d.handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
                     stats.dead_lettered += 1;
                     self.observe(MessageOutcome::DeadLettered, mode);
@@ -121,15 +143,28 @@ impl Drain<'_> {
                         self.observe(MessageOutcome::SettleFailed, mode);
                     }
                 }
-                Some(id) if !seen.insert(id.clone()) => {
-                    fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
+                None => {
+                    if mode == Switch::Shadow {
+                        self.observe(MessageOutcome::DeadLettered, mode);
+                    }
+                    work.push((d, None));
                 }
-                Some(id) => work.push((d, id)),
+                Some(id) if !seen.insert(id.clone()) => {
+                    if mode.enforces() {
+                        fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
+                    } else {
+                        if mode == Switch::Shadow {
+                            self.observe(MessageOutcome::ClaimedElsewhere, mode);
+                        }
+                        work.push((d, None));
+                    }
+                }
+                Some(id) => work.push((d, Some(id))),
             }
         }
 
         // 2. Claims: one call for the whole batch.
-        let plans = self.plan(&work, mode).await;
+        let (plans, health) = self.plan(&work, mode).await;
 
         // 3. Submits, bounded.
         let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
@@ -154,26 +189,7 @@ impl Drain<'_> {
             .await;
 
         // 4. Settle our claims: one call.
-        let settlements: Vec<Settlement> = results
-            .iter()
-            .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
-            .map(|(i, fate)| Settlement {
-                id: work[*i].1.clone(),
-                action: match fate {
-                    Fate::Complete(_) => SettleAction::MarkDone,
-                    Fate::Abandon(_) => SettleAction::Release,
-                },
-            })
-            .collect();
-        if !settlements.is_empty() && self.settle(&settlements).await.is_err() {
-            // The claims stay pending until the pending TTL: completed messages stay
-            // completed (never submitted twice), abandoned ones wait out the claim.
-            // Counted and reported, never silent.
-            stats.claim_settle_errors += settlements.len() as u64;
-            for _ in &settlements {
-                self.observe(MessageOutcome::ClaimSettleFailed, mode);
-            }
-        }
+        let health = health.max(self.settle_claims(&work, &plans, &results, stats).await);
 
         // 5. Settle at the source.
         fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
@@ -199,6 +215,11 @@ impl Drain<'_> {
                 }
                 Fate::Abandon(o) => {
                     stats.abandoned += 1;
+                    match o {
+                        MessageOutcome::ClaimError => stats.claim_errors += 1,
+                        MessageOutcome::SubmitFailed => stats.submit_failures += 1,
+                        _ => {}
+                    }
                     o
                 }
             };
@@ -208,32 +229,110 @@ impl Drain<'_> {
                 self.observe(MessageOutcome::SettleFailed, mode);
             }
         }
+        health
+    }
+
+    /// Settle the claims we hold (mark done after a submit, release after a failed
+    /// one) in one call, and check every answer: a settlement answered `NotOwner`
+    /// found the claim no longer ours (the pending TTL ran out during the submit), so
+    /// after a submit the message is a possible duplicate (another holder may have
+    /// taken it over); it is counted and reported. A failed call leaves the claims
+    /// `pending` until the pending TTL: completed messages stay completed (never
+    /// submitted twice), abandoned ones wait out the claim.
+    async fn settle_claims(
+        &self,
+        work: &[(Delivery, Option<MessageId>)],
+        plans: &[Plan],
+        results: &[(usize, Fate)],
+        stats: &mut DrainStats,
+    ) -> ClaimHealth {
+        let mode = self.cfg.atomic_claim;
+        let settlements: Vec<Settlement> = results
+            .iter()
+            .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
+            .filter_map(|(i, fate)| {
+                let id = work[*i].1.clone()?;
+                let action = match fate {
+                    Fate::Complete(_) => SettleAction::MarkDone,
+                    Fate::Abandon(_) => SettleAction::Release,
+                };
+                Some(Settlement { id, action })
+            })
+            .collect();
+        if settlements.is_empty() {
+            return ClaimHealth::NotAsked;
+        }
+        let answer = if self.health.claims_down() {
+            Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
+        } else {
+            match self.settle(&settlements).await {
+                Ok(r) if r.len() == settlements.len() => Ok(r),
+                Ok(r) => Err(PortError::new(
+                    ErrorKind::Protocol,
+                    format!("{} answers to {} settlements", r.len(), settlements.len()),
+                )),
+                Err(e) => Err(e),
+            }
+        };
+        match answer {
+            Ok(answers) => {
+                for _ in answers.iter().filter(|a| **a == SettleResult::NotOwner) {
+                    stats.claims_expired += 1;
+                    self.observe(MessageOutcome::ClaimExpired, mode);
+                }
+                ClaimHealth::Answered
+            }
+            Err(e) => {
+                self.health.claims_error(&e);
+                stats.claim_settle_errors += settlements.len() as u64;
+                for _ in &settlements {
+                    self.observe(MessageOutcome::ClaimSettleFailed, mode);
+                }
+                ClaimHealth::Failed
+            }
+        }
     }
 
     /// Decide each message's plan from its claim state (one store call), per switch.
-    async fn plan(&self, work: &[(Delivery, MessageId)], mode: Switch) -> Vec<Plan> {
-        let off = vec![Plan::Submit { claimed: false }; work.len()];
-        if !mode.computes() || work.is_empty() {
-            return off;
+    async fn plan(&self, work: &[(Delivery, Option<MessageId>)], mode: Switch) -> (Vec<Plan>, ClaimHealth) {
+        let mut plans = vec![Plan::Submit { claimed: false }; work.len()];
+        let claimed: Vec<usize> = (0..work.len()).filter(|&i| work[i].1.is_some()).collect();
+        if !mode.computes() || claimed.is_empty() {
+            return (plans, ClaimHealth::NotAsked);
         }
-        let ids: Vec<MessageId> = work.iter().map(|(_, id)| id.clone()).collect();
-        let states = match self.claim(&ids).await {
-            Ok(states) if states.len() == ids.len() => states,
-            // A store error, or an answer of the wrong length (which we cannot trust):
-            // fail closed — submit nothing.
-            _ => {
-                if mode.enforces() {
-                    return vec![Plan::Abandon(MessageOutcome::ClaimError); work.len()];
-                }
-                for _ in work {
-                    self.observe(MessageOutcome::ClaimError, Switch::Shadow);
-                }
-                return off;
+        let ids: Vec<MessageId> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
+        let answer = if self.health.claims_down() {
+            Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
+        } else {
+            match self.claim(&ids).await {
+                Ok(states) if states.len() == ids.len() => Ok(states),
+                // An answer of the wrong length cannot be trusted.
+                Ok(states) => Err(PortError::new(
+                    ErrorKind::Protocol,
+                    format!("{} answers to {} claims", states.len(), ids.len()),
+                )),
+                Err(e) => Err(e),
             }
         };
-        states
-            .into_iter()
-            .map(|state| match (state, mode.enforces()) {
+        let states = match answer {
+            Ok(states) => states,
+            // Fail closed: submit nothing.
+            Err(e) => {
+                self.health.claims_error(&e);
+                if mode.enforces() {
+                    for &i in &claimed {
+                        plans[i] = Plan::Abandon(MessageOutcome::ClaimError);
+                    }
+                } else {
+                    for _ in &claimed {
+                        self.observe(MessageOutcome::ClaimError, Switch::Shadow);
+                    }
+                }
+                return (plans, ClaimHealth::Failed);
+            }
+        };
+        for (&i, state) in claimed.iter().zip(states) {
+            plans[i] = match (state, mode.enforces()) {
                 (ClaimState::Claimed, _) => Plan::Submit { claimed: true },
                 (ClaimState::Done, true) => Plan::CompleteDuplicate,
                 (ClaimState::PendingElsewhere { .. }, true) => Plan::Abandon(MessageOutcome::ClaimedElsewhere),
@@ -245,8 +344,9 @@ impl Drain<'_> {
                     self.observe(MessageOutcome::ClaimedElsewhere, Switch::Shadow);
                     Plan::Submit { claimed: false }
                 }
-            })
-            .collect()
+            };
+        }
+        (plans, ClaimHealth::Answered)
     }
 
     /// Take the batch's claims, or fail as an unreachable store would when there is

@@ -13,50 +13,67 @@
 //! The release runs on every path that ends the drain: success, a source error,
 //! a lost lease, and a panic in a port (the panic is re-raised after the release).
 //! A tick future that is dropped mid-drain cannot release; the TTL frees the lease.
+//!
+//! **Degraded stores.** A store call on the tick's path (acquire, claim, settle) that
+//! timed out marks that store down for the rest of the tick, so a frozen store costs
+//! a tick one timeout, not one per operation (when one object serves both lease and
+//! claims, for both; `health`). Renewals run beside the drain and never delay it. A
+//! claim store that fails, or is known down, ends the receiving: what the tick holds
+//! is abandoned and nothing more is received, since every receive of a message that
+//! cannot be claimed costs it a delivery. Across ticks, [`Outage`] keeps a process
+//! from receiving at all until [`probe_claims`] finds the store answering again.
 
 mod drain;
+mod health;
+mod outage;
 mod report;
 
 use std::panic::{AssertUnwindSafe, resume_unwind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::{Either, select};
 
 pub use drain::MISSING_ID_REASON;
-pub use report::{DrainStats, LeaseStatus, TickReport};
+pub use outage::{Gate, Outage, OutagePolicy, Step};
+pub use report::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, LeaseOp, TickKind, TickOutcome};
 use crate::ports::{
-    Acquire, ClaimStore, Clock, LeaseName, LeaseStore, MessageSource, Observer, Release, Renew, Submitter,
+    Acquire, ClaimState, ClaimStore, Clock, LeaseName, LeaseStore, MessageId, MessageSource, Observer, Release, Renew,
+    SettleAction, Settlement, Submitter,
 };
 use crate::switch::Switch;
+use crate::tick::health::Health;
 use crate::token::LeaseToken;
 
-/// Settings of one queue's tick (the `SERVICEBUS_*` settings of docs/flags.md).
+/// Settings of one queue's tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickConfig {
     /// The queue drained.
     pub queue: String,
-    /// `SERVICEBUS_DRAIN_SINGLEFLIGHT`.
+    /// The single-flight lease: Off never touches the lease store, Shadow takes the
+    /// lease and counts a skip it would make, On skips while another tick holds it.
     pub singleflight: Switch,
-    /// `SERVICEBUS_DRAIN_LOCK_TTL_SECONDS`.
+    /// How long a lease lives unless renewed: the backstop that frees the lease of a
+    /// holder that died.
     pub lease_ttl: Duration,
-    /// `SERVICEBUS_DRAIN_LEASE_RENEW`.
+    /// Renew the lease every `lease_ttl / 3` while the drain runs (only On renews).
     pub renew: Switch,
-    /// `SERVICEBUS_ATOMIC_CLAIM`.
+    /// The per-message claim before a submit (fails closed when On).
     pub atomic_claim: Switch,
-    /// `SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS`: how long `done` suppresses duplicates.
+    /// How long a `done` claim suppresses duplicates.
     pub claim_done_ttl: Duration,
-    /// `SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS`.
+    /// How long a `pending` claim lives before a redelivery may take it over; it
+    /// must exceed the longest submit.
     pub claim_pending_ttl: Duration,
-    /// `SERVICEBUS_DRAIN_CONCURRENCY`: messages processed at once.
+    /// Messages processed at once.
     pub concurrency: usize,
-    /// `SERVICEBUS_DRAIN_BATCH`: messages per receive.
+    /// Messages asked for per receive.
     pub batch: usize,
-    /// `SERVICEBUS_DRAIN_MAX_WAIT_MS`.
+    /// The longest one receive waits.
     pub max_wait: Duration,
     /// Stop after this many receives even if the queue is not empty (`None`: until a
     /// receive comes back empty).
@@ -67,7 +84,10 @@ pub struct TickConfig {
 }
 
 impl TickConfig {
-    /// The default settings for `queue`.
+    /// The defaults for `queue`: single-flight off; a 120 s lease, renewed; the
+    /// claim on, `done` for a day, `pending` for 5 min; one message at a time, 32
+    /// per receive, a receive waiting at most 1 s. (drain's binary uses the same
+    /// defaults; its registry is tested against these.)
     #[must_use]
     pub fn new(queue: impl Into<String>) -> Self {
         TickConfig {
@@ -87,7 +107,9 @@ impl TickConfig {
     }
 }
 
-/// The ports a tick uses. The lease store is needed only while single-flight
+/// The ports a tick uses. When the lease store and the claim store are the same
+/// object (one store serving both), a timeout of either counts for both for the rest
+/// of the tick. The lease store is needed only while single-flight
 /// computes (On or Shadow), the claim store only while the atomic claim does:
 /// [`TickPorts::missing`] says what a configuration lacks. A tick that finds a needed
 /// port missing treats it as a store that cannot answer: the lease fails open, the
@@ -172,7 +194,50 @@ pub async fn run_tick_until(
     token: &LeaseToken,
     stop: &AtomicBool,
 ) -> TickReport {
+    run_tick_with_progress(cfg, ports, token, stop, &TickProgress::default()).await
+}
+
+/// Counts of a running tick, readable while it runs (the binary logs the progress
+/// of a long tick).
+#[derive(Debug, Default)]
+pub struct TickProgress {
+    received: AtomicU64,
+    submitted: AtomicU64,
+}
+
+impl TickProgress {
+    /// Messages received so far.
+    #[must_use]
+    pub fn received(&self) -> u64 {
+        self.received.load(Ordering::Relaxed)
+    }
+
+    /// Messages submitted so far (counted once their batch is settled).
+    #[must_use]
+    pub fn submitted(&self) -> u64 {
+        self.submitted.load(Ordering::Relaxed)
+    }
+
+    fn add_received(&self, n: u64) {
+        self.received.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn add_submitted(&self, n: u64) {
+        self.submitted.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// [`run_tick_until`] that also counts what it received and submitted into
+/// `progress` as it goes.
+pub async fn run_tick_with_progress(
+    cfg: &TickConfig,
+    ports: &TickPorts<'_>,
+    token: &LeaseToken,
+    stop: &AtomicBool,
+    progress: &TickProgress,
+) -> TickReport {
     let start = ports.clock.now();
+    let health = Health::new(ports);
     let key = LeaseName::queue(cfg.queue.as_str());
     let mode = cfg.singleflight;
     let finish = |outcome: TickOutcome| {
@@ -200,6 +265,7 @@ pub async fn run_tick_until(
             }
             Err(e) => {
                 lease_op(cfg, ports, LeaseOp::Acquire, "error");
+                health.lease_error(&e);
                 (LeaseStatus::FailOpen, None, false, e.kind == ErrorKind::Timeout)
             }
         },
@@ -207,10 +273,20 @@ pub async fn run_tick_until(
 
     let cancel = AtomicBool::new(false);
     let lost = AtomicBool::new(false);
-    let drain =
-        drain::Drain { cfg, ports, token, fence: if mode.enforces() { fence } else { None }, cancel: &cancel, stop };
+    let drain = drain::Drain {
+        cfg,
+        ports,
+        token,
+        fence: if mode.enforces() { fence } else { None },
+        cancel: &cancel,
+        stop,
+        health: &health,
+        progress,
+    };
     let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
-    let result = if let Some(leases) = ports.leases.filter(|_| acquired && cfg.renew.computes()) {
+    // Shadow renewal behaves as Off: it must not extend the lease. (On renews every
+    // TTL/3 unconditionally; there is no decision for Shadow to compute.)
+    let result = if let Some(leases) = ports.leases.filter(|_| acquired && cfg.renew.enforces()) {
         let renew_fut = renew_loop(cfg, &key, leases, ports, token, &cancel, &lost);
         futures::pin_mut!(drain_fut, renew_fut);
         match select(drain_fut, renew_fut).await {
@@ -224,12 +300,17 @@ pub async fn run_tick_until(
     // After a timed-out acquire, a best-effort release with this tick's token: if the
     // acquire landed late, the lease no tick holds is freed now instead of skipping
     // every tick until its TTL; if it did not, the compare-and-delete touches nothing.
-    if let Some(leases) = ports.leases.filter(|_| acquired || timed_out) {
+    // It is the one call made to a store that timed out in this tick: a slow store
+    // runs it after the late acquire, which frees the lease; a frozen one costs it one
+    // more timeout. A lease we hold on a store that timed out later is left to its TTL.
+    if let Some(leases) = ports.leases.filter(|_| timed_out || (acquired && !health.lease_down())) {
         match leases.release(&key, token).await {
             Ok(Release::Released) => lease_op(cfg, ports, LeaseOp::Release, "released"),
             Ok(Release::NotOwner) => lease_op(cfg, ports, LeaseOp::Release, "not_owner"),
             Err(_) => lease_op(cfg, ports, LeaseOp::Release, "error"),
         }
+    } else if acquired {
+        lease_op(cfg, ports, LeaseOp::Release, "error");
     }
 
     let mut outcome = match result {
@@ -255,6 +336,32 @@ pub async fn run_tick_until(
         lease_lost: lost.load(Ordering::Acquire),
         stopped: stop.load(Ordering::Acquire),
         error: outcome.error,
+        claims: outcome.claims,
+    }
+}
+
+/// The message id of [`probe_claims`]' claim: it starts with a NUL, which no message
+/// id a broker hands out does.
+pub const PROBE_ID: &str = "\u{0}drain-probe";
+
+/// A cheap check that the claim store answers claims, receiving nothing: one claim of
+/// the probe message of `cfg.queue` (its id is [`PROBE_ID`]; it is a claim of the
+/// queue like any other, so it lives where the queue's claims live), released again
+/// at once. A probe that finds another prober's pending claim counts as answered.
+///
+/// # Errors
+/// The claim store's error, or a `Protocol` error for an answer of the wrong length.
+pub async fn probe_claims(cfg: &TickConfig, claims: &dyn ClaimStore, token: &LeaseToken) -> Result<(), PortError> {
+    let id = MessageId::from(PROBE_ID);
+    let ttl = cfg.claim_pending_ttl.min(Duration::from_secs(10));
+    let states = claims.claim_batch(&cfg.queue, std::slice::from_ref(&id), token, ttl).await?;
+    match states.as_slice() {
+        [ClaimState::Claimed] => {
+            let release = Settlement { id, action: SettleAction::Release };
+            claims.settle_batch(&cfg.queue, &[release], token, ttl).await.map(|_| ())
+        }
+        [_] => Ok(()),
+        other => Err(PortError::new(ErrorKind::Protocol, format!("{} answers to one claim", other.len()))),
     }
 }
 
@@ -276,10 +383,13 @@ fn lease_op(cfg: &TickConfig, ports: &TickPorts<'_>, op: LeaseOp, result: &'stat
     ports.observer.observe(&Event::LeaseOp { op, result, mode: cfg.singleflight });
 }
 
-/// Renew every TTL/3 until the lease is lost. With single-flight and renewal both
-/// On, a loss cancels the drain cooperatively (it stops before the next submit or
-/// receive); otherwise the loss is only counted. A store error is counted and the
-/// next period tries again: a blip is not a loss, and the TTL still runs.
+/// Renew every TTL/3 until the lease is lost. With single-flight On, a loss cancels
+/// the drain cooperatively (it stops before the next submit or receive); otherwise
+/// the loss is only counted. A store error is counted and the next period tries
+/// again: a blip is not a loss, and the TTL still runs. Renewals run beside the
+/// drain and never delay the tick's end (the loop is dropped when the drain ends),
+/// so a timed-out renewal marks nothing down: the next one may find the lease lost,
+/// which must still cancel the drain.
 async fn renew_loop(
     cfg: &TickConfig,
     key: &LeaseName,
@@ -300,7 +410,7 @@ async fn renew_loop(
                 lease_op(cfg, ports, LeaseOp::Renew, "lost");
                 ports.observer.observe(&Event::LeaseLost { queue: &cfg.queue });
                 lost.store(true, Ordering::Release);
-                if cfg.singleflight.enforces() && cfg.renew.enforces() {
+                if cfg.singleflight.enforces() {
                     cancel.store(true, Ordering::Release);
                 }
                 return;

@@ -1,8 +1,8 @@
-use serde::Serialize;
+//! What a tick did, as plain data. Its JSON form (the `drain` binary's
+//! `run --once` output) belongs to the binary, not to the domain.
 
-/// How the tick related to the single-flight lease (`"lease"` in the report).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// How the tick related to the single-flight lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
     /// Single-flight is off; the lease store was not touched.
     Off,
@@ -16,8 +16,23 @@ pub enum LeaseStatus {
     ShadowWouldSkip,
 }
 
+/// How the claim store fared in a tick (ordered: a tick that both got answers and
+/// failed has failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum ClaimHealth {
+    /// No claim was asked for (claims off, nothing received, no message with an id).
+    #[default]
+    NotAsked,
+    /// Every claim call was answered.
+    Answered,
+    /// A claim call failed, or the store was known down: the tick stopped receiving,
+    /// and what it held was abandoned. A process should not receive again before the
+    /// store answers (see [`crate::tick::Outage`]).
+    Failed,
+}
+
 /// What one drain did with the messages it received.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DrainStats {
     /// Messages received.
     pub received: u64,
@@ -31,49 +46,46 @@ pub struct DrainStats {
     pub abandoned: u64,
     /// Messages moved to the dead-letter queue (no message id).
     pub dead_lettered: u64,
+    /// Messages abandoned, never submitted, because the claim store failed (fail
+    /// closed). Included in `abandoned`.
+    pub claim_errors: u64,
+    /// Messages whose submit failed (claim released, message abandoned). Included in
+    /// `abandoned`.
+    pub submit_failures: u64,
+    /// Claims that were no longer ours when they were settled (the pending TTL ran
+    /// out during the submit, and another holder may have taken the message over):
+    /// after a successful submit, each is a possible duplicate in the target.
+    pub claims_expired: u64,
     /// Settlements at the source that failed (the message's lock will expire and it is
     /// redelivered; its claim prevents a second submit).
-    #[serde(skip_serializing_if = "is_zero")]
     pub settle_errors: u64,
     /// Claims whose settlement (mark done or release) failed: they stay `pending`
     /// until the pending TTL. A completed message is not redelivered, so nothing is
     /// submitted twice; an abandoned one waits out the TTL before it is taken again.
-    #[serde(skip_serializing_if = "is_zero")]
     pub claim_settle_errors: u64,
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// The result of one tick, printed as one JSON line by `drain run --once`, e.g.
-/// `{"queue":"requests","skipped":"locked"}` or
-/// `{"queue":"requests","lease":"held","fence":7,"received":12,"submitted":11,"duplicates":1,"abandoned":0,"dead_lettered":0}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The result of one tick.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TickReport {
     /// The queue.
     pub queue: String,
     /// `"locked"` when the tick was skipped because another holder had the lease.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub skipped: Option<&'static str>,
     /// How the tick related to the lease; absent on a skipped tick.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub lease: Option<LeaseStatus>,
     /// The fencing number of the lease we held.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub fence: Option<u64>,
     /// Counts; absent on a skipped tick.
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub stats: Option<DrainStats>,
     /// The renewal found the lease gone and the drain stopped early.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub lease_lost: bool,
     /// A shutdown stopped the drain before the queue was empty.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stopped: bool,
     /// Why the drain stopped early (the source failed), if it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How the claim store fared.
+    pub claims: ClaimHealth,
 }
 
 impl TickReport {
@@ -89,6 +101,7 @@ impl TickReport {
             lease_lost: false,
             stopped: false,
             error: None,
+            claims: ClaimHealth::NotAsked,
         }
     }
 

@@ -9,7 +9,7 @@
 //! `drain_owner_turns_total{outcome="claim_busy"}` stays near zero with
 //! `PROJECTION_DRAIN_CLAIM_AWARE=on` and climbs with `off`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::Duration;
@@ -33,7 +33,8 @@ struct DemoOwnerWork {
     store: Arc<dyn LeaseStore>,
     clock: Arc<dyn Clock>,
     backlog: Mutex<HashMap<OwnerId, u64>>,
-    requeue: mpsc::UnboundedSender<OwnerId>,
+    /// Intents the scheduler handed back, requested again on the next arrivals tick.
+    handed: Mutex<BTreeSet<OwnerId>>,
     handed_off: std::sync::atomic::AtomicU64,
 }
 
@@ -75,10 +76,13 @@ impl OwnerWork for DemoOwnerWork {
         if took == 0 { TurnOutcome::Done } else { TurnOutcome::Productive { more: self.left(owner) > 0 } }
     }
 
+    /// The timer cap is reached: the intent goes to the next serving pass (the next
+    /// arrivals tick), never straight back into the scheduler, which would peek,
+    /// find the claim held and hand it back again at once.
     fn hand_off(&self, owner: OwnerId) {
         tracing::debug!(owner = %owner, "owner intent handed off to the next pass");
         self.handed_off.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.requeue.send(owner);
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner).insert(owner);
     }
 }
 
@@ -98,7 +102,7 @@ pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, mut shutdown: watch::Re
         store,
         clock: rt.clock.clone(),
         backlog: Mutex::new(HashMap::new()),
-        requeue: tx.clone(),
+        handed: Mutex::new(BTreeSet::new()),
         handed_off: std::sync::atomic::AtomicU64::new(0),
     };
     let ports =
@@ -122,6 +126,10 @@ pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, mut shutdown: watch::Re
                     })
                     .collect()
             };
+            let handed = std::mem::take(&mut *work.handed.lock().unwrap_or_else(PoisonError::into_inner));
+            for owner in handed {
+                let _ = tx.send(owner);
+            }
             for (owner, items) in batch {
                 *work.backlog.lock().unwrap_or_else(PoisonError::into_inner).entry(owner.clone()).or_default() += items;
                 for _ in 0..REQUESTS_PER_ARRIVAL {

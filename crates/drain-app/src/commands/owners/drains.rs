@@ -4,18 +4,29 @@
 //! Each owner's backlog is the Redis list `<prefix>:backlog:{<owner>}` (the hash tag
 //! is the owner's encoded name, so the list shares the slot of the owner's claim). A
 //! turn takes the owner's claim with `LeaseStore::acquire` on `LeaseName::owner`
-//! (a lost race is `ClaimBusy`), pops up to a batch with one
-//! `LPOP key count`, records every popped item with `HINCRBY <prefix>:processed
-//! <item> 1` (one pipeline: a field above 1 would be an item processed twice),
-//! releases the claim and reports `Productive { more }` while the batch came back
-//! full. A pass every `pass` reads every backlog's length in one pipeline and
-//! requests every owner with items, so processes started together contend for the
-//! same owners; when every backlog is empty the driver shuts down (running turns
-//! finish) and the process reports. With `PROJECTION_DRAIN_RELEASE_WAKE` the claim
-//! and the peeks go through `wake` (waiters, one wake per release).
+//! (a lost race is `ClaimBusy`), takes a batch with
+//! `RedisStore::take_batch` (up to a batch moved from the backlog into the owner's
+//! in-flight list `<prefix>:inflight:{<owner>}`, or, when that list still holds a
+//! batch a failed or killed turn took, that batch again), works it, and records it
+//! with `RedisStore::record_batch` (each item counted once in
+//! `<prefix>:processed:{<owner>}` and out of the in-flight list in the same step: a
+//! field above 1 would be an item recorded twice). No item is ever out of both its
+//! backlog and its in-flight list without being recorded; an item whose turn died
+//! after its work but before its record is worked again, and recorded once.
+//! Then the turn releases the claim and reports `Productive { more }` while the
+//! batch came back full. A pass every `pass` reads every backlog's and in-flight
+//! list's length in one pipeline and requests every owner with items, so processes
+//! started together contend for the same owners; when all are empty the driver
+//! shuts down (running turns finish) and the process reports. An intent the
+//! scheduler hands back (its retry timers are at the cap) waits for the next pass,
+//! never straight back into the scheduler. A permanent store error (a missing right)
+//! stops the run: retrying cannot help, and nothing is lost. With
+//! `PROJECTION_DRAIN_RELEASE_WAKE` the claim and the peeks go through `wake`
+//! (waiters, one wake per release).
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -35,9 +46,6 @@ pub(crate) use super::keys::{OwnerKeys, seed};
 use super::wake::{Claims, Peeks, WakeCounter, wake_side};
 use crate::compose::Runtime;
 
-/// How long a turn's claim lives if the process dies holding it.
-const CLAIM_TTL: Duration = Duration::from_secs(30);
-
 /// The workload's shape.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Options {
@@ -49,6 +57,8 @@ pub(crate) struct Options {
     pub(crate) item_delay: Duration,
     /// Time between two passes over the backlogs.
     pub(crate) pass: Duration,
+    /// How long a turn's claim lives if the process dies holding it.
+    pub(crate) claim_ttl: Duration,
 }
 
 /// What one process did, printed as one JSON line.
@@ -60,8 +70,11 @@ pub(crate) struct Report {
     pub(crate) release_wake: &'static str,
     /// Owners served.
     pub(crate) owners: usize,
-    /// Items this process popped and recorded.
+    /// Items this process recorded as processed.
     pub(crate) processed: u64,
+    /// Items of batches a failed or killed turn had taken and not recorded, which
+    /// this process took again.
+    pub(crate) recovered: u64,
     /// Turns run (every outcome).
     pub(crate) turns: u64,
     /// Turns that lost the race for the owner's claim.
@@ -94,13 +107,19 @@ pub(crate) struct Report {
     /// epoch (0: none): the fleet's drain time is the latest of these, minus the
     /// fleet's start, free of the pass interval that `drain_ms` is quantised by.
     pub(crate) last_item_unix_ms: u64,
-    /// Every backlog was empty (false: stopped by a signal).
+    /// Every backlog and in-flight list was empty (false: stopped by a signal or an
+    /// error).
     pub(crate) complete: bool,
+    /// Why the run stopped early: a permanent store error (the items are safe in
+    /// their backlogs and in-flight lists).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error: Option<String>,
 }
 
 #[derive(Default)]
 struct Counters {
     processed: AtomicU64,
+    recovered: AtomicU64,
     turns: AtomicU64,
     claim_busy: AtomicU64,
     productive: AtomicU64,
@@ -122,30 +141,42 @@ struct RedisOwnerWork {
     store: RedisStore,
     options: Options,
     counters: Arc<Counters>,
-    requeue: mpsc::UnboundedSender<OwnerId>,
+    /// Intents the scheduler handed back, for the next pass.
+    handed: Arc<Mutex<BTreeSet<OwnerId>>>,
+    /// The first permanent error: it stops the run.
+    fatal: watch::Sender<Option<String>>,
 }
 
 impl RedisOwnerWork {
-    /// Pop a batch and record it; how many items were popped.
+    /// Take a batch (or the one a failed turn left in flight), work it, record it;
+    /// how many items it held. On an error the batch stays in the in-flight list for
+    /// the owner's next turn.
     async fn work(&self, owner: &OwnerId) -> Result<usize, PortError> {
-        let items = self.store.pop_batch(&self.owner_keys.backlog(owner.as_str()), self.options.batch).await?;
-        if items.is_empty() {
+        let (backlog, in_flight) = (self.owner_keys.backlog(owner.as_str()), self.owner_keys.in_flight(owner.as_str()));
+        let batch = self.store.take_batch(&backlog, &in_flight, self.options.batch).await?;
+        let n = batch.items.len();
+        if n == 0 {
             return Ok(0);
         }
+        if batch.recovered {
+            bump(&self.counters.recovered, n as u64);
+            tracing::debug!(owner = %owner, items = n, "taking again a batch a failed or killed turn left in flight");
+        }
         if !self.options.item_delay.is_zero() {
-            let n = u32::try_from(items.len()).unwrap_or(u32::MAX);
-            tokio::time::sleep(self.options.item_delay.saturating_mul(n)).await;
+            tokio::time::sleep(self.options.item_delay.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))).await;
         }
-        if let Err(e) = self.store.mark_processed(&self.owner_keys.processed(), &items).await {
-            tracing::error!(owner = %owner, items = items.len(), "popped items not recorded: {e}");
-            return Err(e);
+        let recorded =
+            self.store.record_batch(&in_flight, &self.owner_keys.processed(owner.as_str()), &batch.items).await?;
+        if recorded < n as u64 {
+            // Our claim expired during the work and another turn took the batch over.
+            tracing::debug!(owner = %owner, items = n, recorded, "part of the batch was recorded by another turn");
         }
-        bump(&self.counters.processed, items.len() as u64);
+        bump(&self.counters.processed, recorded);
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         self.counters
             .last_item_unix_ms
             .fetch_max(u64::try_from(now.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
-        Ok(items.len())
+        Ok(n)
     }
 }
 
@@ -154,7 +185,7 @@ impl OwnerWork for RedisOwnerWork {
     async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
         bump(&self.counters.turns, 1);
         let token = LeaseToken::generate(&self.instance, &mut rand::rng());
-        match self.claims.acquire(owner, &token, CLAIM_TTL).await {
+        match self.claims.acquire(owner, &token, self.options.claim_ttl).await {
             Ok(Acquire::Acquired { .. }) => {}
             Ok(Acquire::Held { .. }) => {
                 bump(&self.counters.claim_busy, 1);
@@ -183,16 +214,30 @@ impl OwnerWork for RedisOwnerWork {
                 TurnOutcome::Productive { more }
             }
             Err(e) => {
-                tracing::warn!(owner = %owner, "owner turn failed: {e}");
                 bump(&self.counters.failed, 1);
+                if e.is_temporary() {
+                    tracing::warn!(owner = %owner, "owner turn failed (its batch stays in flight for the next turn): {e}");
+                } else {
+                    tracing::error!(owner = %owner, "owner turn failed permanently; stopping (no item is lost): {e}");
+                    self.fatal.send_if_modified(|first| {
+                        let new = first.is_none();
+                        if new {
+                            *first = Some(e.to_string());
+                        }
+                        new
+                    });
+                }
                 TurnOutcome::Failed
             }
         }
     }
 
+    /// The timer cap is reached: the intent goes to the next pass, never straight
+    /// back into the scheduler (which would peek, find the claim held and hand it
+    /// back again at once, a round trip per turn of that loop).
     fn hand_off(&self, owner: OwnerId) {
         bump(&self.counters.handed_off, 1);
-        let _ = self.requeue.send(owner);
+        self.handed.lock().unwrap_or_else(PoisonError::into_inner).insert(owner);
     }
 }
 
@@ -211,6 +256,8 @@ pub(crate) async fn run(
     let counters = Arc::new(Counters::default());
     let owner_keys = OwnerKeys::new(rt.keys.clone());
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
+    let handed = Arc::new(Mutex::new(BTreeSet::new()));
+    let (fatal_tx, mut fatal_rx) = watch::channel(None::<String>);
     let (wake, releases) = wake_side(&rt, &store).await;
     let heard = releases.as_ref().map(|_| store.release_counters());
     let releases: BoxStream<'static, OwnerId> = match releases {
@@ -225,7 +272,8 @@ pub(crate) async fn run(
         store: store.clone(),
         options,
         counters: counters.clone(),
-        requeue: tx.clone(),
+        handed: handed.clone(),
+        fatal: fatal_tx,
     };
     let peeks = Peeks::new(Arc::new(store.clone()), wake.clone());
     let observer = WakeCounter { inner: rt.observer.clone(), wakes: AtomicU64::new(0) };
@@ -237,14 +285,16 @@ pub(crate) async fn run(
 
     let (empty_tx, mut empty_rx) = watch::channel(false);
     let owners: Vec<OwnerId> = (0..options.owners).map(OwnerKeys::owner).collect();
-    let backlogs: Vec<String> = owners.iter().map(|o| owner_keys.backlog(o.as_str())).collect();
+    // Each owner's backlog and in-flight list: an owner has work while either holds items.
+    let lists: Vec<String> =
+        owners.iter().flat_map(|o| [owner_keys.backlog(o.as_str()), owner_keys.in_flight(o.as_str())]).collect();
     let pass_loop = async {
         let mut tick = tokio::time::interval(options.pass.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             bump(&counters.passes, 1);
-            let lengths = match store.list_lengths(&backlogs).await {
+            let lengths = match store.list_lengths(&lists).await {
                 Ok(l) => l,
                 Err(e) => {
                     tracing::warn!("reading the backlogs failed ({e}); next pass");
@@ -256,8 +306,13 @@ pub(crate) async fn run(
                 // The driver stops now; nothing more to request.
                 std::future::pending::<()>().await;
             }
-            let mut wanted: Vec<&OwnerId> =
-                owners.iter().zip(&lengths).filter(|&(_, &n)| n > 0).map(|(o, _)| o).collect();
+            let handed_off = std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
+            let mut wanted: Vec<&OwnerId> = owners
+                .iter()
+                .zip(lengths.chunks(2))
+                .filter(|&(o, n)| n.iter().any(|&n| n > 0) || handed_off.contains(o))
+                .map(|(o, _)| o)
+                .collect();
             // Each process in its own order, as independent instances would be.
             wanted.shuffle(&mut rand::rng());
             for owner in wanted {
@@ -270,6 +325,7 @@ pub(crate) async fn run(
         tokio::select! {
             _ = empty_rx.wait_for(|e| *e) => complete.store(true, Ordering::Relaxed),
             _ = shutdown.wait_for(|s| *s) => {}
+            _ = fatal_rx.wait_for(Option::is_some) => {}
         }
     };
     tracing::info!(
@@ -292,6 +348,7 @@ pub(crate) async fn run(
         release_wake: c.release_wake.as_str(),
         owners: options.owners,
         processed: load(&counters.processed),
+        recovered: load(&counters.recovered),
         turns: load(&counters.turns),
         claim_busy: load(&counters.claim_busy),
         productive: load(&counters.productive),
@@ -308,5 +365,6 @@ pub(crate) async fn run(
         drain_ms,
         last_item_unix_ms: load(&counters.last_item_unix_ms),
         complete: complete.load(Ordering::Relaxed),
+        error: fatal_rx.borrow().clone(),
     }
 }

@@ -1,5 +1,6 @@
-//! The keys of `drain owners`' workload: each owner's backlog list in the owner's
-//! hash slot, and the processed-items hash.
+//! The keys of `drain owners`' workload, each in its owner's hash slot (beside the
+//! owner's claim): the backlog list, the in-flight list of the batch a turn took,
+//! and the processed-items hash.
 
 use adapter_redis::keys::encode_name;
 use adapter_redis::{KeySpace, RedisStore};
@@ -27,9 +28,14 @@ impl OwnerKeys {
         format!("{}:backlog:{{{}}}", self.keys.prefix(), encode_name(owner.as_bytes()))
     }
 
-    /// `<prefix>:processed`: item -> times processed.
-    pub(crate) fn processed(&self) -> String {
-        format!("{}:processed", self.keys.prefix())
+    /// `<prefix>:inflight:{<owner>}`: the batch a turn took and has not recorded yet.
+    pub(crate) fn in_flight(&self, owner: &str) -> String {
+        format!("{}:inflight:{{{}}}", self.keys.prefix(), encode_name(owner.as_bytes()))
+    }
+
+    /// `<prefix>:processed:{<owner>}`: item -> times recorded as processed.
+    pub(crate) fn processed(&self, owner: &str) -> String {
+        format!("{}:processed:{{{}}}", self.keys.prefix(), encode_name(owner.as_bytes()))
     }
 }
 
@@ -60,7 +66,7 @@ mod tests {
     }
 
     #[test]
-    fn a_backlog_shares_its_owner_claims_hash_slot() {
+    fn an_owners_keys_share_its_claims_hash_slot() {
         let keys = KeySpace::new("drain");
         let owners = OwnerKeys::new(keys.clone());
         for owner in ["owner-7", "a b{c}", ""] {
@@ -68,9 +74,12 @@ mod tests {
             assert!(backlog.starts_with("drain:backlog:{"), "{backlog}");
             assert_eq!(tag(&backlog), tag(&keys.lease(&LeaseName::owner(owner)).lease), "{owner:?}");
             assert_eq!(tag(&backlog), tag(&keys.owner_claim(owner)), "{owner:?}");
+            assert_eq!(tag(&backlog), tag(&owners.in_flight(owner)), "{owner:?}");
+            assert_eq!(tag(&backlog), tag(&owners.processed(owner)), "{owner:?}");
         }
         assert_eq!(owners.backlog("a b{c}"), "drain:backlog:{a%20b%7Bc%7D}");
-        assert_eq!(owners.processed(), "drain:processed");
+        assert_eq!(owners.in_flight("owner-1"), "drain:inflight:{owner-1}");
+        assert_eq!(owners.processed("owner-1"), "drain:processed:{owner-1}");
         assert_eq!(OwnerKeys::owner(3).as_str(), "owner-3");
     }
 }

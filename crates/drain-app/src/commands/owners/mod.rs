@@ -22,7 +22,7 @@ use crate::observe;
 
 pub(crate) mod demo;
 mod drains;
-mod keys;
+pub(crate) mod keys;
 mod wake;
 
 use drains::OwnerKeys;
@@ -40,7 +40,7 @@ pub(crate) struct OwnersArgs {
     /// Only seed (with --seed), then exit without draining.
     #[arg(long, requires = "seed")]
     pub(crate) seed_only: bool,
-    /// Items popped per turn (one `LPOP key count`).
+    /// Items taken per turn (moved into the owner's in-flight list in one script).
     #[arg(long, value_name = "N", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) batch: u32,
     /// Simulated work per item, in microseconds, while the turn holds the owner's claim.
@@ -50,6 +50,10 @@ pub(crate) struct OwnersArgs {
     /// with items, and ends the run once all are empty).
     #[arg(long, value_name = "MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
     pub(crate) pass_ms: u64,
+    /// How long a turn's owner claim lives if the process dies holding it (another
+    /// process takes the owner, and the batch the dead turn left in flight, after it).
+    #[arg(long, value_name = "S", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub(crate) claim_ttl_seconds: u64,
 }
 
 /// Run `drain owners`.
@@ -66,8 +70,9 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
     let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
     let known = adapter_metrics::Known { ticks: None, owners: Some(config.claim_aware) };
     observe::announce(observer.as_ref(), &effective, &known);
-    let rt = match compose::compose(config, clock, observer, true).await {
-        Ok(rt) => Arc::new(rt),
+    let rt = match compose::compose_until_signal(config, clock, observer, true).await {
+        Ok(Some(rt)) => Arc::new(rt),
+        Ok(None) => return ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
             return ExitCode::from(2);
@@ -107,18 +112,18 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
         batch: args.batch as usize,
         item_delay: Duration::from_micros(args.item_delay_us),
         pass: Duration::from_millis(args.pass_ms),
+        claim_ttl: Duration::from_secs(args.claim_ttl_seconds),
     };
     let report = drains::run(rt.clone(), store, options, rx).await;
     signals.abort();
     rt.amqp.close().await;
     match serde_json::to_string(&report) {
-        Ok(line) => {
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
+        Ok(line) => crate::out::outln!("{line}"),
         Err(e) => {
             tracing::error!("cannot print the report: {e}");
-            ExitCode::FAILURE
+            return ExitCode::FAILURE;
         }
     }
+    // A permanent error stopped the run: retrying cannot help until someone acts.
+    if report.error.is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS }
 }

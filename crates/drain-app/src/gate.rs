@@ -1,0 +1,123 @@
+//! The claim gate: drain-core's `Outage` for this process, shared by the beat's
+//! ticks and the resident consumer.
+//!
+//! While the atomic claim is On, a tick whose claim store failed closes the gate:
+//! until the store answers again no tick receives (each receive of a message that
+//! cannot be claimed costs it a delivery, and a broker with a maximum delivery count
+//! dead-letters it). After a jittered, exponential, capped back-off one caller
+//! probes the store (`probe_claims`: one claim of a key no message has, released
+//! again); an answer opens the gate, a failure waits longer. Each back-off step is
+//! one log line; skipped beats are logged at debug only.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use drain_core::LeaseToken;
+use drain_core::event::{Event, TickKind, TickOutcome};
+use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims};
+
+use crate::compose::Runtime;
+
+/// The process's claim-store outage state.
+pub(crate) struct ClaimGate {
+    outage: Mutex<Outage>,
+}
+
+impl ClaimGate {
+    pub(crate) fn new() -> Self {
+        ClaimGate { outage: Mutex::new(Outage::new(OutagePolicy::default())) }
+    }
+
+    fn outage(&self) -> std::sync::MutexGuard<'_, Outage> {
+        self.outage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Runtime {
+    /// What a tick about to start must do. Always `Run` unless the claim decides.
+    pub(crate) fn gate(&self) -> Gate {
+        if !self.tick.atomic_claim.enforces() {
+            return Gate::Run;
+        }
+        self.claim_gate.outage().gate(self.clock.now())
+    }
+
+    /// Probe the claim store after a `Gate::Probe`; whether it answered.
+    pub(crate) async fn probe(&self) -> bool {
+        let token = LeaseToken::generate(&self.config.instance_id, &mut rand::rng());
+        let result = match &self.claims {
+            Some(claims) => probe_claims(&self.tick, &**claims, &token).await,
+            // The gate closes only on a claim store's failure; without one it is open.
+            None => Ok(()),
+        };
+        let now = self.clock.now();
+        let mut outage = self.claim_gate.outage();
+        match result {
+            Ok(()) => {
+                if let Some(down) = outage.probe_succeeded(now) {
+                    tracing::info!(
+                        queue = %self.tick.queue,
+                        down_s = secs(down),
+                        "claim store answers again after {:.1} s; receiving again",
+                        secs(down)
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                if let Some(step) = outage.probe_failed(now, &mut rand::rng()) {
+                    tracing::warn!(
+                        queue = %self.tick.queue,
+                        step = step.strikes,
+                        wait_s = secs(step.wait),
+                        "claim store still failing ({e}); nothing is received for {:.1} s (back-off step {})",
+                        secs(step.wait),
+                        step.strikes
+                    );
+                }
+                false
+            }
+        }
+    }
+
+    /// Count a beat that started no tick because the claim store is down
+    /// (`drain_ticks_total{outcome="claims_down"}`): while nothing is received, no
+    /// message outcome moves, and this is what shows the outage.
+    pub(crate) fn claims_down_tick(&self, duration: Duration) {
+        self.observer.observe(&Event::Tick {
+            queue: &self.tick.queue,
+            outcome: TickOutcome::ClaimsDown,
+            mode: self.tick.singleflight,
+            kind: TickKind::Beat,
+            duration,
+        });
+    }
+
+    /// Feed a finished tick's claim health to the gate.
+    pub(crate) fn after_tick(&self, report: &TickReport) {
+        if !self.tick.atomic_claim.enforces() {
+            return;
+        }
+        let mut outage = self.claim_gate.outage();
+        match report.claims {
+            ClaimHealth::Failed => {
+                if let Some(step) = outage.tick_failed(self.clock.now(), &mut rand::rng()) {
+                    tracing::warn!(
+                        queue = %self.tick.queue,
+                        step = step.strikes,
+                        wait_s = secs(step.wait),
+                        "claim store failing: nothing is received for {:.1} s (back-off step {}), then it is probed first",
+                        secs(step.wait),
+                        step.strikes
+                    );
+                }
+            }
+            ClaimHealth::Answered => outage.tick_succeeded(),
+            ClaimHealth::NotAsked => {}
+        }
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}

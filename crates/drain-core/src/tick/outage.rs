@@ -1,0 +1,253 @@
+//! A claim-store outage across ticks, as a sans-IO state machine.
+//!
+//! The claim fails closed: a message that cannot be claimed is abandoned, never
+//! submitted. But every receive counts as a delivery, and a source with a maximum
+//! delivery count dead-letters a message abandoned that often. So once a tick found the claim store
+//! failing, the process must not receive again until the store answers: every later
+//! tick (the beat's and the resident consumer's) asks the [`Outage`] first.
+//!
+//! ```text
+//!            tick_failed                    gate: probe due
+//!   Up ───────────────────► Down{until} ───────────────────► Probing
+//!    ▲                          ▲                               │
+//!    │ tick_succeeded            └──── probe_failed (longer) ────┤
+//!    │                                                           │ probe_succeeded
+//!    └──── (strikes kept until a tick's claims are answered) ◄───┘
+//! ```
+//!
+//! While down, [`Outage::gate`] answers [`Gate::Wait`] (receive nothing) until the
+//! back-off has passed, then hands out one [`Gate::Probe`]: a cheap check of the
+//! claim store that receives nothing ([`crate::tick::probe_claims`]). The back-off is
+//! exponential (`base`, doubling per failed probe, capped at `cap`) and jittered
+//! (uniform in the upper half of each step, so a fleet does not probe in step). A
+//! probe that succeeds lets ticks run again, but the strikes are kept until a tick's
+//! claims are answered ([`Outage::tick_succeeded`]): a store that answers the probe
+//! but fails real claims backs off further instead of costing a delivery a second.
+
+use std::time::Duration;
+
+use rand::{Rng, RngExt};
+
+use crate::time::Time;
+
+/// The back-off of an [`Outage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutagePolicy {
+    /// The first wait after a failure.
+    pub base: Duration,
+    /// The longest wait between two probes.
+    pub cap: Duration,
+}
+
+impl Default for OutagePolicy {
+    /// 1 s, doubling up to 30 s.
+    fn default() -> Self {
+        OutagePolicy { base: Duration::from_secs(1), cap: Duration::from_secs(30) }
+    }
+}
+
+/// What a caller about to run a tick must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// The claim store is not known to be down: run the tick.
+    Run,
+    /// The back-off has passed: probe the claim store (and report with
+    /// [`Outage::probe_succeeded`] or [`Outage::probe_failed`]); run no tick before.
+    Probe,
+    /// Receive nothing before `until` (another caller may be probing).
+    Wait {
+        /// When to ask again.
+        until: Time,
+    },
+}
+
+/// One step of the back-off, for the caller's log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    /// Failures in a row (ticks and probes), this one included.
+    pub strikes: u32,
+    /// How long no receive is made.
+    pub wait: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Ticks run. `strikes`: failures not yet cleared by a tick whose claims were answered.
+    Up {
+        strikes: u32,
+    },
+    Down {
+        strikes: u32,
+        since: Time,
+        until: Time,
+    },
+    Probing {
+        strikes: u32,
+        since: Time,
+    },
+}
+
+/// The claim-store outage state shared by every tick of a process.
+#[derive(Debug, Clone)]
+pub struct Outage {
+    policy: OutagePolicy,
+    state: State,
+}
+
+impl Outage {
+    /// No outage known.
+    #[must_use]
+    pub fn new(policy: OutagePolicy) -> Self {
+        Outage { policy, state: State::Up { strikes: 0 } }
+    }
+
+    /// Whether the claim store is known to be down (ticks must not receive).
+    #[must_use]
+    pub fn is_down(&self) -> bool {
+        !matches!(self.state, State::Up { .. })
+    }
+
+    /// What to do before a tick at `now`.
+    pub fn gate(&mut self, now: Time) -> Gate {
+        match self.state {
+            State::Up { .. } => Gate::Run,
+            State::Down { strikes, since, until } if now >= until => {
+                self.state = State::Probing { strikes, since };
+                Gate::Probe
+            }
+            State::Down { until, .. } => Gate::Wait { until },
+            State::Probing { .. } => Gate::Wait { until: now + self.policy.base },
+        }
+    }
+
+    /// A tick found the claim store failing. Returns the back-off step that starts
+    /// now, or `None` when the outage was already known (ticks that ran concurrently
+    /// report it too, and do not lengthen the back-off).
+    pub fn tick_failed(&mut self, now: Time, rng: &mut impl Rng) -> Option<Step> {
+        match self.state {
+            State::Up { strikes } => Some(self.down(strikes + 1, now, now, rng)),
+            State::Down { .. } | State::Probing { .. } => None,
+        }
+    }
+
+    /// A tick's claims were answered: the outage, if any, is over for good.
+    pub fn tick_succeeded(&mut self) {
+        if let State::Up { .. } = self.state {
+            self.state = State::Up { strikes: 0 };
+        }
+    }
+
+    /// The probe found the claim store answering: ticks run again. Returns how long
+    /// the store was down (for the caller's log line), `None` if no probe was out.
+    pub fn probe_succeeded(&mut self, now: Time) -> Option<Duration> {
+        match self.state {
+            State::Probing { strikes, since } => {
+                self.state = State::Up { strikes };
+                Some(now.saturating_since(since))
+            }
+            _ => None,
+        }
+    }
+
+    /// The probe failed: wait longer. Returns the new step (`None` if no probe was out).
+    pub fn probe_failed(&mut self, now: Time, rng: &mut impl Rng) -> Option<Step> {
+        match self.state {
+            State::Probing { strikes, since } => Some(self.down(strikes + 1, since, now, rng)),
+            _ => None,
+        }
+    }
+
+    fn down(&mut self, strikes: u32, since: Time, now: Time, rng: &mut impl Rng) -> Step {
+        let wait = self.wait(strikes, rng);
+        self.state = State::Down { strikes, since, until: now + wait };
+        Step { strikes, wait }
+    }
+
+    /// The jittered wait after `strikes` failures: the step `base * 2^(strikes-1)`,
+    /// capped, drawn uniformly from its upper half.
+    fn wait(&self, strikes: u32, rng: &mut impl Rng) -> Duration {
+        let doublings = strikes.saturating_sub(1).min(32);
+        let step = self.policy.base.saturating_mul(1u32 << doublings.min(31)).min(self.policy.cap);
+        let step_ms = u64::try_from(step.as_millis()).unwrap_or(u64::MAX).max(1);
+        Duration::from_millis(rng.random_range(step_ms.div_ceil(2)..=step_ms))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::SeedableRng;
+    use rand::rngs::SmallRng;
+
+    use super::*;
+
+    const POLICY: OutagePolicy = OutagePolicy { base: Duration::from_secs(1), cap: Duration::from_secs(30) };
+
+    fn at(ms: u64) -> Time {
+        Time::from_millis(ms)
+    }
+
+    #[test]
+    fn a_failed_tick_closes_the_gate_until_a_probe_answers() {
+        let mut rng = SmallRng::seed_from_u64(1);
+        let mut o = Outage::new(POLICY);
+        assert_eq!(o.gate(at(0)), Gate::Run);
+        let step = o.tick_failed(at(0), &mut rng).expect("a new outage");
+        assert_eq!(step.strikes, 1);
+        assert!(step.wait >= Duration::from_millis(500) && step.wait <= Duration::from_secs(1), "{step:?}");
+        assert_eq!(o.tick_failed(at(10), &mut rng), None, "a concurrent tick's failure adds no step");
+        let until = at(u64::try_from(step.wait.as_millis()).unwrap());
+        assert_eq!(o.gate(at(100)), Gate::Wait { until });
+        assert_eq!(o.gate(until), Gate::Probe);
+        assert!(matches!(o.gate(until), Gate::Wait { .. }), "one probe at a time");
+        let step = o.probe_failed(until, &mut rng).expect("a probe was out");
+        assert_eq!(step.strikes, 2);
+        assert!(step.wait >= Duration::from_secs(1) && step.wait <= Duration::from_secs(2), "{step:?}");
+        let again = until + step.wait;
+        assert_eq!(o.gate(again), Gate::Probe);
+        assert_eq!(o.probe_succeeded(again), Some(again.saturating_since(at(0))));
+        assert_eq!(o.gate(again), Gate::Run);
+        assert!(!o.is_down());
+    }
+
+    #[test]
+    fn strikes_are_cleared_only_by_a_tick_whose_claims_were_answered() {
+        let mut rng = SmallRng::seed_from_u64(2);
+        let mut o = Outage::new(POLICY);
+        let mut now = at(0);
+        // The probe answers, but real claims keep failing: the back-off keeps growing.
+        for strikes in 1..=3 {
+            let step = o.tick_failed(now, &mut rng).expect("ticks ran: a new outage");
+            assert_eq!(step.strikes, strikes);
+            now += step.wait;
+            assert_eq!(o.gate(now), Gate::Probe);
+            assert!(o.probe_succeeded(now).is_some());
+        }
+        o.tick_succeeded();
+        assert_eq!(o.tick_failed(now, &mut rng).map(|s| s.strikes), Some(1), "reset on success");
+    }
+
+    #[test]
+    fn answers_out_of_turn_change_nothing() {
+        let mut rng = SmallRng::seed_from_u64(3);
+        let mut o = Outage::new(POLICY);
+        assert_eq!(o.probe_succeeded(at(0)), None);
+        assert_eq!(o.probe_failed(at(0), &mut rng), None);
+        o.tick_succeeded();
+        assert_eq!(o.gate(at(0)), Gate::Run);
+    }
+
+    #[test]
+    fn waits_double_up_to_the_cap_and_stay_in_the_upper_half() {
+        let mut rng = SmallRng::seed_from_u64(4);
+        let o = Outage::new(POLICY);
+        for strikes in 1..=40 {
+            let step = Duration::from_secs(1u64 << (strikes - 1).min(20)).min(POLICY.cap);
+            for _ in 0..200 {
+                let w = o.wait(strikes, &mut rng);
+                assert!(w >= step / 2 && w <= step, "{strikes} strikes: {w:?} outside [{:?}, {step:?}]", step / 2);
+            }
+        }
+        let zero = Outage::new(OutagePolicy { base: Duration::ZERO, cap: Duration::ZERO });
+        assert!(zero.wait(1, &mut rng) <= Duration::from_millis(1), "a zero policy still waits a moment");
+    }
+}

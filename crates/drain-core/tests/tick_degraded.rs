@@ -1,0 +1,416 @@
+//! The tick when a store misbehaves, and what each switch position means for it:
+//! a claim store that fails ends the receiving, a frozen store costs a tick one
+//! timeout, every claim settlement is checked, and Off and Shadow behave as without
+//! the feature (docs/reliability.md).
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use drain_core::event::{Event, LeaseOp, MessageOutcome};
+use drain_core::memory::{ManualClock, MemoryStore, StoredClaim, block_on};
+use drain_core::ports::{
+    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew,
+    SettleResult, Settlement, SubmitContext, Submitter,
+};
+use drain_core::testkit::{RecordingSubmitter, TestRng, message};
+use drain_core::tick::{
+    ClaimHealth, LeaseStatus, PROBE_ID, TickPorts, TickProgress, probe_claims, run_tick_with_progress,
+};
+use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
+use support::{Harness, stats};
+
+fn no_id() -> Message {
+    Message { message_id: None, ..message("no-id") }
+}
+
+// ---------------------------------------------------------------------------------
+// A failing claim store ends the receiving
+// ---------------------------------------------------------------------------------
+
+/// Once the claim store fails in a tick, the tick abandons what it holds and
+/// receives nothing more, also when the batch was not wholly abandoned (a message
+/// without an id was dead-lettered, one was a duplicate within the batch): before,
+/// such a tick went on receiving the abandoned messages again, each receive a
+/// delivery at the broker.
+#[test]
+fn a_claim_failure_ends_the_receiving_even_when_part_of_the_batch_was_settled() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.batch = 4;
+    h.cfg.max_batches = Some(20);
+    h.source.push(no_id());
+    h.feed(&["a", "a", "b", "c", "d", "e"]);
+    h.store.set_failing(Some(ErrorKind::Connection));
+    let r = h.tick();
+    assert_eq!(h.source.receive_calls(), 1, "no second receive after the claim store failed: {r:?}");
+    assert_eq!(stats(&r), (4, 0, 0, 3, 1));
+    assert_eq!(h.target.attempts(), 0, "fail closed");
+    assert_eq!(r.claims, ClaimHealth::Failed);
+    assert_eq!(r.stats.map(|s| s.claim_errors), Some(2), "a and b: the claim failed; the second a was a duplicate");
+    assert_eq!(h.source.ready_len(), 6, "everything with an id is back for the next tick");
+}
+
+/// A settlement that fails is a claim store failure too: the tick stops receiving
+/// after that batch.
+#[test]
+fn a_failed_settlement_ends_the_receiving() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.batch = 2;
+    h.feed(&["a", "b", "c", "d"]);
+    let claims = FailSettle(h.store.clone());
+    let (store, target) = (h.store.clone(), h.target.clone());
+    let r = h.tick_on(&*store, &claims, &*target);
+    assert_eq!(h.source.receive_calls(), 1, "{r:?}");
+    assert_eq!(stats(&r), (2, 2, 0, 0, 0), "the batch in hand is submitted and completed once");
+    assert_eq!(r.claims, ClaimHealth::Failed);
+    assert_eq!(h.source.ready_len(), 2, "c and d wait for the next tick");
+}
+
+/// A healthy tick reports its claims answered; a tick that asked nothing says so.
+#[test]
+fn the_report_says_how_the_claim_store_fared() {
+    let mut h = Harness::new();
+    let r = h.tick();
+    assert_eq!(r.claims, ClaimHealth::NotAsked, "an empty queue asks no claim");
+    h.feed(&["a"]);
+    let r = h.tick();
+    assert_eq!(r.claims, ClaimHealth::Answered);
+    h.cfg.atomic_claim = Switch::Off;
+    h.feed(&["b"]);
+    assert_eq!(h.tick().claims, ClaimHealth::NotAsked);
+}
+
+// ---------------------------------------------------------------------------------
+// A frozen store costs a tick one timeout
+// ---------------------------------------------------------------------------------
+
+/// How long the frozen store makes each call wait before it times out.
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A store that answers nothing: every call waits [`TIMEOUT`] on the (virtual)
+/// clock, then fails with `Timeout`, as a frozen Redis does.
+struct Frozen {
+    clock: Arc<ManualClock>,
+    calls: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl Frozen {
+    async fn wait<T>(&self, op: &'static str) -> Result<T, PortError> {
+        self.calls.lock().expect("calls").push(op);
+        self.clock.sleep_until(self.clock.now() + TIMEOUT).await;
+        Err(PortError::new(ErrorKind::Timeout, "no answer within the response timeout"))
+    }
+
+    fn calls(&self) -> Vec<&'static str> {
+        self.calls.lock().expect("calls").clone()
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Frozen {
+    async fn acquire(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Acquire, PortError> {
+        self.wait("acquire").await
+    }
+    async fn release(&self, _: &LeaseName, _: &LeaseToken) -> Result<Release, PortError> {
+        self.wait("release").await
+    }
+    async fn renew(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
+        self.wait("renew").await
+    }
+    async fn peek(&self, _: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.wait("peek").await
+    }
+}
+
+#[async_trait]
+impl ClaimStore for Frozen {
+    async fn claim_batch(
+        &self,
+        _: &str,
+        _: &[MessageId],
+        _: &LeaseToken,
+        _: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        self.wait("claim_batch").await
+    }
+    async fn settle_batch(
+        &self,
+        _: &str,
+        _: &[Settlement],
+        _: &LeaseToken,
+        _: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        self.wait("settle_batch").await
+    }
+}
+
+/// One frozen store for lease and claims (as the binary composes Redis): the acquire
+/// times out, so the claims are known down too: the tick receives nothing (every
+/// message would be abandoned), and the only other call is the best-effort release
+/// of the acquire that may have landed late. Two timeouts, not one per operation
+/// (before: acquire, claim, release — and a batch received and abandoned).
+#[test]
+fn a_frozen_store_costs_a_tick_one_timeout_and_no_receive() {
+    let mut h = Harness::new();
+    h.feed(&["a", "b"]);
+    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let start = h.clock.now();
+    let target = h.target.clone();
+    let r = h.tick_on(&frozen, &frozen, &*target);
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
+    assert_eq!(frozen.calls(), ["acquire", "release"]);
+    assert_eq!(h.clock.now().saturating_since(start), 2 * TIMEOUT);
+    assert_eq!(h.source.receive_calls(), 0, "nothing received that could not be claimed");
+    assert_eq!(r.claims, ClaimHealth::Failed);
+    assert_eq!(stats(&r), (0, 0, 0, 0, 0));
+    assert_eq!(h.source.ready_len(), 2);
+}
+
+/// Without the lease the first claim is what times out: that batch is abandoned and
+/// nothing more is asked of the store or the source.
+#[test]
+fn a_frozen_claim_store_costs_a_tick_without_the_lease_one_timeout() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.batch = 2;
+    h.feed(&["a", "b", "c"]);
+    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let start = h.clock.now();
+    let target = h.target.clone();
+    let r = h.tick_on(&frozen, &frozen, &*target);
+    assert_eq!(frozen.calls(), ["claim_batch"]);
+    assert_eq!(h.clock.now().saturating_since(start), TIMEOUT);
+    assert_eq!(h.source.receive_calls(), 1);
+    assert_eq!(stats(&r), (2, 0, 0, 2, 0));
+}
+
+/// A lease store that times out but is not the claim store (an embedder's two
+/// stores): the lease store is left alone for the rest of the tick but for the
+/// best-effort release, and the claims still work.
+#[test]
+fn a_frozen_lease_store_beside_a_working_claim_store_still_drains() {
+    let mut h = Harness::new();
+    h.feed(&["a", "b"]);
+    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let (store, target) = (h.store.clone(), h.target.clone());
+    let r = h.tick_on(&frozen, &*store, &*target);
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
+    assert_eq!(stats(&r), (2, 2, 0, 0, 0));
+    assert_eq!(r.claims, ClaimHealth::Answered);
+    assert_eq!(frozen.calls(), ["acquire", "release"]);
+}
+
+/// A renewal that times out marks nothing down: renewals run beside the drain and
+/// never delay it, so they go on (a later one may find the lease lost, which must
+/// still cancel the drain), and the claims and the release still go to the store.
+#[test]
+fn a_renewal_timeout_marks_nothing_down() {
+    let mut h = Harness::with_delay(Duration::from_secs(5));
+    h.cfg.lease_ttl = Duration::from_secs(30);
+    h.cfg.batch = 2;
+    h.feed(&["a", "b", "c", "d", "e"]); // 25 s of submits: renewals at 10 s and 20 s
+    let slow = SlowRenew { inner: h.store.clone(), clock: h.clock.clone() };
+    let target = h.target.clone();
+    let r = h.tick_on(&slow, &*h.store.clone(), &*target);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. })), 2, "{r:?}");
+    assert_eq!(stats(&r), (5, 5, 0, 0, 0), "the drain went on, batch after batch");
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "released", .. })), 1);
+    assert_eq!(r.claims, ClaimHealth::Answered);
+}
+
+/// The in-memory store whose renewals all time out.
+struct SlowRenew {
+    inner: Arc<MemoryStore>,
+    clock: Arc<ManualClock>,
+}
+
+#[async_trait]
+impl LeaseStore for SlowRenew {
+    async fn acquire(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.inner.acquire(k, t, ttl).await
+    }
+    async fn release(&self, k: &LeaseName, t: &LeaseToken) -> Result<Release, PortError> {
+        self.inner.release(k, t).await
+    }
+    async fn renew(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
+        self.clock.sleep_until(self.clock.now() + TIMEOUT).await;
+        Err(PortError::new(ErrorKind::Timeout, "no answer in time"))
+    }
+    async fn peek(&self, k: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.inner.peek(k).await
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// The probe
+// ---------------------------------------------------------------------------------
+
+/// The probe claims and releases its own key in the queue's slot, receives nothing,
+/// and fails with the store.
+#[test]
+fn the_probe_claims_and_releases_a_key_no_message_has() {
+    let h = Harness::new();
+    let token = LeaseToken::generate("me", &mut TestRng::new(7));
+    block_on(&h.clock, probe_claims(&h.cfg, &*h.store, &token)).expect("a healthy store answers");
+    assert_eq!(h.store.calls().get("claim_batch"), Some(&1));
+    assert_eq!(h.store.calls().get("settle_batch"), Some(&1));
+    assert_eq!(h.claim(PROBE_ID), None, "released");
+    assert_eq!(h.source.receive_calls(), 0);
+    // Another prober's pending claim is an answer too.
+    h.put_claim(PROBE_ID, StoredClaim::Pending { token: "other:1".into() });
+    block_on(&h.clock, probe_claims(&h.cfg, &*h.store, &token)).expect("answered");
+    h.store.set_failing(Some(ErrorKind::Timeout));
+    let e = block_on(&h.clock, probe_claims(&h.cfg, &*h.store, &token)).expect_err("down");
+    assert_eq!(e.kind, ErrorKind::Timeout);
+}
+
+/// Progress is readable while the tick runs, and ends equal to the report.
+#[test]
+fn progress_counts_what_the_tick_did() {
+    let mut h = Harness::new();
+    h.cfg.batch = 2;
+    h.feed(&["a", "b", "c"]);
+    let token = h.token();
+    let progress = TickProgress::default();
+    let ports = TickPorts::new(&*h.source, &*h.target, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
+    let stop = AtomicBool::new(false);
+    let r = block_on(&h.clock, run_tick_with_progress(&h.cfg, &ports, &token, &stop, &progress));
+    assert_eq!((progress.received(), progress.submitted()), (3, 3));
+    assert_eq!(stats(&r).0, 3);
+}
+
+// ---------------------------------------------------------------------------------
+// Every claim settlement is checked
+// ---------------------------------------------------------------------------------
+
+/// A submit that outlives the pending claim: another holder takes the message's claim
+/// over meanwhile, so marking ours done answers `NotOwner`. The message was submitted
+/// and may be submitted again by the other holder: a possible duplicate, counted per
+/// message (`claim_expired`) and in the report. A release answered `NotOwner` after a
+/// failed submit is counted the same way.
+#[test]
+fn a_settlement_answered_not_owner_is_counted_as_a_possible_duplicate() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.claim_pending_ttl = Duration::from_secs(10);
+    h.cfg.max_batches = Some(1);
+    h.feed(&["a", "b", "c"]);
+    let slow = Takeover {
+        store: h.store.clone(),
+        inner: RecordingSubmitter::with_delay(h.clock.clone(), Duration::from_secs(11)),
+    };
+    let store = h.store.clone();
+    let r = h.tick_on(&*store, &*store, &slow);
+    let s = r.stats.expect("stats");
+    assert_eq!((s.submitted, s.abandoned, s.claims_expired), (2, 1, 3), "{s:?}");
+    assert_eq!(h.messages(MessageOutcome::ClaimExpired), 3);
+    assert_eq!(h.messages(MessageOutcome::ClaimSettleFailed), 0, "answered, not failed");
+    let held = h.claim("a");
+    assert_eq!(held, Some(StoredClaim::Pending { token: "other:1".into() }), "the other holder's claim is untouched");
+}
+
+/// Submits slowly; meanwhile another holder takes over each message's (expired)
+/// claim. Message `c` fails to submit.
+struct Takeover {
+    store: Arc<MemoryStore>,
+    inner: RecordingSubmitter,
+}
+
+#[async_trait]
+impl Submitter for Takeover {
+    async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        let id = message.message_id.clone().expect("an id");
+        let r = self.inner.submit(message, ctx).await;
+        let other = StoredClaim::Pending { token: "other:1".into() };
+        self.store.put_claim(ctx.queue, &id, other, Duration::from_secs(300));
+        if id == MessageId::from("c") { Err(PortError::new(ErrorKind::Other, "refused")) } else { r }
+    }
+}
+
+/// Fails every settlement with a connection error; claims work.
+struct FailSettle(Arc<MemoryStore>);
+
+#[async_trait]
+impl ClaimStore for FailSettle {
+    async fn claim_batch(
+        &self,
+        q: &str,
+        ids: &[MessageId],
+        t: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        self.0.claim_batch(q, ids, t, ttl).await
+    }
+    async fn settle_batch(
+        &self,
+        _: &str,
+        _: &[Settlement],
+        _: &LeaseToken,
+        _: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        Err(PortError::new(ErrorKind::Connection, "connection reset"))
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Off and Shadow behave as without the feature
+// ---------------------------------------------------------------------------------
+
+/// `SERVICEBUS_ATOMIC_CLAIM=off` and `shadow` behave as drain without the claim: a
+/// message without an id is submitted (not dead-lettered), and an id twice in one
+/// batch is submitted twice (not abandoned). Shadow counts what On would have done,
+/// with `mode="shadow"`. On dead-letters and abandons.
+#[test]
+fn claim_off_and_shadow_neither_dead_letter_nor_abandon_repeated_ids() {
+    for mode in [Switch::Off, Switch::Shadow, Switch::On] {
+        let mut h = Harness::new();
+        h.cfg.singleflight = Switch::Off;
+        h.cfg.atomic_claim = mode;
+        h.cfg.max_batches = Some(1);
+        h.source.push(no_id());
+        h.feed(&["a", "a", "b"]);
+        let r = h.tick();
+        let shadowed = |outcome: MessageOutcome| {
+            h.count(|e| matches!(e, Event::Message { outcome: o, mode: Switch::Shadow, .. } if *o == outcome))
+        };
+        match mode {
+            Switch::On => {
+                assert_eq!(stats(&r), (4, 2, 0, 1, 1), "{mode:?}");
+                assert_eq!(h.source.dead_letters().len(), 1);
+            }
+            _ => {
+                assert_eq!(stats(&r), (4, 4, 0, 0, 0), "{mode:?}: legacy behaviour");
+                assert!(h.source.dead_letters().is_empty(), "{mode:?}");
+                assert_eq!(h.target.attempts(), 4, "{mode:?}");
+                let expected = usize::from(mode == Switch::Shadow);
+                assert_eq!(shadowed(MessageOutcome::DeadLettered), expected, "{mode:?}");
+                assert_eq!(shadowed(MessageOutcome::ClaimedElsewhere), expected, "{mode:?}");
+            }
+        }
+    }
+}
+
+/// `SERVICEBUS_DRAIN_LEASE_RENEW=shadow` behaves as Off: it never extends the lease
+/// (a long drain loses it to the TTL, exactly as with renewal off).
+#[test]
+fn renew_shadow_never_extends_the_lease() {
+    for renew in [Switch::Shadow, Switch::Off] {
+        let mut h = Harness::with_delay(Duration::from_secs(10));
+        h.cfg.lease_ttl = Duration::from_secs(30);
+        h.cfg.renew = renew;
+        h.feed(&["a", "b", "c", "d", "e", "f"]);
+        let r = h.tick();
+        assert_eq!(stats(&r).1, 6);
+        assert_eq!(h.store.calls().get("renew"), None, "{renew:?}: no renewal call");
+        assert_eq!(
+            h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })),
+            1,
+            "{renew:?}: the TTL ran out, as with renewal off"
+        );
+    }
+}
