@@ -110,7 +110,7 @@ pub(crate) fn run_gate(verify: bool) -> GateResult {
     for name in &names {
         run(cargo().args(["check", "--quiet", "-p", name])).map_err(|f| {
             f.fix(format!(
-                "`{name}` does not build alone (the workspace build passed: it leans on a feature another member turns on): declare the dependency features it uses in its own Cargo.toml"
+                "`{name}` does not build alone: fix the error above; when the workspace builds (`cargo check --workspace`), it leans on a feature another member turns on, so declare the dependency features it uses in its own Cargo.toml"
             ))
         })?;
     }

@@ -151,11 +151,13 @@ pub(super) fn package_problems(m: &Member, files: &[String], read: &dyn Fn(&str)
 
     let licensed = files.iter().any(|f| !f.contains('/') && (f.starts_with("LICENSE") || f.starts_with("COPYING")));
     if !licensed {
+        let dir = Path::new(manifest).parent().unwrap_or(Path::new(""));
+        let up = "../".repeat(dir.components().count());
         problem(
             "ships no license file".into(),
             format!(
-                "link the root's license files into the crate: `ln -s ../../LICENSE-MIT ../../LICENSE-APACHE {}/`",
-                Path::new(manifest).parent().map_or_else(String::new, |p| p.to_string_lossy().into_owned())
+                "link the root's license files into the crate, from the root: `ln -s {up}LICENSE-MIT {up}LICENSE-APACHE {}/`",
+                dir.display()
             ),
         );
     }

@@ -140,7 +140,9 @@ fn package_rules() {
     check_package(|_, _| {}, &[]);
     check_package(
         |_, f| f.retain(|(p, _)| *p != "LICENSE-MIT"),
-        &["ships no license file | link the root's license files"],
+        &[
+            "ships no license file | link the root's license files into the crate, from the root: `ln -s ../../LICENSE-MIT ../../LICENSE-APACHE crates/drain-thing/`",
+        ],
     );
     check_package(
         |_, f| f.retain(|(p, _)| *p != "src/scripts/x.lua"),
