@@ -22,7 +22,8 @@
 //!    of each crate alone (the features it declares, not the workspace's union: what
 //!    verification would catch first); with `--verify`, the full verification,
 //!    which builds every crate from its packaged sources (minutes: see
-//!    docs/architecture.md).
+//!    docs/architecture.md), in `target/package-verify`, after forgetting what a
+//!    previous verification left of the same versions (cargo would reuse it).
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -39,6 +40,9 @@ mod rules;
 #[cfg(test)]
 mod tests;
 
+/// Where `--verify` builds, below the target directory.
+const VERIFY_DIR: &str = "package-verify";
+
 /// `--verify` or not.
 pub(crate) fn parse_args(args: &[&str]) -> Result<bool, String> {
     match args {
@@ -52,7 +56,7 @@ pub(crate) fn parse_args(args: &[&str]) -> Result<bool, String> {
 
 /// Run the gate.
 pub(crate) fn run_gate(verify: bool) -> GateResult {
-    let members = load()?;
+    let (members, target) = load()?;
     let publishable: Vec<&Member> = members.iter().filter(|m| m.publishable).collect();
     if publishable.is_empty() {
         return Err(Failure::new("no workspace member is publishable: every one says `publish = false`")
@@ -90,7 +94,21 @@ pub(crate) fn run_gate(verify: bool) -> GateResult {
     let started = Instant::now();
     let mut cmd = cargo();
     cmd.args(["package", "--allow-dirty"]);
-    if !verify {
+    if verify {
+        // Its own target directory: the packaged crates build with cargo's default
+        // profile, not the workspace's, and must not replace target/debug/drain.
+        let dir = target.join(VERIFY_DIR);
+        let crates: Vec<(&str, &str)> = publishable.iter().map(|m| (m.name.as_str(), m.version.as_str())).collect();
+        let mut stale = forget_extracted(&cargo_home(), &crates);
+        stale.extend(forget_fingerprints(&dir, &names));
+        if !stale.is_empty() {
+            println!(
+                "xtask package: {} copies of a previous run's packages forgotten, so they build again",
+                stale.len()
+            );
+        }
+        cmd.env("CARGO_TARGET_DIR", &dir);
+    } else {
         cmd.arg("--no-verify");
     }
     for name in &names {
@@ -194,8 +212,8 @@ struct Member {
     lib: Option<String>,
 }
 
-/// `cargo metadata --no-deps`: the members, nothing resolved.
-fn load() -> Result<Vec<Member>, Failure> {
+/// `cargo metadata --no-deps`: the members, nothing resolved, and the target directory.
+fn load() -> Result<(Vec<Member>, PathBuf), Failure> {
     let output = cargo()
         .args(["metadata", "--no-deps", "--format-version", "1"])
         .output()
@@ -209,7 +227,8 @@ fn load() -> Result<Vec<Member>, Failure> {
     }
     let json: Value = serde_json::from_slice(&output.stdout)
         .map_err(|e| Failure::new(format!("`cargo metadata` printed invalid JSON: {e}")))?;
-    Ok(parse(&json, &project_root()))
+    let target = PathBuf::from(json["target_directory"].as_str().unwrap_or("target"));
+    Ok((parse(&json, &project_root()), target))
 }
 
 /// The members of `cargo metadata --no-deps --format-version 1`'s JSON.
@@ -296,4 +315,64 @@ fn package_files(member: &Member) -> Result<Vec<String>, Failure> {
         .fix(format!("fix {} as cargo says above", member.manifest)));
     }
     Ok(String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect())
+}
+
+/// `$CARGO_HOME`, by default `~/.cargo`.
+fn cargo_home() -> PathBuf {
+    std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo"))
+}
+
+/// Remove the build records of `names` in the verification's target directory
+/// `dir`, and return what was removed.
+///
+/// A dependency the verification takes from its local registry is extracted with
+/// the fixed old timestamps of a package's files, so cargo would take the build of a
+/// previous run's sources of the same version as fresh. Every crate of `names` in
+/// `dir` is such a copy or one of the packages, which build again anyway; the other
+/// dependencies stay built.
+fn forget_fingerprints(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = fs::read_dir(dir.join("debug").join(".fingerprint")) else { return removed };
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some((name, hash)) = file_name.to_str().and_then(|n| n.rsplit_once('-')) else { continue };
+        let ours = names.contains(&name) && !hash.is_empty() && hash.chars().all(|c| c.is_ascii_hexdigit());
+        if ours && fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed.sort();
+    removed
+}
+
+/// Remove the sources of `crates` (name, version) that an earlier verification left
+/// extracted under `home`, and return what was removed.
+///
+/// `cargo package` verifies a crate that depends on another one of the workspace
+/// against the dependency it just packaged, served from a local registry
+/// (`target/package/tmp-registry`) and extracted into
+/// `$CARGO_HOME/registry/src/-<hash>/<name>-<version>` (a local registry has no host
+/// in that name; crates.io's is `index.crates.io-<hash>`). It never extracts a version
+/// it finds there again, so without this a second `--verify` of the same version
+/// builds the dependents against the first run's sources (a dependent that needs a
+/// newer API fails; one that lost it passes). Only local registries' copies are
+/// removed; cargo extracts them again from the packages of this run.
+fn forget_extracted(home: &Path, crates: &[(&str, &str)]) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(sources) = fs::read_dir(home.join("registry").join("src")) else { return removed };
+    for source in sources.flatten() {
+        if !source.file_name().to_string_lossy().starts_with('-') {
+            continue;
+        }
+        for (name, version) in crates {
+            let dir = source.path().join(format!("{name}-{version}"));
+            if dir.is_dir() && fs::remove_dir_all(&dir).is_ok() {
+                removed.push(dir);
+            }
+        }
+    }
+    removed.sort();
+    removed
 }

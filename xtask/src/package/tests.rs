@@ -271,3 +271,53 @@ fn arguments() {
     assert_eq!(parse_args(&["--verify"]), Ok(true));
     assert!(parse_args(&["--full"]).is_err());
 }
+
+#[test]
+fn a_second_verify_forgets_the_first_runs_extracted_sources() {
+    let home = std::env::temp_dir().join(format!("xtask-package-home-{}", std::process::id()));
+    let src = home.join("registry/src");
+    let dirs = [
+        "-2bb50173e03123ae/drain-core-0.1.0",
+        "-2bb50173e03123ae/drain-core-0.0.9",
+        "-2bb50173e03123ae/serde-1.0.0",
+        "-77aa/adapter-redis-0.1.0",
+        "index.crates.io-1949cf8c6b5b557f/drain-core-0.1.0",
+    ];
+    for d in dirs {
+        fs::create_dir_all(src.join(d)).expect("fixture");
+        fs::write(src.join(d).join(".cargo-ok"), "{\"v\":1}").expect("fixture");
+    }
+    let removed = forget_extracted(&home, &[("drain-core", "0.1.0"), ("adapter-redis", "0.1.0")]);
+    let left: Vec<bool> = dirs.iter().map(|d| src.join(d).exists()).collect();
+    let _ = fs::remove_dir_all(&home);
+    assert_eq!(removed, [src.join("-2bb50173e03123ae/drain-core-0.1.0"), src.join("-77aa/adapter-redis-0.1.0")]);
+    // Other versions, other crates and crates.io's own copies stay.
+    assert_eq!(left, [false, true, true, false, true]);
+    assert!(forget_extracted(&home, &[("drain-core", "0.1.0")]).is_empty(), "no CARGO_HOME: nothing to do");
+}
+
+#[test]
+fn a_second_verify_builds_the_registry_copies_again() {
+    let dir = std::env::temp_dir().join(format!("xtask-package-target-{}", std::process::id()));
+    let fingerprints = dir.join("debug/.fingerprint");
+    let entries = [
+        "drain-core-381ee1bcbd150a17",
+        "drain-core-244387c1f92d4fa7",
+        "drain-core-extra-0123456789abcdef",
+        "tokio-0123456789abcdef",
+        "drain-core",
+        "drain-core-not-hex",
+    ];
+    for e in entries {
+        fs::create_dir_all(fingerprints.join(e)).expect("fixture");
+    }
+    let removed = forget_fingerprints(&dir, &["drain-core", "drain-app"]);
+    let left: Vec<bool> = entries.iter().map(|e| fingerprints.join(e).exists()).collect();
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(
+        removed,
+        [fingerprints.join("drain-core-244387c1f92d4fa7"), fingerprints.join("drain-core-381ee1bcbd150a17")]
+    );
+    assert_eq!(left, [false, false, true, true, true, true]);
+    assert!(forget_fingerprints(&dir, &["drain-core"]).is_empty(), "no target directory: nothing to do");
+}
