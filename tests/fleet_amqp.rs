@@ -1,5 +1,6 @@
-//! The `drain` binary over RabbitMQ's AMQP 1.0 with a private Redis: a fleet of
-//! processes SIGKILLed and restarted mid-drain, and a private broker restarted
+//! The `drain` binary over AMQP 1.0 with a private Redis: a fleet of processes
+//! SIGKILLed and restarted mid-drain, on RabbitMQ and on Service Bus (test-servicebus,
+//! with duplicate detection on the target), and a private RabbitMQ node restarted
 //! while two processes drain.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -9,8 +10,9 @@ use adapter_redis::KeySpace;
 use adapter_redis::keys::KeyKind;
 use drain_core::ports::LeaseName;
 use drain_e2e::rabbit::{Broker, Queue};
-use drain_e2e::{RedisServer, Running, drain, drain_bin, redis};
+use drain_e2e::{RedisServer, Running, drain, drain_bin, redis, servicebus};
 use test_servers::Reply;
+use test_servicebus::{QueueConfig, SubQueue};
 
 /// `DRAIN_KEY_PREFIX` (the default).
 const PREFIX: &str = "drain";
@@ -21,15 +23,16 @@ const DRAIN_BOUND: Duration = Duration::from_secs(150);
 /// Bound on the tail, once the kills or restarts are over.
 const TAIL_BOUND: Duration = Duration::from_secs(60);
 
-/// One `drain run` of the fleet: lease and claims on, short TTLs, a beat every second.
-fn start(redis: &RedisServer, broker: &Broker, queues: (&str, &str), concurrency: u32, instance: &str) -> Running {
-    let (source, target) = queues;
+/// One `drain run` of the fleet from `urls.0` to `urls.1`: lease and claims on,
+/// short TTLs, a beat every second.
+fn start(redis: &RedisServer, urls: (&str, &str), concurrency: u32, instance: &str) -> Running {
+    let (source, target) = urls;
     let mut cmd = drain();
     cmd.arg("run")
         .env("DRAIN_LOG", "info")
         .env("DRAIN_REDIS_URL", redis.url())
-        .env("DRAIN_SOURCE_URL", broker.url(source))
-        .env("DRAIN_TARGET_URL", broker.url(target))
+        .env("DRAIN_SOURCE_URL", source)
+        .env("DRAIN_TARGET_URL", target)
         .env("DRAIN_INSTANCE_ID", instance)
         .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
         .env("SERVICEBUS_ATOMIC_CLAIM", "on")
@@ -176,21 +179,87 @@ fn wait_claimed(redis: &RedisServer, n: u64) {
     }
 }
 
-/// Wait (bounded) until `source` holds nothing, ready or unacknowledged; the logs of
-/// the fleet when it does not.
-fn wait_drained(broker: &Broker, source: &str, fleet: &mut Fleet) {
+/// Wait (bounded) until the source holds nothing, ready or locked (`left` counts
+/// both); the logs of the fleet when it does not.
+fn wait_drained(left: impl Fn() -> (u64, u64), fleet: &mut Fleet) {
     let deadline = Instant::now() + TAIL_BOUND;
     loop {
-        let (ready, unacked) = broker.counts(source);
-        if ready + unacked == 0 {
+        let (ready, locked) = left();
+        if ready + locked == 0 {
             return;
         }
         if Instant::now() > deadline {
-            panic!("{ready} ready, {unacked} unacked on {source} after {TAIL_BOUND:?}; logs:\n{}", fleet.logs());
+            panic!("{ready} ready, {locked} unsettled in the source after {TAIL_BOUND:?}; logs:\n{}", fleet.logs());
         }
         std::thread::sleep(Duration::from_millis(250));
     }
 }
+
+/// What [`kill_while_draining`] did.
+struct Kills {
+    kills: u32,
+    holder_kills: u32,
+    /// Ids whose claim was pending (taken, maybe submitted, not marked done) in a
+    /// process when it was killed: the only ones that may be submitted twice.
+    in_flight: BTreeSet<String>,
+}
+
+/// Start `PROCESSES` processes with `run`, then SIGKILL the lease holder each time
+/// the fleet claimed another `STEP` of the `n` messages of `source`, `HOLDER_KILLS`
+/// times; in between, every 1.5 s, a process that waits for the lease. Each is
+/// restarted at once under a new instance id.
+fn kill_while_draining(
+    fleet: &mut Fleet,
+    redis: &RedisServer,
+    source: &str,
+    n: usize,
+    run: impl Fn(&str) -> Running + Copy,
+) -> Kills {
+    const HOLDER_KILLS: u32 = 3;
+    const STEP: u64 = 600;
+    let started = Instant::now();
+    for slot in 0..PROCESSES {
+        fleet.start(slot, run);
+    }
+    let (mut kills, mut holder_kills, mut at_holder_kill) = (0u32, 0u32, 0u64);
+    let mut last_kill = Instant::now();
+    let mut in_flight = BTreeSet::new();
+    while holder_kills < HOLDER_KILLS && started.elapsed() < DRAIN_BOUND {
+        std::thread::sleep(Duration::from_millis(50));
+        let claimed = claims(redis);
+        if claimed >= n as u64 {
+            break; // every message was claimed once: what is left is the tail
+        }
+        let holder = fleet.holder(redis, source);
+        let victim = match holder {
+            Some(slot) if claimed >= at_holder_kill + STEP => {
+                holder_kills += 1;
+                at_holder_kill = claimed;
+                slot
+            }
+            _ if last_kill.elapsed() < Duration::from_millis(1500) => continue,
+            Some(slot) => (slot + 1 + kills as usize % (PROCESSES - 1)) % PROCESSES,
+            None => kills as usize % PROCESSES,
+        };
+        let instance = fleet.kill(victim);
+        let pending = pending_claims(redis, source, &instance);
+        eprintln!(
+            "{:>5.1} s kill {}: {instance}{} at {claimed} claimed, {} claims pending",
+            started.elapsed().as_secs_f64(),
+            kills + 1,
+            if holder == Some(victim) { " (lease holder)" } else { "" },
+            pending.len()
+        );
+        in_flight.extend(pending);
+        kills += 1;
+        last_kill = Instant::now();
+        fleet.start(victim, run);
+    }
+    Kills { kills, holder_kills, in_flight }
+}
+
+/// Processes of the SIGKILL fleets.
+const PROCESSES: usize = 4;
 
 fn ids(n: usize) -> Vec<String> {
     (0..n).map(|i| format!("m-{i:05}")).collect()
@@ -210,9 +279,6 @@ fn check_target(seen: &BTreeMap<String, u32>, ids: &[String], allowed: &BTreeSet
 #[test]
 fn a_fleet_sigkilled_mid_drain_duplicates_only_what_was_in_flight_at_a_kill() {
     const N: usize = 5_000;
-    const PROCESSES: usize = 4;
-    const HOLDER_KILLS: u32 = 3;
-    const STEP: u64 = 600;
     let Some(broker) = Broker::shared("fleet_amqp") else { return };
     let Some(redis) = redis() else { return };
     drain_bin(); // built before the clock starts
@@ -223,63 +289,93 @@ fn a_fleet_sigkilled_mid_drain_duplicates_only_what_was_in_flight_at_a_kill() {
     assert_eq!(broker.counts(&source.name), (N as u64, 0));
 
     let started = Instant::now();
-    let run = |instance: &str| start(&redis, &broker, (&source.name, &target.name), 8, instance);
+    let (source_url, target_url) = (broker.url(&source.name), broker.url(&target.name));
+    let run = |instance: &str| start(&redis, (&source_url, &target_url), 8, instance);
     let mut fleet = Fleet::new(PROCESSES);
-    for slot in 0..PROCESSES {
-        fleet.start(slot, run);
-    }
-    // The lease holder is SIGKILLed each time the fleet claimed another `STEP`
-    // messages, `HOLDER_KILLS` times; in between, every 1.5 s, a process that waits
-    // for the lease is. Each is restarted at once under a new instance id.
-    let (mut kills, mut holder_kills, mut at_holder_kill) = (0u32, 0u32, 0u64);
-    let mut last_kill = Instant::now();
-    let mut in_flight = BTreeSet::new();
-    while holder_kills < HOLDER_KILLS && started.elapsed() < DRAIN_BOUND {
-        std::thread::sleep(Duration::from_millis(50));
-        let claimed = claims(&redis);
-        if claimed >= N as u64 {
-            break; // every message was claimed once: what is left is the tail
-        }
-        let holder = fleet.holder(&redis, &source.name);
-        let victim = match holder {
-            Some(slot) if claimed >= at_holder_kill + STEP => {
-                holder_kills += 1;
-                at_holder_kill = claimed;
-                slot
-            }
-            _ if last_kill.elapsed() < Duration::from_millis(1500) => continue,
-            Some(slot) => (slot + 1 + kills as usize % (PROCESSES - 1)) % PROCESSES,
-            None => kills as usize % PROCESSES,
-        };
-        let instance = fleet.kill(victim);
-        let pending = pending_claims(&redis, &source.name, &instance);
-        eprintln!(
-            "{:>5.1} s kill {}: {instance}{} at {claimed} claimed, {} claims pending",
-            started.elapsed().as_secs_f64(),
-            kills + 1,
-            if holder == Some(victim) { " (lease holder)" } else { "" },
-            pending.len()
-        );
-        in_flight.extend(pending);
-        kills += 1;
-        last_kill = Instant::now();
-        fleet.start(victim, run);
-    }
-    wait_drained(&broker, &source.name, &mut fleet);
+    let kills = kill_while_draining(&mut fleet, &redis, &source.name, N, run);
+    wait_drained(|| broker.counts(&source.name), &mut fleet);
     let took = started.elapsed();
     fleet.stop();
     assert_lease_gone(&redis, &source.name);
 
     let seen = broker.collect(&target.name);
-    let duplicates = check_target(&seen, &ids, &in_flight);
+    let duplicates = check_target(&seen, &ids, &kills.in_flight);
     eprintln!(
-        "{N} messages through {PROCESSES} processes in {:.1} s: {kills} kills ({holder_kills} of the lease holder), \
+        "{N} messages through {PROCESSES} processes in {:.1} s: {} kills ({} of the lease holder), \
          {} claims in flight at a kill, {duplicates} messages submitted twice",
         took.as_secs_f64(),
-        in_flight.len()
+        kills.kills,
+        kills.holder_kills,
+        kills.in_flight.len()
     );
-    assert!(holder_kills >= 2, "the kills hit the drain: {holder_kills} of the lease holder");
+    assert!(kills.holder_kills >= 2, "the kills hit the drain: {} of the lease holder", kills.holder_kills);
     assert_eq!(broker.counts(&source.name), (0, 0), "nothing left in the source");
+}
+
+/// The same fleet on Service Bus, the way its users get exactly once: source and
+/// target on test-servicebus, duplicate detection (10 minutes) on the target. A
+/// process killed after a submit and before its claim was marked done leaves the
+/// message to be redelivered (its lock expires, 5 s here) and submitted again once
+/// its pending claim expires; the target drops that copy by its message id.
+#[test]
+fn a_fleet_sigkilled_mid_drain_on_service_bus_delivers_each_message_exactly_once() {
+    const N: usize = 5_000;
+    let Some(redis) = redis() else { return };
+    drain_bin();
+    let dedup = QueueConfig { duplicate_detection: Some(Duration::from_secs(600)), ..QueueConfig::default() };
+    let broker =
+        servicebus::broker(&[("fleet-source", servicebus::lock(Duration::from_secs(5))), ("fleet-target", dedup)]);
+    let ids = ids(N);
+    servicebus::feed(&broker, "fleet-source", &ids);
+    let left = || {
+        let (ready, locked) = servicebus::counts(&broker, "fleet-source");
+        (ready as u64, locked as u64)
+    };
+    assert_eq!(left(), (N as u64, 0));
+
+    let started = Instant::now();
+    let (source_url, target_url) = (servicebus::url(&broker, "fleet-source"), servicebus::url(&broker, "fleet-target"));
+    let run = |instance: &str| start(&redis, (&source_url, &target_url), 8, instance);
+    let mut fleet = Fleet::new(PROCESSES);
+    let kills = kill_while_draining(&mut fleet, &redis, "fleet-source", N, run);
+    wait_drained(left, &mut fleet);
+    let took = started.elapsed();
+    fleet.stop();
+    assert_lease_gone(&redis, "fleet-source");
+
+    let seen = servicebus::ids(&broker, "fleet-target", SubQueue::Main);
+    let once: BTreeMap<String, u32> = ids.iter().map(|id| (id.clone(), 1)).collect();
+    let target = broker.stats("fleet-target").expect("target");
+    let dropped = target.counters.duplicates_dropped;
+    assert!(
+        seen == once,
+        "every message exactly once in the target: {} ids, {} copies",
+        seen.len(),
+        seen.values().sum::<u32>()
+    );
+    for q in ["fleet-source", "fleet-target"] {
+        let dead = broker.messages(q, SubQueue::DeadLetter);
+        assert!(dead.is_empty(), "{} dead-lettered in {q}, e.g. {:?}", dead.len(), dead.first());
+    }
+    assert_eq!(left(), (0, 0), "nothing left in the source");
+    assert!(
+        dropped as usize <= kills.in_flight.len(),
+        "the target dropped {dropped} copies, but only {} claims were in flight at a kill",
+        kills.in_flight.len()
+    );
+    let source = broker.stats("fleet-source").expect("source");
+    eprintln!(
+        "{N} messages through {PROCESSES} processes on Service Bus in {:.1} s: {} kills ({} of the lease holder), \
+         {} claims in flight at a kill, {dropped} second submits dropped by the target's duplicate detection, \
+         {} source locks expired, {} deliveries for {N} messages",
+        took.as_secs_f64(),
+        kills.kills,
+        kills.holder_kills,
+        kills.in_flight.len(),
+        source.counters.locks_expired,
+        source.counters.deliveries
+    );
+    assert!(kills.holder_kills >= 2, "the kills hit the drain: {} of the lease holder", kills.holder_kills);
 }
 
 #[test]
@@ -297,7 +393,8 @@ fn a_broker_restarted_under_load_loses_nothing_and_submits_each_message_once() {
     let started = Instant::now();
     let mut fleet = Fleet::new(2);
     for slot in 0..2 {
-        fleet.start(slot, |instance| start(&redis, &broker, (&source.name, &target.name), 1, instance));
+        fleet
+            .start(slot, |instance| start(&redis, (&broker.url(&source.name), &broker.url(&target.name)), 1, instance));
     }
     // Restart the broker each time another part of the messages was claimed.
     for r in 1..=RESTARTS {
@@ -305,7 +402,7 @@ fn a_broker_restarted_under_load_loses_nothing_and_submits_each_message_once() {
         eprintln!("{:>5.1} s restart {r} at {} claimed", started.elapsed().as_secs_f64(), claims(&redis));
         broker.restart(Duration::from_secs(1));
     }
-    wait_drained(&broker, &source.name, &mut fleet);
+    wait_drained(|| broker.counts(&source.name), &mut fleet);
     let took = started.elapsed();
     let reconnects = fleet.count("link is gone; reconnecting");
     fleet.stop();

@@ -15,6 +15,7 @@ pub use test_servers::{RedisServer, free_port};
 pub mod owners;
 pub mod prometheus;
 pub mod rabbit;
+pub mod servicebus;
 
 /// The `drain` binary of this workspace. `cargo test --workspace` builds it before any
 /// test runs; when it is missing or older than a source file it is built from, it is

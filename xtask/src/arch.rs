@@ -15,6 +15,12 @@ const CORE: &str = "drain-core";
 const APP: &str = "drain-app";
 /// Adapters are the members whose name starts with this.
 const ADAPTER_PREFIX: &str = "adapter-";
+/// Test support (private servers, the Service Bus test broker): members whose name
+/// starts with this.
+const TEST_SUPPORT_PREFIX: &str = "test-";
+/// The end-to-end test package, whose load program and benches use test support as
+/// normal dependencies (a binary cannot use dev-dependencies).
+const E2E: &str = "drain-e2e";
 
 /// Crates drain-core must not reach over normal dependencies (a trailing `*` matches
 /// any suffix): async runtimes, Redis, AMQP, exporters, HTTP.
@@ -111,9 +117,25 @@ fn banned_dependencies(meta: &Metadata) -> Result<Vec<String>, Failure> {
     Ok(out)
 }
 
+/// Whether `member` may depend on the test-support crate `dep` with these kinds: test
+/// support depends on no workspace crate, and everything but the end-to-end package
+/// (and test support itself) takes it as a dev-dependency only, so it is never
+/// linked into the `drain` binary or a library users embed.
+fn test_support_rule(member: &str, dep: &str, kinds: &[DepKind]) -> Option<&'static str> {
+    let is_test_support = |n: &str| n.starts_with(TEST_SUPPORT_PREFIX);
+    if is_test_support(member) {
+        return Some("test support must not depend on workspace crates (it tests them from outside)");
+    }
+    if is_test_support(dep) && member != E2E && kinds.iter().any(|k| *k != DepKind::Dev) {
+        return Some("test support is a dev-dependency only (never in the drain binary or a library)");
+    }
+    None
+}
+
 /// Rules between workspace members, over every kind of dependency (normal, dev,
 /// build): the core depends on no member; adapters only on the core; nothing but
-/// drain-app depends on every adapter; xtask on no member.
+/// drain-app depends on every adapter; xtask on no member; test support only as a
+/// dev-dependency, and on no member itself.
 fn workspace_edges(meta: &Metadata) -> Vec<String> {
     let is_adapter = |name: &str| name.starts_with(ADAPTER_PREFIX);
     let adapters: Vec<&str> = meta.members.iter().map(|id| meta.name(id)).filter(|n| is_adapter(n)).collect();
@@ -142,6 +164,14 @@ fn workspace_edges(meta: &Metadata) -> Vec<String> {
             };
             if let Some(rule) = rule {
                 out.push(format!("{name} depends on {dep}: {rule}"));
+            }
+        }
+        for edge in meta.edges.get(member).into_iter().flatten() {
+            if edge.pkg == *member || !meta.members.contains(&edge.pkg) {
+                continue;
+            }
+            if let Some(rule) = test_support_rule(name, meta.name(&edge.pkg), &edge.kinds) {
+                out.push(format!("{name} depends on {}: {rule}", meta.name(&edge.pkg)));
             }
         }
         let knows_every_adapter = adapters.len() > 1 && adapters.iter().all(|a| deps.contains(a));
@@ -289,6 +319,23 @@ mod tests {
         check("futures", false);
         check("miow", false);
         check("redis-test", false);
+    }
+
+    #[test]
+    fn test_support_is_a_dev_dependency_of_everything_but_the_e2e_tests() {
+        use DepKind::{Build, Dev, Normal};
+        let check = |member: &str, dep: &str, kinds: &[DepKind], allowed: bool| {
+            assert_eq!(test_support_rule(member, dep, kinds).is_none(), allowed, "{member} -> {dep} {kinds:?}");
+        };
+        check("adapter-servicebus", "test-servicebus", &[Dev], true);
+        check("adapter-servicebus", "test-servicebus", &[Normal], false);
+        check("adapter-redis", "test-servers", &[Dev, Build], false);
+        check("drain-app", "test-servicebus", &[Normal, Dev], false);
+        check("drain-e2e", "test-servicebus", &[Normal], true);
+        check("drain-e2e", "test-servers", &[Normal, Dev], true);
+        check("test-servicebus", "drain-core", &[Dev], false);
+        check("test-servers", "test-servicebus", &[Normal], false);
+        check("drain-app", "drain-core", &[Normal], true);
     }
 
     #[test]

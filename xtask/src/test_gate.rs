@@ -1,7 +1,8 @@
 //! `cargo xtask test`: the whole test suite (unit, integration, doctests).
 //!
 //! The servers come from Debian packages (redis-server, redis-tools,
-//! rabbitmq-server, prometheus): when one is missing the gate runs
+//! rabbitmq-server, prometheus, python3 for the Service Bus SDK check): when one is
+//! missing the gate runs
 //! .ci/setup-services.sh itself as root, and otherwise prints the one command to
 //! run. Tests that touch Redis or Prometheus start private servers of their own;
 //! AMQP tests use one private RabbitMQ node that this gate starts for the run
@@ -12,8 +13,11 @@ use crate::rabbit::{self, HOME_VAR, NODE_VAR, URL_VAR};
 use crate::services::{self, Need};
 use crate::util::{GateResult, Outcome, cargo, run};
 
-/// The programs the tests run (each from the package the setup script installs).
-pub(crate) const PROGRAMS: [&str; 5] = ["redis-server", "redis-cli", "rabbitmq-server", "prometheus", "promtool"];
+/// The programs the tests run (each from the package the setup script installs;
+/// `python3` makes the venv of the Service Bus SDK check, whose `python3-venv` the
+/// script installs too).
+pub(crate) const PROGRAMS: [&str; 6] =
+    ["redis-server", "redis-cli", "rabbitmq-server", "prometheus", "promtool", "python3"];
 
 /// Run the gate.
 pub(crate) fn run_gate() -> GateResult {

@@ -1,4 +1,5 @@
-//! Messages drained per second from RabbitMQ (AMQP 1.0), for:
+//! Messages drained per second from RabbitMQ (AMQP 1.0) and from test-servicebus
+//! (Service Bus, in this process), for:
 //!
 //! * `bare_fe2o3` — a plain fe2o3-amqp consume-and-accept loop (credit windows of
 //!   64, TCP_NODELAY): the floor of what the broker allows through this client;
@@ -10,13 +11,19 @@
 //!   claims in memory, each message resubmitted to a second queue and completed):
 //!   the whole drain, for scale.
 //!
+//! The same five modes run on Service Bus as `servicebus_*`: source and target are
+//! queues of a test-servicebus broker reached through its emulator connection
+//! string (CBS token, peek-lock with lock tokens, Service Bus outcomes); the bare
+//! loop there uses SASL PLAIN with the policy key. The broker shares the two cores
+//! with the drain side, as RabbitMQ does.
+//!
 //! Each mode is measured in seven interleaved rounds of 10,000 messages and the
 //! median round is reported; the overhead is the median of the per-round ratios
 //! (the machine is shared; single rounds are noisy). Writes
 //! `<target>/bench/amqp.json` and prints a table.
-//! The broker is `cargo xtask bench`'s private node, named at compile time
+//! The RabbitMQ broker is `cargo xtask bench`'s private node, named at compile time
 //! (`DRAIN_TEST_AMQP_URL`, `_NODE`, `_HOME`), else 127.0.0.1:5672; without one
-//! answering it writes the reason instead.
+//! answering the RabbitMQ modes are skipped (the reason is in the JSON).
 
 use std::fmt::Write as _;
 use std::net::{SocketAddr, TcpStream as StdTcpStream};
@@ -37,6 +44,7 @@ use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Connection, Receiver, Sender, Session};
 use futures::stream::{self, StreamExt};
+use test_servicebus::{Broker, BrokerConfig, QueueConfig};
 
 const BASE: &str = match option_env!("DRAIN_TEST_AMQP_URL") {
     Some(url) => url,
@@ -49,6 +57,8 @@ const ROUNDS: usize = 7;
 /// takes this long is stuck.
 const ROUND_LIMIT: Duration = Duration::from_secs(60);
 const MODES: [&str; 5] = ["bare_fe2o3", "source_c1", "source_c8", "tick_c1", "tick_c8"];
+/// The policy key of the bench's test-servicebus.
+const SB_KEY: &str = test_servicebus::DEFAULT_KEY;
 
 fn main() {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/amqp.json");
@@ -68,81 +78,188 @@ fn endpoint(queue: &str) -> Endpoint {
 async fn run() -> String {
     let probe = endpoint("x");
     let addr: SocketAddr = format!("{}:{}", probe.host, probe.port).parse().expect("address");
-    if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err() {
-        let why = format!("RabbitMQ does not answer on {addr}; run `cargo xtask bench` (it starts a private node)");
-        println!("amqp bench skipped: {why}");
-        return format!("{{\"skipped\":{why:?}}}\n");
+    let rabbit = StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok();
+    let rabbit_skipped = (!rabbit)
+        .then(|| format!("RabbitMQ does not answer on {addr}; run `cargo xtask bench` (it starts a private node)"));
+    if let Some(why) = &rabbit_skipped {
+        println!("amqp bench: RabbitMQ modes skipped: {why}");
     }
     let source_q = format!("drain-bench-{}-src", std::process::id());
     let target_q = format!("drain-bench-{}-dst", std::process::id());
-    declare(&source_q).await;
-    declare(&target_q).await;
+    if rabbit {
+        declare(&source_q).await;
+        declare(&target_q).await;
+    }
+    let broker =
+        Broker::start(BrokerConfig { key: SB_KEY.to_owned(), ..BrokerConfig::default() }).expect("test-servicebus");
 
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+    let mut sb_rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
+    // Wall time of each broker's rounds, set-up and fill included.
+    let (mut rabbit_wall, mut sb_wall) = (Duration::ZERO, Duration::ZERO);
     for round in 0..ROUNDS {
         for (i, mode) in MODES.iter().enumerate() {
-            let measured = tokio::time::timeout(ROUND_LIMIT, async {
-                fill(&source_q, N).await;
+            let part = Instant::now();
+            if rabbit {
+                let measured = tokio::time::timeout(ROUND_LIMIT, async {
+                    fill(&endpoint(&source_q), N).await;
+                    match *mode {
+                        "bare_fe2o3" => bare(&source_q, N).await,
+                        "source_c1" => source(endpoint(&source_q), N, 1).await,
+                        "source_c8" => source(endpoint(&source_q), N, 8).await,
+                        "tick_c1" => tick((endpoint(&source_q), endpoint(&target_q)), 1).await,
+                        _ => tick((endpoint(&source_q), endpoint(&target_q)), 8).await,
+                    }
+                })
+                .await;
+                let Ok(took) = measured else {
+                    // Seen once while benchmarking (2026-11-30): the fe2o3 session task spinning at
+                    // 100 % CPU without progress. Say so instead of hanging the gate.
+                    let why = format!(
+                        "stalled: {mode}, round {}, made no progress in {} s (fe2o3 session engine spinning; see docs/performance.md)",
+                        round + 1,
+                        ROUND_LIMIT.as_secs()
+                    );
+                    eprintln!("amqp bench: {why}");
+                    for q in [&source_q, &target_q] {
+                        let _ = rabbitmqctl(&["delete_queue", q]);
+                    }
+                    return format!("{{\"skipped\":{why:?}}}\n");
+                };
+                rates[i].push(N as f64 / took.as_secs_f64());
+                purge(&target_q);
+            }
+            rabbit_wall += part.elapsed();
+            let part = Instant::now();
+            // The same mode on Service Bus: fresh queues each round, filled directly.
+            let (src, dst) = (format!("src-{round}-{mode}"), format!("dst-{round}-{mode}"));
+            for q in [&src, &dst] {
+                broker.create_queue(q, QueueConfig::default()).expect("queue");
+            }
+            for i in 0..N {
+                let id = format!("b-{i}");
+                broker.send(&src, format!("body of {id}").as_bytes(), Some(&id));
+            }
+            let sb = |q: &str| sb_endpoint(&broker, q);
+            let took = tokio::time::timeout(ROUND_LIMIT, async {
                 match *mode {
-                    "bare_fe2o3" => bare(&source_q, N).await,
-                    "source_c1" => source(&source_q, N, 1).await,
-                    "source_c8" => source(&source_q, N, 8).await,
-                    "tick_c1" => tick(&source_q, &target_q, 1).await,
-                    _ => tick(&source_q, &target_q, 8).await,
+                    "bare_fe2o3" => sb_bare(&broker, &src, N).await,
+                    "source_c1" => source(sb(&src), N, 1).await,
+                    "source_c8" => source(sb(&src), N, 8).await,
+                    "tick_c1" => tick((sb(&src), sb(&dst)), 1).await,
+                    _ => tick((sb(&src), sb(&dst)), 8).await,
                 }
             })
-            .await;
-            let Ok(took) = measured else {
-                // Seen once while benchmarking (2026-11-30): the fe2o3 session task spinning at
-                // 100 % CPU without progress. Say so instead of hanging the gate.
-                let why = format!(
-                    "stalled: {mode}, round {}, made no progress in {} s (fe2o3 session engine spinning; see docs/performance.md)",
-                    round + 1,
-                    ROUND_LIMIT.as_secs()
-                );
-                eprintln!("amqp bench: {why}");
-                for q in [&source_q, &target_q] {
-                    let _ = rabbitmqctl(&["delete_queue", q]);
-                }
-                return format!("{{\"skipped\":{why:?}}}\n");
-            };
-            rates[i].push(N as f64 / took.as_secs_f64());
-            purge(&target_q);
+            .await
+            .unwrap_or_else(|_| panic!("servicebus {mode}, round {}: no progress in {ROUND_LIMIT:?}", round + 1));
+            sb_rates[i].push(N as f64 / took.as_secs_f64());
+            sb_wall += part.elapsed();
         }
     }
-    for q in [&source_q, &target_q] {
-        let _ = rabbitmqctl(&["delete_queue", q]);
+    if rabbit {
+        for q in [&source_q, &target_q] {
+            let _ = rabbitmqctl(&["delete_queue", q]);
+        }
     }
+    drop(broker);
 
-    let medians: Vec<f64> = rates
-        .iter()
-        .map(|r| {
-            let mut r = r.clone();
-            r.sort_by(f64::total_cmp);
-            r[r.len() / 2]
-        })
-        .collect();
+    let median = |r: &Vec<f64>| {
+        let mut r = r.clone();
+        r.sort_by(f64::total_cmp);
+        r.get(r.len() / 2).copied()
+    };
     // The overhead is the median of each round's own ratio: the adapter's rate
     // against the bare loop's in the same round, seconds apart, so that the host's
     // drift between rounds (often ±20 % here) cancels out.
-    let overhead = |i: usize| {
+    let overhead = |rates: &[Vec<f64>], i: usize| {
         let mut ratios: Vec<f64> = rates[i].iter().zip(&rates[0]).map(|(a, bare)| 1.0 - a / bare).collect();
         ratios.sort_by(f64::total_cmp);
-        ratios[ratios.len() / 2] * 100.0
+        ratios.get(ratios.len() / 2).map(|r| r * 100.0)
     };
-    println!("{:<12} {:>10}", "mode", "msg/s");
-    for ((mode, rate), all) in MODES.iter().zip(&medians).zip(&rates) {
-        let all: Vec<String> = all.iter().map(|r| format!("{r:.0}")).collect();
-        println!("{mode:<12} {rate:>10.0}   rounds: {}", all.join(" "));
+    println!("{:<24} {:>10}", "mode", "msg/s");
+    let mut entries = Vec::new();
+    for (prefix, all) in [("", &rates), ("servicebus_", &sb_rates)] {
+        for (mode, rounds) in MODES.iter().zip(all.iter()) {
+            let Some(rate) = median(rounds) else { continue };
+            let shown: Vec<String> = rounds.iter().map(|r| format!("{r:.0}")).collect();
+            println!("{:<24} {rate:>10.0}   rounds: {}", format!("{prefix}{mode}"), shown.join(" "));
+            entries.push(format!("\"{prefix}{mode}\":{rate:.0}"));
+        }
     }
-    println!("adapter overhead vs bare loop: c1 {:.1} %, c8 {:.1} %", overhead(1), overhead(2));
-    let mut json = format!("{{\"messages_per_round\":{N},\"batch\":{BATCH},\"rounds\":{ROUNDS},\"msg_per_sec\":{{");
-    for (i, (mode, rate)) in MODES.iter().zip(&medians).enumerate() {
-        let _ = write!(json, "{}\"{mode}\":{rate:.0}", if i > 0 { "," } else { "" });
+    let pct = |o: Option<f64>| o.map_or_else(|| "null".to_owned(), |v| format!("{v:.1}"));
+    let (c1, c8) = (overhead(&rates, 1), overhead(&rates, 2));
+    let (sb1, sb8) = (overhead(&sb_rates, 1), overhead(&sb_rates, 2));
+    println!(
+        "adapter overhead vs bare loop: RabbitMQ c1 {} %, c8 {} %; Service Bus c1 {} %, c8 {} %",
+        pct(c1),
+        pct(c8),
+        pct(sb1),
+        pct(sb8)
+    );
+    let mut json = format!(
+        "{{\"messages_per_round\":{N},\"batch\":{BATCH},\"rounds\":{ROUNDS},\"msg_per_sec\":{{{}}}",
+        entries.join(",")
+    );
+    let _ = write!(
+        json,
+        ",\"overhead_pct\":{{\"source_c1\":{},\"source_c8\":{},\"servicebus_source_c1\":{},\"servicebus_source_c8\":{}}}",
+        pct(c1),
+        pct(c8),
+        pct(sb1),
+        pct(sb8)
+    );
+    let _ = write!(
+        json,
+        ",\"wall_secs\":{{\"rabbitmq\":{:.1},\"servicebus\":{:.1}}}",
+        rabbit_wall.as_secs_f64(),
+        sb_wall.as_secs_f64()
+    );
+    if let Some(why) = rabbit_skipped {
+        let _ = write!(json, ",\"rabbitmq_skipped\":{why:?}");
     }
-    let _ =
-        writeln!(json, "}},\"overhead_pct\":{{\"source_c1\":{:.1},\"source_c8\":{:.1}}}}}", overhead(1), overhead(2));
+    json.push_str("}\n");
     json
+}
+
+/// The emulator connection string of `queue` on `broker`, parsed.
+fn sb_endpoint(broker: &Broker, queue: &str) -> Endpoint {
+    Endpoint::parse(&broker.entity_connection_string(queue)).expect("connection string").endpoint
+}
+
+/// The plain loop on test-servicebus: SASL PLAIN with the policy key (no CBS), a
+/// receiver in settle mode first, credit in windows of 64, `recv` + `accept`.
+async fn sb_bare(broker: &Broker, queue: &str, n: usize) -> Duration {
+    let tcp = tokio::net::TcpStream::connect(broker.addr()).await.expect("tcp");
+    tcp.set_nodelay(true).expect("nodelay");
+    let mut conn = Connection::builder()
+        .container_id(format!("{queue}-bare"))
+        .hostname("127.0.0.1")
+        .sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Plain {
+            username: test_servicebus::DEFAULT_KEY_NAME.to_owned(),
+            password: SB_KEY.to_owned(),
+        })
+        .open_with_stream(tcp)
+        .await
+        .expect("connect");
+    let mut session = Session::begin(&mut conn).await.expect("session");
+    let mut receiver = Receiver::builder()
+        .name(format!("{queue}-bare-receiver"))
+        .source(queue.to_owned())
+        .credit_mode(CreditMode::Manual)
+        .attach(&mut session)
+        .await
+        .expect("attach");
+    let start = Instant::now();
+    for _ in 0..n {
+        if receiver.credit() == 0 {
+            receiver.set_credit(BATCH as u32).await.expect("credit");
+        }
+        let d = receiver.recv::<Body<Value>>().await.expect("recv");
+        receiver.accept(&d).await.expect("accept");
+    }
+    let took = start.elapsed();
+    teardown(receiver.detach(), session, conn).await;
+    took
 }
 
 /// The plain loop: one receiver, credit in windows of 64 granted when the last is
@@ -202,9 +319,9 @@ async fn teardown<F: Future>(
 }
 
 /// The adapter: `receive(64)`, then complete each with `concurrency` in flight.
-async fn source(queue: &str, n: usize, concurrency: usize) -> Duration {
+async fn source(from: Endpoint, n: usize, concurrency: usize) -> Duration {
     let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
-    let source = AmqpSource::connect(endpoint(queue), options).await.expect("source");
+    let source = AmqpSource::connect(from, options).await.expect("source");
     let start = Instant::now();
     let mut done = 0;
     while done < n {
@@ -226,11 +343,13 @@ async fn source(queue: &str, n: usize, concurrency: usize) -> Duration {
     took
 }
 
-/// drain-core's tick: claims in memory, resubmit to `target`, complete.
-async fn tick(queue: &str, target: &str, concurrency: usize) -> Duration {
+/// drain-core's tick: claims in memory, resubmit to the second endpoint, complete.
+async fn tick((from, to): (Endpoint, Endpoint), concurrency: usize) -> Duration {
+    let queue = from.entity.clone().unwrap_or_default();
+    let queue = queue.as_str();
     let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
-    let source = AmqpSource::connect(endpoint(queue), options).await.expect("source");
-    let submitter = AmqpSubmitter::connect(endpoint(target), SubmitterOptions::default()).await.expect("target");
+    let source = AmqpSource::connect(from, options).await.expect("source");
+    let submitter = AmqpSubmitter::connect(to, SubmitterOptions::default()).await.expect("target");
     let clock = Arc::new(TokioClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let mut cfg = TickConfig::new(queue);
@@ -249,8 +368,8 @@ async fn tick(queue: &str, target: &str, concurrency: usize) -> Duration {
     took
 }
 
-async fn fill(queue: &str, n: usize) {
-    let feed = AmqpSubmitter::connect(endpoint(queue), SubmitterOptions::default()).await.expect("feed");
+async fn fill(to: &Endpoint, n: usize) {
+    let feed = AmqpSubmitter::connect(to.clone(), SubmitterOptions::default()).await.expect("feed");
     let ctx = SubmitContext { queue: "bench", fence: None };
     stream::iter(0..n)
         .map(|i| {

@@ -47,6 +47,8 @@ struct Cbs {
     audience: String,
     key_name: String,
     key: Secret,
+    /// How long each token is valid.
+    lifetime: Duration,
     what: String,
 }
 
@@ -55,14 +57,20 @@ pub(crate) fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}-{:016x}", std::process::id(), rand::rng().random::<u64>())
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+fn unix_now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Open a connection and a session to `endpoint`, within `timeout`.
-pub(crate) async fn open(endpoint: &Endpoint, idle_timeout: Duration, timeout: Duration) -> Result<Conn, PortError> {
+/// Open a connection and a session to `endpoint`, within `timeout`. On Service Bus
+/// every SAS token it puts is valid for `token_lifetime`.
+pub(crate) async fn open(
+    endpoint: &Endpoint,
+    idle_timeout: Duration,
+    timeout: Duration,
+    token_lifetime: Duration,
+) -> Result<Conn, PortError> {
     let what = endpoint.to_string();
-    match tokio::time::timeout(timeout, open_inner(endpoint, &what, idle_timeout, timeout)).await {
+    match tokio::time::timeout(timeout, open_inner(endpoint, &what, (idle_timeout, token_lifetime), timeout)).await {
         Ok(r) => r,
         Err(_) => Err(error::timeout(&what, "connecting", timeout)),
     }
@@ -72,7 +80,7 @@ pub(crate) async fn open(endpoint: &Endpoint, idle_timeout: Duration, timeout: D
 async fn open_inner(
     endpoint: &Endpoint,
     what: &str,
-    idle_timeout: Duration,
+    (idle_timeout, token_lifetime): (Duration, Duration),
     put_limit: Duration,
 ) -> Result<Conn, PortError> {
     let tcp =
@@ -100,7 +108,7 @@ async fn open_inner(
     };
     let refresh = match &endpoint.credentials {
         Credentials::SharedAccessKey { key_name, key } => {
-            match put_first_token(endpoint, key_name, key, what, &mut session).await {
+            match put_first_token(endpoint, (key_name, key), token_lifetime, what, &mut session).await {
                 Ok((cbs, valid_for)) => Some(TokenRefresh::start(cbs, valid_for, put_limit, what.to_owned())),
                 Err(e) => {
                     let _ = tokio::time::timeout(SESSION_END_LIMIT, session.end()).await;
@@ -172,8 +180,8 @@ fn audience(endpoint: &Endpoint) -> String {
 
 async fn put_first_token(
     endpoint: &Endpoint,
-    key_name: &str,
-    key: &Secret,
+    (key_name, key): (&str, &Secret),
+    lifetime: Duration,
     what: &str,
     session: &mut SessionHandle<()>,
 ) -> Result<(Cbs, Duration), PortError> {
@@ -185,6 +193,7 @@ async fn put_first_token(
         audience: audience(endpoint),
         key_name: key_name.to_owned(),
         key: key.clone(),
+        lifetime: lifetime.max(Duration::from_secs(1)),
         what: what.to_owned(),
     };
     let valid_for = cbs.put_token().await?;
@@ -195,7 +204,9 @@ async fn put_first_token(
 impl PutToken for Cbs {
     /// Sign a fresh token and put it on the CBS node.
     async fn put_token(&mut self) -> Result<Duration, PortError> {
-        let expires = unix_now() + sas::TOKEN_TTL.as_secs();
+        // Expiries are whole seconds: the token is valid a little less than `lifetime`.
+        let now_ms = unix_now_ms();
+        let expires = now_ms / 1000 + self.lifetime.as_secs();
         let token = sas::sas_token(&self.audience, &self.key_name, self.key.expose(), expires);
         let expires_ms = i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX);
         let cbs_token = CbsToken::new(token, SAS_TOKEN_TYPE, Some(Timestamp::from_milliseconds(expires_ms)));
@@ -206,7 +217,7 @@ impl PutToken for Cbs {
                 format!("{}: the CBS node refused the SAS token ({e}); check SharedAccessKeyName/SharedAccessKey and the policy's rights", self.what),
             )
         })?;
-        Ok(sas::TOKEN_TTL)
+        Ok(Duration::from_millis(expires.saturating_mul(1000).saturating_sub(now_ms)))
     }
 
     async fn close(self) {

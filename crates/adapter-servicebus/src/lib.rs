@@ -24,14 +24,14 @@
 //!
 //! | | [`Profile::ServiceBus`] | [`Profile::Generic`] (RabbitMQ) |
 //! |---|---|---|
-//! | transport | TLS on 5671 (emulator: plain 5672) | `amqp://` plain 5672, `amqps://` TLS 5671 |
-//! | authentication | SASL ANONYMOUS + CBS `put-token` of a one-hour SAS token, refreshed 5 min before it expires on every connection (source and submitter); a refused refresh is retried, and the connection replaced once the token expired | SASL PLAIN (user, password) or ANONYMOUS |
+//! | transport | TLS on 5671 (`UseDevelopmentEmulator=true`: plain AMQP on the endpoint's port, default 5672) | `amqp://` plain 5672, `amqps://` TLS 5671 |
+//! | authentication | SASL ANONYMOUS + CBS `put-token` of a SAS token (one hour, [`SourceOptions::token_lifetime`]), refreshed 5 min before it expires on every connection (source and submitter); a refused refresh is retried, and the connection replaced once the token expired | SASL PLAIN (user, password) or ANONYMOUS |
 //! | queue address | the entity path | `/amq/queue/<q>` (other forms re-declare the queue) |
 //! | receive | peek-lock, `rcv-settle-mode first`, manual credit | same |
 //! | complete | `accepted` | `accepted` |
 //! | abandon | `modified{delivery-failed}` | `released` (`modified` ends the session on RabbitMQ) |
 //! | dead-letter | `rejected` with `com.microsoft:dead-letter` and `DeadLetterReason` / `DeadLetterErrorDescription` | `rejected`; the queue's dead-letter exchange routes it, the reason is not kept |
-//! | lock | expires after the queue's lock duration; [`renew_lock`](drain_core::ports::MessageSource::renew_lock) via `$management` `com.microsoft:renew-lock`; `capabilities().lock_renewal = true`; renewed automatically from `receive` until settled, up to `max_lock_renewal` | held until settled or the link ends; `renew_lock` is `Unsupported`, `lock_renewal = false`; nothing is renewed |
+//! | lock | expires after the queue's lock duration; [`renew_lock`](drain_core::ports::MessageSource::renew_lock) via `$management` `com.microsoft:renew-lock`; `capabilities().lock_renewal = true`; renewed automatically from `receive` until settled, up to `max_lock_renewal`; settling once `x-opt-locked-until` (or the last renewal) passed is `LockLost` without sending it (settle mode first gets no answer, and the broker redelivers) | held until settled or the link ends; `renew_lock` is `Unsupported`, `lock_renewal = false`; nothing is renewed |
 //! | dead-letter queue | `<queue>/$deadletterqueue` | a queue of its own |
 //!
 //! Neither profile uses link `drain` (it ends the session on RabbitMQ when credit

@@ -53,6 +53,9 @@ pub struct SubmitterOptions {
     /// reject writes from a holder older than one it has seen (docs/reliability.md). `None` (the
     /// default): the message goes out as it came in.
     pub fence_property: Option<String>,
+    /// Service Bus only: how long each SAS token put on the connection is valid; see
+    /// [`SourceOptions::token_lifetime`](crate::SourceOptions::token_lifetime).
+    pub token_lifetime: Duration,
 }
 
 impl Default for SubmitterOptions {
@@ -64,6 +67,7 @@ impl Default for SubmitterOptions {
             idle_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
             fence_property: None,
+            token_lifetime: crate::sas::TOKEN_TTL,
         }
     }
 }
@@ -94,7 +98,7 @@ struct Link {
 async fn open_link(endpoint: &Endpoint, opts: &SubmitterOptions) -> Result<Link, PortError> {
     let entity = endpoint.require_entity()?;
     let what = endpoint.to_string();
-    let mut conn = connect::open(endpoint, opts.idle_timeout, opts.connect_timeout).await?;
+    let mut conn = connect::open(endpoint, opts.idle_timeout, opts.connect_timeout, opts.token_lifetime).await?;
     let limits = (opts.connect_timeout, opts.operation_timeout);
     if endpoint.profile == Profile::Generic {
         // RabbitMQ accepts (and drops) messages sent to /amq/queue/<q> when <q> does not

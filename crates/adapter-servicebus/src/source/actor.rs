@@ -73,7 +73,7 @@ pub(super) struct Link {
 pub(super) async fn open_link(endpoint: &Endpoint, opts: &SourceOptions) -> Result<Link, PortError> {
     let entity = endpoint.require_entity()?;
     let what = endpoint.to_string();
-    let mut conn = connect::open(endpoint, opts.idle_timeout, opts.connect_timeout).await?;
+    let mut conn = connect::open(endpoint, opts.idle_timeout, opts.connect_timeout, opts.token_lifetime).await?;
     let name = connect::unique_name("drain-receiver");
     let attach = Receiver::builder()
         .name(name.clone())
@@ -251,6 +251,7 @@ impl Actor {
         let tracked = match self.held.take(handle) {
             Ok((tracked, _)) if tracked.generation == self.generation => tracked,
             Ok(_) | Err(Gone::LockLost) => return Err(lock_lost(&self.what, handle)),
+            Err(Gone::Expired) => return Err(lock_expired(&self.what, handle)),
             Err(Gone::Closed) => return Err(closed(&self.what)),
         };
         let Some(link) = &self.link else {
@@ -477,6 +478,13 @@ pub(super) fn lock_lost(what: &str, handle: u64) -> PortError {
         format!(
             "{what}: delivery {handle} is not held (already settled, or its link was lost); the broker redelivers it"
         ),
+    )
+}
+
+pub(super) fn lock_expired(what: &str, handle: u64) -> PortError {
+    PortError::new(
+        ErrorKind::LockLost,
+        format!("{what}: the lock of delivery {handle} expired before it was settled; the broker redelivers it"),
     )
 }
 

@@ -13,6 +13,12 @@ use fe2o3_amqp::link::delivery::DeliveryInfo;
 
 use crate::lock::LockToken;
 
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// A delivery handed out (or buffered) and not settled yet.
 pub(super) struct Tracked {
     /// The link it came on.
@@ -37,6 +43,9 @@ pub(super) enum Gone {
     LockLost,
     /// The source was closed.
     Closed,
+    /// Its Service Bus lock ran out (`x-opt-locked-until` passed): settling it now
+    /// would be lost, as Microsoft's SDKs know without asking.
+    Expired,
 }
 
 struct Live {
@@ -99,16 +108,28 @@ impl Held {
     }
 
     /// Take a delivery for settlement, with the disposer of its link when that link
-    /// is still the live one.
+    /// is still the live one and its lock (if it has one) has not run out.
     pub(super) fn take(&self, handle: u64) -> Result<(Tracked, ReceiverDisposer), Gone> {
         let mut inner = self.lock();
         if inner.closed {
             return Err(Gone::Closed);
         }
         let tracked = inner.deliveries.remove(&handle).ok_or(Gone::LockLost)?;
+        // Settled with `rcv-settle-mode first`, an outcome for an expired lock is never
+        // answered: the broker drops it and redelivers the message. Say so instead.
+        if tracked.locked_until_ms.is_some_and(|until| until <= unix_ms()) {
+            return Err(Gone::Expired);
+        }
         match &inner.live {
             Some(live) if live.generation == tracked.generation => Ok((tracked, live.disposer.clone())),
             _ => Err(Gone::LockLost),
+        }
+    }
+
+    /// A renewal moved the delivery's lock to `until_ms`.
+    pub(super) fn renewed(&self, handle: u64, until_ms: i64) {
+        if let Some(t) = self.lock().deliveries.get_mut(&handle) {
+            t.locked_until_ms = Some(until_ms);
         }
     }
 

@@ -55,6 +55,11 @@ pub struct SourceOptions {
     /// renewal off (renew by hand then, e.g. with [`crate::LockRenewal`]). Default:
     /// 5 minutes, as in the Azure SDKs.
     pub max_lock_renewal: Duration,
+    /// Service Bus only: how long each SAS token put on the connection is valid
+    /// (whole seconds, at least 1). It is replaced 5 minutes before it expires, or
+    /// after a tenth of its life when it is shorter than that. Default: one hour, as
+    /// Microsoft's SDKs.
+    pub token_lifetime: Duration,
 }
 
 impl Default for SourceOptions {
@@ -67,6 +72,7 @@ impl Default for SourceOptions {
             idle_timeout: Duration::from_secs(30),
             backoff: Backoff::default(),
             max_lock_renewal: Duration::from_secs(300),
+            token_lifetime: crate::sas::TOKEN_TTL,
         }
     }
 }
@@ -150,8 +156,8 @@ impl AmqpSource {
         self.auto.renewing()
     }
 
-    /// When the delivery's lock expires, from Service Bus's `x-opt-locked-until`
-    /// (`None` on brokers that do not say).
+    /// When the delivery's lock expires, from Service Bus's `x-opt-locked-until` or
+    /// the last renewal (`None` on brokers that do not say).
     ///
     /// # Errors
     /// `LockLost` when the handle is not held.
@@ -225,6 +231,7 @@ impl Inner {
     fn gone(&self, gone: Gone, handle: DeliveryHandle) -> PortError {
         match gone {
             Gone::LockLost => actor::lock_lost(&self.what, handle.0),
+            Gone::Expired => actor::lock_expired(&self.what, handle.0),
             Gone::Closed => self.closed(),
         }
     }
@@ -272,7 +279,10 @@ impl Inner {
         let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         match result {
             Ok(Ok(response)) => match response.expirations_ms.first() {
-                Some(expires) => Ok(lock_duration(now_ms, *expires)),
+                Some(expires) => {
+                    self.held.renewed(handle.0, *expires);
+                    Ok(lock_duration(now_ms, *expires))
+                }
                 None => Err(PortError::new(
                     ErrorKind::Protocol,
                     format!("{}: renew-lock returned no expiration", self.what),

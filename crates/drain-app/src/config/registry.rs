@@ -227,7 +227,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
     url(
         "DRAIN_SOURCE_URL",
         QUEUE,
-        "Queue drained: `amqp[s]://user:pass@host:port/queue` (AMQP 1.0, e.g. RabbitMQ) or a Service Bus connection string with `EntityPath`. Unset: an embedded demo queue fed by a synthetic producer.",
+        "Queue drained: `amqp[s]://user:pass@host:port/queue` (AMQP 1.0, e.g. RabbitMQ) or a Service Bus connection string with `EntityPath` (TLS on 5671; with `UseDevelopmentEmulator=true` plain AMQP on the endpoint's port, default 5672, as Microsoft's emulator). Unset: an embedded demo queue fed by a synthetic producer.",
     ),
     url("DRAIN_TARGET_URL", QUEUE, "Where drained messages are resubmitted (same forms). Unset: an embedded target."),
     text(

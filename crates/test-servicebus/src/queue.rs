@@ -1,0 +1,410 @@
+//! One Service Bus queue and its dead-letter sub-queue, as a state machine fed the
+//! time (`now`, Unix milliseconds on the broker's clock): no I/O, no clock, no
+//! tasks. The connection code and the lock-expiry sweeper drive it under one mutex.
+//!
+//! * Peek-lock: [`Queue::lock_next`] hands out the oldest available message (by
+//!   sequence number) under a lock token until `now + lock duration`.
+//! * Settlement by lock token: complete removes it; abandon puts it back with its
+//!   delivery count + 1; release puts it back as it was; dead-letter moves it to the
+//!   sub-queue with `DeadLetterReason` / `DeadLetterErrorDescription`. A token whose
+//!   lock ran out is [`LockLost`], and the message is back in the queue with its
+//!   delivery count + 1.
+//! * A message whose delivery count reaches the queue's maximum is dead-lettered
+//!   with reason `MaxDeliveryCountExceeded` instead of coming back.
+//! * Duplicate detection: a message whose id was accepted within the window is
+//!   accepted and dropped.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::time::Duration;
+
+use fe2o3_amqp_types::primitives::{Symbol, Value};
+
+use crate::message::{StoredMessage, id_string, timestamp, uuid};
+
+/// A lock token: a GUID in RFC 4122 byte order (as an AMQP `uuid`).
+pub type LockToken = [u8; 16];
+
+/// The dead-letter reason Service Bus gives a message that ran out of deliveries.
+pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
+/// Application property with the dead-letter reason.
+pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
+/// Application property with the dead-letter description.
+pub const DEAD_LETTER_DESCRIPTION: &str = "DeadLetterErrorDescription";
+
+/// How a queue behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// How long a peek-lock lasts (Service Bus: 1 minute by default).
+    pub lock_duration: Duration,
+    /// Deliveries before a message is dead-lettered (Service Bus: 10 by default).
+    pub max_delivery_count: u32,
+    /// Duplicate detection window; `None`: off (the Service Bus default).
+    pub duplicate_detection: Option<Duration>,
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        QueueConfig { lock_duration: Duration::from_secs(60), max_delivery_count: 10, duplicate_detection: None }
+    }
+}
+
+/// The queue itself or its dead-letter sub-queue (`<queue>/$DeadLetterQueue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SubQueue {
+    /// The queue.
+    Main,
+    /// Its dead-letter sub-queue.
+    DeadLetter,
+}
+
+/// A message in a queue.
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    pub(crate) message: StoredMessage,
+    pub(crate) sequence: i64,
+    pub(crate) enqueued_ms: i64,
+    /// Deliveries that failed (abandoned or lock expired): the header's delivery-count.
+    pub(crate) delivery_count: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Locked {
+    pub(crate) entry: Entry,
+    pub(crate) token: LockToken,
+    pub(crate) until_ms: i64,
+}
+
+/// A message handed out under a lock.
+#[derive(Debug, Clone)]
+pub(crate) struct Delivery {
+    pub(crate) token: LockToken,
+    pub(crate) until_ms: i64,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) sequence: i64,
+    /// The encoded message, with the header and broker annotations of this delivery.
+    pub(crate) payload: Vec<u8>,
+}
+
+/// How a delivery is settled.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Settlement {
+    /// `accepted`: the message is gone.
+    Complete,
+    /// `modified`: back to the queue; `failed` counts a delivery (Service Bus's
+    /// abandon), `annotations` are merged into the message's.
+    Abandon { failed: bool, annotations: Vec<(Symbol, Value)> },
+    /// `released`: back to the queue as it was.
+    Release,
+    /// `rejected`: to the dead-letter sub-queue.
+    DeadLetter { reason: Option<String>, description: Option<String> },
+}
+
+/// The lock is not held: it expired, or the message was settled already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockLost;
+
+/// Whether a sent message was kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// Enqueued with this sequence number.
+    Enqueued(i64),
+    /// Its id was accepted within the duplicate detection window: dropped.
+    Duplicate,
+}
+
+/// Counts since the queue was created.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounters {
+    /// Messages accepted and kept.
+    pub enqueued: u64,
+    /// Messages accepted and dropped by duplicate detection.
+    pub duplicates_dropped: u64,
+    /// Deliveries made (each lock, and each receive-and-delete).
+    pub deliveries: u64,
+    /// Completed messages (queue and dead-letter queue).
+    pub completed: u64,
+    /// Abandoned deliveries.
+    pub abandoned: u64,
+    /// Locks that ran out before the delivery was settled.
+    pub locks_expired: u64,
+    /// Successful lock renewals.
+    pub renewals: u64,
+    /// Settlements and renewals refused because the lock was lost.
+    pub lock_lost: u64,
+}
+
+#[derive(Debug, Default)]
+struct Part {
+    available: BTreeMap<i64, Entry>,
+    locked: HashMap<i64, Locked>,
+    by_token: HashMap<LockToken, i64>,
+    expiry: BTreeSet<(i64, i64)>,
+}
+
+impl Part {
+    fn lock(&mut self, entry: Entry, token: LockToken, until_ms: i64) {
+        self.by_token.insert(token, entry.sequence);
+        self.expiry.insert((until_ms, entry.sequence));
+        self.locked.insert(entry.sequence, Locked { entry, token, until_ms });
+    }
+
+    fn unlock(&mut self, token: &LockToken) -> Option<Locked> {
+        let seq = self.by_token.remove(token)?;
+        let locked = self.locked.remove(&seq)?;
+        self.expiry.remove(&(locked.until_ms, seq));
+        Some(locked)
+    }
+}
+
+/// One queue and its dead-letter sub-queue.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    pub(crate) name: String,
+    pub(crate) config: QueueConfig,
+    main: Part,
+    dead: Part,
+    next_sequence: i64,
+    /// Ids accepted within the duplicate detection window, and when.
+    seen: HashMap<String, i64>,
+    seen_order: VecDeque<(i64, String)>,
+    pub(crate) counters: QueueCounters,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Queue {
+    pub(crate) fn new(name: &str, config: QueueConfig) -> Queue {
+        Queue {
+            name: name.to_owned(),
+            config,
+            main: Part::default(),
+            dead: Part::default(),
+            next_sequence: 1,
+            seen: HashMap::new(),
+            seen_order: VecDeque::new(),
+            counters: QueueCounters::default(),
+        }
+    }
+
+    fn part(&mut self, sub: SubQueue) -> &mut Part {
+        match sub {
+            SubQueue::Main => &mut self.main,
+            SubQueue::DeadLetter => &mut self.dead,
+        }
+    }
+
+    fn part_ref(&self, sub: SubQueue) -> &Part {
+        match sub {
+            SubQueue::Main => &self.main,
+            SubQueue::DeadLetter => &self.dead,
+        }
+    }
+
+    /// Accept a message sent to the queue.
+    pub(crate) fn send(&mut self, message: StoredMessage, now: i64) -> Sent {
+        if let Some(window) = self.config.duplicate_detection {
+            let window = ms(window);
+            while self.seen_order.front().is_some_and(|(at, _)| now - at >= window) {
+                if let Some((at, id)) = self.seen_order.pop_front()
+                    && self.seen.get(&id) == Some(&at)
+                {
+                    self.seen.remove(&id);
+                }
+            }
+            if let Some(id) = message.message_id().map(id_string) {
+                if self.seen.contains_key(&id) {
+                    self.counters.duplicates_dropped += 1;
+                    return Sent::Duplicate;
+                }
+                self.seen.insert(id.clone(), now);
+                self.seen_order.push_back((now, id));
+            }
+        }
+        let sequence = self.next_sequence;
+        self.next_sequence += 1;
+        self.counters.enqueued += 1;
+        self.main.available.insert(sequence, Entry { message, sequence, enqueued_ms: now, delivery_count: 0 });
+        Sent::Enqueued(sequence)
+    }
+
+    /// Whether `sub` has a message to hand out.
+    pub(crate) fn has_available(&self, sub: SubQueue) -> bool {
+        !self.part_ref(sub).available.is_empty()
+    }
+
+    /// Lock the oldest available message of `sub` under `token`.
+    pub(crate) fn lock_next(&mut self, sub: SubQueue, now: i64, token: LockToken) -> Option<Delivery> {
+        let until_ms = now.saturating_add(ms(self.config.lock_duration));
+        let part = self.part(sub);
+        let (_, entry) = part.available.pop_first()?;
+        let payload = encode(&entry, Some((token, until_ms)));
+        let sequence = entry.sequence;
+        part.lock(entry, token, until_ms);
+        self.counters.deliveries += 1;
+        Some(Delivery { token, until_ms, sequence, payload })
+    }
+
+    /// Remove and return the oldest available message of `sub` (receive-and-delete).
+    pub(crate) fn take_next(&mut self, sub: SubQueue) -> Option<Vec<u8>> {
+        let (_, entry) = self.part(sub).available.pop_first()?;
+        self.counters.deliveries += 1;
+        self.counters.completed += 1;
+        Some(encode(&entry, None))
+    }
+
+    /// Settle the delivery locked under `token`.
+    pub(crate) fn settle(
+        &mut self,
+        sub: SubQueue,
+        token: &LockToken,
+        settlement: Settlement,
+        now: i64,
+    ) -> Result<(), LockLost> {
+        let locked = self.valid_lock(sub, token, now)?;
+        let mut entry = locked.entry;
+        match settlement {
+            Settlement::Complete => self.counters.completed += 1,
+            Settlement::Release => {
+                self.part(sub).available.insert(entry.sequence, entry);
+            }
+            Settlement::Abandon { failed, annotations } => {
+                self.counters.abandoned += 1;
+                entry.message.annotate(annotations);
+                if failed {
+                    self.requeue_failed(sub, entry);
+                } else {
+                    self.part(sub).available.insert(entry.sequence, entry);
+                }
+            }
+            Settlement::DeadLetter { reason, description } => {
+                if sub == SubQueue::DeadLetter {
+                    // Service Bus cannot dead-letter a dead letter; it stays where it is.
+                    self.dead.available.insert(entry.sequence, entry);
+                } else {
+                    self.dead_letter(entry, reason.as_deref(), description.as_deref());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Extend the lock under `token` by the lock duration from now.
+    pub(crate) fn renew(&mut self, sub: SubQueue, token: &LockToken, now: i64) -> Result<i64, LockLost> {
+        let locked = self.valid_lock(sub, token, now)?;
+        let until = now.saturating_add(ms(self.config.lock_duration));
+        self.part(sub).lock(locked.entry, *token, until);
+        self.counters.renewals += 1;
+        Ok(until)
+    }
+
+    /// The lock under `token`, taken out of the locked set; `LockLost` when there is
+    /// none or it ran out (then the message goes back, counted as a failed delivery).
+    fn valid_lock(&mut self, sub: SubQueue, token: &LockToken, now: i64) -> Result<Locked, LockLost> {
+        let Some(locked) = self.part(sub).unlock(token) else {
+            self.counters.lock_lost += 1;
+            return Err(LockLost);
+        };
+        if locked.until_ms <= now {
+            self.counters.lock_lost += 1;
+            self.counters.locks_expired += 1;
+            self.requeue_failed(sub, locked.entry);
+            return Err(LockLost);
+        }
+        Ok(locked)
+    }
+
+    /// A failed delivery: back to `sub` with the count + 1, or dead-lettered when the
+    /// queue's maximum is reached.
+    fn requeue_failed(&mut self, sub: SubQueue, mut entry: Entry) {
+        entry.delivery_count = entry.delivery_count.saturating_add(1);
+        if sub == SubQueue::Main && entry.delivery_count >= self.config.max_delivery_count {
+            let description =
+                format!("Message could not be consumed after {} delivery attempts.", self.config.max_delivery_count);
+            self.dead_letter(entry, Some(MAX_DELIVERY_COUNT_EXCEEDED), Some(&description));
+        } else {
+            self.part(sub).available.insert(entry.sequence, entry);
+        }
+    }
+
+    fn dead_letter(&mut self, mut entry: Entry, reason: Option<&str>, description: Option<&str>) {
+        if let Some(r) = reason {
+            entry.message.set_property(DEAD_LETTER_REASON, r);
+        }
+        if let Some(d) = description {
+            entry.message.set_property(DEAD_LETTER_DESCRIPTION, d);
+        }
+        self.dead.available.insert(entry.sequence, entry);
+    }
+
+    /// Put every message whose lock ran out by `now` back (count + 1). Returns the
+    /// sub-queues that got messages back.
+    pub(crate) fn expire(&mut self, now: i64) -> Vec<SubQueue> {
+        let mut woke = Vec::new();
+        for sub in [SubQueue::Main, SubQueue::DeadLetter] {
+            loop {
+                let part = self.part(sub);
+                let Some(&(until, seq)) = part.expiry.first() else { break };
+                if until > now {
+                    break;
+                }
+                let Some(token) = part.locked.get(&seq).map(|l| l.token) else {
+                    part.expiry.pop_first();
+                    continue;
+                };
+                let Some(locked) = part.unlock(&token) else { break };
+                self.counters.locks_expired += 1;
+                self.requeue_failed(sub, locked.entry);
+                woke.push(sub);
+                woke.push(SubQueue::DeadLetter);
+            }
+        }
+        woke.sort_unstable();
+        woke.dedup();
+        woke.retain(|s| self.has_available(*s));
+        woke
+    }
+
+    /// The earliest lock expiry.
+    pub(crate) fn next_deadline(&self) -> Option<i64> {
+        [&self.main, &self.dead].iter().filter_map(|p| p.expiry.first().map(|(t, _)| *t)).min()
+    }
+
+    /// (available, locked) in `sub`.
+    pub(crate) fn counts(&self, sub: SubQueue) -> (usize, usize) {
+        let p = self.part_ref(sub);
+        (p.available.len(), p.locked.len())
+    }
+
+    /// Every message of `sub` by sequence number, with its lock if it has one.
+    pub(crate) fn entries(&self, sub: SubQueue) -> Vec<(&Entry, Option<(&LockToken, i64)>)> {
+        let p = self.part_ref(sub);
+        let mut out: Vec<_> = p.available.values().map(|e| (e, None)).collect();
+        out.extend(p.locked.values().map(|l| (&l.entry, Some((&l.token, l.until_ms)))));
+        out.sort_by_key(|(e, _)| e.sequence);
+        out
+    }
+
+    /// Whether `token` locks a message of `sub` now (without settling anything).
+    #[cfg(test)]
+    pub(crate) fn holds(&self, sub: SubQueue, token: &LockToken) -> bool {
+        self.part_ref(sub).by_token.contains_key(token)
+    }
+}
+
+/// The bytes of a delivery of `entry`, with its lock when peek-locked.
+fn encode(entry: &Entry, lock: Option<(LockToken, i64)>) -> Vec<u8> {
+    let mut extra = vec![
+        ("x-opt-sequence-number", Value::Long(entry.sequence)),
+        ("x-opt-enqueued-time", timestamp(entry.enqueued_ms)),
+    ];
+    if let Some((token, until)) = lock {
+        extra.push(("x-opt-lock-token", uuid(token)));
+        extra.push(("x-opt-locked-until", timestamp(until)));
+    }
+    entry.message.encode(entry.delivery_count, &extra)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,61 @@
+//! test-servicebus for the end-to-end tests: a broker of the test's own (in this
+//! process, on a free loopback port), queues with the settings a test needs, and
+//! what it holds, read without a client.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use test_servicebus::{Broker, BrokerConfig, QueueConfig, SubQueue};
+
+/// A broker with the given queues.
+pub fn broker(queues: &[(&str, QueueConfig)]) -> Broker {
+    let mut config = BrokerConfig::default();
+    for (name, q) in queues {
+        config = config.queue(*name, q.clone());
+    }
+    Broker::start(config).expect("test-servicebus starts")
+}
+
+/// A queue with this lock duration (and the Service Bus defaults otherwise).
+pub fn lock(d: Duration) -> QueueConfig {
+    QueueConfig { lock_duration: d, ..QueueConfig::default() }
+}
+
+/// `DRAIN_SOURCE_URL` / `DRAIN_TARGET_URL` for `queue`: the emulator connection string.
+pub fn url(broker: &Broker, queue: &str) -> String {
+    broker.entity_connection_string(queue)
+}
+
+/// Enqueue one message per id (body `body of <id>`).
+pub fn feed(broker: &Broker, queue: &str, ids: &[String]) {
+    for id in ids {
+        broker.send(queue, format!("body of {id}").as_bytes(), Some(id));
+    }
+}
+
+/// How many messages with each id `queue` (or its dead-letter queue) holds.
+pub fn ids(broker: &Broker, queue: &str, sub: SubQueue) -> BTreeMap<String, u32> {
+    let mut out = BTreeMap::new();
+    for m in broker.messages(queue, sub) {
+        *out.entry(m.message_id.unwrap_or_default()).or_insert(0) += 1;
+    }
+    out
+}
+
+/// (available, locked) in `queue`.
+pub fn counts(broker: &Broker, queue: &str) -> (usize, usize) {
+    let s = broker.stats(queue).expect("the queue exists");
+    (s.active, s.locked)
+}
+
+/// Wait (bounded by `within`) until `cond` holds; whether it did.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
