@@ -17,6 +17,7 @@ mod flags;
 mod fuzz;
 mod lines;
 mod metadata;
+mod package;
 mod rabbit;
 mod scan;
 mod services;
@@ -60,6 +61,11 @@ Gates (`ci` runs them in this order and stops at the first failure):
   bench    runs the benches; each writes target/bench/<name>.json. The `ci`
            length (short, on the test build's dev-profile dependencies) by
            default; `cargo xtask bench --full` runs them long, in release
+  package  every publishable crate (members not `publish = false`) packages:
+           manifest metadata, README, license files, crate docs opening with a
+           runnable example, `cargo package --no-verify`, each crate checked
+           alone; `cargo xtask package --verify` builds each crate from its
+           package instead (minutes; not in `ci`)
   ci       all of the above, then a summary
 
 Not in `ci` (needs the nightly toolchain, takes minutes):
@@ -95,11 +101,13 @@ pub(crate) enum Gate {
     Lines,
     /// Benchmarks.
     Bench,
+    /// Publishable crates.
+    Package,
 }
 
 impl Gate {
     /// Every gate, in the order `ci` runs them.
-    pub(crate) const ALL: [Gate; 11] = [
+    pub(crate) const ALL: [Gate; 12] = [
         Gate::Fmt,
         Gate::Clippy,
         Gate::Test,
@@ -111,6 +119,7 @@ impl Gate {
         Gate::Deploy,
         Gate::Lines,
         Gate::Bench,
+        Gate::Package,
     ];
 
     /// Its subcommand name.
@@ -127,6 +136,7 @@ impl Gate {
             Gate::Deploy => "deploy",
             Gate::Lines => "lines",
             Gate::Bench => "bench",
+            Gate::Package => "package",
         }
     }
 
@@ -152,11 +162,12 @@ impl Gate {
             Gate::Deploy => deploy::run_gate(),
             Gate::Lines => lines::run(),
             Gate::Bench => bench::run_gate(bench::Length::Ci),
+            Gate::Package => package::run_gate(false),
         };
         self.report(result)
     }
 
-    /// Print the gate's closing line for `result`, and pass it on.
+    /// Print the closing line of this gate's `result`, and return it.
     fn report(self, result: GateResult) -> GateResult {
         match &result {
             Ok(Outcome::Passed) => println!("xtask {}: ok", self.name()),
@@ -187,6 +198,10 @@ fn main() -> ExitCode {
         },
         ["bench", rest @ ..] => match bench::parse_args(rest) {
             Ok(length) => exit(Gate::Bench.report(bench::run_gate(length)).map(|_| ())),
+            Err(problem) => usage(&problem),
+        },
+        ["package", rest @ ..] => match package::parse_args(rest) {
+            Ok(verify) => exit(Gate::Package.report(package::run_gate(verify)).map(|_| ())),
             Err(problem) => usage(&problem),
         },
         ["fuzz", rest @ ..] => match fuzz::parse_args(rest) {

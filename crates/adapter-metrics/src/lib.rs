@@ -1,20 +1,13 @@
-//! # adapter-metrics
+#![doc = include_str!("../README.md")]
 //!
-//! drain-core's [`Observer`](drain_core::ports::Observer) port on the [`metrics`] facade, exported by
-//! `metrics-exporter-prometheus` on an HTTP `/metrics` endpoint.
+//! ## The parts
 //!
-//! Only the names in [`KEEP_LIST`] are exported: the installed recorder drops every
-//! other metric, whoever registers it, so the scrape surface is exactly docs/metrics.md.
-//! Decisions taken in shadow mode carry `mode="shadow"`.
-//!
-//! ```no_run
-//! # async fn demo() -> Result<(), adapter_metrics::MetricsError> {
-//! let addr = "127.0.0.1:9464".parse().expect("address");
-//! adapter_metrics::install(addr)?; // inside a tokio runtime
-//! let observer = adapter_metrics::MetricsObserver;
-//! // hand `&observer` to drain-core's TickPorts / the owner scheduler driver
-//! # let _ = observer; Ok(()) }
-//! ```
+//! [`install`] serves `/metrics` (content type [`CONTENT_TYPE_TEXT`]) and installs
+//! the keep-list recorder ([`KeepList`] over [`KEEP_LIST`]) globally;
+//! [`MetricsObserver`] turns each drain-core [`Event`](drain_core::Event) into the
+//! metric docs/metrics.md names, with `mode="shadow"` on decisions taken in shadow
+//! mode; [`export_known`] exports every counter at 0 for the label sets ([`Known`])
+//! a process can produce.
 #![forbid(unsafe_code)]
 
 mod keep;

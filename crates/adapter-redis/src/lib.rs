@@ -1,12 +1,13 @@
-//! # adapter-redis
+#![doc = include_str!("../README.md")]
 //!
-//! drain-core's store ports on Redis 6.2+ (standalone or Redis Cluster):
-//! [`LeaseStore`](drain_core::ports::LeaseStore),
+//! ## Ports and keys
+//!
+//! [`RedisStore`] implements [`LeaseStore`](drain_core::ports::LeaseStore),
 //! [`ClaimStore`](drain_core::ports::ClaimStore),
-//! [`OwnerClaims`](drain_core::ports::OwnerClaims) and the optional
-//! [`ReleaseWake`](drain_core::ports::ReleaseWake), each passing drain-core's
-//! contract suites on a real server and a real Cluster. The key layout is this
-//! crate's ([`KeySpace`]): every key starts with [`RedisConfig::key_prefix`].
+//! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
+//! [`ReleaseWake`](drain_core::ports::ReleaseWake). The key layout is this crate's
+//! ([`KeySpace`], the [`keys`] module): every key starts with
+//! [`RedisConfig::key_prefix`].
 //!
 //! ## Round trips
 //!
@@ -71,35 +72,6 @@
 //! drain) is held until someone deletes it: `Held` reports [`Duration::MAX`] left.
 //!
 //! [`Duration::MAX`]: std::time::Duration::MAX
-//!
-//! ## Example
-//!
-//! ```no_run
-//! use std::sync::Arc;
-//! use std::time::Duration;
-//!
-//! use adapter_redis::{RedisConfig, RedisStore};
-//! use drain_core::ports::{Acquire, LeaseName, LeaseStore, NoopObserver};
-//! use drain_core::LeaseToken;
-//!
-//! # async fn demo(token: LeaseToken) -> Result<(), drain_core::PortError> {
-//! // DRAIN_REDIS_URL, DRAIN_REDIS_CLUSTER and DRAIN_KEY_PREFIX, as drain-app's
-//! // config layer read them.
-//! let config = RedisConfig::new("redis://drain:secret@127.0.0.1:6379").cluster(false).key_prefix("drain");
-//! let store = RedisStore::connect(config).await?.with_observer(Arc::new(NoopObserver));
-//!
-//! let lease = LeaseName::queue("requests");
-//! match store.acquire(&lease, &token, Duration::from_secs(120)).await? {
-//!     Acquire::Acquired { fence } => {
-//!         // … drain, passing `fence` downstream …
-//!         store.release(&lease, &token).await?;
-//!         let _ = fence;
-//!     }
-//!     Acquire::Held { holder, .. } => println!("skipped: held by {holder}"),
-//! }
-//! # Ok(())
-//! # }
-//! ```
 #![forbid(unsafe_code)]
 
 mod claim;

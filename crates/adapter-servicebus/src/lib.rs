@@ -1,9 +1,6 @@
-//! # adapter-servicebus
+#![doc = include_str!("../README.md")]
 //!
-//! drain-core's [`MessageSource`](drain_core::ports::MessageSource) and
-//! [`Submitter`](drain_core::ports::Submitter) on AMQP 1.0 (`fe2o3-amqp`), for Azure
-//! Service Bus and for generic AMQP 1.0 brokers (RabbitMQ 3.10+ with
-//! `rabbitmq_amqp1_0`).
+//! ## The types
 //!
 //! * [`Endpoint::parse`] reads a Service Bus connection string or an `amqp://` /
 //!   `amqps://` URL; secrets never appear in errors, warnings or `Display`.
@@ -18,38 +15,6 @@
 //!   broker's `accepted`.
 //! * [`LockRenewal`] renews one delivery's lock by hand, on any source, up to a maximum
 //!   duration (for a source whose automatic renewal is off).
-//!
-//! ## Composing a source and a submitter
-//!
-//! ```no_run
-//! use std::time::Duration;
-//!
-//! use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
-//! use drain_core::ports::{MessageSource, SubmitContext, Submitter};
-//!
-//! # async fn demo() -> Result<(), drain_core::PortError> {
-//! let source = Endpoint::parse("amqp://guest:guest@127.0.0.1:5672/requests")?;
-//! let target = Endpoint::parse(
-//!     "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=send;SharedAccessKey=…;EntityPath=work",
-//! )?;
-//! for warning in source.warnings.iter().chain(&target.warnings) {
-//!     eprintln!("warning: {warning}");
-//! }
-//! let source = AmqpSource::connect(source.endpoint, SourceOptions::default()).await?;
-//! let target = AmqpSubmitter::connect(target.endpoint, SubmitterOptions::default()).await?;
-//!
-//! let ctx = SubmitContext { queue: "requests", fence: None };
-//! for delivery in source.receive(32, Duration::from_secs(1)).await? {
-//!     match target.submit(&delivery.message, &ctx).await {
-//!         Ok(()) => source.complete(delivery.handle).await?,
-//!         Err(_) => source.abandon(delivery.handle).await?,
-//!     }
-//! }
-//! source.close().await?;
-//! target.close().await?;
-//! # Ok(())
-//! # }
-//! ```
 //!
 //! In the `drain` binary the two are handed to drain-core's `run_tick` as
 //! `TickPorts { source: &source, target: &target, .. }`, which adds the per-message

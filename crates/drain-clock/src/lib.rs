@@ -1,32 +1,4 @@
-//! # drain-clock
-//!
-//! [`TokioClock`]: drain-core's [`Clock`] port on real time and Tokio's timer.
-//!
-//! drain-core never asks the operating system what time it is: every use case takes
-//! a [`Clock`], and its own tests drive a virtual one (`ManualClock`). Everything
-//! that runs on real time (the `drain` binary, the adapters' tests against real
-//! servers, the benchmarks, an embedder's service) uses this clock, so there is one
-//! implementation of "now" and "sleep until" and it is tested once.
-//!
-//! `now` counts milliseconds from the moment the clock was made; `sleep_until` waits
-//! on Tokio's timer for that absolute point, so repeated sleeps do not drift, and a
-//! Tokio test with paused time (`start_paused = true`) moves the clock too. It needs
-//! a Tokio runtime with the timer enabled.
-//!
-//! ```
-//! use std::time::Duration;
-//!
-//! use drain_clock::TokioClock;
-//! use drain_core::ports::Clock;
-//!
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() {
-//! let clock = TokioClock::new();
-//! let deadline = clock.now() + Duration::from_millis(5);
-//! clock.sleep_until(deadline).await;
-//! assert!(clock.now() >= deadline);
-//! # }
-//! ```
+#![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
 use std::time::Duration;

@@ -1,11 +1,10 @@
-//! # drain-core
+#![doc = include_str!("../README.md")]
 //!
-//! The pure domain of drain. It performs no I/O, never reads the clock or the
-//! operating system's randomness, spawns nothing and depends on no async runtime:
-//! time is an argument ([`Time`]), randomness an injected [`rand::Rng`], and every
-//! effect goes through a port trait in [`ports`] that an adapter implements. The
-//! ports speak of leases, fences, claims and owners; how a store keeps them is the
-//! adapter's business. docs/embedding.md (in the repository) walks through writing
+//! ## The crate
+//!
+//! Time is an argument ([`Time`]), randomness an injected [`rand::Rng`], every effect
+//! a port in [`ports`]. The ports speak of leases, fences, claims and owners; how a
+//! store keeps them is the adapter's business. docs/embedding.md (in the repository) walks through writing
 //! an adapter and running the contract suites on it; `examples/` holds three worked
 //! examples, run by `cargo test`.
 //!
