@@ -200,7 +200,7 @@ impl RedisServer {
     /// server is stopped: a frozen process ignores the polite stop and is killed.
     #[must_use]
     pub fn freezer(&self) -> Freezer {
-        Freezer { pids: self.pid().into_iter().collect(), group: false }
+        Freezer { pids: self.pid().into_iter().collect(), tree: false }
     }
 
     /// Kill the process if it runs, then start a new one on the same port and
@@ -409,7 +409,7 @@ impl RedisCluster {
     /// A handle that freezes and thaws every node at once.
     #[must_use]
     pub fn freezer(&self) -> Freezer {
-        Freezer { pids: self.nodes.iter().filter_map(RedisServer::pid).collect(), group: false }
+        Freezer { pids: self.nodes.iter().filter_map(RedisServer::pid).collect(), tree: false }
     }
 
     /// Sum of `INFO commandstats` calls per command over every node.
@@ -432,22 +432,22 @@ impl RedisCluster {
 #[derive(Debug, Clone)]
 pub struct Freezer {
     pub(crate) pids: Vec<u32>,
-    /// Signal each pid's process group (a [`PostgresServer`] and its backends).
-    pub(crate) group: bool,
+    /// Signal each pid's children too (a [`PostgresServer`]'s backends).
+    pub(crate) tree: bool,
 }
 
 impl Freezer {
     /// Freeze every process.
     pub fn freeze(&self) {
         for &pid in &self.pids {
-            if self.group { signal_group(pid, "STOP") } else { signal(pid, "STOP") }
+            if self.tree { signal_tree(pid, "STOP") } else { signal(pid, "STOP") }
         }
     }
 
     /// Thaw every process.
     pub fn thaw(&self) {
         for &pid in &self.pids {
-            if self.group { signal_group(pid, "CONT") } else { signal(pid, "CONT") }
+            if self.tree { signal_tree(pid, "CONT") } else { signal(pid, "CONT") }
         }
     }
 }
@@ -518,16 +518,33 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
-/// Signal the process group led by `pid` (a child started with
-/// `process_group(0)`), by its id.
-pub(crate) fn signal_group(pid: u32, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg("--")
-        .arg(format!("-{pid}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+/// Signal `pid` and every child process of it, by their ids: a PostgreSQL
+/// postmaster and its backends (which leave its process group with `setsid`). The
+/// parent first, so it forks no new child meanwhile.
+pub(crate) fn signal_tree(pid: u32, sig: &str) {
+    signal(pid, sig);
+    for child in children(pid) {
+        signal(child, sig);
+    }
+}
+
+/// The ids of the processes whose parent is `pid`, from `/proc/<id>/stat`.
+pub(crate) fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&id| {
+            fs::read_to_string(format!("/proc/{id}/stat")).ok().and_then(|stat| parent_of(&stat)) == Some(pid)
+        })
+        .collect()
+}
+
+/// The parent id in a `/proc/<id>/stat` line (`id (comm) state ppid …`; the
+/// command name may hold spaces and parentheses).
+fn parent_of(stat: &str) -> Option<u32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A port that was free a moment ago (bind 127.0.0.1:0, read, release).
@@ -584,6 +601,8 @@ mod tests {
         );
         assert_eq!(tail("abcdef", 2), "ef");
         assert_eq!(tail("ab", 5), "ab");
+        assert_eq!(parent_of("42 (postgres: x (y)) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_of("garbage"), None);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::pgwire::{self, Row};
-use crate::{IN_CI, free_port, signal_group, tail, temp_dir};
+use crate::{IN_CI, free_port, signal_tree, tail, temp_dir};
 
 /// How long a PostgreSQL server may take to accept its first query (crash recovery
 /// after [`PostgresServer::restart`] included).
@@ -28,10 +28,10 @@ pub const PG_SUPERUSER: &str = "postgres";
 /// root: as root, `initdb` and `postgres` run as the unprivileged `postgres` system
 /// user (Debian's package creates it); otherwise as the current user.
 ///
-/// The server is the leader of its own process group, so [`kill`](Self::kill),
-/// [`pause`](Self::pause) and [`resume`](Self::resume) reach its backends too (a
-/// paused postmaster alone would leave open connections answering). Dropping it
-/// kills the group and removes the directory.
+/// [`kill`](Self::kill), [`pause`](Self::pause) and [`resume`](Self::resume)
+/// signal the postmaster and each of its child processes by pid (a paused
+/// postmaster alone would leave open connections answering: backends leave its
+/// process group). Dropping it kills them and removes the directory.
 #[derive(Debug)]
 pub struct PostgresServer {
     child: Option<Child>,
@@ -96,7 +96,7 @@ impl PostgresServer {
         self.port
     }
 
-    /// The postmaster's process id (also its process group), `None` once killed or
+    /// The postmaster's process id, `None` once killed or
     /// stopped.
     #[must_use]
     pub fn pid(&self) -> Option<u32> {
@@ -125,11 +125,11 @@ impl PostgresServer {
         pgwire::query(self.port, user, database, sql, Duration::from_secs(10))
     }
 
-    /// Kill the server and its backends at once (SIGKILL to its process group) and
+    /// Kill the server and its backends at once (SIGKILL to each) and
     /// reap it. Does nothing when not running.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            signal_group(child.id(), "KILL");
+            signal_tree(child.id(), "KILL");
             let _ = child.wait();
         }
         self.paused = false;
@@ -140,10 +140,10 @@ impl PostgresServer {
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         if self.paused {
-            signal_group(child.id(), "CONT");
+            signal_tree(child.id(), "CONT");
             self.paused = false;
         }
-        signal_group(child.id(), "INT");
+        signal_tree(child.id(), "INT");
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
@@ -151,7 +151,7 @@ impl PostgresServer {
             }
             thread::sleep(Duration::from_millis(20));
         }
-        signal_group(child.id(), "KILL");
+        signal_tree(child.id(), "KILL");
         let _ = child.wait();
     }
 
@@ -159,7 +159,7 @@ impl PostgresServer {
     /// nothing is answered.
     pub fn pause(&mut self) {
         if let Some(pid) = self.pid() {
-            signal_group(pid, "STOP");
+            signal_tree(pid, "STOP");
             self.paused = true;
         }
     }
@@ -167,7 +167,7 @@ impl PostgresServer {
     /// Thaw a paused server (SIGCONT).
     pub fn resume(&mut self) {
         if let Some(pid) = self.pid() {
-            signal_group(pid, "CONT");
+            signal_tree(pid, "CONT");
             self.paused = false;
         }
     }
@@ -175,7 +175,7 @@ impl PostgresServer {
     /// A handle that freezes and thaws this server from shared references.
     #[must_use]
     pub fn freezer(&self) -> crate::Freezer {
-        crate::Freezer { pids: self.pid().into_iter().collect(), group: true }
+        crate::Freezer { pids: self.pid().into_iter().collect(), tree: true }
     }
 
     /// Kill the server (SIGKILL, no shutdown checkpoint) and start it again on the
@@ -240,7 +240,6 @@ impl PostgresServer {
             .arg(&self.dir)
             .args(["-c", "fsync=off", "-c", "shared_preload_libraries=pg_stat_statements"])
             .args(["-c", "max_connections=200", "-c", "log_min_messages=warning"])
-            .process_group(0)
             .stdout(log)
             .stderr(log_err)
             .spawn()
@@ -329,6 +328,17 @@ fn passwd_ids(passwd: &str, user: &str) -> Option<(u32, u32)> {
 mod tests {
     use super::*;
 
+    /// Every child of the postmaster is in state T (stopped).
+    fn backends_stopped(pg: &PostgresServer) -> bool {
+        let pid = pg.pid().expect("running");
+        let kids = crate::children(pid);
+        !kids.is_empty()
+            && kids.iter().all(|k| {
+                let stat = fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+                stat.rfind(')').is_some_and(|at| stat[at + 1..].trim_start().starts_with('T'))
+            })
+    }
+
     #[test]
     fn passwd_lookup() {
         let passwd = "root:x:0:0:root:/root:/bin/bash\npostgres:x:101:104:PostgreSQL administrator:/var/lib/postgresql:/bin/bash\n";
@@ -349,6 +359,14 @@ mod tests {
         assert!(pgwire::query(pg.port(), PG_SUPERUSER, "postgres", "SELECT 1", Duration::from_millis(300)).is_err());
         pg.resume();
         pg.sql("SELECT 1").expect("answers after resume");
+        // A frozen server does not answer on a connection opened before the freeze
+        // either (its backend is frozen too).
+        let open = std::net::TcpStream::connect(("127.0.0.1", pg.port())).expect("connect");
+        let freezer = pg.freezer();
+        freezer.freeze();
+        assert!(backends_stopped(&pg), "every backend is stopped");
+        freezer.thaw();
+        drop(open);
         pg.restart();
         assert_eq!(
             pg.sql("SELECT v FROM t").expect("select"),
