@@ -8,9 +8,9 @@ use drain_core::{ErrorKind, PortError};
 ///
 /// | PostgreSQL says | kind | persistence |
 /// |---|---|---|
-/// | class 08 (connection exception), a closed connection, I/O errors | `Connection` | temporary |
+/// | class 08 (connection exception), `57P01`/`57P02` session ended by the server, a closed connection, I/O errors | `Connection` | temporary |
 /// | `57014` query canceled (a statement timeout) | `Timeout` | temporary |
-/// | `57P01`–`57P05` shutting down, cannot connect now, `53xxx` out of resources, `25006` read only, `40001`/`40P01` serialization failure, deadlock | `Unavailable` | temporary |
+/// | `57P03`–`57P05` cannot connect now, `53xxx` out of resources, `25006` read only, `40001`/`40P01` serialization failure, deadlock | `Unavailable` | temporary |
 /// | `28000`, `28P01` authentication refused | `Auth` | permanent |
 /// | `42501` insufficient privilege | `Permission` | permanent |
 /// | `3D000` no such database, `3F000` no such schema, `42883` no such function | `Config` | permanent |
@@ -40,6 +40,7 @@ pub fn map_error(err: &tokio_postgres::Error, op: &str, endpoint: &str) -> PortE
     let state = db.code().code();
     let (kind, hint) = match state {
         s if s.starts_with("08") => (ErrorKind::Connection, "check the server and the network"),
+        "57P01" | "57P02" => (ErrorKind::Connection, "the server ended the session (shutdown, restart, pg_terminate_backend)"),
         "57014" => (ErrorKind::Timeout, "a statement timeout or a cancel ended the call"),
         s if s.starts_with("57P") || s.starts_with("53") => {
             (ErrorKind::Unavailable, "the server is shutting down, starting or out of resources")
@@ -70,4 +71,15 @@ pub(crate) fn timeout(op: &str, endpoint: &str, after: std::time::Duration) -> P
             "{op}: PostgreSQL at {endpoint} did not answer within {after:?} (the call may still have taken effect)"
         ),
     )
+}
+
+/// Whether the connection that answered `err` is of no further use.
+pub(crate) fn breaks_connection(err: &tokio_postgres::Error) -> bool {
+    match err.as_db_error() {
+        None => true,
+        Some(db) => {
+            let state = db.code().code();
+            state.starts_with("08") || state == "57P01" || state == "57P02"
+        }
+    }
 }

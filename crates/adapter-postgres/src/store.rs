@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::config::PostgresConfig;
 use crate::conn::{Conn, Slot, Statements};
-use crate::error::{map_error, protocol, timeout};
+use crate::error::{breaks_connection, map_error, protocol, timeout};
 use crate::releases::ReleaseCounters;
 use crate::schema::check_schema;
 
@@ -113,7 +113,7 @@ impl PostgresStore {
         match result {
             Ok(Ok(rows)) => Ok(rows),
             Ok(Err(e)) => {
-                if conn.client.is_closed() || e.as_db_error().is_none() {
+                if conn.client.is_closed() || breaks_connection(&e) {
                     slot.discard(&conn);
                 }
                 Err(map_error(&e, op, &inner.endpoint))
