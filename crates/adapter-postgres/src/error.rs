@@ -40,7 +40,9 @@ pub fn map_error(err: &tokio_postgres::Error, op: &str, endpoint: &str) -> PortE
     let state = db.code().code();
     let (kind, hint) = match state {
         s if s.starts_with("08") => (ErrorKind::Connection, "check the server and the network"),
-        "57P01" | "57P02" => (ErrorKind::Connection, "the server ended the session (shutdown, restart, pg_terminate_backend)"),
+        "57P01" | "57P02" => {
+            (ErrorKind::Connection, "the server ended the session (shutdown, restart, pg_terminate_backend)")
+        }
         "57014" => (ErrorKind::Timeout, "a statement timeout or a cancel ended the call"),
         s if s.starts_with("57P") || s.starts_with("53") => {
             (ErrorKind::Unavailable, "the server is shutting down, starting or out of resources")
