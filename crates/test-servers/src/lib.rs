@@ -523,9 +523,25 @@ fn signal(pid: u32, sig: &str) {
 /// parent first, so it forks no new child meanwhile.
 pub(crate) fn signal_tree(pid: u32, sig: &str) {
     signal(pid, sig);
+    if sig == "STOP" {
+        // A child forked just before the parent stopped must be seen: wait
+        // (bounded) until the parent is stopped, then list its children.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !is_stopped(pid) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
     for child in children(pid) {
         signal(child, sig);
     }
+}
+
+/// Whether process `pid` does nothing more: stopped (state `T` in
+/// `/proc/<pid>/stat`), exited and not yet reaped (`Z`, `X`), or gone.
+pub(crate) fn is_stopped(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let state = stat.rfind(')').and_then(|at| stat[at + 1..].trim_start().chars().next());
+    matches!(state, Some('T' | 'Z' | 'X'))
 }
 
 /// The ids of the processes whose parent is `pid`, from `/proc/<id>/stat`.

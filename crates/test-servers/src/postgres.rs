@@ -37,7 +37,7 @@ pub struct PostgresServer {
     child: Option<Child>,
     port: u16,
     dir: PathBuf,
-    bin: PathBuf,
+    bin: Option<PathBuf>,
     run_as: Option<(u32, u32)>,
     paused: bool,
 }
@@ -200,7 +200,7 @@ impl PostgresServer {
     }
 
     fn command(&self, program: &str) -> Command {
-        let mut cmd = Command::new(self.bin.join(program));
+        let mut cmd = Command::new(self.bin.as_ref().map_or_else(|| PathBuf::from(program), |dir| dir.join(program)));
         cmd.current_dir(&self.dir).stdin(Stdio::null());
         if let Some((uid, gid)) = self.run_as {
             cmd.uid(uid).gid(gid);
@@ -275,8 +275,9 @@ impl Drop for PostgresServer {
 }
 
 /// The directory of `initdb` and `postgres`: Debian's highest
-/// `/usr/lib/postgresql/<major>/bin`, else the directory on `PATH` that has both.
-fn find_bin() -> Option<PathBuf> {
+/// `/usr/lib/postgresql/<major>/bin`; else `Some(None)` when `initdb` runs from
+/// `PATH` (both are then called by name); `None` when there is neither.
+fn find_bin() -> Option<Option<PathBuf>> {
     let debian = fs::read_dir("/usr/lib/postgresql")
         .ok()
         .into_iter()
@@ -286,8 +287,13 @@ fn find_bin() -> Option<PathBuf> {
         .filter(|(_, bin)| has_server(bin))
         .max_by_key(|(major, _)| *major)
         .map(|(_, bin)| bin);
-    debian
-        .or_else(|| std::env::var_os("PATH").and_then(|path| std::env::split_paths(&path).find(|dir| has_server(dir))))
+    match debian {
+        Some(bin) => Some(Some(bin)),
+        None => match Command::new("initdb").arg("--version").output() {
+            Ok(out) if out.status.success() => Some(None),
+            _ => None,
+        },
+    }
 }
 
 fn has_server(dir: &Path) -> bool {
@@ -328,15 +334,20 @@ fn passwd_ids(passwd: &str, user: &str) -> Option<(u32, u32)> {
 mod tests {
     use super::*;
 
-    /// Every child of the postmaster is in state T (stopped).
+    /// The postmaster and every child of it reach state T (stopped) within 2 s.
     fn backends_stopped(pg: &PostgresServer) -> bool {
         let pid = pg.pid().expect("running");
-        let kids = crate::children(pid);
-        !kids.is_empty()
-            && kids.iter().all(|k| {
-                let stat = fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
-                stat.rfind(')').is_some_and(|at| stat[at + 1..].trim_start().starts_with('T'))
-            })
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let kids = crate::children(pid);
+            if crate::is_stopped(pid) && !kids.is_empty() && kids.iter().all(|&k| crate::is_stopped(k)) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
     }
 
     #[test]
