@@ -25,6 +25,7 @@ pub(crate) struct Statements {
     pub(crate) acquire_or_wait: Statement,
     pub(crate) release_and_wake: Statement,
     pub(crate) wake_channel: Statement,
+    pub(crate) purge_expired: Statement,
 }
 
 /// One connected client and its statements.
@@ -117,6 +118,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT acquired, fence, holder, remaining_us FROM {s}.acquire_or_wait($1, $2, $3, $4, $5, $6, $7)"),
         format!("SELECT released, woke FROM {s}.release_and_wake($1, $2, $3, $4)"),
         format!("SELECT {s}.wake_channel($1, $2)"),
+        format!("SELECT {s}.purge_expired($1, $2)"),
     ];
     // Prepared at once: the client pipelines them.
     let prepared = futures::future::try_join_all(sql.iter().map(|q| client.prepare(q)))
@@ -135,8 +137,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             acquire_or_wait,
             release_and_wake,
             wake_channel,
+            purge_expired,
         ],
-    ) = <[Statement; 11]>::try_from(prepared)
+    ) = <[Statement; 12]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -156,6 +159,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         acquire_or_wait,
         release_and_wake,
         wake_channel,
+        purge_expired,
     };
     Ok(Conn { client, stmts })
 }

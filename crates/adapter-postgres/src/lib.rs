@@ -28,6 +28,9 @@
 //! | `claim_batch` (N ids) | `claim_batch()` over arrays (rows locked in id order: no deadlock) | 1 |
 //! | `settle_batch` (N) | `settle_batch()` over arrays | 1 |
 //!
+//! Expired claims and lapsed waiter registrations stay as rows (answering as free)
+//! until [`PostgresStore::purge_expired`] deletes them, in one call.
+//!
 //! The release wake-up's operations are one call each too; a subscription
 //! `LISTEN`s on a dedicated connection and listens again after it broke.
 //!

@@ -339,5 +339,30 @@ BEGIN
 END
 $$;
 
+-- Expired claims and lapsed waiter registrations stay as rows until purged (lease
+-- rows stay for good: they keep the fence). Deletes at most p_limit of each; the
+-- expiry is checked again on the row it deletes, so a row claimed anew meanwhile
+-- stays. Answers how many rows went.
+CREATE OR REPLACE FUNCTION @SCHEMA@.purge_expired(p_prefix text, p_limit int) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = @SCHEMA@, pg_temp
+AS $$
+DECLARE
+    claims_gone bigint;
+    waiters_gone bigint;
+BEGIN
+    DELETE FROM claims c
+    WHERE c.ctid IN (SELECT o.ctid FROM claims o
+                     WHERE o.prefix = p_prefix AND o.expires_at <= clock_timestamp() LIMIT p_limit)
+      AND c.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS claims_gone = ROW_COUNT;
+    DELETE FROM waiters w
+    WHERE w.ctid IN (SELECT o.ctid FROM waiters o
+                     WHERE o.prefix = p_prefix AND o.expires_at <= clock_timestamp() LIMIT p_limit)
+      AND w.expires_at <= clock_timestamp();
+    GET DIAGNOSTICS waiters_gone = ROW_COUNT;
+    RETURN claims_gone + waiters_gone;
+END
+$$;
+
 -- Only the roles granted EXECUTE (see grant_sql) may run drain's functions.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @SCHEMA@ FROM PUBLIC;

@@ -92,6 +92,22 @@ impl PostgresStore {
         &self.inner.counters
     }
 
+    /// Delete up to `limit` expired claims and up to `limit` lapsed waiter
+    /// registrations under this store's prefix, in one call; answers how many rows
+    /// went. PostgreSQL keeps expired rows until they are purged (they answer as
+    /// free meanwhile); run it now and then. Lease rows are never purged: they keep
+    /// the fence.
+    ///
+    /// # Errors
+    /// As every operation: when the server cannot answer.
+    pub async fn purge_expired(&self, limit: u32) -> Result<u64, PortError> {
+        let op = "purge_expired";
+        let limit = i32::try_from(limit).unwrap_or(i32::MAX);
+        let rows = self.call(op, |s| &s.purge_expired, &[&self.prefix(), &limit]).await?;
+        let gone = get::<i64>(self, op, one(self, op, &rows)?, 0)?;
+        u64::try_from(gone).map_err(|_| self.bad(op, "a negative count"))
+    }
+
     /// Run `stmt` with `params` on the next connection: one round trip, bounded by
     /// the connect timeout (when a connection must be made) plus the response
     /// timeout. A connection that broke or timed out is replaced by the next call.

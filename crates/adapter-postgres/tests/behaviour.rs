@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use adapter_postgres::{PostgresStore, grant_sql};
 use drain_core::ErrorKind;
-use drain_core::ports::{Acquire, LeaseName, LeaseStore, Release};
+use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, Release};
 
 use support::{config, connect, server, token};
 
@@ -176,4 +176,30 @@ async fn prefixes_keep_tenants_apart_and_errors_are_typed() {
         .await
         .expect_err("nobody listens");
     assert!(err.is_temporary() && !err.message.contains("s3cret"), "{err}");
+}
+
+#[tokio::test]
+async fn purge_deletes_only_expired_rows_of_its_prefix() {
+    let Some(pg) = server() else { return };
+    let store = connect(&pg.url()).await;
+    let other = PostgresStore::connect(config(&pg.url()).key_prefix("other")).await.expect("other tenant");
+    let me = token("me", 1);
+    let short = Duration::from_millis(200);
+    let ids: Vec<MessageId> = (0..5).map(MessageId::Ulong).collect();
+    store.claim_batch("q", &ids, &me, short).await.expect("claim");
+    other.claim_batch("q", &ids, &me, short).await.expect("claim");
+    store.claim_batch("q", &[MessageId::from("fresh")], &me, Duration::from_secs(30)).await.expect("claim");
+    let count = |prefix: &str| -> String {
+        pg.sql(&format!("SELECT count(*) FROM drain.claims WHERE prefix = '{prefix}'")).expect("count")[0][0]
+            .clone()
+            .expect("a count")
+    };
+    assert_eq!(store.purge_expired(100).await.expect("purge"), 0, "nothing expired yet");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.purge_expired(3).await.expect("purge"), 3, "at most the limit");
+    assert_eq!(store.purge_expired(100).await.expect("purge"), 2);
+    assert_eq!(count("drain"), "1", "the fresh claim stays");
+    assert_eq!(count("other"), "5", "another prefix's rows are its own");
+    let state = store.claim_batch("q", &[MessageId::from("fresh")], &token("b", 2), short).await.expect("claim");
+    assert!(matches!(state[0], ClaimState::PendingElsewhere { .. }), "{state:?}");
 }

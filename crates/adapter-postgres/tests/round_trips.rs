@@ -80,6 +80,10 @@ async fn every_operation_is_one_function_call() {
     assert_eq!(got.expect("settle_batch").len(), 100);
     assert_eq!((d, n), (calls(&[("settle_batch", 1)]), 1), "100 settlements = one call");
 
+    let (got, d, n) = measure(&pg, &obs, store.purge_expired(1000)).await;
+    got.expect("purge_expired");
+    assert_eq!((d, n), (calls(&[("purge_expired", 1)]), 1), "a purge = one call");
+
     // Empty batches cost nothing.
     let (got, d, n) = measure(&pg, &obs, store.claim_batch("q", &[], &me, ttl)).await;
     assert!(got.expect("empty").is_empty());
