@@ -36,6 +36,9 @@ impl ReleaseCounters {
     }
 }
 
+/// The first pause before listening again, after a connection that listened.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
 /// The longest pause between two attempts to listen again.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
@@ -69,9 +72,9 @@ async fn listen(
     counters: Arc<ReleaseCounters>,
 ) {
     let endpoint = config.endpoint();
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = FIRST_BACKOFF;
     loop {
-        let outcome = listen_once(&config, &endpoint, &channel, &tx, &mut ready, &counters).await;
+        let outcome = listen_once(&config, &endpoint, &channel, &tx, &mut ready, &counters, &mut backoff).await;
         if tx.is_closed() {
             return;
         }
@@ -97,6 +100,7 @@ async fn listen_once(
     tx: &mpsc::UnboundedSender<OwnerId>,
     ready: &mut Option<oneshot::Sender<Result<(), PortError>>>,
     counters: &ReleaseCounters,
+    backoff: &mut Duration,
 ) -> Result<(), PortError> {
     let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| map_error(&e, "subscribe", endpoint))?;
     pg.connect_timeout(config.connect_timeout);
@@ -115,6 +119,7 @@ async fn listen_once(
             r = &mut listening, if !listened => {
                 r.map_err(|e| map_error(&e, "subscribe", endpoint))?;
                 listened = true;
+                *backoff = FIRST_BACKOFF;
                 if let Some(first) = ready.take() {
                     let _ = first.send(Ok(()));
                 }

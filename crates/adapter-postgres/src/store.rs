@@ -119,7 +119,11 @@ impl PostgresStore {
     ) -> Result<Vec<Row>, PortError> {
         let inner = &self.inner;
         let slot = &inner.slots[inner.next.fetch_add(1, Ordering::Relaxed) % inner.slots.len()];
-        let conn: Arc<Conn> = slot.get(&inner.config, false).await?;
+        // Waiting for another caller's reconnect counts against the connect timeout too.
+        let connect = inner.config.connect_timeout;
+        let conn: Arc<Conn> = tokio::time::timeout(connect, slot.get(&inner.config, false))
+            .await
+            .map_err(|_| timeout(op, &inner.endpoint, connect))??;
         let start = Instant::now();
         let limit = inner.config.response_timeout;
         let result = tokio::time::timeout(limit, conn.client.query(stmt(&conn.stmts), params)).await;
