@@ -31,6 +31,11 @@
 //! Expired claims and lapsed waiter registrations stay as rows (answering as free)
 //! until [`PostgresStore::purge_expired`] deletes them, in one call.
 //!
+//! Operators' tools read on a connection of their own that never creates the
+//! schema: [`inspect`] (server, role, schema version, the role's rights on each of
+//! drain's functions, for `drain doctor`) and [`list`] (the leases and live claims
+//! of a prefix, two calls, for `drain leases`).
+//!
 //! The release wake-up's operations are one call each too; a subscription
 //! `LISTEN`s on a dedicated connection and listens again after it broke.
 //!
@@ -64,6 +69,7 @@
 mod config;
 mod conn;
 mod error;
+mod inspect;
 mod releases;
 mod schema;
 mod store;
@@ -74,6 +80,9 @@ pub use config::{
     PostgresConfig, redact_url,
 };
 pub use error::map_error;
+pub use inspect::{
+    Inspection, ListedLease, Listing, PendingClaim, QueueClaims, SchemaState, check_url, functions, inspect, list,
+};
 pub use releases::ReleaseCounters;
 pub use schema::{SCHEMA_VERSION, grant_sql, schema_sql};
 pub use store::PostgresStore;

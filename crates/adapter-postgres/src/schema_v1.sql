@@ -364,5 +364,38 @@ BEGIN
 END
 $$;
 
+-- `drain leases`: every lease row of the prefix (free ones keep their fence):
+-- holder and remaining_us NULL when free.
+CREATE OR REPLACE FUNCTION @SCHEMA@.list_leases(p_prefix text)
+RETURNS TABLE (kind text, name text, holder text, remaining_us bigint, fence bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = @SCHEMA@, pg_temp
+AS $$
+    SELECT l.kind, l.name,
+           CASE WHEN r.us > 0 THEN l.holder END,
+           CASE WHEN r.us > 0 THEN r.us END,
+           l.fence
+    FROM leases l
+    CROSS JOIN LATERAL (SELECT CASE WHEN l.token IS NULL THEN NULL ELSE micros_until(l.expires_at) END AS us) r
+    WHERE l.prefix = p_prefix
+    ORDER BY l.kind, l.name
+$$;
+
+-- `drain leases`: the live pending claims of the prefix, one row each, and per
+-- queue one row (id NULL) counting its live done claims.
+CREATE OR REPLACE FUNCTION @SCHEMA@.list_claims(p_prefix text)
+RETURNS TABLE (queue text, id_type text, id bytea, holder text, remaining_us bigint, done bigint)
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = @SCHEMA@, pg_temp
+AS $$
+    SELECT c.queue, c.id_type, c.id, c.holder, micros_until(c.expires_at), NULL::bigint
+    FROM claims c
+    WHERE c.prefix = p_prefix AND NOT c.done AND c.expires_at > clock_timestamp()
+    UNION ALL
+    SELECT c.queue, NULL, NULL, NULL, NULL, count(*)
+    FROM claims c
+    WHERE c.prefix = p_prefix AND c.done AND c.expires_at > clock_timestamp()
+    GROUP BY c.queue
+    ORDER BY 1, 2, 3
+$$;
+
 -- Only the roles granted EXECUTE (see grant_sql) may run drain's functions.
 REVOKE ALL ON ALL FUNCTIONS IN SCHEMA @SCHEMA@ FROM PUBLIC;
