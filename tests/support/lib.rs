@@ -13,6 +13,7 @@ pub use drain_clock::TokioClock;
 pub use test_servers::{RedisServer, free_port};
 
 pub mod owners;
+pub mod postgres;
 pub mod prometheus;
 pub mod rabbit;
 pub mod servicebus;

@@ -35,7 +35,6 @@ pub mod functions {
 
 /// drain's schema as [`inspect`] found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum SchemaState {
     /// No schema of that name in the database.
     Missing,
@@ -145,8 +144,11 @@ pub async fn inspect(config: &PostgresConfig) -> Result<Inspection, PortError> {
         .iter()
         .map(|r| Ok((r.try_get::<_, String>(0).map_err(|_| col(0))?, r.try_get::<_, bool>(1).map_err(|_| col(1))?)))
         .collect::<Result<Vec<_>, PortError>>()?;
+    let version_runs = executable.iter().any(|(f, exec)| f == "schema_version" && *exec);
     let schema_state = if !exists {
         SchemaState::Missing
+    } else if !usage || !version_runs {
+        SchemaState::Unreadable(format!("role {role} may not run {schema}.schema_version()"))
     } else {
         let sql = format!("SELECT {schema}.schema_version()");
         match bounded(config, op, &endpoint, client.query(sql.as_str(), &[])).await {
@@ -310,9 +312,9 @@ async fn bounded<T>(
 /// # Errors
 /// `Config` with the driver's reason.
 pub fn check_url(url: &str) -> Result<(), PortError> {
-    url.parse::<tokio_postgres::Config>().map(|_| ()).map_err(|e| {
-        PortError::new(ErrorKind::Config, format!("{} does not parse: {e}", crate::config::redact_url(url)))
-    })
+    url.parse::<tokio_postgres::Config>()
+        .map(|_| ())
+        .map_err(|e| PortError::new(ErrorKind::Config, format!("not a PostgreSQL URL: {e}")))
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use adapter_postgres::PostgresConfig;
 use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use drain_core::PortError;
@@ -15,7 +16,7 @@ use drain_core::tick::{TickConfig, TickPorts};
 use crate::config::{Config, Secret};
 use crate::demo::{self, DemoTarget};
 use crate::gate::ClaimGate;
-use crate::lazy_redis::LazyRedis;
+use crate::lazy_store::{LazyPostgres, LazyRedis};
 
 /// Composition failed: the configuration names something that cannot be reached or built.
 #[derive(Debug, thiserror::Error)]
@@ -26,11 +27,13 @@ pub(crate) enum ComposeError {
 
 /// Where leases and claims live.
 pub(crate) enum Backend {
-    /// In this process only (no `DRAIN_REDIS_URL`).
+    /// In this process only (no `DRAIN_STORE_URL` or `DRAIN_REDIS_URL`).
     Embedded,
     /// Redis, standalone or Cluster, connected on first use.
     Redis(Arc<LazyRedis>),
-    /// `DRAIN_REDIS_URL` is set, but no enabled feature needs Redis: it is never contacted.
+    /// PostgreSQL, connected on first use.
+    Postgres(Arc<LazyPostgres>),
+    /// A store URL is set, but no enabled feature needs a store: it is never contacted.
     Unused,
 }
 
@@ -108,7 +111,10 @@ impl Runtime {
         match &self.backend {
             Backend::Embedded => "embedded in-memory store (single process)".to_owned(),
             Backend::Redis(r) => format!("redis at {}", r.shown()),
-            Backend::Unused => "none (single-flight and the atomic claim are off; Redis is not contacted)".to_owned(),
+            Backend::Postgres(p) => format!("postgres at {}", p.shown()),
+            Backend::Unused => {
+                "none (single-flight and the atomic claim are off; the store is not contacted)".to_owned()
+            }
         }
     }
 }
@@ -131,6 +137,12 @@ fn redis_config(config: &Config, url: &Secret) -> RedisConfig {
         Some(ca) => redis.tls_ca_file(ca),
         None => redis,
     }
+}
+
+/// The adapter's configuration from the PostgreSQL `DRAIN_STORE_URL` and
+/// `DRAIN_KEY_PREFIX` (schema `drain`, created on first use when the role may).
+pub(crate) fn postgres_config(config: &Config, url: &Secret) -> PostgresConfig {
+    PostgresConfig::new(url.expose()).key_prefix(config.key_prefix.clone())
 }
 
 /// Parse an AMQP URL or Service Bus connection string, logging its warnings.
@@ -226,19 +238,25 @@ pub(crate) async fn compose(
     let stores = |leases: Arc<dyn LeaseStore>, claims: Arc<dyn ClaimStore>, peeks: Arc<dyn OwnerClaims>| {
         (uses_leases.then_some(leases), uses_claims.then_some(claims), uses_peeks.then_some(peeks))
     };
-    let ((leases, claims, owner_claims), backend) = match &config.redis_url {
-        None => {
+    let used = uses_leases || uses_claims || uses_peeks;
+    let ((leases, claims, owner_claims), backend) = match (&config.redis_url, &config.postgres_url) {
+        (None, None) => {
             let store = Arc::new(MemoryStore::new(clock.clone()));
             (stores(store.clone(), store.clone(), store), Backend::Embedded)
         }
-        Some(url) if uses_leases || uses_claims || uses_peeks => {
+        // Nothing enabled uses a store: Off never touches it, and no port is filled.
+        _ if !used => ((None, None, None), Backend::Unused),
+        (Some(url), _) => {
             let store = Arc::new(LazyRedis::new(redis_config(&config, url), url.to_string(), observer.clone()));
             // Connect now so the first tick does not pay for it; a failure is not fatal.
             let _ = store.store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Redis(store))
         }
-        // Nothing enabled uses a store: Off never touches Redis, and no port is filled.
-        Some(_) => ((None, None, None), Backend::Unused),
+        (None, Some(url)) => {
+            let store = Arc::new(LazyPostgres::new(postgres_config(&config, url), url.to_string(), observer.clone()));
+            let _ = store.store().await;
+            (stores(store.clone(), store.clone(), store.clone()), Backend::Postgres(store))
+        }
     };
 
     let mut amqp = AmqpLinks::default();
@@ -330,6 +348,7 @@ mod tests {
         let backend = match rt.backend {
             Backend::Embedded => "embedded",
             Backend::Redis(_) => "redis",
+            Backend::Postgres(_) => "postgres",
             Backend::Unused => "unused",
         };
         (rt.leases.is_some(), rt.claims.is_some(), rt.owner_claims.is_some(), backend)

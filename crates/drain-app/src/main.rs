@@ -10,7 +10,7 @@ mod compose;
 mod config;
 mod demo;
 mod gate;
-mod lazy_redis;
+mod lazy_store;
 mod logging;
 mod observe;
 mod out;

@@ -1,9 +1,11 @@
-//! `drain leases`: leases, fences and claims with holder and TTL (SCAN, never KEYS).
+//! `drain leases`: leases, fences and claims with holder and TTL (on Redis by SCAN,
+//! never KEYS; on PostgreSQL by two calls of drain's listing functions).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
+use adapter_postgres::PostgresConfig;
 use adapter_redis::keys::KeyKind;
 use adapter_redis::{KeySpace, Scanned};
 use clap::Args;
@@ -11,7 +13,7 @@ use drain_core::token::holder_of;
 use serde::Serialize;
 
 use crate::compose;
-use crate::config::Loaded;
+use crate::config::{Loaded, Secret};
 
 /// `drain leases` arguments.
 #[derive(Debug, Args)]
@@ -178,9 +180,12 @@ fn table(l: &Listing) -> String {
 
 /// `drain leases`.
 pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
+    if let Some(url) = &loaded.config.postgres_url {
+        return postgres(args, &compose::postgres_config(&loaded.config, url), url).await;
+    }
     if loaded.config.redis_url.is_none() {
         eprintln!(
-            "drain leases: no DRAIN_REDIS_URL: the embedded store lives inside each running `drain run` process \
+            "drain leases: no DRAIN_STORE_URL: the embedded store lives inside each running `drain run` process \
              and cannot be listed from outside"
         );
         return ExitCode::from(2);
@@ -206,6 +211,53 @@ pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
         crate::out::out!("{}", table(&listing));
     }
     ExitCode::SUCCESS
+}
+
+/// `drain leases` on PostgreSQL: the same listing, from the adapter's `list`
+/// (which never creates the schema).
+async fn postgres(args: &LeasesArgs, config: &PostgresConfig, url: &Secret) -> ExitCode {
+    let found = match adapter_postgres::list(config).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("drain leases: listing PostgreSQL at {url}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let listing = from_postgres(found);
+    if args.json {
+        crate::out::outln!("{}", serde_json::to_string(&listing).unwrap_or_default());
+    } else {
+        crate::out::out!("{}", table(&listing));
+    }
+    ExitCode::SUCCESS
+}
+
+/// The PostgreSQL listing in the shape of the Redis one (a free lease keeps its fence).
+fn from_postgres(found: adapter_postgres::Listing) -> Listing {
+    let mut out = Listing::default();
+    for l in found.leases {
+        let ttl_ms = l.remaining.map(|d| d.as_millis());
+        if l.kind == "owner" {
+            if let Some(holder) = l.holder {
+                out.owner_claims.push(ClaimRow { owner: l.name, holder, ttl_ms });
+            }
+        } else {
+            out.leases.push(LeaseRow { queue: l.name, holder: l.holder, ttl_ms, fence: Some(l.fence.to_string()) });
+        }
+    }
+    for q in found.claims {
+        let pending = q
+            .pending
+            .into_iter()
+            .map(|p| PendingRow {
+                message_id: p.id.to_string(),
+                holder: p.holder,
+                ttl_ms: Some(p.remaining.as_millis()),
+            })
+            .collect();
+        out.message_claims.insert(q.queue, MessageClaims { pending, done: q.done });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -56,6 +56,9 @@ pub(crate) enum ConfigError {
     /// `value` is redacted; it is quoted and escaped, so the message stays one line.
     #[error("{name}={value:?}: {reason}")]
     Invalid { name: &'static str, value: String, reason: String },
+    /// Two settings that cannot both be set.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// Log output format.
@@ -87,7 +90,10 @@ pub(crate) struct Config {
     pub(crate) beat_interval: Duration,
     pub(crate) worker_concurrency: usize,
     pub(crate) shutdown_grace: Duration,
+    /// Redis, from `DRAIN_STORE_URL` (`redis://`, `rediss://`) or `DRAIN_REDIS_URL`.
     pub(crate) redis_url: Option<Secret>,
+    /// PostgreSQL, from `DRAIN_STORE_URL` (`postgres://`, `postgresql://`).
+    pub(crate) postgres_url: Option<Secret>,
     pub(crate) redis_cluster: bool,
     pub(crate) redis_ca_file: Option<PathBuf>,
     pub(crate) source_url: Option<Secret>,
@@ -112,7 +118,7 @@ impl Config {
     /// The clear secret parts of every configured URL (passwords, SAS keys, their
     /// percent-decoded forms), for scrubbing free text such as a panic message.
     pub(crate) fn secret_parts(&self) -> Vec<String> {
-        [&self.redis_url, &self.source_url, &self.target_url]
+        [&self.redis_url, &self.postgres_url, &self.source_url, &self.target_url]
             .into_iter()
             .flatten()
             .flat_map(|s| secret_parts(s.expose()))
@@ -279,6 +285,7 @@ pub(crate) fn resolve(
         ("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", int_rule("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS"), bmax_raw.as_deref()),
     );
     let instance = settings::instance_id("DRAIN_INSTANCE_ID", r.raw("DRAIN_INSTANCE_ID").as_deref(), default_instance);
+    let (redis_url, postgres_url) = r.store_urls()?;
     let config = Config {
         singleflight: r.switch("SERVICEBUS_DRAIN_SINGLEFLIGHT"),
         lease_ttl: Duration::from_secs(r.int("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS")),
@@ -298,7 +305,8 @@ pub(crate) fn resolve(
         beat_interval: Duration::from_secs(r.int("DRAIN_BEAT_INTERVAL_SECONDS")),
         worker_concurrency: r.count("DRAIN_WORKER_CONCURRENCY"),
         shutdown_grace: Duration::from_secs(r.int("DRAIN_SHUTDOWN_GRACE_SECONDS")),
-        redis_url: r.url("DRAIN_REDIS_URL", &["redis://", "rediss://"])?,
+        redis_url,
+        postgres_url,
         redis_cluster: r.switch("DRAIN_REDIS_CLUSTER") == Switch::On,
         redis_ca_file: r.path("DRAIN_REDIS_CA_FILE"),
         source_url: r.url("DRAIN_SOURCE_URL", &["amqp://", "amqps://", "endpoint="])?,
@@ -407,6 +415,32 @@ impl Resolver<'_> {
         }
         self.take(name, Parsed::clean(raw.clone()));
         Ok(Some(Secret::new(raw)))
+    }
+
+    /// The store: `DRAIN_STORE_URL` by its scheme, or `DRAIN_REDIS_URL` (Redis, as
+    /// before there was a choice); both set is fatal, since which one wins would be a
+    /// guess. Answers (Redis, PostgreSQL); both `None` is the embedded store.
+    fn store_urls(&mut self) -> Result<(Option<Secret>, Option<Secret>), ConfigError> {
+        const STORE: &str = "DRAIN_STORE_URL";
+        let redis = self.url("DRAIN_REDIS_URL", &["redis://", "rediss://"])?;
+        let store = self.url(STORE, &["redis://", "rediss://", "postgres://", "postgresql://"])?;
+        match (redis, store) {
+            (Some(_), Some(_)) => Err(ConfigError::Conflict(
+                "DRAIN_STORE_URL and DRAIN_REDIS_URL are both set: set only DRAIN_STORE_URL \
+                 (DRAIN_REDIS_URL is its older name, for Redis only)"
+                    .to_owned(),
+            )),
+            (redis, None) => Ok((redis, None)),
+            (None, Some(url)) if url.expose().to_ascii_lowercase().starts_with("postgres") => {
+                adapter_postgres::check_url(url.expose()).map_err(|e| ConfigError::Invalid {
+                    name: STORE,
+                    value: url.to_string(),
+                    reason: e.message,
+                })?;
+                Ok((None, Some(url)))
+            }
+            (None, Some(url)) => Ok((Some(url), None)),
+        }
     }
 
     /// `DRAIN_KEY_PREFIX`: unset is `drain`; anything else must be a valid prefix.

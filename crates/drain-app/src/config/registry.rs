@@ -213,9 +213,14 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "On SIGINT/SIGTERM, how long running ticks may finish before they are abandoned.",
     ),
     url(
+        "DRAIN_STORE_URL",
+        PLATFORM,
+        "Where leases and claims live, chosen by the scheme: `redis://` or `rediss://` (Redis, with ACL user and password), `postgres://` or `postgresql://` (PostgreSQL 15+, `user:password@host:port/database`; drain's schema `drain` is created on first use when the role may, see docs/operations.md). A URL that does not parse or an unknown scheme is fatal (exit 2). Unset (and no `DRAIN_REDIS_URL`): the embedded in-memory store (one process only).",
+    ),
+    url(
         "DRAIN_REDIS_URL",
         PLATFORM,
-        "`redis://` or `rediss://`, with ACL user and password. Unset: the embedded in-memory store (one process only).",
+        "`redis://` or `rediss://`, with ACL user and password: the older name of `DRAIN_STORE_URL` for Redis, still read. Setting both is fatal (exit 2). Unset: see `DRAIN_STORE_URL`.",
     ),
     switch("DRAIN_REDIS_CLUSTER", Off, PLATFORM, "Use Redis Cluster (every key carries a hash tag)."),
     text(
@@ -240,7 +245,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "DRAIN_KEY_PREFIX",
         "drain",
         PLATFORM,
-        "Redis key namespace (tenant isolation): 1-64 of `A-Z a-z 0-9 - _ . :`. Anything else is fatal (exit 2, one line naming it): falling back to the shared `drain` would silently merge tenants.",
+        "Key namespace of the store (tenant isolation: Redis keys, PostgreSQL rows): 1-64 of `A-Z a-z 0-9 - _ . :`. Anything else is fatal (exit 2, one line naming it): falling back to the shared `drain` would silently merge tenants.",
     ),
     text("DRAIN_INSTANCE_ID", "host-pid", PLATFORM, "Holder identity written into lease and claim tokens."),
     text(
@@ -275,5 +280,6 @@ mod tests {
             }
         }
         assert!(setting("DRAIN_REDIS_URL").is_some_and(|s| s.secret));
+        assert!(setting("DRAIN_STORE_URL").is_some_and(|s| s.secret));
     }
 }

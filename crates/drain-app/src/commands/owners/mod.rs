@@ -56,9 +56,19 @@ pub(crate) struct OwnersArgs {
     pub(crate) claim_ttl_seconds: u64,
 }
 
+/// Why `drain owners` refuses a PostgreSQL store (docs/operations.md says the same).
+pub(crate) const POSTGRES_HAS_NO_BACKLOGS: &str = "drain owners keeps its demo backlogs in Redis lists, which drain has \
+     no PostgreSQL form of: run it with a redis:// DRAIN_STORE_URL; on PostgreSQL, `drain run --owners N` runs \
+     claim-aware owner drains (owner claims and peeks) over an in-process workload";
+
 /// Run `drain owners`.
 pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
     let (config, effective) = (loaded.config, loaded.effective);
+    if config.postgres_url.is_some() {
+        // Said before anything connects: nothing here would work, and nothing is created.
+        eprintln!("drain: {POSTGRES_HAS_NO_BACKLOGS}");
+        return ExitCode::from(2);
+    }
     let draining = !args.seed_only;
     let observer = match observe::start(config.metrics_addr, draining) {
         Ok(o) => o,

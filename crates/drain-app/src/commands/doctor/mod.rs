@@ -1,7 +1,8 @@
-//! `drain doctor`: connectivity, round-trip time, config warnings, and every Redis
-//! right and operation one subcommand needs (`--for run|owners|leases`, the ACLs of
-//! docs/operations.md), one line per check; non-zero exit when any check fails.
-//! Every probe key it writes is deleted again: a doctor run leaves nothing behind.
+//! `drain doctor`: connectivity, round-trip time, config warnings, and every store
+//! right and operation one subcommand needs (`--for run|owners|leases`, the ACLs
+//! and grants of docs/operations.md), one line per check; non-zero exit when any
+//! check fails. Every probe key it writes on Redis is deleted again, and on
+//! PostgreSQL it only reads (`postgres`): a doctor run leaves nothing behind.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -18,6 +19,8 @@ use crate::commands::owners::keys::OwnerKeys;
 use crate::compose;
 use crate::config::{Config, Loaded};
 use crate::out::outln;
+
+mod postgres;
 
 /// `drain doctor` arguments.
 #[derive(Debug, Args)]
@@ -38,21 +41,21 @@ pub(crate) enum Mode {
     Leases,
 }
 
-struct Report {
+pub(crate) struct Report {
     failed: usize,
 }
 
 impl Report {
-    fn ok(&mut self, check: &str, detail: impl std::fmt::Display) {
+    pub(crate) fn ok(&mut self, check: &str, detail: impl std::fmt::Display) {
         outln!("ok    {check:<16} {detail}");
     }
 
-    fn fail(&mut self, check: &str, detail: impl std::fmt::Display) {
+    pub(crate) fn fail(&mut self, check: &str, detail: impl std::fmt::Display) {
         self.failed += 1;
         outln!("FAIL  {check:<16} {detail}");
     }
 
-    fn warn(&mut self, check: &str, detail: impl std::fmt::Display) {
+    pub(crate) fn warn(&mut self, check: &str, detail: impl std::fmt::Display) {
         outln!("warn  {check:<16} {detail}");
     }
 }
@@ -78,10 +81,12 @@ pub(crate) async fn main(args: &DoctorArgs, loaded: Loaded) -> ExitCode {
         }
     }
 
-    if c.redis_url.is_none() {
-        r.ok("store", "embedded in-memory store (single process; set DRAIN_REDIS_URL for a fleet)");
+    if c.redis_url.is_none() && c.postgres_url.is_none() {
+        r.ok("store", "embedded in-memory store (single process; set DRAIN_STORE_URL for a fleet)");
     } else if args.mode == Mode::Run && !uses_redis(c) {
-        r.ok("store", "drain run sends Redis nothing: single-flight and the per-message claim are off");
+        r.ok("store", "drain run sends the store nothing: single-flight and the per-message claim are off");
+    } else if let Some(url) = &c.postgres_url {
+        postgres::checks(&mut r, args.mode, c, url).await;
     } else {
         redis_checks(&mut r, args.mode, &loaded).await;
     }
@@ -106,8 +111,8 @@ pub(crate) async fn main(args: &DoctorArgs, loaded: Loaded) -> ExitCode {
     }
 }
 
-/// Whether `drain run` talks to Redis with these switches.
-fn uses_redis(c: &Config) -> bool {
+/// Whether `drain run` talks to the store with these switches.
+pub(crate) fn uses_redis(c: &Config) -> bool {
     c.singleflight.computes() || c.atomic_claim.computes()
 }
 
@@ -239,7 +244,7 @@ async fn redis_checks(r: &mut Report, mode: Mode, loaded: &Loaded) {
     }
 }
 
-fn mode_name(mode: Mode) -> &'static str {
+pub(crate) fn mode_name(mode: Mode) -> &'static str {
     match mode {
         Mode::Run => "run",
         Mode::Owners => "owners",

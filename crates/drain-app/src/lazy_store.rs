@@ -1,10 +1,12 @@
-//! A Redis store that connects on first use and keeps retrying, so a Redis that is
-//! down when `drain` starts behaves like one that went down later: the lease fails
-//! open, claims fail closed, and the process keeps serving once Redis answers.
+//! A store that connects on first use and keeps retrying, so a store that is down
+//! when `drain` starts behaves like one that went down later: the lease fails open,
+//! claims fail closed, and the process keeps serving once the store answers. One
+//! type for every store: [`LazyStore`] over a [`Connect`] (Redis, PostgreSQL).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{RedisConfig, RedisStore};
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
@@ -15,26 +17,61 @@ use drain_core::ports::{
 use drain_core::{ErrorKind, LeaseToken, PortError};
 use tokio::sync::Mutex;
 
+/// How to connect one kind of store.
+pub(crate) trait Connect: Send + Sync + 'static {
+    /// The connected store.
+    type Store: LeaseStore + ClaimStore + OwnerClaims + Clone + Send + Sync + 'static;
+    /// Its name in logs.
+    const NAME: &'static str;
+    /// What connecting did, for the log line.
+    const READY: &'static str;
+    /// Connect, reporting round trips to `observer`.
+    fn connect(&self, observer: Arc<dyn Observer>) -> impl Future<Output = Result<Self::Store, PortError>> + Send;
+}
+
+impl Connect for RedisConfig {
+    type Store = RedisStore;
+    const NAME: &'static str = "Redis";
+    const READY: &'static str = "scripts loaded";
+    async fn connect(&self, observer: Arc<dyn Observer>) -> Result<RedisStore, PortError> {
+        Ok(RedisStore::connect(self.clone()).await?.with_observer(observer))
+    }
+}
+
+impl Connect for PostgresConfig {
+    type Store = PostgresStore;
+    const NAME: &'static str = "PostgreSQL";
+    const READY: &'static str = "schema checked, statements prepared";
+    async fn connect(&self, observer: Arc<dyn Observer>) -> Result<PostgresStore, PortError> {
+        Ok(PostgresStore::connect(self.clone()).await?.with_observer(observer))
+    }
+}
+
+/// Redis, connected on first use.
+pub(crate) type LazyRedis = LazyStore<RedisConfig>;
+/// PostgreSQL, connected on first use.
+pub(crate) type LazyPostgres = LazyStore<PostgresConfig>;
+
 /// Connects on the first call; a failed connect fails that call with a temporary
 /// error, and calls within `retry_every` after it fail at once with the same error;
 /// the first call after that tries again.
-pub(crate) struct LazyRedis {
-    config: RedisConfig,
+pub(crate) struct LazyStore<C: Connect> {
+    config: C,
     shown: String,
     observer: Arc<dyn Observer>,
-    state: Mutex<State>,
+    state: Mutex<State<C::Store>>,
     retry_every: Duration,
 }
 
-struct State {
-    store: Option<RedisStore>,
+struct State<S> {
+    store: Option<S>,
     last_attempt: Option<tokio::time::Instant>,
     last_error: Option<PortError>,
 }
 
-impl LazyRedis {
-    pub(crate) fn new(config: RedisConfig, shown: String, observer: Arc<dyn Observer>) -> Self {
-        LazyRedis {
+impl<C: Connect> LazyStore<C> {
+    pub(crate) fn new(config: C, shown: String, observer: Arc<dyn Observer>) -> Self {
+        LazyStore {
             config,
             shown,
             observer,
@@ -44,7 +81,7 @@ impl LazyRedis {
     }
 
     /// The connected store, connecting now if due.
-    pub(crate) async fn store(&self) -> Result<RedisStore, PortError> {
+    pub(crate) async fn store(&self) -> Result<C::Store, PortError> {
         let mut s = self.state.lock().await;
         if let Some(store) = &s.store {
             return Ok(store.clone());
@@ -53,22 +90,21 @@ impl LazyRedis {
         if !due {
             return Err(s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected")));
         }
-        let attempt = RedisStore::connect(self.config.clone()).await;
+        let attempt = self.config.connect(self.observer.clone()).await;
         // From the end of the attempt: a connect that waited out its timeout is not
-        // retried by the very next call (a frozen Redis would make every operation
+        // retried by the very next call (a frozen store would make every operation
         // of a tick wait out a connect of its own).
         s.last_attempt = Some(tokio::time::Instant::now());
         match attempt {
             Ok(store) => {
-                let store = store.with_observer(self.observer.clone());
-                tracing::info!(redis = %self.shown, "connected to Redis; scripts loaded");
+                tracing::info!(store = %self.shown, "connected to {}; {}", C::NAME, C::READY);
                 s.store = Some(store.clone());
                 s.last_error = None;
                 Ok(store)
             }
             Err(e) => {
                 if s.last_error.is_none() {
-                    tracing::warn!(redis = %self.shown, "Redis unavailable ({e}); leases fail open, claims fail closed, retrying");
+                    tracing::warn!(store = %self.shown, "{} unavailable ({e}); leases fail open, claims fail closed, retrying", C::NAME);
                 }
                 s.last_error = Some(e.clone());
                 Err(e)
@@ -83,7 +119,7 @@ impl LazyRedis {
 }
 
 #[async_trait]
-impl LeaseStore for LazyRedis {
+impl<C: Connect> LeaseStore for LazyStore<C> {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.store().await?.acquire(lease, token, ttl).await
     }
@@ -99,7 +135,7 @@ impl LeaseStore for LazyRedis {
 }
 
 #[async_trait]
-impl OwnerClaims for LazyRedis {
+impl<C: Connect> OwnerClaims for LazyStore<C> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
         if owners.is_empty() {
             return Ok(Vec::new());
@@ -109,7 +145,7 @@ impl OwnerClaims for LazyRedis {
 }
 
 #[async_trait]
-impl ClaimStore for LazyRedis {
+impl<C: Connect> ClaimStore for LazyStore<C> {
     async fn claim_batch(
         &self,
         queue: &str,
