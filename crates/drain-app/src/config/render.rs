@@ -29,11 +29,12 @@ pub(crate) fn flags_markdown() -> String {
          below the floor or above the ceiling -> clamped with a warning.\n\n",
     );
     out.push_str(
-        "URLs (`DRAIN_REDIS_URL`: `redis://`, `rediss://`; `DRAIN_SOURCE_URL`, `DRAIN_TARGET_URL`: `amqp://`, \
-         `amqps://`, `Endpoint=`): unset -> the embedded default. Any other value must start with one of \
-         those; anything else, blank included, is fatal: `drain` exits 2 with one line naming the variable \
-         (the value redacted), because falling back to the embedded default would quietly turn a fleet-wide \
-         lease or claim into a per-process one.\n\n",
+        "URLs (`DRAIN_STORE_URL`: `redis://`, `rediss://`, `postgres://`, `postgresql://`; `DRAIN_REDIS_URL`: \
+         `redis://`, `rediss://`; `DRAIN_SOURCE_URL`, `DRAIN_TARGET_URL`: `amqp://`, `amqps://`, `Endpoint=`): \
+         unset -> the embedded default. Any other value must start with one of those; anything else, blank \
+         included, is fatal: `drain` exits 2 with one line naming the variable (the value redacted), because \
+         falling back to the embedded default would quietly turn a fleet-wide lease or claim into a per-process \
+         one. So is a PostgreSQL URL that does not parse, and `DRAIN_STORE_URL` and `DRAIN_REDIS_URL` both set.\n\n",
     );
     out.push_str("| variable | type | default | range | owner | description |\n");
     out.push_str("|---|---|---|---|---|---|\n");
