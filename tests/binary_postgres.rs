@@ -170,10 +170,7 @@ fn doctor_prints_the_sql_when_the_schema_is_missing_names_missing_grants_and_lea
     let out = output(on(&app, &["doctor"]), LIMIT);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let shown = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        shown.contains(&format!("FAIL  schema")) && shown.contains(&format!("role {APP} may not create it")),
-        "{shown}"
-    );
+    assert!(shown.contains("FAIL  schema") && shown.contains(&format!("role {APP} may not create it")), "{shown}");
     let create = adapter_postgres::schema_sql("drain").expect("schema sql");
     let grants = adapter_postgres::grant_sql("drain", APP).expect("grant sql");
     assert!(shown.contains(create.trim_end()) && shown.contains(grants.trim_end()), "the SQL to run, whole:\n{shown}");
@@ -215,7 +212,9 @@ fn doctor_prints_the_sql_when_the_schema_is_missing_names_missing_grants_and_lea
 #[test]
 fn both_urls_an_unknown_scheme_or_a_bad_url_is_one_line_and_exit_2() {
     let bad = format!("postgres://drain:{PASSWORD}@127.0.0.1:notaport/app");
-    let cases: [(&[(&str, &str)], &[&str]); 3] = [
+    /// The environment, and what the one line of stderr must name.
+    type Case<'a> = (&'a [(&'a str, &'a str)], &'a [&'a str]);
+    let cases: [Case<'_>; 3] = [
         (
             &[("DRAIN_STORE_URL", "postgres://127.0.0.1/app"), ("DRAIN_REDIS_URL", "redis://127.0.0.1:1")],
             &["DRAIN_STORE_URL", "DRAIN_REDIS_URL", "both"],
