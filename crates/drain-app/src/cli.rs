@@ -39,15 +39,18 @@ pub(crate) enum Command {
         SERVICEBUS_DRAIN_SINGLEFLIGHT=on drain run       # overlapping ticks skip\n  \
         drain run --once                                 # one tick, one JSON line\n  \
         drain run --owners 200                           # plus claim-aware owner drains\n  \
-        DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain run --resident")]
+        DRAIN_STORE_URL=redis://127.0.0.1:6379 drain run --resident\n  \
+        DRAIN_STORE_URL=postgres://drain_app:PASSWORD@127.0.0.1/app drain run --once")]
     Run(crate::commands::run::RunArgs),
-    /// List leases, fences and claims with holder and TTL (SCAN, never KEYS).
+    /// List leases, fences and claims with holder and TTL (on Redis by SCAN, never KEYS).
     #[command(after_help = "Examples:\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain leases\n  \
+        DRAIN_STORE_URL=postgres://drain_app:PASSWORD@127.0.0.1/app drain leases\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 DRAIN_KEY_PREFIX=tenant-a drain leases --json")]
     Leases(crate::commands::leases::LeasesArgs),
-    /// Check connectivity, round-trip time, config warnings, and every Redis right and
-    /// operation a subcommand needs (`--for run|owners|leases`).
+    /// Check connectivity, round-trip time, config warnings, and every store right and
+    /// operation a subcommand needs (`--for run|owners|leases`; on PostgreSQL the schema
+    /// and the role's rights, read only).
     #[command(after_help = "Examples:\n  \
         drain doctor\n  \
         DRAIN_REDIS_URL=redis://drain:secret@127.0.0.1:6379 drain doctor\n  \

@@ -325,3 +325,29 @@ fn the_binarys_defaults_are_the_cores() {
     assert_eq!(c.tick_config("q"), TickConfig::new("q"));
     assert_eq!(c.scheduler_config(), SchedulerConfig::default());
 }
+
+#[test]
+fn the_store_url_picks_the_store_by_scheme() {
+    let c = load(&[("DRAIN_STORE_URL", "postgresql://app:pg-topsecret@db:5432/app")]).config;
+    assert!(c.redis_url.is_none());
+    assert_eq!(c.postgres_url.as_ref().map(Secret::expose), Some("postgresql://app:pg-topsecret@db:5432/app"));
+    assert!(c.secret_parts().contains(&"pg-topsecret".to_owned()), "the panic hook masks it");
+    let c = load(&[("DRAIN_STORE_URL", "rediss://:pw@h:6380")]).config;
+    assert_eq!(
+        (c.redis_url.as_ref().map(Secret::expose), c.postgres_url.is_none()),
+        (Some("rediss://:pw@h:6380"), true)
+    );
+    let c = load(&[("DRAIN_REDIS_URL", "redis://h:6379")]).config;
+    assert!(c.redis_url.is_some() && c.postgres_url.is_none(), "the older name still selects Redis");
+
+    let both = [("DRAIN_STORE_URL", "postgres://h/app"), ("DRAIN_REDIS_URL", "redis://h")];
+    let e = resolve(&env(&both), None, "h").unwrap_err().to_string();
+    assert!(e.contains("DRAIN_STORE_URL") && e.contains("DRAIN_REDIS_URL") && !e.contains('\n'), "{e}");
+    // Both set is fatal even when one comes from the file.
+    let file = env(&[("DRAIN_REDIS_URL", "redis://h")]);
+    assert!(resolve(&env(&both[..1]), Some(&file), "h").is_err());
+    for bad in ["mysql://h/app", "postgres://app:pg-topsecret@h:notaport/app"] {
+        let e = resolve(&env(&[("DRAIN_STORE_URL", bad)]), None, "h").unwrap_err().to_string();
+        assert!(e.starts_with("DRAIN_STORE_URL=") && !e.contains("pg-topsecret") && !e.contains('\n'), "{e}");
+    }
+}
