@@ -237,7 +237,7 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
     assert!(settings.len() >= 20, "{settings:?}");
     let is_url = |ty: &str| ty.starts_with("url");
     let urls: Vec<&str> = settings.iter().filter(|(_, ty)| is_url(ty)).map(|(n, _)| n.as_str()).collect();
-    assert_eq!(urls, ["DRAIN_REDIS_URL", "DRAIN_SOURCE_URL", "DRAIN_TARGET_URL"]);
+    assert_eq!(urls, ["DRAIN_STORE_URL", "DRAIN_REDIS_URL", "DRAIN_SOURCE_URL", "DRAIN_TARGET_URL"]);
 
     const SECRET: &str = "Garbage-Pw-3";
     let garbage =
