@@ -286,6 +286,14 @@ fn drain_owners_says_plainly_that_its_backlogs_need_redis() {
 #[test]
 fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains() {
     let Some(pg) = postgres() else { return };
+    create_schema(&pg);
+    // PostgreSQL keeps expired claims as rows: `drain run` purges them, and only them.
+    sql(
+        &pg,
+        "INSERT INTO drain.claims (prefix, queue, id_type, id, done, expires_at) VALUES \
+         ('drain', 'old', 'string', convert_to('expired', 'UTF8'), true, now() - interval '1 hour'), \
+         ('drain', 'old', 'string', convert_to('live', 'UTF8'), true, now() + interval '1 hour')",
+    );
     let port = free_port();
     let url = url_with_password(&pg, "postgres", PASSWORD);
     let mut cmd = on(&url, &["run", "--owners", "5"]);
@@ -311,8 +319,14 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
         std::thread::sleep(Duration::from_millis(200));
     }
     assert!(owners().unwrap_or(0) > 0, "owner claims in PostgreSQL:\n{}", run.log());
+    let old = || value(&pg, "SELECT string_agg(convert_from(id, 'UTF8'), ',') FROM drain.claims WHERE queue = 'old'");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while old().as_deref() != Some("live") && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(old().as_deref(), Some("live"), "the expired claim was purged, the live one stays");
     let body = scrape(port);
-    for op in ["acquire", "release", "claim_batch", "settle_batch"] {
+    for op in ["acquire", "release", "claim_batch", "settle_batch", "purge_expired"] {
         let n = metric(&body, &format!("drain_redis_op_duration_seconds_count{{op=\"{op}\"}}"));
         assert!(n.unwrap_or(0.0) >= 1.0, "{op} round trips counted: {n:?}\n{body}");
     }
@@ -321,4 +335,21 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
     let log = run.log();
     assert!(!log.contains(PASSWORD), "the password shows in the log");
     assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn a_server_that_is_down_fails_open_and_no_output_shows_the_password() {
+    let url = format!("postgres://drain:{PASSWORD}@127.0.0.1:{}/app", free_port());
+    let mut run = once(&url);
+    run.env("SERVICEBUS_ATOMIC_CLAIM", "off").env("DRAIN_LOG", "trace");
+    let out = output(run, LIMIT);
+    no_password(&out);
+    let r = report(&out);
+    assert_eq!(r["lease"], "fail_open", "the lease fails open: {r}");
+    assert!(text(&out).contains("postgres://drain:***@127.0.0.1"), "named, masked: {}", text(&out));
+    for sub in [&["leases"][..], &["leases", "--json"], &["doctor"]] {
+        let out = output(on(&url, sub), LIMIT);
+        no_password(&out);
+        assert!(!out.status.success(), "{sub:?}: {}", text(&out));
+    }
 }

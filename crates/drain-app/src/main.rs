@@ -15,6 +15,7 @@ mod logging;
 mod observe;
 mod out;
 mod panic_hook;
+mod purge;
 mod report;
 mod simulate;
 

@@ -140,7 +140,14 @@ async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
         std::process::exit(SECOND_SIGNAL_EXIT);
     });
     let owners = args.owners.map(|n| tokio::spawn(owners::run(rt.clone(), n as usize, rx.clone())));
+    let purge = match &rt.backend {
+        compose::Backend::Postgres(store) => Some(tokio::spawn(crate::purge::run(store.clone(), rx.clone()))),
+        _ => None,
+    };
     beat::run(rt, rx, args.resident).await;
+    if let Some(task) = purge {
+        task.abort();
+    }
     if let Some(task) = owners {
         // The driver closes the scheduler, hands off pending intents and awaits running turns.
         let _ = task.await;

@@ -37,6 +37,8 @@ pub(crate) fn needed(mode: Mode, c: &Config) -> Vec<&'static str> {
             if c.atomic_claim.computes() {
                 out.extend(functions::CLAIMS);
             }
+            // `drain run` deletes expired claims now and then.
+            out.extend(functions::PURGE);
         }
         // `drain run --owners N`: owner claims and, claim-aware, their peeks.
         Mode::Owners => {
