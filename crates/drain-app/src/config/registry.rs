@@ -89,7 +89,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "SERVICEBUS_DRAIN_SINGLEFLIGHT",
         Off,
         QUEUE,
-        "Single-flight lease per queue for beat ticks: an overlapping tick skips with `{\"skipped\":\"locked\"}` instead of racing. Off never touches Redis.",
+        "Single-flight lease per queue for beat ticks: an overlapping tick skips with `{\"skipped\":\"locked\"}` instead of racing. Off never touches the store.",
     ),
     int(
         "SERVICEBUS_DRAIN_LOCK_TTL_SECONDS",
@@ -109,7 +109,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "SERVICEBUS_ATOMIC_CLAIM",
         On,
         QUEUE,
-        "Per-message claim before submit so a message is submitted once across overlapping ticks, resident consumers and redeliveries. Fails closed: a Redis error abandons, never submits.",
+        "Per-message claim before submit so a message is submitted once across overlapping ticks, resident consumers and redeliveries. Fails closed: a store error abandons, never submits.",
     ),
     int(
         "SERVICEBUS_ATOMIC_CLAIM_TTL_SECONDS",
