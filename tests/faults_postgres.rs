@@ -310,9 +310,7 @@ async fn terminated_backends_mid_drain_cost_at_most_one_failed_call_per_cut() {
             (w.server.clone(), w.observer.clone(), renewed_at_last_cut.clone(), cut.clone());
         w.target.on_call(call, move || {
             let rows = lock(&server)
-                .sql(
-                    "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'drain'",
-                )
+                .sql("SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'drain'")
                 .expect("pg_terminate_backend");
             assert!(!rows.is_empty(), "the store's connections were cut");
             lock(&cut).push(rows.into_iter().filter_map(|r| r.into_iter().next().flatten()).collect());

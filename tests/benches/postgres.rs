@@ -107,10 +107,8 @@ impl Client {
                 let (token, holder) = (task.token.as_str(), task.token.holder());
                 let ttl = i64::try_from(TTL.as_micros()).unwrap_or(i64::MAX);
                 let (client, acquire, _) = hand.pick();
-                let row = client
-                    .query_one(acquire, &[&PREFIX, &kind, &name, &token, &holder, &ttl])
-                    .await
-                    .expect("acquire");
+                let row =
+                    client.query_one(acquire, &[&PREFIX, &kind, &name, &token, &holder, &ttl]).await.expect("acquire");
                 assert!(row.get::<_, bool>(0), "acquired");
                 let (client, _, release) = hand.pick();
                 let row = client.query_one(release, &[&PREFIX, &kind, &name, &token]).await.expect("release");

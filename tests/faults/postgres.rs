@@ -50,14 +50,4 @@ impl World {
         let store = PostgresStore::connect(config(&server)).await.expect("connect to the private PostgreSQL");
         World::with(server, store, messages, delay)
     }
-
-    /// Backends of drain's store (its connections name themselves `drain`) ended by
-    /// `pg_terminate_backend`; how many.
-    pub(crate) fn terminate_store_backends(&self) -> usize {
-        let rows = self
-            .server()
-            .sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'drain'")
-            .expect("pg_terminate_backend");
-        rows.len()
-    }
 }
