@@ -8,17 +8,22 @@
 //!   connected the same way, the same two statements prepared on each, each call
 //!   on the next client round robin, with the same parameters; no timeouts, no
 //!   reconnects, no error mapping: the floor of what this client allows;
+//! * `hand_written_timed` — the same loop with each call under a Tokio timeout, as
+//!   the adapter bounds every call: what the timers cost;
 //! * `redis_adapter` — `RedisStore` on a private redis-server, for scale.
 //!
 //! Each task cycles on a lease of its own. The machine is shared, so each
 //! (client, tasks) pair is measured in many rounds, and within a round the clients
-//! alternate in short slices (a 5 ms warm-up, then a timed slice), each round
-//! starting with another client, so that all of them meet the same noise; the
+//! alternate in short slices (a 10 ms warm-up, then a timed slice), each round in
+//! another order (rotated, and reversed every other round, so that each client
+//! follows each other one equally often), so that all of them meet the same noise; the
 //! median round is reported, and each ratio is the median of the per-round ratios,
 //! with its spread: the interquartile range of those ratios over their median (and
-//! their full range). `ci` length (the default): 5 rounds of 3 slices of 20 ms;
-//! `--full`: 21 rounds of 8 slices of 30 ms. The goal: the adapter at ≥ 0.9x the
-//! hand-written loop at 1 and 16 tasks.
+//! their full range). A PostgreSQL cycle (two write transactions) takes ten times a
+//! Redis one, so the slices are longer than the Redis bench's, for enough cycles per
+//! slice: `ci` length (the default): 5 rounds of 3 slices of 30 ms; `--full`: 21
+//! rounds of 6 slices of 80 ms (about a minute and a half in all). The goal: the adapter at
+//! ≥ 0.9x the hand-written loop at 1 and 16 tasks.
 //!
 //! Then the server's own count (`pg_stat_statements`) of drain's statements is
 //! checked against the cycles the clients counted: one `acquire` and one `release`
@@ -40,7 +45,7 @@ use drain_core::ports::{Acquire, LeaseName, LeaseStore, Release};
 use drain_core::testkit::TestRng;
 use test_servers::{PostgresServer, RedisServer};
 
-const WARMUP: Duration = Duration::from_millis(5);
+const WARMUP: Duration = Duration::from_millis(10);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 /// The prefix every client's rows carry (the adapter's default).
@@ -86,6 +91,9 @@ impl Hand {
 enum Client {
     Adapter(PostgresStore),
     HandWritten(Arc<Hand>),
+    /// The hand-written loop with each call under a timeout, as the adapter bounds
+    /// each call: what the timers cost.
+    HandTimed(Arc<Hand>),
     Redis(RedisStore),
 }
 
@@ -94,6 +102,7 @@ impl Client {
         match self {
             Client::Adapter(_) => "adapter",
             Client::HandWritten(_) => "hand_written",
+            Client::HandTimed(_) => "hand_written_timed",
             Client::Redis(_) => "redis_adapter",
         }
     }
@@ -102,6 +111,25 @@ impl Client {
         match self {
             Client::Adapter(store) => lease_cycle(store, task).await,
             Client::Redis(store) => lease_cycle(store, task).await,
+            Client::HandTimed(hand) => {
+                let (kind, name) = (task.key.kind().as_str(), task.key.name());
+                let (token, holder) = (task.token.as_str(), task.token.holder());
+                let ttl = i64::try_from(TTL.as_micros()).unwrap_or(i64::MAX);
+                let d = Duration::from_secs(1);
+                let (client, acquire, _) = hand.pick();
+                let row =
+                    tokio::time::timeout(d, client.query(acquire, &[&PREFIX, &kind, &name, &token, &holder, &ttl]))
+                        .await
+                        .expect("in time")
+                        .expect("acquire");
+                assert!(row[0].get::<_, bool>(0), "acquired");
+                let (client, _, release) = hand.pick();
+                let row = tokio::time::timeout(d, client.query(release, &[&PREFIX, &kind, &name, &token]))
+                    .await
+                    .expect("in time")
+                    .expect("release");
+                assert!(row[0].get::<_, bool>(0), "released");
+            }
             Client::HandWritten(hand) => {
                 let (kind, name) = (task.key.kind().as_str(), task.key.name());
                 let (token, holder) = (task.token.as_str(), task.token.holder());
@@ -151,9 +179,9 @@ struct Length {
 impl Length {
     fn from_args() -> Length {
         if std::env::args().any(|a| a == "--full") {
-            Length { name: "full", rounds: 21, slices: 8, run: Duration::from_millis(30) }
+            Length { name: "full", rounds: 21, slices: 6, run: Duration::from_millis(80) }
         } else {
-            Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) }
+            Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(30) }
         }
     }
 }
@@ -256,6 +284,18 @@ fn statement_calls(pg: &PostgresServer) -> (u64, u64, u64) {
     (acquire, release, other)
 }
 
+/// The order of the clients' slices in round `round`: rotated by the round, and
+/// reversed in odd rounds, so that each client follows each other one equally often
+/// (the slice after another server's runs on a PostgreSQL whose backends sat idle:
+/// with a fixed cyclic order one client always met that).
+fn order(round: usize, n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).map(|k| (k + round / 2) % n).collect();
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 fn main() {
     let len = Length::from_args();
     let build = if cfg!(debug_assertions) { "debug" } else { "release" };
@@ -280,7 +320,13 @@ fn main() {
         let store = PostgresStore::connect(PostgresConfig::new(pg.url())).await.expect("connect");
         let hand = Hand::connect(&pg.url(), connections).await;
         let redis_store = RedisStore::connect(RedisConfig::new(redis.url())).await.expect("connect to redis");
-        let clients = [Client::Adapter(store), Client::HandWritten(Arc::new(hand)), Client::Redis(redis_store)];
+        let hand = Arc::new(hand);
+        let clients = [
+            Client::Adapter(store),
+            Client::HandWritten(hand.clone()),
+            Client::HandTimed(hand),
+            Client::Redis(redis_store),
+        ];
         // `cargo bench --bench postgres -- adapter hand_written` runs only those clients.
         let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
         let clients: Vec<Client> =
@@ -292,8 +338,7 @@ fn main() {
             for (t, tasks) in TASKS.into_iter().enumerate() {
                 let mut lat: Vec<Vec<u64>> = vec![Vec::new(); clients.len()];
                 for _ in 0..len.slices {
-                    for k in 0..clients.len() {
-                        let c = (k + round) % clients.len();
+                    for c in order(round, clients.len()) {
                         let (l, cycles) = slice(&clients[c], tasks, len.run).await;
                         lat[c].extend(l);
                         if !matches!(clients[c], Client::Redis(_)) {
@@ -352,7 +397,7 @@ fn main() {
     let (mut ratios, mut spreads) = (Vec::new(), Vec::new());
     for tasks in TASKS {
         let Some(adapter) = per_round("adapter", tasks) else { continue };
-        for other in ["hand_written", "redis_adapter"] {
+        for other in ["hand_written", "hand_written_timed", "redis_adapter"] {
             let Some(base) = per_round(other, tasks) else { continue };
             let each: Vec<f64> = adapter.iter().zip(base).map(|(a, b)| a.per_sec / b.per_sec.max(1.0)).collect();
             let (ratio, iqr, lo, hi) = spread(&each);
