@@ -98,9 +98,9 @@ async fn postgres_killed_while_the_acquire_is_in_flight_fails_open() {
 /// Killed from inside a slow submit, after the batch's claims were taken: the
 /// claimed batch is still submitted (it holds its claims); settling it fails, a
 /// failed claim store ends the receiving, the release fails and is counted; after
-/// a restart the lease our tick left is still there (a row), so ticks are skipped
-/// until its TTL frees it, and everything else goes through once, the claims of the
-/// submitted batch still pending for us and taken again by the next holder.
+/// a restart the lease our tick left is still a row until its TTL frees it, every
+/// later fence is larger than the one before the kill, and everything else goes
+/// through once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_mid_drain_submits_only_what_was_claimed() {
     let Some(mut w) = World::new(15, Duration::from_millis(20)).await else { return };
