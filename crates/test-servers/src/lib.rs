@@ -65,7 +65,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 pub use pgwire::Row;
-pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer};
+pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer, SqlHandle};
 pub use resp::Reply;
 
 /// How long a server may take to answer its first `PING`.
@@ -519,19 +519,28 @@ fn signal(pid: u32, sig: &str) {
 }
 
 /// Signal `pid` and every child process of it, by their ids: a PostgreSQL
-/// postmaster and its backends (which leave its process group with `setsid`). The
-/// parent first, so it forks no new child meanwhile.
+/// postmaster and its backends (which leave its process group with `setsid`).
+///
+/// For `STOP` and `KILL` the parent is stopped first and its children are listed
+/// once it is, so that it forks no child meanwhile that the list would miss; for
+/// `KILL` the list must also be made before the parent dies, since its children
+/// then pass to another parent: a stopped backend left out would stay stopped,
+/// holding the cluster's shared memory, and no server could start on the data
+/// directory again.
 pub(crate) fn signal_tree(pid: u32, sig: &str) {
-    signal(pid, sig);
-    if sig == "STOP" {
-        // A child forked just before the parent stopped must be seen: wait
-        // (bounded) until the parent is stopped, then list its children.
+    if sig == "STOP" || sig == "KILL" {
+        signal(pid, "STOP");
+        // Bounded: a parent that is gone already counts as stopped.
         let deadline = Instant::now() + Duration::from_secs(1);
         while !is_stopped(pid) && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(2));
         }
     }
-    for child in children(pid) {
+    let kids = children(pid);
+    if sig != "STOP" {
+        signal(pid, sig);
+    }
+    for child in kids {
         signal(child, sig);
     }
 }

@@ -125,6 +125,14 @@ impl PostgresServer {
         pgwire::query(self.port, user, database, sql, Duration::from_secs(10))
     }
 
+    /// A handle that runs SQL as the superuser from another thread, while the
+    /// server itself is borrowed elsewhere (a test transaction that holds a lock
+    /// while the test goes on).
+    #[must_use]
+    pub fn sql_handle(&self) -> SqlHandle {
+        SqlHandle { port: self.port }
+    }
+
     /// Kill the server and its backends at once (SIGKILL to each) and
     /// reap it. Does nothing when not running.
     pub fn kill(&mut self) {
@@ -267,6 +275,23 @@ impl PostgresServer {
     }
 }
 
+/// Runs SQL on a [`PostgresServer`]'s port as the superuser in database
+/// `postgres`; see [`PostgresServer::sql_handle`].
+#[derive(Debug, Clone)]
+pub struct SqlHandle {
+    port: u16,
+}
+
+impl SqlHandle {
+    /// As [`PostgresServer::sql`], with `timeout` for the whole exchange.
+    ///
+    /// # Errors
+    /// As [`PostgresServer::sql`].
+    pub fn sql(&self, sql: &str, timeout: Duration) -> io::Result<Vec<Row>> {
+        pgwire::query(self.port, PG_SUPERUSER, "postgres", sql, timeout)
+    }
+}
+
 impl Drop for PostgresServer {
     fn drop(&mut self) {
         self.kill();
@@ -356,6 +381,31 @@ mod tests {
         assert_eq!(passwd_ids(passwd, "postgres"), Some((101, 104)));
         assert_eq!(passwd_ids(passwd, "nobody"), None);
         assert_eq!(passwd_ids("postgres:x:oops", "postgres"), None);
+    }
+
+    /// Killed while paused: the stopped backends die with the postmaster (none is
+    /// left stopped, passed to another parent, holding the shared memory), and the
+    /// server starts again on its data directory.
+    #[test]
+    fn a_paused_server_can_be_killed_and_restarted() {
+        let Some(mut pg) = PostgresServer::start() else { return };
+        pg.sql("CREATE TABLE t (v int); INSERT INTO t VALUES (7)").expect("setup");
+        let kids = crate::children(pg.pid().expect("running"));
+        assert!(!kids.is_empty(), "a postmaster has background processes");
+        pg.pause();
+        pg.kill();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let gone = |k: &u32| {
+            let stat = fs::read_to_string(format!("/proc/{k}/stat")).unwrap_or_default();
+            let state = stat.rfind(')').and_then(|at| stat[at + 1..].trim_start().chars().next());
+            !matches!(state, Some('T' | 'R' | 'S' | 'D'))
+        };
+        while !kids.iter().all(gone) {
+            assert!(Instant::now() < deadline, "backends still alive after the kill: {kids:?}");
+            thread::sleep(Duration::from_millis(20));
+        }
+        pg.restart();
+        assert_eq!(pg.sql("SELECT v FROM t").expect("select"), vec![vec![Some("7".to_owned())]]);
     }
 
     #[test]
