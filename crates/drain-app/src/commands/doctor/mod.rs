@@ -83,7 +83,7 @@ pub(crate) async fn main(args: &DoctorArgs, loaded: Loaded) -> ExitCode {
 
     if c.redis_url.is_none() && c.postgres_url.is_none() {
         r.ok("store", "embedded in-memory store (single process; set DRAIN_STORE_URL for a fleet)");
-    } else if args.mode == Mode::Run && !uses_redis(c) {
+    } else if args.mode == Mode::Run && !uses_store(c) {
         r.ok("store", "drain run sends the store nothing: single-flight and the per-message claim are off");
     } else if let Some(url) = &c.postgres_url {
         postgres::checks(&mut r, args.mode, c, url).await;
@@ -112,7 +112,7 @@ pub(crate) async fn main(args: &DoctorArgs, loaded: Loaded) -> ExitCode {
 }
 
 /// Whether `drain run` talks to the store with these switches.
-pub(crate) fn uses_redis(c: &Config) -> bool {
+pub(crate) fn uses_store(c: &Config) -> bool {
     c.singleflight.computes() || c.atomic_claim.computes()
 }
 
