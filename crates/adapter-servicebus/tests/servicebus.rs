@@ -347,3 +347,51 @@ async fn a_real_namespace_renews_received_locks_automatically_until_settled() {
     source.close().await.unwrap();
     feed.close().await.unwrap();
 }
+
+/// `AmqpSource::park` on Service Bus: the messages that arrived on credit left open
+/// by an early receive are released, so they are available at once (not locked until
+/// their lock runs out) with their delivery count unchanged; nothing that arrives
+/// while parked is locked to the source; the next receive attaches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_source_holds_no_lock_and_its_prefetched_messages_keep_their_delivery_count() {
+    let local = Local::new(QueueConfig::default());
+    let options = SourceOptions { prefetch: 32, ..SourceOptions::default() };
+    let source = AmqpSource::connect(local.endpoint(), options).await.expect("source");
+    // An empty receive returns early with its credit window open: what is sent next
+    // is pushed to this source and locked to it.
+    assert!(source.receive(32, Duration::from_millis(200)).await.expect("receive").is_empty());
+    let ids: Vec<String> = (0..10).map(|i| format!("p-{i}")).collect();
+    for id in &ids {
+        local.broker.send("requests", id.as_bytes(), Some(id));
+    }
+    let stats = settled(&local, (0, 10, 0)).await;
+    assert_eq!((stats.active, stats.locked), (0, 10), "the open credit took every message: {stats:?}");
+
+    assert!(source.park().await, "nothing is handed out: the source parks");
+    let stats = settled(&local, (10, 0, 0)).await;
+    assert_eq!((stats.active, stats.locked), (10, 0), "parked, it holds no lock: {stats:?}");
+    let messages = local.broker.messages("requests", SubQueue::Main);
+    assert!(
+        messages.iter().all(|m| m.delivery_count == 0 && m.lock.is_none()),
+        "released, not abandoned: {messages:?}"
+    );
+    assert_eq!(stats.counters.abandoned + stats.counters.locks_expired, 0, "{stats:?}");
+    for i in 10..20 {
+        local.broker.send("requests", b"later", Some(&format!("p-{i}")));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = local.stats();
+    assert_eq!((stats.active, stats.locked), (20, 0), "nor any sent while it is parked");
+
+    // The next receive attaches again; a source in use does not park.
+    let got = receive_n(&source, 20).await;
+    assert!(got.iter().all(|d| d.delivery_count == 0), "no delivery was counted");
+    assert!(!source.park().await, "deliveries are handed out and not settled: no park");
+    for d in &got {
+        source.complete(d.handle).await.expect("complete after park");
+    }
+    let stats = settled(&local, (0, 0, 0)).await;
+    assert_eq!((stats.active, stats.locked, stats.counters.completed), (0, 0, 20), "{stats:?}");
+    assert!(source.park().await, "settled: it parks again");
+    source.close().await.expect("close");
+}
