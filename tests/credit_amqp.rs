@@ -100,7 +100,7 @@ fn on_service_bus_a_process_that_lost_the_lease_holds_no_lock_between_ticks() {
     servicebus::feed(&b, "requests", &sent);
     let mut cmd = drain();
     cmd.arg("run")
-        .env("DRAIN_LOG", "info,drain::tick=debug")
+        .env("DRAIN_LOG", "info,drain::tick=debug,adapter_servicebus=debug")
         .env("DRAIN_REDIS_URL", server.url())
         .env("DRAIN_SOURCE_URL", servicebus::url(&b, "requests"))
         .env("DRAIN_TARGET_URL", servicebus::url(&b, "work"))
@@ -118,15 +118,17 @@ fn on_service_bus_a_process_that_lost_the_lease_holds_no_lock_between_ticks() {
     let key = "drain:lease:{requests}";
     let foreign = "other-host:00112233445566778899aabbccddeeff";
     assert_eq!(server.command(&["SET", key, foreign, "PX", "600000"]).unwrap(), Reply::Simple("OK".into()));
+    assert!(p.wait_for("tick ended early", Duration::from_secs(30)), "the tick did not lose the lease: {}", p.log());
+    let skipped = p.count("tick skipped");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while p.count("tick skipped") < 3 {
+    while p.count("tick skipped") < skipped + 3 {
         assert!(Instant::now() < deadline, "the ticks did not skip: {}", p.log());
         std::thread::sleep(Duration::from_millis(200));
     }
     let (active, locked) = counts(&b, "requests");
     let moved = counts(&b, "work").0;
     assert!(active > SB_BATCH, "the tick stopped mid-drain ({moved} of {SB_N} moved): {}", p.log());
-    assert_eq!(locked, 0, "a non-holder holds no lock between ticks ({active} available)");
+    assert_eq!(locked, 0, "a non-holder holds no lock between ticks ({active} available): {}", p.log());
     let counted = b.messages("requests", SubQueue::Main).iter().filter(|m| m.delivery_count > 0).count();
     assert!(
         counted <= 2 * SB_BATCH,
