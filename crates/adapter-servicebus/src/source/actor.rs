@@ -365,7 +365,8 @@ impl Actor {
         self.link_lost(err).await;
     }
 
-    /// Hold nothing until the next receive: release the deliveries that arrived and
+    /// Hold nothing until the next receive: on Service Bus drain the open credit
+    /// first ([`Actor::drain_credit`]), then release the deliveries that arrived and
     /// were not handed out, detach the receiver and close its connection (in the
     /// background, bounded), so no credit stays open and every message that was on
     /// its way comes back to the queue (RabbitMQ keeps a detached link's unsettled
