@@ -213,6 +213,10 @@ impl MessageSource for AmqpSource {
         self.auto.abandon(handle).await
     }
 
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.auto.release(handle).await
+    }
+
     async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
         self.auto.dead_letter(handle, reason, description).await
     }
@@ -357,6 +361,16 @@ impl MessageSource for Inner {
         match self.profile {
             Profile::Generic => self.dispose(handle, false).await,
             Profile::ServiceBus => self.settle(handle, Settlement::Abandon).await,
+        }
+    }
+
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        match self.profile {
+            Profile::ServiceBus => self.dispose(handle, false).await,
+            Profile::Generic => Err(PortError::new(
+                ErrorKind::Unsupported,
+                format!("{}: this broker counts a released message as a delivery; abandon it instead", self.what),
+            )),
         }
     }
 
