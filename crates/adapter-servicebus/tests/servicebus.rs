@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Backoff, Endpoint, LockRenewal, Profile, RenewEvent, SourceOptions, SubmitterOptions,
 };
-use drain_core::ErrorKind;
-use drain_core::ports::{Delivery, MessageSource, SubmitContext, Submitter};
-use drain_core::testkit::{contract, message};
+use drain_clock::TokioClock;
+use drain_core::memory::MemoryStore;
+use drain_core::ports::{
+    ClaimState, ClaimStore, Clock, Delivery, MessageId, MessageSource, NoopObserver, SubmitContext, Submitter,
+};
+use drain_core::testkit::{RecordingSubmitter, TestRng, contract, message};
+use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_core::{ErrorKind, LeaseToken};
 use test_servicebus::{Broker, BrokerConfig, MAX_DELIVERY_COUNT_EXCEEDED, QueueConfig, SubQueue};
 
 const WAIT: Duration = Duration::from_secs(2);
@@ -394,4 +399,45 @@ async fn a_parked_source_holds_no_lock_and_its_prefetched_messages_keep_their_de
     assert_eq!((stats.active, stats.locked, stats.counters.completed), (0, 0, 20), "{stats:?}");
     assert!(source.park().await, "settled: it parks again");
     source.close().await.expect("close");
+}
+
+/// A tick that meets a message whose claim another holder has pending gives it back
+/// with `released` on Service Bus: three such ticks (each parking the source after
+/// it, as `drain run` does with the lease) on a queue that dead-letters at two
+/// deliveries leave its copies in the queue with their delivery count at 0 (with
+/// abandon, the second tick would have dead-lettered it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_busy_message_is_released_by_the_tick_and_never_counted() {
+    let local = Local::new(QueueConfig { max_delivery_count: 2, ..QueueConfig::default() });
+    let source = AmqpSource::connect(local.endpoint(), SourceOptions::default()).await.unwrap();
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+    let target = RecordingSubmitter::new(clock.clone() as Arc<dyn Clock>);
+    let mut cfg = TickConfig::new("requests");
+    cfg.max_wait = Duration::from_millis(300);
+    let other = LeaseToken::generate("other-host", &mut TestRng::new(1));
+    let busy = [MessageId::String("busy".into())];
+    let held = store.claim_batch("requests", &busy, &other, Duration::from_secs(600)).await.unwrap();
+    assert_eq!(held, [ClaimState::Claimed], "another holder's claim is pending");
+    for n in 0..3u64 {
+        local.broker.send("requests", b"busy", Some("busy"));
+        local.broker.send("requests", b"free", Some(&format!("free-{n}")));
+        let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).claims(&store);
+        let token = LeaseToken::generate("me", &mut TestRng::new(n + 2));
+        let report = run_tick(&cfg, &ports, &token).await;
+        let stats = report.stats.expect("stats");
+        assert!(stats.submitted >= 1 && stats.abandoned >= 1, "tick {n}: {stats:?}");
+        // Between ticks, as `drain run` with the lease: the released copies that came
+        // back on the open credit are given back too.
+        assert!(source.park().await, "tick {n} left nothing handed out");
+        // The copies of `busy` pile up in the queue (each tick released them all).
+        let copies = settled(&local, (usize::try_from(n + 1).unwrap(), 0, 0)).await;
+        assert_eq!((copies.active, copies.locked, copies.dead_lettered), (n as usize + 1, 0, 0), "{copies:?}");
+    }
+    let left = local.broker.messages("requests", SubQueue::Main);
+    assert!(left.iter().all(|m| m.message_id.as_deref() == Some("busy") && m.delivery_count == 0), "{left:?}");
+    let stats = local.stats();
+    assert_eq!((stats.counters.abandoned, stats.dead_lettered), (0, 0), "released, never abandoned: {stats:?}");
+    assert_eq!(target.submitted_ids(), ["free-0", "free-1", "free-2"]);
+    source.close().await.unwrap();
 }
