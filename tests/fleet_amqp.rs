@@ -347,16 +347,18 @@ fn a_fleet_sigkilled_mid_drain_on_service_bus_delivers_each_message_exactly_once
     let once: BTreeMap<String, u32> = ids.iter().map(|id| (id.clone(), 1)).collect();
     let target = broker.stats("fleet-target").expect("target");
     let dropped = target.counters.duplicates_dropped;
-    assert!(
-        seen == once,
-        "every message exactly once in the target: {} ids, {} copies",
-        seen.len(),
-        seen.values().sum::<u32>()
-    );
+    // Dead letters first: a message missing from the target is most likely there.
     for q in ["fleet-source", "fleet-target"] {
         let dead = broker.messages(q, SubQueue::DeadLetter);
         assert!(dead.is_empty(), "{} dead-lettered in {q}, e.g. {:?}", dead.len(), dead.first());
     }
+    let missing: Vec<&String> = ids.iter().filter(|id| !seen.contains_key(*id)).take(5).collect();
+    assert!(
+        seen == once,
+        "every message exactly once in the target: {} ids, {} copies; missing e.g. {missing:?}",
+        seen.len(),
+        seen.values().sum::<u32>()
+    );
     assert_eq!(left(), (0, 0), "nothing left in the source");
     assert!(
         dropped as usize <= kills.in_flight.len(),
