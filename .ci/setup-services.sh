@@ -3,6 +3,11 @@
 # Idempotent: on a machine where everything is installed it changes nothing.
 #
 #   redis-server, redis-tools  tests and the soak start private redis-servers
+#   postgresql                 adapter-postgres' tests start private PostgreSQL
+#                              servers (test-servers' PostgresServer: initdb into a
+#                              temporary directory, run as the `postgres` user the
+#                              package creates; Debian 12's server ships
+#                              pg_stat_statements)
 #   rabbitmq-server            `cargo xtask test` and `bench` start one private node
 #                              (own ports, data directory, node name, AMQP 1.0
 #                              plugin) per run
@@ -32,6 +37,7 @@ can_venv() { python3 -c 'import venv, ensurepip' >/dev/null 2>&1; }
 missing=()
 have redis-server || missing+=(redis-server)
 have redis-cli || missing+=(redis-tools)
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || have initdb || missing+=(postgresql)
 [[ -x /usr/lib/rabbitmq/bin/rabbitmq-server ]] || missing+=(rabbitmq-server)
 { have promtool && have prometheus; } || missing+=(prometheus)
 have python3 || missing+=(python3)
@@ -42,7 +48,7 @@ if ((${#missing[@]} > 0)); then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
-    log "redis-server, redis-tools, rabbitmq-server, prometheus and python3 with venv are installed"
+    log "redis-server, redis-tools, postgresql, rabbitmq-server, prometheus and python3 with venv are installed"
 fi
 
 compgen -G "/usr/lib/rabbitmq/lib/rabbitmq_server-*/plugins/rabbitmq_amqp1_0-*" >/dev/null \

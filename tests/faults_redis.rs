@@ -37,7 +37,8 @@ use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{ClaimHealth, LeaseStatus};
 use test_servers::{RedisCluster, RedisServer, Reply};
 
-use faults::{KillDuring, Op, REDIS_TIMEOUT, Server, World, answered, lock, stats};
+use faults::redis::{REDIS_TIMEOUT, Server, World};
+use faults::{KillDuring, Op, answered, lock, stats};
 
 // ---------------------------------------------------------------------------------
 // Redis killed

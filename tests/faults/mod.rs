@@ -1,6 +1,16 @@
-//! The fault suite's harness: a real-time clock on Tokio, a recording target with
-//! hooks, one scenario's `World` (a private server, a store, a queue, an observer),
-//! and a store wrapper that kills Redis while a chosen call is in flight.
+//! The fault suites' harness, shared by `faults_redis.rs` and `faults_postgres.rs`:
+//! a real-time clock on Tokio, a recording target with hooks, one scenario's `World`
+//! (a private server, one store on it serving both ports, a queue, an observer), and
+//! a store wrapper that kills the server while a chosen call is in flight. It is
+//! generic over the store and the server ([`FaultServer`]); `redis.rs` and
+//! `postgres.rs` connect a world to each.
+//!
+//! Each test binary uses the half for its own server: the other half is dead code
+//! there.
+#![allow(dead_code)]
+
+pub(crate) mod postgres;
+pub(crate) mod redis;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -9,7 +19,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use adapter_redis::{RedisConfig, RedisStore};
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
 use drain_core::memory::MemorySource;
@@ -21,14 +30,30 @@ use drain_core::testkit::{RecordingObserver, TestRng, message};
 use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
 use drain_core::{LeaseToken, PortError, Switch};
 use drain_e2e::TokioClock;
-use test_servers::RedisServer;
 
 /// The longest one tick may take before the test fails as hung.
 pub(crate) const TICK_BOUND: Duration = Duration::from_secs(20);
-/// The store's connect and response timeouts.
-pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
 
-pub(crate) type Server = Arc<Mutex<RedisServer>>;
+/// What the suites do to a private server, by pid.
+pub(crate) trait FaultServer: Send + 'static {
+    /// SIGKILL (the server and whatever it forked).
+    fn kill(&mut self);
+    /// SIGSTOP: connections stay open, nothing is answered.
+    fn pause(&mut self);
+    /// SIGCONT.
+    fn resume(&mut self);
+    /// Kill and start again on the same port (what survives is the server's business).
+    fn restart(&mut self);
+}
+
+/// A store serving both of the tick's ports, cheap to clone (clones share the
+/// connections).
+pub(crate) trait FaultStore: LeaseStore + ClaimStore + Clone + 'static {}
+
+impl<T: LeaseStore + ClaimStore + Clone + 'static> FaultStore for T {}
+
+/// A server shared with hooks and helper threads.
+pub(crate) type Shared<V> = Arc<Mutex<V>>;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -37,7 +62,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) type Hook = Box<dyn FnOnce() + Send>;
 
 /// The target: records accepted message ids (with the fence), takes `delay` per
-/// submit, and runs a hook at the start of a chosen call (kill Redis, pause it, …).
+/// submit, and runs a hook at the start of a chosen call (kill the server, pause it, …).
 pub(crate) struct Target {
     clock: Arc<TokioClock>,
     delay: Duration,
@@ -76,9 +101,9 @@ impl Submitter for Target {
 
 /// One scenario: a private server, one store on it for the whole test, a queue of
 /// `ids`, the target and the observer.
-pub(crate) struct World {
-    pub(crate) server: Server,
-    pub(crate) store: RedisStore,
+pub(crate) struct World<S, V> {
+    pub(crate) server: Shared<V>,
+    pub(crate) store: S,
     pub(crate) clock: Arc<TokioClock>,
     pub(crate) source: Arc<MemorySource>,
     pub(crate) target: Arc<Target>,
@@ -90,18 +115,10 @@ pub(crate) struct World {
     pub(crate) threads: Vec<JoinHandle<()>>,
 }
 
-impl World {
-    /// `None` when redis-server is not installed (outside CI).
-    pub(crate) async fn new(extra: &[&str], messages: usize, delay: Duration) -> Option<World> {
-        let server = RedisServer::start_with(extra)?;
-        Some(World::on(server, messages, delay).await)
-    }
-
-    /// A world on `server`, with `messages` queued and submits that take `delay`.
-    pub(crate) async fn on(server: RedisServer, messages: usize, delay: Duration) -> World {
-        let store = RedisStore::connect(RedisConfig::new(server.url()).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
-            .await
-            .expect("connect to the private redis-server");
+impl<S: FaultStore, V: FaultServer> World<S, V> {
+    /// A world on `server` and `store` (connected to it), with `messages` queued and
+    /// submits that take `delay`.
+    pub(crate) fn with(server: V, store: S, messages: usize, delay: Duration) -> World<S, V> {
         let clock = Arc::new(TokioClock::new());
         let dyn_clock: Arc<dyn Clock> = clock.clone();
         let source = Arc::new(MemorySource::new(dyn_clock, Duration::from_secs(600)));
@@ -138,7 +155,7 @@ impl World {
         }
     }
 
-    pub(crate) fn server(&self) -> MutexGuard<'_, RedisServer> {
+    pub(crate) fn server(&self) -> MutexGuard<'_, V> {
         lock(&self.server)
     }
 
@@ -269,17 +286,17 @@ pub(crate) enum Op {
 
 /// Delegates to the store; the `nth` call of `op` goes out while the server is
 /// frozen, and the server is SIGKILLed 100 ms later, so the request is sent and its
-/// answer never comes: Redis dies *during* the operation.
-pub(crate) struct KillDuring {
-    store: RedisStore,
-    server: Server,
+/// answer never comes: the server dies *during* the operation.
+pub(crate) struct KillDuring<S, V> {
+    store: S,
+    server: Shared<V>,
     op: Op,
     nth: usize,
     seen: Mutex<BTreeMap<&'static str, usize>>,
 }
 
-impl KillDuring {
-    pub(crate) fn new(store: RedisStore, server: Server, op: Op, nth: usize) -> Self {
+impl<S: FaultStore, V: FaultServer> KillDuring<S, V> {
+    pub(crate) fn new(store: S, server: Shared<V>, op: Op, nth: usize) -> Self {
         KillDuring { store, server, op, nth, seen: Mutex::new(BTreeMap::new()) }
     }
 
@@ -314,7 +331,7 @@ fn op_name(op: Op) -> &'static str {
 }
 
 #[async_trait]
-impl LeaseStore for KillDuring {
+impl<S: FaultStore, V: FaultServer> LeaseStore for KillDuring<S, V> {
     async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.call(Op::Acquire, self.store.acquire(key, token, ttl)).await
     }
@@ -330,7 +347,7 @@ impl LeaseStore for KillDuring {
 }
 
 #[async_trait]
-impl ClaimStore for KillDuring {
+impl<S: FaultStore, V: FaultServer> ClaimStore for KillDuring<S, V> {
     async fn claim_batch(
         &self,
         queue: &str,
@@ -351,7 +368,7 @@ impl ClaimStore for KillDuring {
     }
 }
 
-impl World {
+impl<S: FaultStore, V: FaultServer> World<S, V> {
     /// As [`World::assert_exactly_once`] when redeliveries were pushed as well.
     #[track_caller]
     pub(crate) fn assert_exactly_once_allowing_redeliveries(&self) {

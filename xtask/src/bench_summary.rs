@@ -23,6 +23,7 @@ pub(crate) fn render(dir: &Path, fresh: &[String]) -> String {
         match name.as_str() {
             "scheduler.json" => scheduler(&mut out, &v),
             "redis.json" => redis(&mut out, &v),
+            "postgres.json" => postgres(&mut out, &v),
             "amqp.json" => amqp(&mut out, &v),
             "owners.json" => owners(&mut out, &v),
             "idle.json" => idle(&mut out, &v),
@@ -89,6 +90,43 @@ fn redis(out: &mut String, v: &Value) {
         num(v, "/length"),
         num(v, "/build")
     );
+    lease_cycles(out, v);
+    let _ = writeln!(out, "  redis commands per operation       commands  round trips  specified");
+    for row in v["commands"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "    {:<30}{:>10}{:>13}{:>11}",
+            num(row, "/op"),
+            num(row, "/commands_per_op"),
+            num(row, "/round_trips_per_op"),
+            num(row, "/specified_round_trips")
+        );
+    }
+}
+
+fn postgres(out: &mut String, v: &Value) {
+    let _ = writeln!(
+        out,
+        "  postgres lease cycles/s (postgres.json, {}, {} connections, {} length, {} build; goal: {})",
+        num(v, "/server"),
+        num(v, "/connections"),
+        num(v, "/length"),
+        num(v, "/build"),
+        num(v, "/goal")
+    );
+    lease_cycles(out, v);
+    let _ = writeln!(
+        out,
+        "    server-side calls: acquire {}, release {}, other {} for {} cycles",
+        num(v, "/statement_calls/acquire"),
+        num(v, "/statement_calls/release"),
+        num(v, "/statement_calls/other"),
+        num(v, "/statement_calls/cycles")
+    );
+}
+
+/// The clients' cycles/s at 1 and 16 tasks and the ratios with their spread.
+fn lease_cycles(out: &mut String, v: &Value) {
     let _ = writeln!(out, "    {:<28}{:>10}{:>10}", "client", "1 task", "16 tasks");
     let rows = v["results"].as_array().cloned().unwrap_or_default();
     let mut clients: Vec<String> = Vec::new();
@@ -109,17 +147,6 @@ fn redis(out: &mut String, v: &Value) {
         let spread = v.pointer(&format!("/ratio_spread/{ratio}/iqr_over_median")).and_then(Value::as_f64);
         let spread = spread.map_or_else(|| "-".to_owned(), |s| format!("{:.1} %", s * 100.0));
         let _ = writeln!(out, "    {ratio}: {x} (spread {spread})");
-    }
-    let _ = writeln!(out, "  redis commands per operation       commands  round trips  specified");
-    for row in v["commands"].as_array().into_iter().flatten() {
-        let _ = writeln!(
-            out,
-            "    {:<30}{:>10}{:>13}{:>11}",
-            num(row, "/op"),
-            num(row, "/commands_per_op"),
-            num(row, "/round_trips_per_op"),
-            num(row, "/specified_round_trips")
-        );
     }
 }
 
@@ -243,6 +270,10 @@ mod tests {
                 "load.json",
                 r#"{"seconds":60,"ok":true,"rss_kib":{"start":10436,"warm":16028,"end":16496,"bound":32412},"per_op":{"ticks":{"acquire":{"calls":59561,"round_trips_per_call":1.0,"commands_sent_per_call":1.0}}}}"#,
             ),
+            (
+                "postgres.json",
+                r#"{"server":"postgresql 15.20","connections":4,"goal":"adapter >= 0.9x hand_written","results":[{"client":"hand_written","tasks":1,"cycles_per_sec":4321},{"client":"hand_written","tasks":16,"cycles_per_sec":9876}],"ratios":{"adapter_vs_hand_written_16_tasks":0.97},"ratio_spread":{"adapter_vs_hand_written_16_tasks":{"iqr_over_median":0.052}},"statement_calls":{"acquire":77,"release":77,"other":0,"cycles":77}}"#,
+            ),
             ("amqp.json", r#"{"skipped":"RabbitMQ does not answer"}"#),
             (
                 "idle.json",
@@ -273,6 +304,11 @@ mod tests {
             "0.125",
             "9100",
             "broken.json: not valid JSON",
+            "postgresql 15.20, 4 connections",
+            "4321",
+            "9876",
+            "adapter_vs_hand_written_16_tasks: 0.97 (spread 5.2 %)",
+            "acquire 77, release 77, other 0 for 77 cycles",
         ] {
             assert!(out.contains(want), "{want:?} missing from:\n{out}");
         }

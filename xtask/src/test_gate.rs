@@ -15,9 +15,10 @@ use crate::util::{GateResult, Outcome, cargo, run};
 
 /// The programs the tests run (each from the package the setup script installs;
 /// `python3` makes the venv of the Service Bus SDK check, whose `python3-venv` the
-/// script installs too).
-pub(crate) const PROGRAMS: [&str; 6] =
-    ["redis-server", "redis-cli", "rabbitmq-server", "prometheus", "promtool", "python3"];
+/// script installs too; `initdb` stands for Debian's `postgresql`, whose server
+/// binaries live in `/usr/lib/postgresql/<major>/bin`).
+pub(crate) const PROGRAMS: [&str; 7] =
+    ["redis-server", "redis-cli", "initdb", "rabbitmq-server", "prometheus", "promtool", "python3"];
 
 /// Run the gate.
 pub(crate) fn run_gate() -> GateResult {

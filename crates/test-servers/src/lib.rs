@@ -1,6 +1,6 @@
 //! # test-servers
 //!
-//! Private `redis-server` processes for tests and benchmarks: one standalone server
+//! Private `redis-server` and PostgreSQL processes for tests and benchmarks: one standalone server
 //! ([`RedisServer`]) or a Redis Cluster of N masters ([`RedisCluster`]), each on free
 //! loopback ports, with nothing persisted, in a temporary directory of its own that
 //! is removed on drop. The shared server on 6379 is never touched.
@@ -32,8 +32,27 @@
 //! port, same directory). [`RedisServer::command`] speaks RESP over a fresh TCP
 //! connection (authenticating with `--requirepass` when it was given), for
 //! `INFO commandstats`, `SCRIPT FLUSH` and other test setup.
+//!
+//! [`PostgresServer`] is a private PostgreSQL the same way: `initdb` into a
+//! temporary directory (trust authentication on loopback), `postgres` itself as the
+//! child on a free port (`fsync=off`, `pg_stat_statements` preloaded), run as the
+//! `postgres` system user when the tests run as root (PostgreSQL refuses root).
+//! [`PostgresServer::sql`] runs setup SQL over the wire protocol, without a client
+//! library; kill, stop, pause/resume (its whole process group) and restart on the
+//! same port and data directory, where what was committed survives. It skips and
+//! fails exactly as `RedisServer` does when PostgreSQL is missing:
+//!
+//! ```no_run
+//! # fn demo() {
+//! let Some(pg) = test_servers::PostgresServer::start() else { return };
+//! pg.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").expect("setup");
+//! println!("talk to {}", pg.url());
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 
+mod pgwire;
+mod postgres;
 mod resp;
 
 use std::fs::{self, File};
@@ -45,6 +64,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+pub use pgwire::Row;
+pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer, SqlHandle};
 pub use resp::Reply;
 
 /// How long a server may take to answer its first `PING`.
@@ -54,7 +75,7 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Whether this build runs in CI (read when this crate is compiled).
-const IN_CI: bool = option_env!("CI").is_some();
+pub(crate) const IN_CI: bool = option_env!("CI").is_some();
 
 /// The message a CI build panics with when `redis-server` is missing.
 pub const MISSING_IN_CI: &str = "redis-server not found: .ci/run installs it";
@@ -179,7 +200,7 @@ impl RedisServer {
     /// server is stopped: a frozen process ignores the polite stop and is killed.
     #[must_use]
     pub fn freezer(&self) -> Freezer {
-        Freezer { pids: self.pid().into_iter().collect() }
+        Freezer { pids: self.pid().into_iter().collect(), tree: false }
     }
 
     /// Kill the process if it runs, then start a new one on the same port and
@@ -388,7 +409,7 @@ impl RedisCluster {
     /// A handle that freezes and thaws every node at once.
     #[must_use]
     pub fn freezer(&self) -> Freezer {
-        Freezer { pids: self.nodes.iter().filter_map(RedisServer::pid).collect() }
+        Freezer { pids: self.nodes.iter().filter_map(RedisServer::pid).collect(), tree: false }
     }
 
     /// Sum of `INFO commandstats` calls per command over every node.
@@ -410,21 +431,23 @@ impl RedisCluster {
 /// [`RedisCluster`] by their pids: connections stay open and nothing is answered.
 #[derive(Debug, Clone)]
 pub struct Freezer {
-    pids: Vec<u32>,
+    pub(crate) pids: Vec<u32>,
+    /// Signal each pid's children too (a [`PostgresServer`]'s backends).
+    pub(crate) tree: bool,
 }
 
 impl Freezer {
     /// Freeze every process.
     pub fn freeze(&self) {
         for &pid in &self.pids {
-            signal(pid, "STOP");
+            if self.tree { signal_tree(pid, "STOP") } else { signal(pid, "STOP") }
         }
     }
 
     /// Thaw every process.
     pub fn thaw(&self) {
         for &pid in &self.pids {
-            signal(pid, "CONT");
+            if self.tree { signal_tree(pid, "CONT") } else { signal(pid, "CONT") }
         }
     }
 }
@@ -495,6 +518,60 @@ fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// Signal `pid` and every child process of it, by their ids: a PostgreSQL
+/// postmaster and its backends (which leave its process group with `setsid`).
+///
+/// For `STOP` and `KILL` the parent is stopped first and its children are listed
+/// once it is, so that it forks no child meanwhile that the list would miss; for
+/// `KILL` the list must also be made before the parent dies, since its children
+/// then pass to another parent: a stopped backend left out would stay stopped,
+/// holding the cluster's shared memory, and no server could start on the data
+/// directory again.
+pub(crate) fn signal_tree(pid: u32, sig: &str) {
+    if sig == "STOP" || sig == "KILL" {
+        signal(pid, "STOP");
+        // Bounded: a parent that is gone already counts as stopped.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !is_stopped(pid) && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let kids = children(pid);
+    if sig != "STOP" {
+        signal(pid, sig);
+    }
+    for child in kids {
+        signal(child, sig);
+    }
+}
+
+/// Whether process `pid` does nothing more: stopped (state `T` in
+/// `/proc/<pid>/stat`), exited and not yet reaped (`Z`, `X`), or gone.
+pub(crate) fn is_stopped(pid: u32) -> bool {
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let state = stat.rfind(')').and_then(|at| stat[at + 1..].trim_start().chars().next());
+    matches!(state, Some('T' | 'Z' | 'X'))
+}
+
+/// The ids of the processes whose parent is `pid`, from `/proc/<id>/stat`.
+pub(crate) fn children(pid: u32) -> Vec<u32> {
+    let Ok(entries) = fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&id| {
+            fs::read_to_string(format!("/proc/{id}/stat")).ok().and_then(|stat| parent_of(&stat)) == Some(pid)
+        })
+        .collect()
+}
+
+/// The parent id in a `/proc/<id>/stat` line (`id (comm) state ppid …`; the
+/// command name may hold spaces and parentheses).
+fn parent_of(stat: &str) -> Option<u32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// A port that was free a moment ago (bind 127.0.0.1:0, read, release).
 ///
 /// # Panics
@@ -505,7 +582,7 @@ pub fn free_port() -> u16 {
     listener.local_addr().expect("local address").port()
 }
 
-fn temp_dir(kind: &str) -> PathBuf {
+pub(crate) fn temp_dir(kind: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     loop {
@@ -527,7 +604,7 @@ fn parse_info(text: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn tail(s: &str, n: usize) -> &str {
+pub(crate) fn tail(s: &str, n: usize) -> &str {
     let start = s.len().saturating_sub(n);
     let start = (start..=s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
     &s[start..]
@@ -549,6 +626,8 @@ mod tests {
         );
         assert_eq!(tail("abcdef", 2), "ef");
         assert_eq!(tail("ab", 5), "ab");
+        assert_eq!(parent_of("42 (postgres: x (y)) S 7 42 42 0"), Some(7));
+        assert_eq!(parent_of("garbage"), None);
     }
 
     #[test]

@@ -1,0 +1,79 @@
+#![doc = include_str!("../README.md")]
+//!
+//! ## Ports and schema
+//!
+//! [`PostgresStore`] implements [`LeaseStore`](drain_core::ports::LeaseStore),
+//! [`ClaimStore`](drain_core::ports::ClaimStore),
+//! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
+//! [`ReleaseWake`](drain_core::ports::ReleaseWake) over drain's schema
+//! (`src/schema_v1.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
+//! keep their fence when the lease is released or expires (so fences only grow,
+//! across restarts too), a table of claims, a table of waiters, a `schema_version`
+//! table, and one plpgsql function per operation. Every row carries
+//! [`PostgresConfig::key_prefix`]: tenants sharing a schema keep apart by prefix.
+//! Expiry is the server's clock (`clock_timestamp()`), never the client's.
+//!
+//! ## Round trips
+//!
+//! Each statement is prepared once per connection; an operation is then one
+//! Bind/Execute of one function call:
+//!
+//! | operation | function | round trips |
+//! |---|---|---|
+//! | `acquire` | `acquire()` (an upsert that takes a free or expired lease and bumps its fence) | 1 |
+//! | `release` | `release()` (compare-and-free) | 1 |
+//! | `renew` | `renew()` (compare-and-extend) | 1 |
+//! | `peek` | `peek()` | 1 |
+//! | `peek_owners` (K owners) | `peek_owners()` over an array | 1 |
+//! | `claim_batch` (N ids) | `claim_batch()` over arrays (rows locked in id order: no deadlock) | 1 |
+//! | `settle_batch` (N) | `settle_batch()` over arrays | 1 |
+//!
+//! Expired claims and lapsed waiter registrations stay as rows (answering as free)
+//! until [`PostgresStore::purge_expired`] deletes them, in one call.
+//!
+//! The release wake-up's operations are one call each too; a subscription
+//! `LISTEN`s on a dedicated connection and listens again after it broke.
+//!
+//! ## Rights
+//!
+//! The functions are `SECURITY DEFINER` with a fixed `search_path`, and `EXECUTE`
+//! is revoked from `PUBLIC`: a role granted only [`grant_sql`] (`USAGE` on the
+//! schema, `EXECUTE` on its functions) runs drain and can touch the tables only
+//! through them. On first use, [`PostgresStore::connect`] creates the schema when
+//! it is missing (under an advisory lock, so racing stores wait for each other);
+//! a role that may not gets a `Permission` error naming the right, and
+//! [`schema_sql`] is the SQL for an owner to run.
+//!
+//! ## Connections
+//!
+//! Operations are spread round robin over [`PostgresConfig::connections`]
+//! tokio-postgres clients; each pipelines the calls given to it. No pool: a
+//! checkout costs nothing here, and a pool would add a dependency for what a
+//! round robin over a few clients does. A connection that broke or timed out is
+//! replaced by the next call on its slot: the caller sees one failed call (a
+//! temporary error), never a hang; every call is bounded by
+//! [`PostgresConfig::operation_deadline`].
+//!
+//! ## Errors
+//!
+//! Driver errors are mapped at the boundary by [`map_error`] (its table). Messages
+//! name the endpoint (`host:port`) and what to check, and never contain the
+//! password ([`redact_url`]).
+#![forbid(unsafe_code)]
+
+mod config;
+mod conn;
+mod error;
+mod releases;
+mod schema;
+mod store;
+mod wake;
+
+pub use config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA,
+    PostgresConfig, redact_url,
+};
+pub use error::map_error;
+pub use releases::ReleaseCounters;
+pub use schema::{SCHEMA_VERSION, grant_sql, schema_sql};
+pub use store::PostgresStore;

@@ -1,0 +1,91 @@
+//! Round trips per operation, from the server's own pg_stat_statements (calls per
+//! top-level statement) and the store's `StoreOp` events: every operation is one
+//! call of one of drain's functions, nothing else is sent (the statements were
+//! prepared at connect).
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use drain_core::admission::OwnerId;
+use drain_core::ports::{
+    ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, SettleAction, Settlement,
+};
+use drain_core::testkit::RecordingObserver;
+use test_servers::PostgresServer;
+
+use support::{calls, calls_in, connect, observed, reset_stats, round_trips, server, token};
+
+/// Run `op` once: (drain's statements the server ran, store round trips).
+async fn measure<T>(
+    pg: &PostgresServer,
+    obs: &RecordingObserver,
+    op: impl Future<Output = T>,
+) -> (T, BTreeMap<String, u64>, usize) {
+    reset_stats(pg);
+    obs.clear();
+    let out = op.await;
+    (out, calls_in(pg, "drain"), round_trips(obs))
+}
+
+#[tokio::test]
+async fn every_operation_is_one_function_call() {
+    let Some(pg) = server() else { return };
+    let (store, obs) = observed(connect(&pg.url()).await);
+    let lease = LeaseName::queue("q");
+    let me = token("me", 1);
+    let ttl = Duration::from_secs(30);
+
+    let (got, d, n) = measure(&pg, &obs, store.acquire(&lease, &me, ttl)).await;
+    got.expect("acquire");
+    assert_eq!((d, n), (calls(&[("acquire", 1)]), 1), "acquire = one call");
+    let (got, d, n) = measure(&pg, &obs, store.acquire(&lease, &token("other", 2), ttl)).await;
+    assert!(matches!(got.expect("acquire"), drain_core::ports::Acquire::Held { .. }));
+    assert_eq!((d, n), (calls(&[("acquire", 1)]), 1), "a held acquire = one call");
+    let (got, d, n) = measure(&pg, &obs, store.renew(&lease, &me, ttl)).await;
+    got.expect("renew");
+    assert_eq!((d, n), (calls(&[("renew", 1)]), 1), "renew = one call");
+    let (got, d, n) = measure(&pg, &obs, store.peek(&lease)).await;
+    assert!(got.expect("peek").is_some());
+    assert_eq!((d, n), (calls(&[("peek", 1)]), 1), "peek = one call");
+    let (got, d, n) = measure(&pg, &obs, store.release(&lease, &me)).await;
+    got.expect("release");
+    assert_eq!((d, n), (calls(&[("release", 1)]), 1), "release = one call");
+
+    // Owners: 50 peeks in one call.
+    let owners: Vec<OwnerId> = (0..50).map(|i| OwnerId::from(format!("owner-{i}").as_str())).collect();
+    for o in owners.iter().step_by(2) {
+        store.acquire(&LeaseName::owner(o.as_str()), &me, ttl).await.expect("acquire owner");
+    }
+    let (got, d, n) = measure(&pg, &obs, store.peek_owners(&owners)).await;
+    let got = got.expect("peek_owners");
+    assert_eq!((d, n), (calls(&[("peek_owners", 1)]), 1), "50 owners = one call");
+    assert_eq!(got.iter().filter(|c| matches!(c, OwnerClaim::Held { .. })).count(), 25);
+
+    // Claims: a batch of 100 in one call, its settlement in one call.
+    let ids: Vec<MessageId> = (0..100).map(|i| MessageId::String(format!("m{i}"))).collect();
+    let (got, d, n) = measure(&pg, &obs, store.claim_batch("q", &ids, &me, ttl)).await;
+    assert!(got.expect("claim_batch").iter().all(|s| *s == ClaimState::Claimed));
+    assert_eq!((d, n), (calls(&[("claim_batch", 1)]), 1), "100 claims = one call");
+    let settlements: Vec<Settlement> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| Settlement {
+            id: id.clone(),
+            action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
+        })
+        .collect();
+    let (got, d, n) = measure(&pg, &obs, store.settle_batch("q", &settlements, &me, ttl)).await;
+    assert_eq!(got.expect("settle_batch").len(), 100);
+    assert_eq!((d, n), (calls(&[("settle_batch", 1)]), 1), "100 settlements = one call");
+
+    let (got, d, n) = measure(&pg, &obs, store.purge_expired(1000)).await;
+    got.expect("purge_expired");
+    assert_eq!((d, n), (calls(&[("purge_expired", 1)]), 1), "a purge = one call");
+
+    // Empty batches cost nothing.
+    let (got, d, n) = measure(&pg, &obs, store.claim_batch("q", &[], &me, ttl)).await;
+    assert!(got.expect("empty").is_empty());
+    assert_eq!((d, n), (calls(&[]), 0));
+}

@@ -1,0 +1,98 @@
+//! Shared test helpers: a private PostgreSQL with pg_stat_statements, stores on it,
+//! an outage that freezes the server, statement counts from pg_stat_statements.
+#![allow(dead_code, unreachable_pub)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapter_postgres::{PostgresConfig, PostgresStore};
+use drain_core::LeaseToken;
+use drain_core::testkit::contract::{ContractEnv, Outage};
+use test_servers::{Freezer, PostgresServer};
+
+/// Real time for the contract suites: the shared clock on Tokio.
+pub use drain_clock::TokioClock;
+
+/// A private server with pg_stat_statements created in database `postgres`.
+pub fn server() -> Option<PostgresServer> {
+    let pg = PostgresServer::start()?;
+    pg.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").expect("create pg_stat_statements");
+    Some(pg)
+}
+
+/// The contract environment: short TTL 300 ms on a real clock, names under `names`.
+pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a> {
+    ContractEnv::new(clock).names(names).short_ttl(Duration::from_millis(300))
+}
+
+/// An outage for the contract suites: the private server and its backends frozen
+/// with SIGSTOP, so every call waits out its timeout.
+pub struct Frozen(pub Freezer);
+
+#[drain_core::async_trait]
+impl Outage for Frozen {
+    async fn begin(&self) {
+        self.0.freeze();
+    }
+
+    async fn end(&self) {
+        self.0.thaw();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Short timeouts so failure tests stay fast.
+pub fn config(url: &str) -> PostgresConfig {
+    PostgresConfig::new(url).timeouts(Duration::from_millis(500), Duration::from_millis(500))
+}
+
+pub async fn connect(url: &str) -> PostgresStore {
+    PostgresStore::connect(config(url)).await.expect("connect to the private PostgreSQL")
+}
+
+/// A token from a fixed seed.
+pub fn token(instance: &str, seed: u64) -> LeaseToken {
+    LeaseToken::generate(instance, &mut drain_core::testkit::TestRng::new(seed))
+}
+
+/// Calls per statement of drain's schema `schema` from pg_stat_statements, keyed by
+/// the function called (`acquire`, `claim_batch`, …; `other` for anything else).
+pub fn calls_in(pg: &PostgresServer, schema: &str) -> BTreeMap<String, u64> {
+    let rows = pg
+        .sql("SELECT query, calls FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%'")
+        .expect("read pg_stat_statements");
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let (Some(query), Some(calls)) = (&row[0], &row[1]) else { continue };
+        let calls: u64 = calls.parse().expect("calls is a number");
+        let marker = format!("{schema}.");
+        let name = query
+            .find(&marker)
+            .map(|at| query[at + marker.len()..].split('(').next().unwrap_or("").to_owned())
+            .unwrap_or_else(|| "other".to_owned());
+        *out.entry(name).or_insert(0) += calls;
+    }
+    out
+}
+
+/// Forget every statement count.
+pub fn reset_stats(pg: &PostgresServer) {
+    pg.sql("SELECT pg_stat_statements_reset()").expect("reset pg_stat_statements");
+}
+
+/// Store round trips recorded by an observer.
+pub fn round_trips(observer: &drain_core::testkit::RecordingObserver) -> usize {
+    observer.count(|e| matches!(e, drain_core::Event::StoreOp { .. }))
+}
+
+/// A store with a recording observer.
+pub fn observed(store: PostgresStore) -> (PostgresStore, Arc<drain_core::testkit::RecordingObserver>) {
+    let observer = Arc::new(drain_core::testkit::RecordingObserver::new());
+    (store.with_observer(observer.clone()), observer)
+}
+
+/// A count map from pairs, for assertions.
+pub fn calls(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}

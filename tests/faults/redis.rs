@@ -1,0 +1,48 @@
+//! The fault harness on a private redis-server and a `RedisStore`.
+
+use std::time::Duration;
+
+use adapter_redis::{RedisConfig, RedisStore};
+use test_servers::RedisServer;
+
+use super::{FaultServer, Shared};
+
+/// The store's connect and response timeouts.
+pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
+
+pub(crate) type Server = Shared<RedisServer>;
+
+/// A scenario on Redis.
+pub(crate) type World = super::World<RedisStore, RedisServer>;
+
+impl FaultServer for RedisServer {
+    fn kill(&mut self) {
+        RedisServer::kill(self);
+    }
+    fn pause(&mut self) {
+        RedisServer::pause(self);
+    }
+    fn resume(&mut self) {
+        RedisServer::resume(self);
+    }
+    /// Restarted empty (no persistence unless the server was started with it).
+    fn restart(&mut self) {
+        RedisServer::restart(self);
+    }
+}
+
+impl World {
+    /// `None` when redis-server is not installed (outside CI).
+    pub(crate) async fn new(extra: &[&str], messages: usize, delay: Duration) -> Option<World> {
+        let server = RedisServer::start_with(extra)?;
+        Some(World::on(server, messages, delay).await)
+    }
+
+    /// A world on `server`, with `messages` queued and submits that take `delay`.
+    pub(crate) async fn on(server: RedisServer, messages: usize, delay: Duration) -> World {
+        let store = RedisStore::connect(RedisConfig::new(server.url()).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
+            .await
+            .expect("connect to the private redis-server");
+        World::with(server, store, messages, delay)
+    }
+}
