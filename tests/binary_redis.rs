@@ -3,10 +3,12 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use drain_e2e::{RedisServer, Running, drain, free_port, metric, output, redis, scrape};
+use drain_e2e::{RedisServer, Running, await_metrics, drain, free_port, metric, output, redis};
 
 /// The longest any one `drain` command may take.
 const LIMIT: Duration = Duration::from_secs(60);
+/// Bound on waiting for a counter to reach the value a test expects.
+const COUNTERS: Duration = Duration::from_secs(30);
 use test_servers::Reply;
 
 fn get(server: &RedisServer, key: &str) -> Option<String> {
@@ -127,11 +129,9 @@ fn with_the_lease_at_most_one_tick_drains_at_a_time_and_skips_are_counted() {
     let mut run = Running::spawn(cmd);
     // The demo burst takes ~15 s at 100 ms a submit: every beat meanwhile overlaps.
     assert!(run.wait_for("tick skipped", Duration::from_secs(20)), "{}", run.log());
-    std::thread::sleep(Duration::from_millis(3500));
-    let body = scrape(port);
-    let skipped =
-        metric(&body, r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on",kind="beat"}"#);
-    assert!(skipped.unwrap_or(0.0) >= 3.0, "skips counted: {skipped:?}\n{body}");
+    let series = r#"drain_ticks_total{queue="requests",outcome="skipped_locked",mode="on",kind="beat"}"#;
+    let (body, counted) = await_metrics(port, COUNTERS, |b| metric(b, series).unwrap_or(0.0) >= 3.0);
+    assert!(counted, "skips counted: {:?}\n{body}", metric(&body, series));
     // Record overlap: between an acquire and its release no other acquire happens.
     run.count("");
     let mut holding = 0i32;
@@ -159,10 +159,9 @@ fn redis_stopped_mid_run_fails_open_and_counts_it() {
     assert!(run.wait_for("tick done", Duration::from_secs(20)), "{}", run.log());
     server.kill();
     assert!(run.wait_for("fail_open", Duration::from_secs(15)), "ticks keep draining without Redis:\n{}", run.log());
-    std::thread::sleep(Duration::from_millis(2500));
-    let body = scrape(port);
-    let fail_open = metric(&body, r#"drain_ticks_total{queue="requests",outcome="fail_open",mode="on",kind="beat"}"#);
-    assert!(fail_open.unwrap_or(0.0) >= 2.0, "the fail-open counter rises: {fail_open:?}\n{body}");
+    let series = r#"drain_ticks_total{queue="requests",outcome="fail_open",mode="on",kind="beat"}"#;
+    let (body, counted) = await_metrics(port, COUNTERS, |b| metric(b, series).unwrap_or(0.0) >= 2.0);
+    assert!(counted, "the fail-open counter rises: {:?}\n{body}", metric(&body, series));
     // Fail-open ticks really drain: the demo's trickle (every 5 s) is submitted by a
     // tick that ran without the lease.
     let drained = wait_report(&mut run, "tick done", Duration::from_secs(20), |r| {

@@ -10,16 +10,21 @@
 //! back-off step (summaries with counts, never a line per message).
 //!
 //! The broker is behind [`OutageBroker`]: RabbitMQ's quorum queues with
-//! `x-delivery-limit` today (its `released` outcome, drain's abandon there, counts
-//! as a delivery); the Service Bus test broker's `MaxDeliveryCount` and
-//! `$deadletterqueue` fit the same five calls.
+//! `x-delivery-limit` (its `released` outcome, drain's abandon there, counts as a
+//! delivery), and test-servicebus with `MaxDeliveryCount` 3 (an abandon, and a lock
+//! that runs out, count one). On both, once the first tick has failed and while the
+//! store is known down, the process holds no message: nothing unacknowledged on
+//! RabbitMQ, no lock on Service Bus (a lock held through the outage would run out
+//! and count a delivery).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use drain_e2e::rabbit::{Broker, Queue};
+use drain_e2e::servicebus;
 use drain_e2e::{RedisServer, Running, cpu_seconds, drain, drain_bin, free_port, redis, scrape};
 use test_servers::Reply;
+use test_servicebus::{QueueConfig, SubQueue};
 
 /// Messages fed before the drain starts.
 const N: usize = 600;
@@ -44,6 +49,8 @@ trait OutageBroker {
     fn feed(&self, ids: &[String]);
     /// Messages on the source, ready or delivered and not yet settled.
     fn source_left(&self) -> u64;
+    /// Messages of the source delivered and not settled (unacknowledged, locked).
+    fn held(&self) -> u64;
     /// Messages the source dead-lettered.
     fn dead_lettered(&self) -> u64;
     /// Take everything off the target: message id -> times seen.
@@ -82,11 +89,52 @@ impl OutageBroker for Rabbit<'_> {
         let (ready, unacked) = self.broker.counts(&self.source.name);
         ready + unacked
     }
+    fn held(&self) -> u64 {
+        self.broker.counts(&self.source.name).1
+    }
     fn dead_lettered(&self) -> u64 {
         self.broker.counts(&self.dead.name).0
     }
     fn collect_target(&self) -> BTreeMap<String, u32> {
         self.broker.collect(&self.target.name)
+    }
+}
+
+/// test-servicebus: `requests` dead-letters after [`MAX_DELIVERIES`] (its lock is
+/// Service Bus's default, 60 s), `work` is the target.
+struct ServiceBus {
+    broker: test_servicebus::Broker,
+}
+
+impl ServiceBus {
+    fn new() -> ServiceBus {
+        let source = QueueConfig { max_delivery_count: MAX_DELIVERIES, ..QueueConfig::default() };
+        ServiceBus { broker: servicebus::broker(&[("requests", source), ("work", QueueConfig::default())]) }
+    }
+}
+
+impl OutageBroker for ServiceBus {
+    fn source_url(&self) -> String {
+        servicebus::url(&self.broker, "requests")
+    }
+    fn target_url(&self) -> String {
+        servicebus::url(&self.broker, "work")
+    }
+    fn feed(&self, ids: &[String]) {
+        servicebus::feed(&self.broker, "requests", ids);
+    }
+    fn source_left(&self) -> u64 {
+        let (active, locked) = servicebus::counts(&self.broker, "requests");
+        (active + locked) as u64
+    }
+    fn held(&self) -> u64 {
+        servicebus::counts(&self.broker, "requests").1 as u64
+    }
+    fn dead_lettered(&self) -> u64 {
+        self.broker.stats("requests").map_or(0, |s| s.dead_lettered as u64)
+    }
+    fn collect_target(&self) -> BTreeMap<String, u32> {
+        servicebus::ids(&self.broker, "work", SubQueue::Main)
     }
 }
 
@@ -117,7 +165,19 @@ struct Measured {
     /// `drain_ticks_total{outcome="claims_down"}` at the end of the outage: beats
     /// that started no tick because the claim store was down.
     claims_down_ticks: f64,
+    /// The most messages the process held (unsettled at the broker) once the first
+    /// failed tick was logged and [`PARK_GRACE`] passed, sampled until the store was
+    /// back, and how many samples that took.
+    held_while_down: u64,
+    held_samples: u32,
+    /// From the first of those samples to the last.
+    held_sampled_for: Duration,
 }
+
+/// The line the first failed tick logs (the claim gate closing).
+const GATE_CLOSED: &str = "claim store failing: nothing is received";
+/// Time from that line to the source holding nothing.
+const PARK_GRACE: Duration = Duration::from_secs(3);
 
 /// The sum of every `/metrics` series of `name` whose labels include `label`.
 fn sum_of(body: &str, name: &str, label: &str) -> f64 {
@@ -160,8 +220,19 @@ fn outage(broker: &dyn OutageBroker, redis: &mut RedisServer) -> Measured {
     let cpu_before = cpu_seconds(run.pid());
     let lines_before = run.count("");
     let thawed = Instant::now() + OUTAGE;
+    let (mut closed_at, mut held_while_down, mut held_samples) = (None, 0u64, 0u32);
+    let mut sampled: Option<(Instant, Instant)> = None;
     while let Some(left) = thawed.checked_duration_since(Instant::now()) {
-        run.wait_for("\u{0}", left);
+        run.wait_for("\u{0}", left.min(Duration::from_millis(500)));
+        if closed_at.is_none() && run.count(GATE_CLOSED) > 0 {
+            closed_at = Some(Instant::now());
+        }
+        if closed_at.is_some_and(|t| t.elapsed() >= PARK_GRACE) {
+            held_while_down = held_while_down.max(broker.held());
+            held_samples += 1;
+            let now = Instant::now();
+            sampled = Some((sampled.map_or(now, |(first, _)| first), now));
+        }
     }
     let cpu_seconds = cpu_seconds(run.pid()) - cpu_before;
     let claims_down_ticks = sum_of(&scrape(metrics), "drain_ticks_total", r#"outcome="claims_down""#);
@@ -185,6 +256,9 @@ fn outage(broker: &dyn OutageBroker, redis: &mut RedisServer) -> Measured {
         target: broker.collect_target(),
         left,
         claims_down_ticks,
+        held_while_down,
+        held_samples,
+        held_sampled_for: sampled.map_or(Duration::ZERO, |(first, last)| last - first),
     }
 }
 
@@ -195,15 +269,25 @@ fn check(m: &Measured) {
         *kinds.entry(message(line)).or_default() += 1;
     }
     eprintln!(
-        "during the {OUTAGE:?} outage: {:.2} CPU seconds, {} claims_down beats, {} log lines {kinds:#?}; after it: \
-         {} dead-lettered, {} distinct ids in the target, {} left in the source",
+        "during the {OUTAGE:?} outage: {:.2} CPU seconds, {} claims_down beats, at most {} messages held in {} \
+         samples over {:?} after the gate closed, {} log lines {kinds:#?}; after it: {} dead-lettered, {} distinct ids in \
+         the target, {} left in the source",
         m.cpu_seconds,
         m.claims_down_ticks,
+        m.held_while_down,
+        m.held_samples,
+        m.held_sampled_for,
         m.log_lines.len(),
         m.dead_lettered,
         m.target.len(),
         m.left
     );
+    assert!(
+        m.held_sampled_for >= OUTAGE / 2,
+        "the gate closed late: what the process held was sampled for {:?} only",
+        m.held_sampled_for
+    );
+    assert_eq!(m.held_while_down, 0, "while the claim store was known down the process held messages");
     assert_eq!(m.dead_lettered, 0, "the outage dead-lettered messages");
     let missing: Vec<String> = (0..N).map(|i| format!("m-{i:04}")).filter(|id| !m.target.contains_key(id)).collect();
     assert!(
@@ -242,5 +326,14 @@ fn a_frozen_claim_store_dead_letters_nothing_and_burns_no_cpu() {
     drain_bin(); // built before anything is timed
     let rabbit = Rabbit::new(&broker);
     let measured = outage(&rabbit, &mut redis);
+    check(&measured);
+}
+
+#[test]
+fn a_frozen_claim_store_dead_letters_nothing_on_service_bus_and_holds_no_lock() {
+    let Some(mut redis) = redis() else { return };
+    drain_bin(); // built before anything is timed
+    let broker = ServiceBus::new();
+    let measured = outage(&broker, &mut redis);
     check(&measured);
 }

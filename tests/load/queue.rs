@@ -91,7 +91,7 @@ impl Queue {
 #[async_trait]
 impl MessageSource for Queue {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { lock_renewal: true }
+        Capabilities { lock_renewal: true, release: true }
     }
 
     async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
@@ -119,6 +119,14 @@ impl MessageSource for Queue {
     async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
         let (seq, count) = self.settle(handle)?;
         lock(&self.state).ready.push_front((seq, count + 1));
+        self.abandoned.fetch_add(1, Ordering::Relaxed);
+        self.pushed.notify_waiters();
+        Ok(())
+    }
+
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        let (seq, count) = self.settle(handle)?;
+        lock(&self.state).ready.push_front((seq, count));
         self.abandoned.fetch_add(1, Ordering::Relaxed);
         self.pushed.notify_waiters();
         Ok(())

@@ -211,6 +211,24 @@ pub fn scrape(port: u16) -> String {
     }
 }
 
+/// Scrape `/metrics` on `port` every 100 ms until `cond` holds for the body or
+/// `within` passes: the last body, and whether it held. Counters move a little after
+/// the log line that announces their event (and later still on a loaded machine), so
+/// tests wait for the value they expect instead of reading once after a fixed sleep.
+pub fn await_metrics(port: u16, within: Duration, mut cond: impl FnMut(&str) -> bool) -> (String, bool) {
+    let deadline = Instant::now() + within;
+    loop {
+        let body = scrape(port);
+        if cond(&body) {
+            return (body, true);
+        }
+        if Instant::now() > deadline {
+            return (body, false);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// The value of the first series line starting with `series ` (name and labels).
 pub fn metric(body: &str, series: &str) -> Option<f64> {
     body.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())

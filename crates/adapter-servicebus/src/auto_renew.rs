@@ -212,6 +212,11 @@ impl<S: LockLookup> MessageSource for AutoRenew<S> {
         self.source.abandon(handle).await
     }
 
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.stop(handle);
+        self.source.release(handle).await
+    }
+
     async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
         self.stop(handle);
         self.source.dead_letter(handle, reason, description).await

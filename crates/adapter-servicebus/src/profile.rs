@@ -44,7 +44,9 @@ impl Profile {
     /// What a source of this profile supports.
     #[must_use]
     pub fn capabilities(self) -> Capabilities {
-        Capabilities { lock_renewal: self == Profile::ServiceBus }
+        // Service Bus's `released` counts no delivery; RabbitMQ's abandon already is
+        // `released`, which a quorum queue counts as one.
+        Capabilities { lock_renewal: self == Profile::ServiceBus, release: self == Profile::ServiceBus }
     }
 
     /// The link address of queue `entity`: the entity path on Service Bus,
@@ -107,6 +109,8 @@ mod tests {
     fn capabilities_and_addresses() {
         assert!(Profile::ServiceBus.capabilities().lock_renewal);
         assert!(!Profile::Generic.capabilities().lock_renewal);
+        assert!(Profile::ServiceBus.capabilities().release);
+        assert!(!Profile::Generic.capabilities().release);
         assert_eq!(Profile::ServiceBus.queue_address("requests"), "requests");
         assert_eq!(Profile::Generic.queue_address("requests"), "/amq/queue/requests");
         assert_eq!(Profile::management_address("requests"), "requests/$management");

@@ -158,6 +158,10 @@ impl MessageSource for Recording {
         self.inner.abandon(handle).await
     }
 
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.inner.release(handle).await
+    }
+
     async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
         self.reasons.lock().expect("reasons").push((reason.to_owned(), description.to_owned()));
         self.inner.dead_letter(handle, reason, description).await

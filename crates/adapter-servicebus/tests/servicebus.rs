@@ -12,9 +12,14 @@ use std::time::{Duration, Instant};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Backoff, Endpoint, LockRenewal, Profile, RenewEvent, SourceOptions, SubmitterOptions,
 };
-use drain_core::ErrorKind;
-use drain_core::ports::{Delivery, MessageSource, SubmitContext, Submitter};
-use drain_core::testkit::{contract, message};
+use drain_clock::TokioClock;
+use drain_core::memory::MemoryStore;
+use drain_core::ports::{
+    ClaimState, ClaimStore, Clock, Delivery, MessageId, MessageSource, NoopObserver, SubmitContext, Submitter,
+};
+use drain_core::testkit::{RecordingSubmitter, TestRng, contract, message};
+use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_core::{ErrorKind, LeaseToken};
 use test_servicebus::{Broker, BrokerConfig, MAX_DELIVERY_COUNT_EXCEEDED, QueueConfig, SubQueue};
 
 const WAIT: Duration = Duration::from_secs(2);
@@ -346,4 +351,93 @@ async fn a_real_namespace_renews_received_locks_automatically_until_settled() {
     source.complete(handle).await.expect("complete after the original lock would have run out");
     source.close().await.unwrap();
     feed.close().await.unwrap();
+}
+
+/// `AmqpSource::park` on Service Bus: the messages that arrived on credit left open
+/// by an early receive are released, so they are available at once (not locked until
+/// their lock runs out) with their delivery count unchanged; nothing that arrives
+/// while parked is locked to the source; the next receive attaches again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parked_source_holds_no_lock_and_its_prefetched_messages_keep_their_delivery_count() {
+    let local = Local::new(QueueConfig::default());
+    let options = SourceOptions { prefetch: 32, ..SourceOptions::default() };
+    let source = AmqpSource::connect(local.endpoint(), options).await.expect("source");
+    // An empty receive returns early with its credit window open: what is sent next
+    // is pushed to this source and locked to it.
+    assert!(source.receive(32, Duration::from_millis(200)).await.expect("receive").is_empty());
+    let ids: Vec<String> = (0..10).map(|i| format!("p-{i}")).collect();
+    for id in &ids {
+        local.broker.send("requests", id.as_bytes(), Some(id));
+    }
+    let stats = settled(&local, (0, 10, 0)).await;
+    assert_eq!((stats.active, stats.locked), (0, 10), "the open credit took every message: {stats:?}");
+
+    assert!(source.park().await, "nothing is handed out: the source parks");
+    let stats = settled(&local, (10, 0, 0)).await;
+    assert_eq!((stats.active, stats.locked), (10, 0), "parked, it holds no lock: {stats:?}");
+    let messages = local.broker.messages("requests", SubQueue::Main);
+    assert!(
+        messages.iter().all(|m| m.delivery_count == 0 && m.lock.is_none()),
+        "released, not abandoned: {messages:?}"
+    );
+    assert_eq!(stats.counters.abandoned + stats.counters.locks_expired, 0, "{stats:?}");
+    for i in 10..20 {
+        local.broker.send("requests", b"later", Some(&format!("p-{i}")));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = local.stats();
+    assert_eq!((stats.active, stats.locked), (20, 0), "nor any sent while it is parked");
+
+    // The next receive attaches again; a source in use does not park.
+    let got = receive_n(&source, 20).await;
+    assert!(got.iter().all(|d| d.delivery_count == 0), "no delivery was counted");
+    assert!(!source.park().await, "deliveries are handed out and not settled: no park");
+    for d in &got {
+        source.complete(d.handle).await.expect("complete after park");
+    }
+    let stats = settled(&local, (0, 0, 0)).await;
+    assert_eq!((stats.active, stats.locked, stats.counters.completed), (0, 0, 20), "{stats:?}");
+    assert!(source.park().await, "settled: it parks again");
+    source.close().await.expect("close");
+}
+
+/// A tick that meets a message whose claim another holder has pending gives it back
+/// with `released` on Service Bus: three such ticks (each parking the source after
+/// it, as `drain run` does with the lease) on a queue that dead-letters at two
+/// deliveries leave its copies in the queue with their delivery count at 0 (with
+/// abandon, the second tick would have dead-lettered it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_busy_message_is_released_by_the_tick_and_never_counted() {
+    let local = Local::new(QueueConfig { max_delivery_count: 2, ..QueueConfig::default() });
+    let source = AmqpSource::connect(local.endpoint(), SourceOptions::default()).await.unwrap();
+    let clock = Arc::new(TokioClock::new());
+    let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
+    let target = RecordingSubmitter::new(clock.clone() as Arc<dyn Clock>);
+    let mut cfg = TickConfig::new("requests");
+    cfg.max_wait = Duration::from_millis(300);
+    let other = LeaseToken::generate("other-host", &mut TestRng::new(1));
+    let busy = [MessageId::String("busy".into())];
+    let held = store.claim_batch("requests", &busy, &other, Duration::from_secs(600)).await.unwrap();
+    assert_eq!(held, [ClaimState::Claimed], "another holder's claim is pending");
+    for n in 0..3u64 {
+        local.broker.send("requests", b"busy", Some("busy"));
+        local.broker.send("requests", b"free", Some(&format!("free-{n}")));
+        let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).claims(&store);
+        let token = LeaseToken::generate("me", &mut TestRng::new(n + 2));
+        let report = run_tick(&cfg, &ports, &token).await;
+        let stats = report.stats.expect("stats");
+        assert!(stats.submitted >= 1 && stats.abandoned >= 1, "tick {n}: {stats:?}");
+        // Between ticks, as `drain run` with the lease: the released copies that came
+        // back on the open credit are given back too.
+        assert!(source.park().await, "tick {n} left nothing handed out");
+        // The copies of `busy` pile up in the queue (each tick released them all).
+        let copies = settled(&local, (usize::try_from(n + 1).unwrap(), 0, 0)).await;
+        assert_eq!((copies.active, copies.locked, copies.dead_lettered), (n as usize + 1, 0, 0), "{copies:?}");
+    }
+    let left = local.broker.messages("requests", SubQueue::Main);
+    assert!(left.iter().all(|m| m.message_id.as_deref() == Some("busy") && m.delivery_count == 0), "{left:?}");
+    let stats = local.stats();
+    assert_eq!((stats.counters.abandoned, stats.dead_lettered), (0, 0), "released, never abandoned: {stats:?}");
+    assert_eq!(target.submitted_ids(), ["free-0", "free-1", "free-2"]);
+    source.close().await.unwrap();
 }

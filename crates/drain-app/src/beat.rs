@@ -218,6 +218,7 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
                     Gate::Wait { .. } => {
                         tracing::debug!(queue = %rt.tick.queue, "beat starts no tick: the claim store is down");
                         rt.claims_down_tick(Duration::ZERO);
+                        rt.hold_nothing().await;
                         continue;
                     }
                 };
@@ -349,6 +350,7 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, mut shutdown: wa
                 continue;
             }
             Gate::Wait { until } => {
+                rt.hold_nothing().await;
                 let wait = until.saturating_since(rt.clock.now()).max(Duration::from_millis(10));
                 tokio::select! {
                     () = tokio::time::sleep(wait) => {}

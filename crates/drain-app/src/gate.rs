@@ -7,7 +7,8 @@
 //! dead-letters it). After a jittered, exponential, capped back-off one caller
 //! probes the store (`probe_claims`: one claim of a key no message has, released
 //! again); an answer opens the gate, a failure waits longer. Each back-off step is
-//! one log line; skipped beats are logged at debug only.
+//! one log line; skipped beats are logged at debug only. While the gate is closed
+//! the source is parked: the process holds no message until it receives again.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -78,6 +79,17 @@ impl Runtime {
                 false
             }
         }
+    }
+
+    /// While the gate is closed nothing is received: give the source's credit back,
+    /// and the messages that arrived on it, so that the process holds no message
+    /// through the outage (on Service Bus a lock that ran out would count a delivery,
+    /// and the broker's maximum delivery count dead-letters). Called at every wait of
+    /// the beat and the resident consumer; a source still in use (a tick still
+    /// settling) parks at the next one, and one already parked answers at once. The
+    /// next receive attaches again.
+    pub(crate) async fn hold_nothing(&self) {
+        self.amqp.park_source().await;
     }
 
     /// Count a beat that started no tick because the claim store is down

@@ -34,7 +34,7 @@ impl Queue {
 #[drain_core::async_trait]
 impl MessageSource for Queue {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { lock_renewal: false }
+        Capabilities { lock_renewal: false, release: true }
     }
     async fn receive(&self, max: usize, _max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
         let (mut ready, mut locked) = (self.ready.lock().unwrap(), self.locked.lock().unwrap());
@@ -54,6 +54,9 @@ impl MessageSource for Queue {
         let message = self.settle(handle)?;
         self.ready.lock().unwrap().push_back(message);
         Ok(())
+    }
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.abandon(handle).await // this queue counts no deliveries
     }
     async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, _description: &str) -> Result<(), PortError> {
         let message = self.settle(handle)?;

@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use drain_core::PortError;
 use drain_core::memory::{ManualClock, MemorySource, MemoryStore, block_on};
-use drain_core::ports::{Clock, MessageSource};
+use drain_core::ports::{Clock, Delivery, DeliveryHandle, MessageSource};
 use drain_core::testkit::broken::{BrokenStore, Defect};
 use drain_core::testkit::contract::{self, Checked, ContractEnv, Port, Rule, Violation};
 
@@ -173,4 +174,53 @@ fn memory_source_redelivers_after_lock_expiry() {
     assert_eq!(again[0].delivery_count, 1);
     let late = block_on(&clock, source.complete(first[0].handle));
     assert_eq!(late.unwrap_err().kind, drain_core::ErrorKind::LockLost, "the old lock is gone");
+}
+
+/// The memory source, with a release that says it counts nothing but counts a
+/// delivery (an abandon), or one the capability claims and the source refuses.
+struct CountingRelease {
+    inner: MemorySource,
+    refuses: bool,
+}
+
+#[drain_core::async_trait]
+impl MessageSource for CountingRelease {
+    fn capabilities(&self) -> drain_core::ports::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, PortError> {
+        self.inner.receive(max, wait).await
+    }
+    async fn complete(&self, h: DeliveryHandle) -> Result<(), PortError> {
+        self.inner.complete(h).await
+    }
+    async fn abandon(&self, h: DeliveryHandle) -> Result<(), PortError> {
+        self.inner.abandon(h).await
+    }
+    async fn release(&self, h: DeliveryHandle) -> Result<(), PortError> {
+        if self.refuses {
+            return Err(PortError::new(drain_core::ErrorKind::Unsupported, "no release"));
+        }
+        self.inner.abandon(h).await
+    }
+    async fn dead_letter(&self, h: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
+        self.inner.dead_letter(h, reason, description).await
+    }
+    async fn renew_lock(&self, h: DeliveryHandle) -> Result<Duration, PortError> {
+        self.inner.renew_lock(h).await
+    }
+}
+
+#[test]
+fn a_release_that_counts_a_delivery_or_breaks_its_capability_fails_its_rule() {
+    for refuses in [false, true] {
+        let clock = Arc::new(ManualClock::new());
+        let source = CountingRelease {
+            inner: MemorySource::new(clock.clone() as Arc<dyn Clock>, Duration::from_secs(30)),
+            refuses,
+        };
+        let r = block_on(&clock, contract::message_source(&source, &source.inner, None, Duration::from_millis(200)));
+        let v = r.expect_err("the suite must reject it");
+        assert_eq!(v.rule, Rule::SourceReleaseUncounted, "refuses={refuses}: {v}");
+    }
 }

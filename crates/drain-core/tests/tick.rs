@@ -9,8 +9,8 @@ use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
 use drain_core::memory::{MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew, SettleResult,
-    Settlement, SubmitContext, Submitter,
+    Acquire, Capabilities, ClaimState, ClaimStore, Delivery, DeliveryHandle, Holding, LeaseName, LeaseStore, Message,
+    MessageId, MessageSource, Release, Renew, SettleResult, Settlement, SubmitContext, Submitter,
 };
 use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{LeaseStatus, TickPorts, TickReport, run_tick};
@@ -222,6 +222,67 @@ fn foreign_pending_claim_abandons() {
     assert_eq!(h.target.submitted_ids(), ["b"]);
     assert_eq!(h.source.ready_len(), 1, "a is back in the queue for redelivery");
     assert_eq!(h.messages(MessageOutcome::ClaimedElsewhere), 1);
+}
+
+/// The in-memory queue as a broker that counts every return as a delivery: no
+/// uncounted release (RabbitMQ's quorum queues).
+struct CountsEveryReturn(Arc<drain_core::memory::MemorySource>);
+
+#[async_trait]
+impl MessageSource for CountsEveryReturn {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { release: false, ..self.0.capabilities() }
+    }
+    async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
+        self.0.receive(max, max_wait).await
+    }
+    async fn complete(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.0.complete(handle).await
+    }
+    async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.0.abandon(handle).await
+    }
+    async fn release(&self, _: DeliveryHandle) -> Result<(), PortError> {
+        Err(PortError::new(ErrorKind::Unsupported, "every return counts here"))
+    }
+    async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
+        self.0.dead_letter(handle, reason, description).await
+    }
+    async fn renew_lock(&self, handle: DeliveryHandle) -> Result<Duration, PortError> {
+        self.0.renew_lock(handle).await
+    }
+}
+
+/// The delivery count `id` comes back with from `h`'s queue.
+fn next_delivery_count(h: &Harness, id: &str) -> Option<u32> {
+    let got = block_on(&h.clock, h.source.receive(10, Duration::ZERO)).expect("receive");
+    got.iter().find(|d| d.message.message_id == Some(MessageId::String(id.to_owned()))).map(|d| d.delivery_count)
+}
+
+/// A message whose claim another holder has pending did not fail: where the source
+/// can give it back uncounted (Service Bus's `released`), the tick releases it, so
+/// that meeting its own redelivery in flight never moves it toward the broker's
+/// maximum delivery count; a source without that capability gets an abandon.
+#[test]
+fn a_claim_busy_message_goes_back_uncounted_where_the_source_can() {
+    for release in [true, false] {
+        let mut h = Harness::new();
+        h.feed(&["a", "b"]);
+        h.put_claim("a", StoredClaim::Pending { token: "other:1".into() });
+        h.cfg.max_batches = Some(1);
+        let r = if release {
+            h.tick()
+        } else {
+            let source = CountsEveryReturn(h.source.clone());
+            let token = h.token();
+            let ports = TickPorts::new(&source, &*h.target, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
+            block_on(&h.clock, run_tick(&h.cfg, &ports, &token))
+        };
+        assert_eq!(stats(&r), (2, 1, 0, 1, 0), "release={release}: {r:?}");
+        assert_eq!(h.messages(MessageOutcome::ClaimedElsewhere), 1);
+        let want = if release { 0 } else { 1 };
+        assert_eq!(next_delivery_count(&h, "a"), Some(want), "release={release}: a comes back counted {want}");
+    }
 }
 
 #[test]

@@ -68,6 +68,10 @@ impl MessageSource for Slow<MemorySource> {
         self.inner.abandon(handle).await
     }
 
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.inner.release(handle).await
+    }
+
     async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
         self.inner.dead_letter(handle, reason, description).await
     }

@@ -69,7 +69,7 @@ impl LockLookup for Fake {
 #[async_trait]
 impl MessageSource for Fake {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { lock_renewal: self.lock_renewal }
+        Capabilities { lock_renewal: self.lock_renewal, release: true }
     }
 
     async fn receive(&self, max: usize, _: Duration) -> Result<Vec<Delivery>, PortError> {
@@ -92,6 +92,11 @@ impl MessageSource for Fake {
 
     async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
         self.log.settled.lock().unwrap().push((handle.0, "abandon"));
+        Ok(())
+    }
+
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.log.settled.lock().unwrap().push((handle.0, "release"));
         Ok(())
     }
 

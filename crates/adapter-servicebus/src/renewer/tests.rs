@@ -38,7 +38,7 @@ struct Script {
 #[async_trait]
 impl MessageSource for Script {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { lock_renewal: true }
+        Capabilities { lock_renewal: true, release: false }
     }
     async fn receive(&self, _: usize, _: Duration) -> Result<Vec<Delivery>, PortError> {
         Ok(Vec::new())
@@ -48,6 +48,9 @@ impl MessageSource for Script {
     }
     async fn abandon(&self, _: DeliveryHandle) -> Result<(), PortError> {
         Ok(())
+    }
+    async fn release(&self, _: DeliveryHandle) -> Result<(), PortError> {
+        Err(PortError::new(ErrorKind::Unsupported, "no release"))
     }
     async fn dead_letter(&self, _: DeliveryHandle, _: &str, _: &str) -> Result<(), PortError> {
         Ok(())

@@ -170,7 +170,11 @@ impl AmqpSource {
     /// arrived on credit left open by the last receive and were not handed out are
     /// released, the receiver is detached and its connection closed, so every message
     /// on its way goes back to the queue; the next `receive` connects and attaches
-    /// again (a connection set-up, milliseconds on a local broker). A process that
+    /// again (a connection set-up, milliseconds on a local broker). On Service Bus,
+    /// which keeps the lock of a delivery its receiver went away with until the lock
+    /// runs out, the open credit is drained first and what was in flight taken in
+    /// before everything is released (up to 200 ms more when credit was open), so the
+    /// messages come back at once with their delivery count unchanged. A process that
     /// drains only inside ticks under a single-flight lease calls it after each tick,
     /// so that between its ticks it sits on nothing that the lease holder could drain.
     ///
@@ -207,6 +211,10 @@ impl MessageSource for AmqpSource {
 
     async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
         self.auto.abandon(handle).await
+    }
+
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        self.auto.release(handle).await
     }
 
     async fn dead_letter(&self, handle: DeliveryHandle, reason: &str, description: &str) -> Result<(), PortError> {
@@ -353,6 +361,16 @@ impl MessageSource for Inner {
         match self.profile {
             Profile::Generic => self.dispose(handle, false).await,
             Profile::ServiceBus => self.settle(handle, Settlement::Abandon).await,
+        }
+    }
+
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        match self.profile {
+            Profile::ServiceBus => self.dispose(handle, false).await,
+            Profile::Generic => Err(PortError::new(
+                ErrorKind::Unsupported,
+                format!("{}: this broker counts a released message as a delivery; abandon it instead", self.what),
+            )),
         }
     }
 

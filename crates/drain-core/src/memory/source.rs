@@ -174,7 +174,7 @@ impl Future for Changed<'_> {
 #[async_trait]
 impl MessageSource for MemorySource {
     fn capabilities(&self) -> Capabilities {
-        Capabilities { lock_renewal: true }
+        Capabilities { lock_renewal: true, release: true }
     }
 
     async fn receive(&self, max: usize, max_wait: Duration) -> Result<Vec<Delivery>, PortError> {
@@ -220,6 +220,13 @@ impl MessageSource for MemorySource {
     async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError> {
         let (m, count) = self.settle(handle, "abandon")?;
         self.lock().ready.push_back((m, count + 1));
+        self.notify();
+        Ok(())
+    }
+
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError> {
+        let (m, count) = self.settle(handle, "release")?;
+        self.lock().ready.push_back((m, count));
         self.notify();
         Ok(())
     }

@@ -165,13 +165,18 @@ pub struct Capabilities {
     /// [`MessageSource::renew_lock`] works (Service Bus); generic AMQP brokers hold
     /// the delivery until the link or session ends instead.
     pub lock_renewal: bool,
+    /// [`MessageSource::release`] gives a message back without counting a delivery
+    /// (Service Bus's `released`), where [`MessageSource::abandon`] counts one; the
+    /// tick releases a message it must not submit now only because another holder's
+    /// claim is pending (the message did not fail).
+    pub release: bool,
 }
 
 /// A peek-lock queue receiver.
 ///
 /// A received delivery is locked: nobody else gets it until it is settled with
-/// exactly one of complete / abandon / dead-letter, or its lock expires (then it is
-/// redelivered).
+/// exactly one of complete / abandon / release / dead-letter, or its lock expires
+/// (then it is redelivered).
 ///
 /// `testkit::contract::message_source` checks every rule below against a queue the
 /// test feeds; each rule's name follows its sentence.
@@ -209,6 +214,17 @@ pub trait MessageSource: Send + Sync {
     ///
     /// As [`MessageSource::complete`].
     async fn abandon(&self, handle: DeliveryHandle) -> Result<(), PortError>;
+
+    /// Give the message back as it was, without counting a delivery: when
+    /// `capabilities().release` is true, it MUST be delivered again with the
+    /// `delivery_count` it had (rule `source.release.uncounted`), and with it false
+    /// answer [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) (a broker
+    /// that counts every return only has [`MessageSource::abandon`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`MessageSource::complete`], and `Unsupported` as above.
+    async fn release(&self, handle: DeliveryHandle) -> Result<(), PortError>;
 
     /// Move the message to the dead-letter queue with a reason and a description: it
     /// MUST arrive there and not on the queue again (rule `source.dead-letter`).

@@ -284,16 +284,26 @@ impl Drain<'_> {
     }
 
     /// Step 5: settle messages at the source, once their claims are settled
-    /// ([`Self::settle_claims`] of their batch has returned).
+    /// ([`Self::settle_claims`] of their batch has returned): complete, abandon, or,
+    /// for a message whose claim another holder has pending, release when the source
+    /// can (no delivery counted).
     async fn settle_at_source(&self, fates: Vec<(DeliveryHandle, Fate)>, stats: &Mutex<DrainStats>) {
         if fates.is_empty() {
             return;
         }
         let mode = self.cfg.atomic_claim;
+        let release = self.ports.source.capabilities().release;
         let settled: Vec<(Fate, bool)> = stream::iter(fates)
             .map(|(handle, fate)| async move {
                 let ok = match fate {
                     Fate::Complete(_) => self.ports.source.complete(handle).await.is_ok(),
+                    // Claim-busy: another holder's claim is pending, the message did not
+                    // fail. Where the source can, it goes back uncounted, so that a
+                    // broker's maximum delivery count never dead-letters a message
+                    // only for having met its own redelivery in flight.
+                    Fate::Abandon(MessageOutcome::ClaimedElsewhere) if release => {
+                        self.ports.source.release(handle).await.is_ok()
+                    }
                     Fate::Abandon(_) => self.ports.source.abandon(handle).await.is_ok(),
                 };
                 (fate, ok)

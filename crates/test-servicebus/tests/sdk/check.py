@@ -159,6 +159,26 @@ def check_duplicate_ids_are_dropped(sb):
             receiver.complete_message(m)
 
 
+def check_a_closed_receiver_gives_its_prefetched_messages_back_uncounted(sb):
+    # The SDK drains the link on close and releases what it holds: the broker must
+    # take the drain, stop sending, and put released messages back without counting
+    # a delivery (a lock left to run out would keep them away and count one).
+    with sb.get_queue_sender("basic") as sender:
+        sender.send_messages([ServiceBusMessage(f"pre-{i}", message_id=f"prefetch-{i}") for i in range(5)])
+    with sb.get_queue_receiver("basic", prefetch_count=10) as receiver:
+        [first] = receive(receiver, 1)
+        receiver.complete_message(first)
+    started = time.time()
+    with sb.get_queue_receiver("basic") as receiver:
+        rest = receive(receiver, 4)
+        ids = sorted(m.message_id for m in rest)
+        expect(ids == sorted(f"prefetch-{i}" for i in range(5) if f"prefetch-{i}" != first.message_id), f"back at once: {ids}")
+        expect(time.time() - started < 10, "not after a lock ran out")
+        expect(all(m.delivery_count == 0 for m in rest), f"released, not abandoned: {[m.delivery_count for m in rest]}")
+        for m in rest:
+            receiver.complete_message(m)
+
+
 def check_a_wrong_key_is_an_authentication_error(_sb):
     wrong = ";".join(
         "SharedAccessKey=not-the-key" if part.startswith("SharedAccessKey=") else part for part in CONN.split(";")
@@ -179,6 +199,7 @@ CHECKS = [
     check_an_expired_lock_redelivers_with_count_plus_one,
     check_max_delivery_count_dead_letters,
     check_duplicate_ids_are_dropped,
+    check_a_closed_receiver_gives_its_prefetched_messages_back_uncounted,
     check_a_wrong_key_is_an_authentication_error,
 ]
 

@@ -128,6 +128,7 @@ rules! {
     SourceCompleteRemoves => Source, "source.complete.removes";
     SourceSettleOnce => Source, "source.settle.once";
     SourceAbandonRedelivers => Source, "source.abandon.redelivers";
+    SourceReleaseUncounted => Source, "source.release.uncounted";
     SourceDeadLetter => Source, "source.dead-letter";
     SourceRenewCapability => Source, "source.renew.capability";
 }

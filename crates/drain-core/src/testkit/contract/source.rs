@@ -44,7 +44,8 @@ fn full(id: u64) -> Message {
 
 /// The [`MessageSource`] contract: what is fed arrives once and intact; complete
 /// removes; abandon redelivers; dead-letter moves to the dead-letter queue; a handle
-/// settles once; `max` is respected; renewal matches the capability.
+/// settles once; `max` is respected; renewal and release match the capabilities
+/// (a release counts no delivery).
 ///
 /// `source` must start empty. `feed` puts messages on the same queue; when
 /// `dead_letters` is given it receives from the queue's dead-letter queue, which must
@@ -152,7 +153,30 @@ pub async fn message_source<S: MessageSource + ?Sized>(
         _ => false,
     };
     s.ensure(ok, Rule::SourceRenewCapability, || format!("renew_lock with lock_renewal={cap} answered {r:?}"))?;
-    for d in first.iter().chain(&rest) {
+
+    // Release matches the capability and counts no delivery.
+    let mut settle: Vec<Delivery> = first.iter().skip(1).chain(&rest).cloned().collect();
+    let given = first[0].clone();
+    let r = source.release(given.handle).await;
+    if source.capabilities().release {
+        s.ensure(r.is_ok(), Rule::SourceReleaseUncounted, || format!("release with release=true answered {r:?}"))?;
+        let back = collect(&mut s, source, 1, max_wait).await?;
+        let same = back.len() == 1 && id_of(&back[0]) == id_of(&given);
+        s.ensure(same && back[0].delivery_count == given.delivery_count, Rule::SourceReleaseUncounted, || {
+            format!(
+                "{} (delivery count {}) released came back as {:?}",
+                id_of(&given),
+                given.delivery_count,
+                back.iter().map(|d| (id_of(d), d.delivery_count)).collect::<Vec<_>>()
+            )
+        })?;
+        settle.extend(back);
+    } else {
+        let unsupported = r.as_ref().is_err_and(|e| e.kind == ErrorKind::Unsupported);
+        s.ensure(unsupported, Rule::SourceReleaseUncounted, || format!("release with release=false answered {r:?}"))?;
+        settle.push(given);
+    }
+    for d in &settle {
         s.answer("complete", source.complete(d.handle).await)?;
     }
     let left = s.answer("receive", source.receive(10, max_wait).await)?;
