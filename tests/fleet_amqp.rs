@@ -276,6 +276,19 @@ fn check_target(seen: &BTreeMap<String, u32>, ids: &[String], allowed: &BTreeSet
     twice.len()
 }
 
+/// Failed sends the processes reported: the sum of each tick summary's
+/// "N submit(s) failed" (crates/drain-app/src/beat.rs words it).
+fn submit_failures(logs: &str) -> u64 {
+    const WORDS: &str = " submit(s) failed";
+    logs.match_indices(WORDS)
+        .filter_map(|(at, _)| {
+            let before = &logs[..at];
+            let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+            before[before.len() - digits..].parse::<u64>().ok()
+        })
+        .sum()
+}
+
 #[test]
 fn a_fleet_sigkilled_mid_drain_duplicates_only_what_was_in_flight_at_a_kill() {
     const N: usize = 5_000;
@@ -381,7 +394,7 @@ fn a_fleet_sigkilled_mid_drain_on_service_bus_delivers_each_message_exactly_once
 }
 
 #[test]
-fn a_broker_restarted_under_load_loses_nothing_and_submits_each_message_once() {
+fn a_broker_restarted_under_load_loses_nothing_and_sends_twice_only_what_failed_to_send() {
     const N: usize = 2_000;
     const RESTARTS: u64 = 2;
     let Some(redis) = redis() else { return };
@@ -407,14 +420,28 @@ fn a_broker_restarted_under_load_loses_nothing_and_submits_each_message_once() {
     wait_drained(|| broker.counts(&source.name), &mut fleet);
     let took = started.elapsed();
     let reconnects = fleet.count("link is gone; reconnecting");
+    let failed_sends = submit_failures(&fleet.logs());
     fleet.stop();
     assert_lease_gone(&redis, &source.name);
 
+    // A send whose outcome the stopping broker never answered fails (its claim is
+    // released, the message redelivered and sent again) although the target may have
+    // taken it: RabbitMQ has no duplicate detection to drop that second copy. So a
+    // copy beyond the first is allowed only for a send that failed; nothing is lost.
     let seen = broker.collect(&target.name);
-    check_target(&seen, &ids, &BTreeSet::new());
+    let lost: Vec<&String> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
+    assert!(lost.is_empty(), "{} messages lost: {lost:?}", lost.len());
+    assert_eq!(seen.len(), ids.len(), "only the ids that were sent arrive");
+    let extra: u32 = seen.values().map(|n| n - 1).sum();
+    assert!(
+        u64::from(extra) <= failed_sends,
+        "{extra} copies beyond the first, but only {failed_sends} sends failed: {:?}",
+        seen.iter().filter(|(_, n)| **n > 1).take(10).collect::<Vec<_>>()
+    );
     assert!(reconnects >= 2 * RESTARTS as usize, "each restart cut both processes' links: {reconnects} reconnects");
     eprintln!(
-        "{N} messages through 2 processes and {RESTARTS} broker restarts in {:.1} s, {reconnects} links reconnected",
+        "{N} messages through 2 processes and {RESTARTS} broker restarts in {:.1} s, {reconnects} links reconnected, \
+         {failed_sends} sends failed, {extra} second copies in the target",
         took.as_secs_f64()
     );
     assert_eq!(broker.counts(&source.name), (0, 0), "nothing left in the source");
