@@ -59,6 +59,25 @@ fn wait_recorded(server: &RedisServer, n: i64, run: &mut Running) {
     }
 }
 
+/// Freeze `run` (SIGSTOP) at a moment its in-flight lists hold items (thawing it and
+/// looking again while they hold none, bounded) and return that count. A frozen
+/// process takes and records nothing, so the count stays true until it is thawed or
+/// killed. (Killed at an arbitrary moment, it sometimes sat between batches.)
+fn frozen_with_batches_in_flight(server: &RedisServer, run: &Running) -> i64 {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        run.freeze();
+        // A command it sent just before the stop lands first.
+        std::thread::sleep(Duration::from_millis(20));
+        let n = in_flight(server);
+        if n > 0 || Instant::now() >= deadline {
+            return n;
+        }
+        run.thaw();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A Redis user that may do everything `drain owners` does but `HINCRBY`: the
 /// record fails with a permanent `Permission` error; the run stops (exit 1, the
 /// error in the report, `complete: false`) with every item still in a backlog or in
@@ -127,11 +146,13 @@ fn redis_killed_between_take_and_record_loses_nothing() {
     seed(&server, OWNERS, ITEMS);
     let mut run = Running::spawn(owners(&server.url(), 20, &[]));
     wait_recorded(&server, 60, &mut run);
-    // Read just before the kill: with `appendfsync always` this is what the
-    // restarted server holds. (Read after the restart, it raced the process: a turn
-    // whose work ended during the outage records its batch as soon as Redis answers.)
-    let in_flight_at_kill = in_flight(&server);
+    // The kill lands while the process is frozen with batches in flight, so what the
+    // in-flight lists held is exactly what the restarted server (`appendfsync
+    // always`) holds. (Read after the restart, it raced the process: a turn whose
+    // work ended during the outage records its batch as soon as Redis answers.)
+    let in_flight_at_kill = frozen_with_batches_in_flight(&server, &run);
     server.kill();
+    run.thaw();
     std::thread::sleep(Duration::from_millis(500));
     server.restart();
     let status = run.wait_exit(LIMIT);
@@ -157,6 +178,7 @@ fn a_process_killed_mid_batch_and_restarted_loses_nothing() {
     };
     let mut first = Running::spawn(two_second_claims(20));
     wait_recorded(&server, 60, &mut first);
+    frozen_with_batches_in_flight(&server, &first);
     drop(first); // SIGKILL
     let stranded = in_flight(&server);
     let out = output(two_second_claims(0), LIMIT);

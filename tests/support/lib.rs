@@ -137,6 +137,19 @@ impl Running {
         self.child.id()
     }
 
+    /// Freeze the process (SIGSTOP, by its pid): it does nothing until [`Self::thaw`].
+    /// Dropping a frozen `Running` still kills it.
+    pub fn freeze(&self) {
+        let status = Command::new("kill").args(["-STOP", &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success(), "SIGSTOP {}", self.pid());
+    }
+
+    /// Thaw a frozen process (SIGCONT).
+    pub fn thaw(&self) {
+        let status = Command::new("kill").args(["-CONT", &self.pid().to_string()]).status().expect("kill");
+        assert!(status.success(), "SIGCONT {}", self.pid());
+    }
+
     /// Collect lines until one contains `needle` (true) or `within` passes (false).
     pub fn wait_for(&mut self, needle: &str, within: Duration) -> bool {
         if self.seen.iter().any(|l| l.contains(needle)) {
