@@ -30,14 +30,14 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use adapter_postgres::PostgresStore;
-use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::event::{Event, LeaseOp, MessageOutcome};
 use drain_core::ports::LeaseStore;
 use drain_core::testkit::message;
 use drain_core::tick::{ClaimHealth, LeaseStatus};
 use test_servers::PostgresServer;
 
 use faults::postgres::{Server, World, config};
-use faults::{KillDuring, Op, answered, lock, stats};
+use faults::{lock, scenarios, stats};
 
 // ---------------------------------------------------------------------------------
 // PostgreSQL killed
@@ -49,50 +49,16 @@ use faults::{KillDuring, Op, answered, lock, stats};
 /// ticks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_dead_before_the_tick_fails_open_on_the_lease_and_closed_on_claims() {
-    let Some(mut w) = World::new(12, Duration::ZERO).await else { return };
-    w.server().kill();
-    for round in 1..=2 {
-        let r = w.tick().await;
-        assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "round {round}: {r:?}");
-        assert_eq!(r.fence, None);
-        assert_eq!(stats(&r), (5, 0, 0, 5), "round {round}: one batch, all abandoned, then the tick ends");
-        assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
-        assert!(w.target.ids().is_empty(), "no submit without a claim");
-        assert_eq!(w.source.ready_len(), 12, "every message is back in the queue");
-        assert_eq!(w.lease_ops(LeaseOp::Acquire, "error"), round);
-        assert_eq!(w.ticks(TickOutcome::FailOpen), round);
-        assert_eq!(w.messages(MessageOutcome::ClaimError), 5 * round);
-        assert_eq!(
-            w.lease_ops(LeaseOp::Release, "error") + w.lease_ops(LeaseOp::Release, "released"),
-            0,
-            "nothing to release"
-        );
-    }
-
-    w.server().restart();
-    let reports = w.drain_until_done(Duration::from_secs(10)).await;
-    assert!(reports.len() <= 2, "the same store recovers at once: {reports:?}");
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
+    let Some(w) = World::new(12, Duration::ZERO).await else { return };
+    scenarios::dead_before_the_tick(w).await;
 }
 
 /// The acquire is on the wire when the server is SIGKILLed: a typed error, fail open,
 /// claims fail closed, recovery on the same store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_while_the_acquire_is_in_flight_fails_open() {
-    let Some(mut w) = World::new(8, Duration::ZERO).await else { return };
-    let faulty = KillDuring::new(w.store.clone(), w.server.clone(), Op::Acquire, 1);
-    let r = w.tick_with(&faulty, &faulty).await;
-    assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
-    assert_eq!(stats(&r), (5, 0, 0, 5), "{r:?}");
-    assert!(w.target.ids().is_empty(), "no submit without a claim");
-    assert_eq!(w.lease_ops(LeaseOp::Acquire, "error"), 1);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 5);
-
-    w.server().restart();
-    w.drain_until_done(Duration::from_secs(10)).await;
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
+    let Some(w) = World::new(8, Duration::ZERO).await else { return };
+    scenarios::killed_while_the_acquire_is_in_flight(w).await;
 }
 
 /// Killed from inside a slow submit, after the batch's claims were taken: the
@@ -106,25 +72,9 @@ async fn postgres_killed_mid_drain_submits_only_what_was_claimed() {
     let Some(mut w) = World::new(15, Duration::from_millis(20)).await else { return };
     w.cfg.lease_ttl = Duration::from_millis(1500);
     w.cfg.claim_pending_ttl = Duration::from_millis(1500);
-    let server = w.server.clone();
-    w.target.on_call(2, move || lock(&server).kill());
-    let r = w.tick().await;
-    assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(r.fence, Some(1));
-    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1 (claimed) submitted, then nothing more received");
-    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
-    assert_eq!(w.target.ids(), w.ids[..5], "only the first, claimed batch reached the target");
-    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 0, "nothing received that could not be claimed");
-    assert_eq!(w.lease_ops(LeaseOp::Release, "error"), 1, "the failed release is counted (the TTL frees the lease)");
-    assert_eq!(w.source.ready_len(), 10);
-
-    w.server().restart();
-    let reports = w.drain_until_done(Duration::from_secs(10)).await;
+    let reports = scenarios::killed_mid_drain(w).await;
     let fences: Vec<u64> = reports.iter().filter_map(|r| r.fence).collect();
     assert!(fences.iter().all(|&f| f > 1), "fences after the restart exceed the one before it: {reports:?}");
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
 }
 
 /// Killed while the second batch's claim call is in flight: that batch fails closed.
@@ -132,19 +82,7 @@ async fn postgres_killed_mid_drain_submits_only_what_was_claimed() {
 async fn postgres_killed_while_a_claim_is_in_flight_fails_closed() {
     let Some(mut w) = World::new(15, Duration::ZERO).await else { return };
     w.cfg.lease_ttl = Duration::from_millis(1500);
-    let faulty = KillDuring::new(w.store.clone(), w.server.clone(), Op::Claim, 2);
-    let r = w.tick_with(&faulty, &faulty).await;
-    assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(stats(&r), (10, 5, 0, 5), "{r:?}");
-    assert_eq!(w.target.ids(), w.ids[..5]);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 5);
-    assert_eq!(w.messages(MessageOutcome::Submitted), 5);
-    assert_eq!(w.lease_ops(LeaseOp::Release, "error"), 1);
-
-    w.server().restart();
-    w.drain_until_done(Duration::from_secs(10)).await;
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
+    scenarios::killed_while_a_claim_is_in_flight(w).await;
 }
 
 /// Killed while the release is in flight: the release fails and is counted; after
@@ -154,35 +92,8 @@ async fn postgres_killed_while_a_claim_is_in_flight_fails_closed() {
 /// PostgreSQL needs no extra setting for this: its rows are its data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_ttl() {
-    let Some(mut w) = World::new(10, Duration::ZERO).await else { return };
-    w.cfg.lease_ttl = Duration::from_millis(2500);
-    let faulty = KillDuring::new(w.store.clone(), w.server.clone(), Op::Release, 1);
-    let r = w.tick_with(&faulty, &faulty).await;
-    assert_eq!(stats(&r), (10, 10, 0, 0), "{r:?}");
-    assert_eq!(r.fence, Some(1));
-    assert_eq!(w.lease_ops(LeaseOp::Release, "error"), 1);
-    let orphan = w.last_token.clone().expect("token");
-
-    w.server().restart();
-    let lease = w.lease_key();
-    let store = w.store.clone();
-    let held = answered(|| store.peek(&lease)).await.expect("the lease outlived the kill");
-    assert_eq!((held.holder.as_str(), held.fence), (orphan.holder(), 1), "still ours, nobody released it");
-    assert!(held.remaining <= w.cfg.lease_ttl, "{held:?}");
-    let r = w.tick().await;
-    assert!(r.is_skipped(), "held until the TTL frees it: {r:?}");
-
-    // Redeliveries of the ten (a broker that lost their completions).
-    for id in w.ids.clone() {
-        w.source.push(message(&id));
-    }
-    tokio::time::sleep(held.remaining + Duration::from_millis(100)).await;
-    let r = w.tick().await;
-    assert_eq!(r.lease, Some(LeaseStatus::Held), "the TTL freed it: {r:?}");
-    assert_eq!(r.fence, Some(2), "the fence survived the restart and still grows");
-    assert_eq!(stats(&r), (10, 0, 10, 0), "the done claims survived: duplicates, not submits");
-    assert_eq!(w.lease_ops(LeaseOp::Release, "released"), 1);
-    w.assert_exactly_once_allowing_redeliveries();
+    let Some(w) = World::new(10, Duration::ZERO).await else { return };
+    scenarios::killed_while_the_release_is_in_flight(w).await;
 }
 
 // ---------------------------------------------------------------------------------
@@ -197,54 +108,8 @@ async fn postgres_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_
 /// The same store then drains everything exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_past_the_ttl_loses_the_lease_cancels_the_drain_and_fails_open_while_frozen() {
-    let Some(mut w) = World::new(25, Duration::from_millis(120)).await else { return };
-    w.cfg.lease_ttl = Duration::from_secs(1);
-    w.cfg.batch = 25;
-    let (server, thaw) = (w.server.clone(), w.server.clone());
-    let (paused_tx, paused_rx) = mpsc::channel();
-    w.target.on_call(1, move || {
-        lock(&server).pause();
-        let _ = paused_tx.send(());
-    });
-    w.spawn(move || {
-        paused_rx.recv_timeout(Duration::from_secs(10)).expect("the first submit froze the server");
-        std::thread::sleep(Duration::from_secs(2));
-        lock(&thaw).resume();
-    });
-    let r = w.tick().await;
-    w.join();
-    assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert!(r.lease_lost, "the renewal found the lease gone: {r:?}");
-    assert!(w.lease_ops(LeaseOp::Renew, "error") >= 1, "renewals while frozen fail and are counted");
-    assert_eq!(w.lease_ops(LeaseOp::Renew, "lost"), 1);
-    assert_eq!(w.count(|e| matches!(e, Event::LeaseLost { .. })), 1);
-    assert_eq!(w.lease_ops(LeaseOp::Release, "not_owner"), 1, "nothing of anyone else's is deleted");
-    let (received, submitted, _, abandoned) = stats(&r);
-    assert_eq!((received, submitted + abandoned), (25, 25));
-    assert!(abandoned >= 1 && w.messages(MessageOutcome::Cancelled) as u64 == abandoned, "{r:?}");
-    assert_eq!(w.source.ready_len() as u64, abandoned);
-
-    // Frozen before a tick: the acquire times out (fail open), and the store is then
-    // known down for the rest of the tick: nothing is received at all. Requests
-    // already sent still run when it thaws, leaving a lease that nobody holds: a
-    // short TTL lets it lapse here.
-    w.cfg.claim_pending_ttl = Duration::from_secs(1);
-    w.cfg.batch = 5;
-    let before = w.target.ids().len();
-    let (ready, claim_errors) = (w.source.ready_len(), w.messages(MessageOutcome::ClaimError));
-    w.server().pause();
-    let r = w.tick().await;
-    w.server().resume();
-    assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
-    assert_eq!(stats(&r), (0, 0, 0, 0), "{r:?}");
-    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
-    assert_eq!(w.target.ids().len(), before, "nothing submitted while the claim store was frozen");
-    assert_eq!(w.source.ready_len(), ready, "nothing received");
-    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
-
-    w.drain_until_done(Duration::from_secs(15)).await;
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
+    let Some(w) = World::new(25, Duration::from_millis(120)).await else { return };
+    scenarios::frozen_past_the_ttl(w).await;
 }
 
 /// Restarted (killed, started on the same data directory) while a holder drains: the

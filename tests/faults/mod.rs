@@ -3,7 +3,8 @@
 //! (a private server, one store on it serving both ports, a queue, an observer), and
 //! a store wrapper that kills the server while a chosen call is in flight. It is
 //! generic over the store and the server ([`FaultServer`]); `redis.rs` and
-//! `postgres.rs` connect a world to each.
+//! `postgres.rs` connect a world to each, and `scenarios.rs` holds the scenarios
+//! both suites run.
 //!
 //! Each test binary uses the half for its own server: the other half is dead code
 //! there.
@@ -11,6 +12,7 @@
 
 pub(crate) mod postgres;
 pub(crate) mod redis;
+pub(crate) mod scenarios;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -36,6 +38,8 @@ pub(crate) const TICK_BOUND: Duration = Duration::from_secs(20);
 
 /// What the suites do to a private server, by pid.
 pub(crate) trait FaultServer: Send + 'static {
+    /// How failure messages name the server.
+    const NAME: &'static str;
     /// SIGKILL (the server and whatever it forked).
     fn kill(&mut self);
     /// SIGSTOP: connections stay open, nothing is answered.

@@ -16,6 +16,7 @@ pub(crate) type Server = Shared<PostgresServer>;
 pub(crate) type World = super::World<PostgresStore, PostgresServer>;
 
 impl FaultServer for PostgresServer {
+    const NAME: &'static str = "the server";
     fn kill(&mut self) {
         PostgresServer::kill(self);
     }

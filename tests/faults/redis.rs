@@ -16,6 +16,7 @@ pub(crate) type Server = Shared<RedisServer>;
 pub(crate) type World = super::World<RedisStore, RedisServer>;
 
 impl FaultServer for RedisServer {
+    const NAME: &'static str = "Redis";
     fn kill(&mut self) {
         RedisServer::kill(self);
     }
