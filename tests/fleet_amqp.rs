@@ -276,11 +276,10 @@ fn check_target(seen: &BTreeMap<String, u32>, ids: &[String], allowed: &BTreeSet
     twice.len()
 }
 
-/// Failed sends the processes reported: the sum of each tick summary's
-/// "N submit(s) failed" (crates/drain-app/src/beat.rs words it).
-fn submit_failures(logs: &str) -> u64 {
-    const WORDS: &str = " submit(s) failed";
-    logs.match_indices(WORDS)
+/// The sum of the counts the processes reported as "N<words>" in their tick
+/// summaries (crates/drain-app/src/beat.rs words them).
+fn reported(logs: &str, words: &str) -> u64 {
+    logs.match_indices(words)
         .filter_map(|(at, _)| {
             let before = &logs[..at];
             let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
@@ -420,28 +419,34 @@ fn a_broker_restarted_under_load_loses_nothing_and_sends_twice_only_what_failed_
     wait_drained(|| broker.counts(&source.name), &mut fleet);
     let took = started.elapsed();
     let reconnects = fleet.count("link is gone; reconnecting");
-    let failed_sends = submit_failures(&fleet.logs());
+    let logs = fleet.logs();
+    let failed_sends = reported(&logs, " submit(s) failed");
+    let expired_claims = reported(&logs, " claim(s) expired before they were settled");
     fleet.stop();
     assert_lease_gone(&redis, &source.name);
 
     // A send whose outcome the stopping broker never answered fails (its claim is
     // released, the message redelivered and sent again) although the target may have
-    // taken it: RabbitMQ has no duplicate detection to drop that second copy. So a
-    // copy beyond the first is allowed only for a send that failed; nothing is lost.
+    // taken it; a send that waited out the broker's restart can outlive its pending
+    // claim, which a redelivery then takes over. Both are counted and warned about as
+    // possible duplicates, and RabbitMQ has no duplicate detection to drop the second
+    // copy. So a copy beyond the first is allowed only for one of those; nothing is lost.
     let seen = broker.collect(&target.name);
     let lost: Vec<&String> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
     assert!(lost.is_empty(), "{} messages lost: {lost:?}", lost.len());
     assert_eq!(seen.len(), ids.len(), "only the ids that were sent arrive");
     let extra: u32 = seen.values().map(|n| n - 1).sum();
     assert!(
-        u64::from(extra) <= failed_sends,
-        "{extra} copies beyond the first, but only {failed_sends} sends failed: {:?}",
-        seen.iter().filter(|(_, n)| **n > 1).take(10).collect::<Vec<_>>()
+        u64::from(extra) <= failed_sends + expired_claims,
+        "{extra} copies beyond the first, but only {failed_sends} sends failed and {expired_claims} claims expired: \
+         {:?}\n{}",
+        seen.iter().filter(|(_, n)| **n > 1).take(10).collect::<Vec<_>>(),
+        logs.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).take(40).collect::<Vec<_>>().join("\n")
     );
     assert!(reconnects >= 2 * RESTARTS as usize, "each restart cut both processes' links: {reconnects} reconnects");
     eprintln!(
         "{N} messages through 2 processes and {RESTARTS} broker restarts in {:.1} s, {reconnects} links reconnected, \
-         {failed_sends} sends failed, {extra} second copies in the target",
+         {failed_sends} sends failed, {expired_claims} claims expired, {extra} second copies in the target",
         took.as_secs_f64()
     );
     assert_eq!(broker.counts(&source.name), (0, 0), "nothing left in the source");
