@@ -27,12 +27,11 @@
 #[path = "amqp/bare.rs"]
 mod bare;
 
-use std::fmt::Write as _;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
+use bench_support::stats::{self, Spread, rounded};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
@@ -42,6 +41,7 @@ use drain_core::tick::{TickConfig, TickPorts, run_tick};
 use drain_e2e::rabbit::Broker;
 use drain_e2e::{RedisServer, TokioClock};
 use futures::stream::{self, StreamExt};
+use serde_json::{Map, Value, json};
 
 const BATCH: usize = 64;
 /// A round (fill plus drain of one mode) takes a few seconds; one that takes this
@@ -70,8 +70,8 @@ struct Length {
 
 impl Length {
     fn from_args() -> Length {
-        let only = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-        if std::env::args().any(|a| a == "--full") {
+        let only = bench_support::only();
+        if bench_support::full() {
             Length { name: "full", messages: 10_000, rounds: 9, only }
         } else {
             Length { name: "ci", messages: 1_000, rounds: 3, only }
@@ -80,20 +80,17 @@ impl Length {
 }
 
 fn main() {
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/amqp.json");
     let json = match Broker::shared("amqp bench") {
         // Outside CI a missing broker is a skip (the reason is printed); under CI it panicked.
-        None => "{\"skipped\":\"RabbitMQ does not answer on the test broker; run `bash .ci/setup-services.sh`\"}\n"
-            .to_owned(),
+        None => json!({"skipped": "RabbitMQ does not answer on the test broker; run `bash .ci/setup-services.sh`"}),
         Some(broker) => {
             let rt =
                 tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
             rt.block_on(run(&broker, &Length::from_args()))
         }
     };
-    std::fs::create_dir_all(out.parent().expect("dir")).expect("create target/bench");
-    std::fs::write(&out, json).expect("write amqp.json");
-    println!("wrote {}", out.display());
+    // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
+    bench_support::write(env!("CARGO_TARGET_TMPDIR"), "amqp", &json);
     // A stalled round leaves its connection task behind; do not wait for it.
     std::process::exit(0);
 }
@@ -128,10 +125,10 @@ async fn measure(mode: &str, s: &Setup<'_>) -> Duration {
     }
 }
 
-async fn run(broker: &Broker, len: &Length) -> String {
+async fn run(broker: &Broker, len: &Length) -> Value {
     let base = broker.base.as_str();
     let Some(redis_server) = RedisServer::start() else {
-        return "{\"skipped\":\"redis-server is not installed (the tick_redis modes need one)\"}\n".to_owned();
+        return json!({"skipped": "redis-server is not installed (the tick_redis modes need one)"});
     };
     let redis = RedisStore::connect(RedisConfig::new(redis_server.url())).await.expect("connect to the private Redis");
     let source_q = format!("drain-bench-{}-src", std::process::id());
@@ -174,7 +171,7 @@ async fn run(broker: &Broker, len: &Length) -> String {
                 );
                 eprintln!("amqp bench: {why}");
                 delete();
-                return format!("{{\"skipped\":{why:?}}}\n");
+                return json!({ "skipped": why });
             };
             rates[i].push(len.messages as f64 / took.as_secs_f64());
             let _ = broker.ctl_status(&["purge_queue", &target_q]);
@@ -186,52 +183,28 @@ async fn run(broker: &Broker, len: &Length) -> String {
 
 /// The median of `v` (0 for a mode that did not run).
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+    stats::median(v).unwrap_or(0.0)
 }
 
 /// The per-round ratios `a / b`: their median and spread (interquartile range over
-/// the median), and their full range.
-fn ratio(rates: &[Vec<f64>], a: &str, b: &str) -> (f64, f64, f64, f64) {
+/// the median), and their full range (zeros when either did not run).
+fn ratio(rates: &[Vec<f64>], a: &str, b: &str) -> Spread {
     let at = |m: &str| MODES.iter().position(|x| *x == m).expect("a mode");
-    let mut v: Vec<f64> = rates[at(a)].iter().zip(&rates[at(b)]).map(|(x, y)| x / y).collect();
-    if v.is_empty() {
-        return (0.0, 0.0, 0.0, 0.0);
-    }
-    v.sort_by(f64::total_cmp);
-    let q = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    let median = q(0.5);
-    (median, (q(0.75) - q(0.25)) / median, v[0], v[v.len() - 1])
+    stats::spread(&stats::ratios(&rates[at(a)], &rates[at(b)])).unwrap_or_default()
 }
 
-fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> String {
+fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> Value {
     println!("{:<16} {:>10}", "mode", "msg/s");
+    let mut msg_per_sec = Map::new();
     for (mode, all) in MODES.iter().zip(rates) {
         let shown: Vec<String> = all.iter().map(|r| format!("{r:.0}")).collect();
         println!("{mode:<16} {:>10.0}   rounds: {}", median(all), shown.join(" "));
-    }
-    let build = if cfg!(debug_assertions) { "debug" } else { "release" };
-    let mut json = format!(
-        "{{\"bench\":\"amqp\",\"length\":\"{}\",\"build\":\"{build}\",\"statistic\":\"median round; ratios: median of per-round ratios, spread = interquartile range / median\",\"messages_per_round\":{},\"batch\":{BATCH},\"rounds\":{},\"seconds\":{:.1},\"msg_per_sec\":{{",
-        len.name,
-        len.messages,
-        len.rounds,
-        took.as_secs_f64()
-    );
-    for (i, (mode, all)) in MODES.iter().zip(rates).enumerate() {
-        let _ = write!(json, "{}\"{mode}\":{:.0}", if i > 0 { "," } else { "" }, median(all));
+        msg_per_sec.insert((*mode).to_owned(), json!(median(all).round() as u64));
     }
     // The source's overhead on the bare consume loop, as before: 1 - ratio.
-    let (c1, ..) = ratio(rates, "source_c1", "bare_fe2o3");
-    let (c8, ..) = ratio(rates, "source_c8", "bare_fe2o3");
-    println!("adapter overhead vs bare loop: c1 {:.1} %, c8 {:.1} %", (1.0 - c1) * 100.0, (1.0 - c8) * 100.0);
-    let _ = write!(
-        json,
-        "}},\"overhead_pct\":{{\"source_c1\":{:.1},\"source_c8\":{:.1}}},\"ratios\":{{",
-        (1.0 - c1) * 100.0,
-        (1.0 - c8) * 100.0
-    );
+    let c1 = (1.0 - ratio(rates, "source_c1", "bare_fe2o3").median) * 100.0;
+    let c8 = (1.0 - ratio(rates, "source_c8", "bare_fe2o3").median) * 100.0;
+    println!("adapter overhead vs bare loop: c1 {c1:.1} %, c8 {c8:.1} %");
     let pairs = [
         ("tick_c1", "bare_forward_c1"),
         ("tick_c8", "bare_forward_c8"),
@@ -242,17 +215,35 @@ fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> String {
         ("tick_c8", "bare_fe2o3"),
         ("tick_redis_c8", "bare_fe2o3"),
     ];
-    for (i, (a, b)) in pairs.iter().enumerate() {
-        let (m, spread, lo, hi) = ratio(rates, a, b);
-        println!("{a} / {b}: {m:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})", spread * 100.0);
-        let sep = if i > 0 { "," } else { "" };
-        let _ = write!(
-            json,
-            "{sep}\"{a}_vs_{b}\":{{\"median\":{m:.3},\"iqr_over_median\":{spread:.3},\"min\":{lo:.3},\"max\":{hi:.3}}}"
+    let mut ratios = Map::new();
+    for (a, b) in pairs {
+        let s = ratio(rates, a, b);
+        let (m, lo, hi) = (s.median, s.min, s.max);
+        println!("{a} / {b}: {m:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})", s.iqr_over_median * 100.0);
+        ratios.insert(
+            format!("{a}_vs_{b}"),
+            json!({
+                "median": rounded(m, 3),
+                "iqr_over_median": rounded(s.iqr_over_median, 3),
+                "min": rounded(lo, 3),
+                "max": rounded(hi, 3),
+            }),
         );
     }
-    json.push_str("}}\n");
-    json
+    let build = if cfg!(debug_assertions) { "debug" } else { "release" };
+    json!({
+        "bench": "amqp",
+        "length": len.name,
+        "build": build,
+        "statistic": "median round; ratios: median of per-round ratios, spread = interquartile range / median",
+        "messages_per_round": len.messages,
+        "batch": BATCH,
+        "rounds": len.rounds,
+        "seconds": rounded(took.as_secs_f64(), 1),
+        "msg_per_sec": msg_per_sec,
+        "overhead_pct": {"source_c1": rounded(c1, 1), "source_c8": rounded(c8, 1)},
+        "ratios": ratios,
+    })
 }
 
 /// The adapter: `receive(64)`, then complete each with `concurrency` in flight.

@@ -10,15 +10,14 @@
 //! debug build the tests use (see `drain_e2e::drain_bin`), so times are debug-build
 //! times; what matters is the ratio between the policies.
 
-use std::fmt::Write as _;
-use std::path::Path;
-
+use bench_support::stats::{median_by, rounded};
 use drain_e2e::RedisServer;
 use drain_e2e::owners::{FLEET, OwnerRun, run_owners};
+use serde_json::{Map, Value, json};
 
 /// Rounds: 7 at `--full`, 3 at the `ci` length.
 fn rounds() -> (usize, &'static str) {
-    if std::env::args().any(|a| a == "--full") { (7, "full") } else { (3, "ci") }
+    if bench_support::full() { (7, "full") } else { (3, "ci") }
 }
 
 /// The policies compared: name and settings.
@@ -28,14 +27,15 @@ const POLICIES: [(&str, [(&str, &str); 2]); 3] = [
     ("claim_aware_wake", [("PROJECTION_DRAIN_CLAIM_AWARE", "on"), ("PROJECTION_DRAIN_RELEASE_WAKE", "on")]),
 ];
 
-fn median(mut v: Vec<u64>) -> u64 {
-    v.sort_unstable();
-    v[v.len() / 2]
+/// The median of `runs`' figure `f`.
+fn median(runs: &[OwnerRun], f: fn(&OwnerRun) -> u64) -> u64 {
+    let v: Vec<u64> = runs.iter().map(f).collect();
+    median_by(&v, Ord::cmp).copied().unwrap_or(0)
 }
 
 fn main() {
     if RedisServer::start().is_none() {
-        write("{\"bench\":\"owners\",\"skipped\":\"redis-server is not installed\"}\n");
+        write(&json!({"bench": "owners", "skipped": "redis-server is not installed"}));
         return;
     }
     let policies = POLICIES;
@@ -48,49 +48,57 @@ fn main() {
         }
     }
 
-    let w = FLEET;
-    let mut json = format!(
-        "{{\"bench\":\"owners\",\"length\":\"{length}\",\"processes\":{},\"owners\":{},\"items\":{},\"rounds\":{rounds},\"statistic\":\"median round\",\"drain_ms\":\"spawn of the processes to the last item recorded\",\"build\":\"debug\",\"policies\":{{",
-        w.processes, w.owners, w.items
-    );
     println!("{:<18} {:>10} {:>11} {:>8} {:>7} {:>8}", "policy", "drain ms", "claim busy", "turns", "peeks", "wakes");
     let mut drain_ms = Vec::new();
+    let mut by_policy = Map::new();
     for (i, (name, _)) in policies.iter().enumerate() {
         let r = &runs[i];
-        let m = |f: fn(&OwnerRun) -> u64| median(r.iter().map(f).collect());
-        let (ms, busy, turns, peeks, wakes) =
-            (m(|x| x.fleet_ms), m(|x| x.claim_busy), m(|x| x.turns), m(|x| x.peeks), m(|x| x.release_wakes));
+        let (ms, busy, turns, peeks, wakes) = (
+            median(r, |x| x.fleet_ms),
+            median(r, |x| x.claim_busy),
+            median(r, |x| x.turns),
+            median(r, |x| x.peeks),
+            median(r, |x| x.release_wakes),
+        );
         drain_ms.push(ms);
         println!("{name:<18} {ms:>10} {busy:>11} {turns:>8} {peeks:>7} {wakes:>8}");
-        let all: Vec<String> = r.iter().map(|x| x.fleet_ms.to_string()).collect();
-        let sep = if i == 0 { "" } else { "," };
-        let _ = write!(
-            json,
-            "{sep}\"{name}\":{{\"drain_ms\":{ms},\"drain_ms_all\":[{}],\"claim_busy_turns\":{busy},\"turns\":{turns},\"peeks\":{peeks},\"release_wakes\":{wakes}}}",
-            all.join(",")
+        let all: Vec<u64> = r.iter().map(|x| x.fleet_ms).collect();
+        by_policy.insert(
+            (*name).to_owned(),
+            json!({
+                "drain_ms": ms,
+                "drain_ms_all": all,
+                "claim_busy_turns": busy,
+                "turns": turns,
+                "peeks": peeks,
+                "release_wakes": wakes,
+            }),
         );
     }
-    json.push_str("},\"ratios\":{");
     let base = drain_ms[0].max(1) as f64;
-    let ratios: Vec<String> = policies
-        .iter()
-        .zip(&drain_ms)
-        .skip(1)
-        .map(|((name, _), ms)| {
-            let ratio = *ms as f64 / base;
-            println!("drain time {name} / off: {ratio:.2}x (goal: within 1.10x)");
-            format!("\"drain_time_{name}_vs_off\":{ratio:.3}")
-        })
-        .collect();
-    json.push_str(&ratios.join(","));
-    json.push_str("}}\n");
-    write(&json);
+    let mut ratios = Map::new();
+    for ((name, _), ms) in policies.iter().zip(&drain_ms).skip(1) {
+        let ratio = *ms as f64 / base;
+        println!("drain time {name} / off: {ratio:.2}x (goal: within 1.10x)");
+        ratios.insert(format!("drain_time_{name}_vs_off"), json!(rounded(ratio, 3)));
+    }
+    let w = FLEET;
+    write(&json!({
+        "bench": "owners",
+        "length": length,
+        "processes": w.processes,
+        "owners": w.owners,
+        "items": w.items,
+        "rounds": rounds,
+        "statistic": "median round",
+        "drain_ms": "spawn of the processes to the last item recorded",
+        "build": "debug",
+        "policies": by_policy,
+        "ratios": ratios,
+    }));
 }
 
-fn write(json: &str) {
+fn write(json: &Value) {
     // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("bench").join("owners.json");
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("create target/bench");
-    std::fs::write(&path, json).expect("write owners.json");
-    println!("wrote {}", path.display());
+    bench_support::write(env!("CARGO_TARGET_TMPDIR"), "owners", json);
 }

@@ -15,9 +15,10 @@
 //! Each task cycles on a lease of its own. The machine is shared, so each
 //! (client, tasks) pair is measured in many rounds, and within a round the clients
 //! alternate in short slices (a 10 ms warm-up, then a timed slice), each round in
-//! another order (rotated, and reversed every other round, so that each client
-//! follows each other one equally often), so that all of them meet the same noise; the
-//! median round is reported, and each ratio is the median of the per-round ratios,
+//! another order (rotated, and reversed every other round, so that within a pass
+//! each client follows each other one equally often: the slice after the Redis one
+//! meets backends that sat idle; `round_order` in `crates/bench-support`), so that
+//! all of them meet the same noise; the median round is reported, and each ratio is the median of the per-round ratios,
 //! with its spread: the interquartile range of those ratios over their median (and
 //! their full range). A PostgreSQL cycle (two write transactions) takes ten times a
 //! Redis one, so the slices are longer than the Redis bench's, for enough cycles per
@@ -32,17 +33,17 @@
 //! Writes `<target>/bench/postgres.json` and prints a table. Runs on a
 //! current-thread Tokio runtime (one client core; the servers get the other).
 
-use std::fmt::Write as _;
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{RedisConfig, RedisStore};
+use bench_support::lease::{self, LeaseClient, Length, Report};
 use drain_core::LeaseToken;
 use drain_core::ports::{Acquire, LeaseName, LeaseStore, Release};
 use drain_core::testkit::TestRng;
+use serde_json::{Value, json};
 use test_servers::{PostgresServer, RedisServer};
 
 const WARMUP: Duration = Duration::from_millis(10);
@@ -50,6 +51,8 @@ const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 /// The prefix every client's rows carry (the adapter's default).
 const PREFIX: &str = adapter_postgres::DEFAULT_KEY_PREFIX;
+const CI: Length = Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(30) };
+const FULL: Length = Length { name: "full", rounds: 21, slices: 6, run: Duration::from_millis(80) };
 
 /// The hand-written loop's clients: each with the adapter's two statements
 /// prepared, used round robin per call.
@@ -97,7 +100,9 @@ enum Client {
     Redis(RedisStore),
 }
 
-impl Client {
+impl LeaseClient for Client {
+    type Task = Task;
+
     fn name(&self) -> &'static str {
         match self {
             Client::Adapter(_) => "adapter",
@@ -107,7 +112,11 @@ impl Client {
         }
     }
 
-    async fn cycle(&self, task: &Task) {
+    fn task(&self, n: usize) -> Task {
+        Task::new(self.name(), n)
+    }
+
+    async fn cycle(&mut self, task: &Task) {
         match self {
             Client::Adapter(store) => lease_cycle(store, task).await,
             Client::Redis(store) => lease_cycle(store, task).await,
@@ -166,103 +175,6 @@ impl Task {
     }
 }
 
-/// How long the bench runs: `ci` (the default) or `full` (`--full`).
-struct Length {
-    name: &'static str,
-    rounds: usize,
-    /// Slices per client per round.
-    slices: usize,
-    /// Timed length of one slice.
-    run: Duration,
-}
-
-impl Length {
-    fn from_args() -> Length {
-        if std::env::args().any(|a| a == "--full") {
-            Length { name: "full", rounds: 21, slices: 6, run: Duration::from_millis(80) }
-        } else {
-            Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(30) }
-        }
-    }
-}
-
-struct Measured {
-    client: &'static str,
-    tasks: usize,
-    cycles: usize,
-    per_sec: f64,
-    p50_us: u64,
-    p99_us: u64,
-}
-
-/// One slice: `tasks` tasks cycling for `run` after a short warm-up; the latency of
-/// each cycle that started after the warm-up, in µs, and how many cycles ran in all.
-async fn slice(client: &Client, tasks: usize, run: Duration) -> (Vec<u64>, usize) {
-    let start = Instant::now();
-    let warm_until = start + WARMUP;
-    let stop = warm_until + run;
-    let handles: Vec<_> = (0..tasks)
-        .map(|n| {
-            let client = client.clone();
-            let task = Task::new(client.name(), n);
-            tokio::spawn(async move {
-                let (mut latencies, mut cycles) = (Vec::new(), 0);
-                loop {
-                    let t0 = Instant::now();
-                    if t0 >= stop {
-                        break;
-                    }
-                    client.cycle(&task).await;
-                    cycles += 1;
-                    if t0 >= warm_until {
-                        latencies.push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
-                    }
-                }
-                (latencies, cycles)
-            })
-        })
-        .collect();
-    let (mut all, mut cycles) = (Vec::new(), 0);
-    for h in handles {
-        let (l, c) = h.await.expect("bench task");
-        all.extend(l);
-        cycles += c;
-    }
-    (all, cycles)
-}
-
-/// A round's figures for one client from its slices' latencies (`run` timed in all).
-fn measured(client: &Client, tasks: usize, mut all: Vec<u64>, run: Duration) -> Measured {
-    all.sort_unstable();
-    let pct =
-        |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or(0);
-    Measured {
-        client: client.name(),
-        tasks,
-        cycles: all.len(),
-        per_sec: all.len() as f64 / run.as_secs_f64(),
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-    }
-}
-
-fn write(json: &str) {
-    // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("bench").join("postgres.json");
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("create target/bench");
-    std::fs::write(&path, json).expect("write the bench JSON");
-    println!("wrote {}", path.display());
-}
-
-/// Median, spread (interquartile range over the median) and full range of `v`.
-fn spread(v: &[f64]) -> (f64, f64, f64, f64) {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    let median = at(0.5);
-    (median, (at(0.75) - at(0.25)) / median, v[0], v[v.len() - 1])
-}
-
 /// Calls of drain's `acquire` and `release` since the last reset, from
 /// pg_stat_statements; every other statement of the schema counted apart.
 fn statement_calls(pg: &PostgresServer) -> (u64, u64, u64) {
@@ -284,28 +196,16 @@ fn statement_calls(pg: &PostgresServer) -> (u64, u64, u64) {
     (acquire, release, other)
 }
 
-/// The order of the clients' slices in round `round`: rotated by the round, and
-/// reversed in odd rounds, so that each client follows each other one equally often
-/// (the slice after another server's runs on a PostgreSQL whose backends sat idle:
-/// with a fixed cyclic order one client always met that).
-fn order(round: usize, n: usize) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..n).map(|k| (k + round / 2) % n).collect();
-    if round % 2 == 1 {
-        order.reverse();
-    }
-    order
-}
-
 fn main() {
-    let len = Length::from_args();
+    let len = Length::from_args(CI, FULL);
     let build = if cfg!(debug_assertions) { "debug" } else { "release" };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let Some(pg) = PostgresServer::start() else {
-        write("{\"bench\":\"postgres_lease_cycle\",\"skipped\":\"PostgreSQL is not installed\"}\n");
+        write(&json!({"bench": "postgres_lease_cycle", "skipped": "PostgreSQL is not installed"}));
         return;
     };
     let Some(redis) = RedisServer::start() else {
-        write("{\"bench\":\"postgres_lease_cycle\",\"skipped\":\"redis-server is not installed\"}\n");
+        write(&json!({"bench": "postgres_lease_cycle", "skipped": "redis-server is not installed"}));
         return;
     };
     pg.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").expect("pg_stat_statements");
@@ -321,37 +221,18 @@ fn main() {
         let hand = Hand::connect(&pg.url(), connections).await;
         let redis_store = RedisStore::connect(RedisConfig::new(redis.url())).await.expect("connect to redis");
         let hand = Arc::new(hand);
-        let clients = [
+        // `cargo bench --bench postgres -- adapter hand_written` runs only those clients.
+        let clients = lease::chosen([
             Client::Adapter(store),
             Client::HandWritten(hand.clone()),
             Client::HandTimed(hand),
             Client::Redis(redis_store),
-        ];
-        // `cargo bench --bench postgres -- adapter hand_written` runs only those clients.
-        let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-        let clients: Vec<Client> =
-            clients.into_iter().filter(|c| only.is_empty() || only.iter().any(|o| o == c.name())).collect();
+        ]);
         pg.sql("SELECT pg_stat_statements_reset()").expect("reset pg_stat_statements");
-        let mut total_cycles = 0;
-        let mut rounds: Vec<Vec<Measured>> = (0..clients.len() * TASKS.len()).map(|_| Vec::new()).collect();
-        for round in 0..len.rounds {
-            for (t, tasks) in TASKS.into_iter().enumerate() {
-                let mut lat: Vec<Vec<u64>> = vec![Vec::new(); clients.len()];
-                for _ in 0..len.slices {
-                    for c in order(round, clients.len()) {
-                        let (l, cycles) = slice(&clients[c], tasks, len.run).await;
-                        lat[c].extend(l);
-                        if !matches!(clients[c], Client::Redis(_)) {
-                            total_cycles += cycles;
-                        }
-                    }
-                }
-                for (c, l) in lat.into_iter().enumerate() {
-                    let timed = len.run * u32::try_from(len.slices).unwrap_or(1);
-                    rounds[t * clients.len() + c].push(measured(&clients[c], tasks, l, timed));
-                }
-            }
-        }
+        let rounds = lease::run(&clients, &TASKS, WARMUP, &len).await;
+        // The cycles PostgreSQL served: every client's but the Redis one's.
+        let on_postgres = clients.iter().zip(&rounds.cycles).filter(|(c, _)| !matches!(c, Client::Redis(_)));
+        let total_cycles: usize = on_postgres.map(|(_, n)| n).sum();
         (rounds, total_cycles)
     });
     let (acquires, releases, other) = statement_calls(&pg);
@@ -362,59 +243,20 @@ fn main() {
         "one acquire and one release call per cycle on the server, nothing else"
     );
 
-    let per_round = |client: &str, tasks: usize| -> Option<&Vec<Measured>> {
-        rounds.iter().find(|r| r.first().is_some_and(|m| m.client == client && m.tasks == tasks))
-    };
-    // The median round of each pair.
-    let results: Vec<&Measured> = rounds
-        .iter()
-        .map(|r| {
-            let mut sorted: Vec<&Measured> = r.iter().collect();
-            sorted.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
-            sorted[sorted.len() / 2]
-        })
-        .collect();
-    println!("{:<16} {:>5} {:>12} {:>9} {:>9}", "client", "tasks", "cycles/s", "p50 µs", "p99 µs");
-    for r in &results {
-        println!("{:<16} {:>5} {:>12.0} {:>9} {:>9}", r.client, r.tasks, r.per_sec, r.p50_us, r.p99_us);
-    }
-    let mut json = format!(
-        "{{\"bench\":\"postgres_lease_cycle\",\"length\":\"{}\",\"build\":\"{build}\",\"server\":\"postgresql {version}\",\"connections\":{connections},\"runtime\":\"tokio current_thread\",\"warmup_ms\":{},\"run_ms\":{},\"slices_per_round\":{},\"rounds\":{},\"statistic\":\"median round; ratios: median of per-round ratios, spread = interquartile range / median\",\"goal\":\"adapter >= 0.9x hand_written at 1 and 16 tasks\",\"statement_calls\":{{\"acquire\":{acquires},\"release\":{releases},\"other\":{other},\"cycles\":{total_cycles}}},\"results\":[",
-        len.name,
-        WARMUP.as_millis(),
-        len.run.as_millis(),
-        len.slices,
-        len.rounds
-    );
-    for (i, r) in results.iter().enumerate() {
-        let sep = if i == 0 { "" } else { "," };
-        let _ = write!(
-            json,
-            "{sep}{{\"client\":\"{}\",\"tasks\":{},\"cycles\":{},\"cycles_per_sec\":{:.0},\"p50_us\":{},\"p99_us\":{}}}",
-            r.client, r.tasks, r.cycles, r.per_sec, r.p50_us, r.p99_us
-        );
-    }
-    let (mut ratios, mut spreads) = (Vec::new(), Vec::new());
-    for tasks in TASKS {
-        let Some(adapter) = per_round("adapter", tasks) else { continue };
-        for other in ["hand_written", "hand_written_timed", "redis_adapter"] {
-            let Some(base) = per_round(other, tasks) else { continue };
-            let each: Vec<f64> = adapter.iter().zip(base).map(|(a, b)| a.per_sec / b.per_sec.max(1.0)).collect();
-            let (ratio, iqr, lo, hi) = spread(&each);
-            ratios.push(format!("\"adapter_vs_{other}_{tasks}_tasks\":{ratio:.3}"));
-            spreads.push(format!(
-                "\"adapter_vs_{other}_{tasks}_tasks\":{{\"iqr_over_median\":{iqr:.3},\"min\":{lo:.3},\"max\":{hi:.3}}}"
-            ));
-            println!(
-                "adapter / {other} at {tasks} task(s): {ratio:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})",
-                iqr * 100.0
-            );
-        }
-    }
-    json.push_str("],\"ratios\":{");
-    json.push_str(&ratios.join(","));
-    json.push_str("},\"ratio_spread\":{");
-    json.push_str(&spreads.join(","));
-    json.push_str("}}\n");
-    write(&json);
+    let results = rounds.medians();
+    lease::print_table(&results, 16);
+    let ratios = rounds.ratios(&TASKS, "adapter", &["hand_written", "hand_written_timed", "redis_adapter"]);
+    let server = format!("postgresql {version}");
+    let report = Report { bench: "postgres_lease_cycle", build, server: &server, warmup: WARMUP, length: &len };
+    let mut json = report.json(&results, &ratios);
+    json.insert("connections".to_owned(), json!(connections));
+    json.insert("goal".to_owned(), json!("adapter >= 0.9x hand_written at 1 and 16 tasks"));
+    let calls = json!({"acquire": acquires, "release": releases, "other": other, "cycles": total_cycles});
+    json.insert("statement_calls".to_owned(), calls);
+    write(&Value::Object(json));
+}
+
+fn write(json: &Value) {
+    // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
+    bench_support::write(env!("CARGO_TARGET_TMPDIR"), "postgres", json);
 }

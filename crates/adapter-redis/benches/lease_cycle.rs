@@ -14,11 +14,14 @@
 //!
 //! The machine is shared, so each (client, tasks) pair is measured in many rounds,
 //! and within a round the clients alternate in short slices (a 5 ms warm-up, then
-//! a timed slice), each round starting with another client, so that all of them
-//! meet the same noise; the median round is reported, and each ratio is the median
-//! of the per-round ratios, with its spread: the interquartile range of those
-//! ratios over their median (and their full range). `ci` length (the default): 5
-//! rounds of 3 slices of 20 ms; `--full`: 21 rounds of 8 slices of 30 ms.
+//! a timed slice), each round in another order, as `tests/benches/postgres.rs`
+//! orders its clients (rotated, and reversed every other round, so that within a
+//! pass each client follows each other one equally often: `round_order` in
+//! `crates/bench-support`), so that all of them meet the same noise; the median
+//! round is reported, and each ratio is the median of the per-round ratios, with
+//! its spread: the interquartile range of those ratios over their median (and
+//! their full range). `ci` length (the default): 5 rounds of 3 slices of 20 ms;
+//! `--full`: 21 rounds of 8 slices of 30 ms.
 //!
 //! Then each store operation runs 100 times and its Redis commands and round trips
 //! per operation are read from `INFO commandstats` and the store's events
@@ -28,16 +31,16 @@
 //! current-thread Tokio runtime (one client core; the server gets the other): about
 //! 10 s in all at the `ci` length, 2 minutes at `--full`.
 
-use std::fmt::Write as _;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
+use bench_support::lease::{self, LeaseClient, Length, Report};
 use drain_core::LeaseToken;
 use drain_core::ports::LeaseName;
 use drain_core::ports::{Acquire, LeaseStore, Release};
 use drain_core::testkit::TestRng;
 use redis::aio::ConnectionLike;
+use serde_json::{Value, json};
 use test_servers::{RedisServer, Reply};
 
 #[path = "support/commands.rs"]
@@ -46,6 +49,8 @@ mod commands;
 const WARMUP: Duration = Duration::from_millis(5);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
+const CI: Length = Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) };
+const FULL: Length = Length { name: "full", rounds: 21, slices: 8, run: Duration::from_millis(30) };
 
 #[derive(Clone)]
 enum Client {
@@ -56,7 +61,9 @@ enum Client {
     Rslock(rslock::LockManager),
 }
 
-impl Client {
+impl LeaseClient for Client {
+    type Task = Task;
+
     fn name(&self) -> &'static str {
         match self {
             Client::Adapter(_) => "adapter",
@@ -65,6 +72,10 @@ impl Client {
             Client::Manager(_) => "hand_written_manager",
             Client::Rslock(_) => "rslock",
         }
+    }
+
+    fn task(&self, n: usize) -> Task {
+        Task::new(self.name(), n)
     }
 
     async fn cycle(&mut self, task: &Task) {
@@ -133,110 +144,12 @@ impl Task {
     }
 }
 
-/// How long the bench runs: `ci` (the default) or `full` (`--full`).
-struct Length {
-    name: &'static str,
-    rounds: usize,
-    /// Slices per client per round.
-    slices: usize,
-    /// Timed length of one slice.
-    run: Duration,
-}
-
-impl Length {
-    fn from_args() -> Length {
-        if std::env::args().any(|a| a == "--full") {
-            Length { name: "full", rounds: 21, slices: 8, run: Duration::from_millis(30) }
-        } else {
-            Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) }
-        }
-    }
-}
-
-struct Measured {
-    client: &'static str,
-    tasks: usize,
-    cycles: usize,
-    per_sec: f64,
-    p50_us: u64,
-    p99_us: u64,
-}
-
-/// One slice: `tasks` tasks cycling for `run` after a short warm-up; the latency of
-/// each cycle that started after the warm-up, in µs.
-async fn slice(client: &Client, tasks: usize, run: Duration) -> Vec<u64> {
-    let start = Instant::now();
-    let warm_until = start + WARMUP;
-    let stop = warm_until + run;
-    let handles: Vec<_> = (0..tasks)
-        .map(|n| {
-            let mut client = client.clone();
-            let task = Task::new(client.name(), n);
-            tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                loop {
-                    let t0 = Instant::now();
-                    if t0 >= stop {
-                        break;
-                    }
-                    client.cycle(&task).await;
-                    if t0 >= warm_until {
-                        latencies.push(u64::try_from(t0.elapsed().as_micros()).unwrap_or(u64::MAX));
-                    }
-                }
-                latencies
-            })
-        })
-        .collect();
-    let mut all = Vec::new();
-    for h in handles {
-        all.extend(h.await.expect("bench task"));
-    }
-    all
-}
-
-/// A round's figures for one client from its slices' latencies (`run` timed in all).
-fn measured(client: &Client, tasks: usize, mut all: Vec<u64>, run: Duration) -> Measured {
-    all.sort_unstable();
-    let pct =
-        |p: f64| all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1))).copied().unwrap_or(0);
-    Measured {
-        client: client.name(),
-        tasks,
-        cycles: all.len(),
-        per_sec: all.len() as f64 / run.as_secs_f64(),
-        p50_us: pct(0.50),
-        p99_us: pct(0.99),
-    }
-}
-
-fn out_path() -> std::path::PathBuf {
-    // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("..").join("bench").join("redis.json")
-}
-
-fn write(json: &str) {
-    let path = out_path();
-    std::fs::create_dir_all(path.parent().expect("parent")).expect("create target/bench");
-    std::fs::write(&path, json).expect("write the bench JSON");
-    println!("wrote {}", path.display());
-}
-
-/// Median, spread (interquartile range over the median) and full range of `v`.
-fn spread(v: &[f64]) -> (f64, f64, f64, f64) {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    let median = at(0.5);
-    (median, (at(0.75) - at(0.25)) / median, v[0], v[v.len() - 1])
-}
-
 fn main() {
-    let len = Length::from_args();
+    let len = Length::from_args(CI, FULL);
     let build = if cfg!(debug_assertions) { "debug" } else { "release" };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let Some(redis) = RedisServer::start() else {
-        write("{\"bench\":\"redis_lease_cycle\",\"skipped\":\"redis-server is not installed\"}\n");
+        write(&json!({"bench": "redis_lease_cycle", "skipped": "redis-server is not installed"}));
         return;
     };
     let version = match redis.command(&["INFO", "server"]) {
@@ -264,99 +177,33 @@ fn main() {
             .await
             .expect("manager");
         let rslock = rslock::LockManager::new(vec![redis.url()]);
-        let clients = [
+        // `cargo bench --bench lease_cycle -- adapter rslock` runs only those clients.
+        let clients = lease::chosen([
             Client::Adapter(store),
             Client::Pool(pool),
             Client::HandWritten(conn),
             Client::Manager(manager),
             Client::Rslock(rslock),
-        ];
-        // `cargo bench --bench lease_cycle -- adapter rslock` runs only those clients.
-        let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
-        let clients: Vec<Client> =
-            clients.into_iter().filter(|c| only.is_empty() || only.iter().any(|o| o == c.name())).collect();
-        let mut rounds: Vec<Vec<Measured>> = (0..clients.len() * TASKS.len()).map(|_| Vec::new()).collect();
-        for round in 0..len.rounds {
-            for (t, tasks) in TASKS.into_iter().enumerate() {
-                // A round alternates the clients in short slices, each round starting
-                // with another client, so that all of them meet the same noise.
-                let mut lat: Vec<Vec<u64>> = vec![Vec::new(); clients.len()];
-                for _ in 0..len.slices {
-                    for k in 0..clients.len() {
-                        let c = (k + round) % clients.len();
-                        lat[c].extend(slice(&clients[c], tasks, len.run).await);
-                    }
-                }
-                for (c, l) in lat.into_iter().enumerate() {
-                    let timed = len.run * u32::try_from(len.slices).unwrap_or(1);
-                    rounds[t * clients.len() + c].push(measured(&clients[c], tasks, l, timed));
-                }
-            }
-        }
-        (rounds, per_op)
+        ]);
+        (lease::run(&clients, &TASKS, WARMUP, &len).await, per_op)
     });
-    let per_round = |client: &str, tasks: usize| -> Option<&Vec<Measured>> {
-        rounds.iter().find(|r| r.first().is_some_and(|m| m.client == client && m.tasks == tasks))
-    };
-    // The median round of each pair.
-    let results: Vec<&Measured> = rounds
-        .iter()
-        .map(|r| {
-            let mut sorted: Vec<&Measured> = r.iter().collect();
-            sorted.sort_by(|a, b| a.per_sec.total_cmp(&b.per_sec));
-            sorted[sorted.len() / 2]
-        })
-        .collect();
+    let results = rounds.medians();
 
     println!("{:<18} {:>12} {:>12} {:>10}", "operation", "commands/op", "round trips", "specified");
     for r in &per_op {
         println!("{:<18} {:>12.2} {:>12.2} {:>10}", r.op, r.commands, r.round_trips, r.specified);
     }
+    lease::print_table(&results, 26);
+    let others = ["hand_written", "hand_written_manager", "rslock", "adapter_scripts_via_pool"];
+    let ratios = rounds.ratios(&TASKS, "adapter", &others);
+    let server = format!("redis {version}");
+    let report = Report { bench: "redis_lease_cycle", build, server: &server, warmup: WARMUP, length: &len };
+    let mut json = report.json(&results, &ratios);
+    json.insert("commands".to_owned(), commands::json(&per_op));
+    write(&Value::Object(json));
+}
 
-    println!("{:<26} {:>5} {:>12} {:>9} {:>9}", "client", "tasks", "cycles/s", "p50 µs", "p99 µs");
-    for r in &results {
-        println!("{:<26} {:>5} {:>12.0} {:>9} {:>9}", r.client, r.tasks, r.per_sec, r.p50_us, r.p99_us);
-    }
-    let mut json = format!(
-        "{{\"bench\":\"redis_lease_cycle\",\"length\":\"{}\",\"build\":\"{build}\",\"server\":\"redis {version}\",\"runtime\":\"tokio current_thread\",\"warmup_ms\":{},\"run_ms\":{},\"slices_per_round\":{},\"rounds\":{},\"statistic\":\"median round; ratios: median of per-round ratios, spread = interquartile range / median\",\"results\":[",
-        len.name,
-        WARMUP.as_millis(),
-        len.run.as_millis(),
-        len.slices,
-        len.rounds
-    );
-    for (i, r) in results.iter().enumerate() {
-        let sep = if i == 0 { "" } else { "," };
-        let _ = write!(
-            json,
-            "{sep}{{\"client\":\"{}\",\"tasks\":{},\"cycles\":{},\"cycles_per_sec\":{:.0},\"p50_us\":{},\"p99_us\":{}}}",
-            r.client, r.tasks, r.cycles, r.per_sec, r.p50_us, r.p99_us
-        );
-    }
-    json.push_str("],\"ratios\":{");
-    let mut ratios = Vec::new();
-    let mut spreads = Vec::new();
-    for tasks in TASKS {
-        let Some(adapter) = per_round("adapter", tasks) else { continue };
-        for other in ["hand_written", "hand_written_manager", "rslock", "adapter_scripts_via_pool"] {
-            let Some(base) = per_round(other, tasks) else { continue };
-            let each: Vec<f64> = adapter.iter().zip(base).map(|(a, b)| a.per_sec / b.per_sec.max(1.0)).collect();
-            let (ratio, iqr, lo, hi) = spread(&each);
-            ratios.push(format!("\"adapter_vs_{other}_{tasks}_tasks\":{ratio:.3}"));
-            spreads.push(format!(
-                "\"adapter_vs_{other}_{tasks}_tasks\":{{\"iqr_over_median\":{iqr:.3},\"min\":{lo:.3},\"max\":{hi:.3}}}"
-            ));
-            println!(
-                "adapter / {other} at {tasks} task(s): {ratio:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})",
-                iqr * 100.0
-            );
-        }
-    }
-    json.push_str(&ratios.join(","));
-    json.push_str("},\"ratio_spread\":{");
-    json.push_str(&spreads.join(","));
-    json.push_str("},\"commands\":");
-    json.push_str(&commands::json(&per_op));
-    json.push_str("}\n");
-    write(&json);
+fn write(json: &Value) {
+    // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
+    bench_support::write(env!("CARGO_TARGET_TMPDIR"), "redis", json);
 }

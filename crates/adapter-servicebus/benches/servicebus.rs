@@ -20,12 +20,11 @@
 //! `--full`: 7 rounds of 10,000. Writes `<target>/bench/servicebus.json` and prints
 //! a table.
 
-use std::fmt::Write as _;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use bench_support::stats::{median, ratios, rounded};
 use drain_clock::TokioClock;
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
@@ -37,6 +36,7 @@ use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Connection, Receiver, Session};
 use futures::stream::{self, StreamExt};
+use serde_json::{Map, Value, json};
 use test_servicebus::{Broker, BrokerConfig, QueueConfig};
 
 const BATCH: usize = 64;
@@ -48,21 +48,19 @@ const SB_KEY: &str = test_servicebus::DEFAULT_KEY;
 
 /// `(length name, messages per round, rounds)`: `ci` unless `--full`.
 fn length() -> (&'static str, usize, usize) {
-    if std::env::args().any(|a| a == "--full") { ("full", 10_000, 7) } else { ("ci", 1_000, 3) }
+    if bench_support::full() { ("full", 10_000, 7) } else { ("ci", 1_000, 3) }
 }
 
 fn main() {
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("../bench/servicebus.json");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let json = rt.block_on(run());
-    std::fs::create_dir_all(out.parent().expect("dir")).expect("create target/bench");
-    std::fs::write(&out, json).expect("write servicebus.json");
-    println!("wrote {}", out.display());
+    // `<target>/tmp/../bench`, known at compile time (see xtask/src/bench.rs).
+    bench_support::write(env!("CARGO_TARGET_TMPDIR"), "servicebus", &json);
     // A stalled round leaves its connection task behind; do not wait for it.
     std::process::exit(0);
 }
 
-async fn run() -> String {
+async fn run() -> Value {
     let (length, n, rounds) = length();
     let broker =
         Broker::start(BrokerConfig { key: SB_KEY.to_owned(), ..BrokerConfig::default() }).expect("test-servicebus");
@@ -96,44 +94,36 @@ async fn run() -> String {
     }
     drop(broker);
 
-    let median = |r: &Vec<f64>| {
-        let mut r = r.clone();
-        r.sort_by(f64::total_cmp);
-        r.get(r.len() / 2).copied()
-    };
     // The overhead is the median of each round's own ratio: the adapter's rate
     // against the bare loop's in the same round, so that the host's drift between
     // rounds cancels out.
     let overhead = |rates: &[Vec<f64>], i: usize| {
-        let mut ratios: Vec<f64> = rates[i].iter().zip(&rates[0]).map(|(a, bare)| 1.0 - a / bare).collect();
-        ratios.sort_by(f64::total_cmp);
-        ratios.get(ratios.len() / 2).map(|r| r * 100.0)
+        let each: Vec<f64> = ratios(&rates[i], &rates[0]).iter().map(|r| 1.0 - r).collect();
+        median(&each).map(|r| rounded(r * 100.0, 1))
     };
     println!("{:<24} {:>10}", "mode", "msg/s");
-    let mut entries = Vec::new();
+    let mut msg_per_sec = Map::new();
     for (mode, rounds) in MODES.iter().zip(sb_rates.iter()) {
         let Some(rate) = median(rounds) else { continue };
         let shown: Vec<String> = rounds.iter().map(|r| format!("{r:.0}")).collect();
         println!("{:<24} {rate:>10.0}   rounds: {}", format!("servicebus_{mode}"), shown.join(" "));
-        entries.push(format!("\"servicebus_{mode}\":{rate:.0}"));
+        msg_per_sec.insert(format!("servicebus_{mode}"), json!(rate.round() as u64));
     }
-    let pct = |o: Option<f64>| o.map_or_else(|| "null".to_owned(), |v| format!("{v:.1}"));
     let (sb1, sb8) = (overhead(&sb_rates, 1), overhead(&sb_rates, 2));
+    let pct = |o: Option<f64>| o.map_or_else(|| "null".to_owned(), |v| format!("{v:.1}"));
     println!("adapter overhead vs bare loop: Service Bus c1 {} %, c8 {} %", pct(sb1), pct(sb8));
     let build = if cfg!(debug_assertions) { "debug" } else { "release" };
-    let mut json = format!(
-        "{{\"bench\":\"servicebus\",\"length\":\"{length}\",\"build\":\"{build}\",\"messages_per_round\":{n},\"batch\":{BATCH},\"rounds\":{rounds},\"msg_per_sec\":{{{}}}",
-        entries.join(",")
-    );
-    let _ = write!(
-        json,
-        ",\"overhead_pct\":{{\"servicebus_source_c1\":{},\"servicebus_source_c8\":{}}},\"seconds\":{:.1}",
-        pct(sb1),
-        pct(sb8),
-        started.elapsed().as_secs_f64()
-    );
-    json.push_str("}\n");
-    json
+    json!({
+        "bench": "servicebus",
+        "length": length,
+        "build": build,
+        "messages_per_round": n,
+        "batch": BATCH,
+        "rounds": rounds,
+        "msg_per_sec": msg_per_sec,
+        "overhead_pct": {"servicebus_source_c1": sb1, "servicebus_source_c8": sb8},
+        "seconds": rounded(started.elapsed().as_secs_f64(), 1),
+    })
 }
 
 /// The emulator connection string of `queue` on `broker`, parsed.

@@ -3,11 +3,11 @@
 //! `cargo xtask bench` (the tests in `tests/round_trips.rs` assert the same counts).
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
 use adapter_redis::RedisStore;
+use bench_support::stats::rounded;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement};
 use drain_core::testkit::{RecordingObserver, TestRng};
@@ -101,16 +101,14 @@ pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row>
 }
 
 /// The rows as a JSON array.
-pub(crate) fn json(rows: &[Row]) -> String {
-    let mut out = String::from("[");
-    for (i, r) in rows.iter().enumerate() {
-        let sep = if i == 0 { "" } else { "," };
-        let _ = write!(
-            out,
-            "{sep}{{\"op\":\"{}\",\"commands_per_op\":{:.2},\"round_trips_per_op\":{:.2},\"specified_round_trips\":{}}}",
-            r.op, r.commands, r.round_trips, r.specified
-        );
-    }
-    out.push(']');
-    out
+pub(crate) fn json(rows: &[Row]) -> serde_json::Value {
+    let row = |r: &Row| {
+        serde_json::json!({
+            "op": r.op,
+            "commands_per_op": rounded(r.commands, 2),
+            "round_trips_per_op": rounded(r.round_trips, 2),
+            "specified_round_trips": r.specified,
+        })
+    };
+    rows.iter().map(row).collect()
 }
