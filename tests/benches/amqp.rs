@@ -26,16 +26,18 @@
 
 #[path = "amqp/bare.rs"]
 mod bare;
+#[path = "../../crates/adapter-servicebus/benches/support/source.rs"]
+mod source;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
-use bench_support::stats::{self, Spread, rounded};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use bench_support::stats::{self, Spread, rounded};
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
-use drain_core::ports::{ClaimStore, Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
+use drain_core::ports::{ClaimStore, Clock, NoopObserver, SubmitContext, Submitter};
 use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
 use drain_e2e::rabbit::Broker;
@@ -114,8 +116,8 @@ struct Setup<'a> {
 async fn measure(mode: &str, s: &Setup<'_>) -> Duration {
     match mode {
         "bare_fe2o3" => bare::consume(s.base, s.source_q, s.n, BATCH).await,
-        "source_c1" => source(s, 1).await,
-        "source_c8" => source(s, 8).await,
+        "source_c1" => source::drain(endpoint(s.base, s.source_q), s.n, BATCH, 1).await,
+        "source_c8" => source::drain(endpoint(s.base, s.source_q), s.n, BATCH, 8).await,
         "bare_forward_c1" => bare::forward(s.base, (s.source_q, s.target_q), s.n, BATCH, 1).await,
         "bare_forward_c8" => bare::forward(s.base, (s.source_q, s.target_q), s.n, BATCH, 8).await,
         "tick_c1" => tick(s, None, 1).await,
@@ -244,32 +246,6 @@ fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> Value {
         "overhead_pct": {"source_c1": rounded(c1, 1), "source_c8": rounded(c8, 1)},
         "ratios": ratios,
     })
-}
-
-/// The adapter: `receive(64)`, then complete each with `concurrency` in flight.
-async fn source(s: &Setup<'_>, concurrency: usize) -> Duration {
-    let n = s.n;
-    let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
-    let source = AmqpSource::connect(endpoint(s.base, s.source_q), options).await.expect("source");
-    let start = Instant::now();
-    let mut done = 0;
-    while done < n {
-        // Ask for no more than the round still needs, as the bare loop stops at `n`:
-        // asking for 64 when 32 are left would time the linger wait for messages
-        // that do not exist (20 ms, a sixth of a round), not the adapter's overhead.
-        let batch = source.receive(BATCH.min(n - done), Duration::from_secs(5)).await.expect("receive");
-        assert!(!batch.is_empty(), "the queue ran dry early");
-        done += batch.len();
-        let source = &source;
-        stream::iter(batch)
-            .map(|d| async move { source.complete(d.handle).await.expect("complete") })
-            .buffer_unordered(concurrency)
-            .collect::<Vec<()>>()
-            .await;
-    }
-    let took = start.elapsed();
-    source.close().await.expect("close");
-    took
 }
 
 /// drain-core's tick: claims in memory (`redis: None`) or on the private Redis,

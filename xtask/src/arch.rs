@@ -15,9 +15,9 @@ const CORE: &str = "drain-core";
 const APP: &str = "drain-app";
 /// Adapters are the members whose name starts with this.
 const ADAPTER_PREFIX: &str = "adapter-";
-/// Test support (private servers, the Service Bus test broker): members whose name
-/// starts with this.
-const TEST_SUPPORT_PREFIX: &str = "test-";
+/// Test support (private servers, the Service Bus test broker, the benches' shared
+/// code): members whose name starts with one of these.
+const TEST_SUPPORT_PREFIXES: &[&str] = &["test-", "bench-"];
 /// The end-to-end test package, whose load program and benches use test support as
 /// normal dependencies (a binary cannot use dev-dependencies).
 const E2E: &str = "drain-e2e";
@@ -122,7 +122,7 @@ fn banned_dependencies(meta: &Metadata) -> Result<Vec<String>, Failure> {
 /// (and test support itself) takes it as a dev-dependency only, so it is never
 /// linked into the `drain` binary or a library users embed.
 fn test_support_rule(member: &str, dep: &str, kinds: &[DepKind]) -> Option<&'static str> {
-    let is_test_support = |n: &str| n.starts_with(TEST_SUPPORT_PREFIX);
+    let is_test_support = |n: &str| TEST_SUPPORT_PREFIXES.iter().any(|p| n.starts_with(p));
     if is_test_support(member) {
         return Some("test support must not depend on workspace crates (it tests them from outside)");
     }
@@ -335,6 +335,10 @@ mod tests {
         check("drain-e2e", "test-servers", &[Normal, Dev], true);
         check("test-servicebus", "drain-core", &[Dev], false);
         check("test-servers", "test-servicebus", &[Normal], false);
+        check("adapter-redis", "bench-support", &[Dev], true);
+        check("adapter-redis", "bench-support", &[Normal], false);
+        check("drain-e2e", "bench-support", &[Normal], true);
+        check("bench-support", "drain-core", &[Normal], false);
         check("drain-app", "drain-core", &[Normal], true);
     }
 

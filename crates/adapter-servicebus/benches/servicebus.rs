@@ -20,6 +20,9 @@
 //! `--full`: 7 rounds of 10,000. Writes `<target>/bench/servicebus.json` and prints
 //! a table.
 
+#[path = "support/source.rs"]
+mod source;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,15 +31,14 @@ use bench_support::stats::{median, ratios, rounded};
 use drain_clock::TokioClock;
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
-use drain_core::ports::{Clock, MessageSource, NoopObserver};
+use drain_core::ports::{Clock, NoopObserver};
 use drain_core::testkit::TestRng;
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
 use fe2o3_amqp::link::CreditMode;
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
 use fe2o3_amqp::{Connection, Receiver, Session};
-use futures::stream::{self, StreamExt};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, json};
 use test_servicebus::{Broker, BrokerConfig, QueueConfig};
 
 const BATCH: usize = 64;
@@ -60,7 +62,7 @@ fn main() {
     std::process::exit(0);
 }
 
-async fn run() -> Value {
+async fn run() -> serde_json::Value {
     let (length, n, rounds) = length();
     let broker =
         Broker::start(BrokerConfig { key: SB_KEY.to_owned(), ..BrokerConfig::default() }).expect("test-servicebus");
@@ -81,8 +83,8 @@ async fn run() -> Value {
             let took = tokio::time::timeout(ROUND_LIMIT, async {
                 match *mode {
                     "bare_fe2o3" => sb_bare(&broker, &src, n).await,
-                    "source_c1" => source(sb(&src), n, 1).await,
-                    "source_c8" => source(sb(&src), n, 8).await,
+                    "source_c1" => source::drain(sb(&src), n, BATCH, 1).await,
+                    "source_c8" => source::drain(sb(&src), n, BATCH, 8).await,
                     "tick_c1" => tick((sb(&src), sb(&dst)), n, 1).await,
                     _ => tick((sb(&src), sb(&dst)), n, 8).await,
                 }
@@ -179,31 +181,6 @@ async fn teardown<F: Future>(
     let _ = tokio::time::timeout(STEP, detach).await;
     let _ = tokio::time::timeout(STEP, session.end()).await;
     let _ = tokio::time::timeout(STEP, conn.close()).await;
-}
-
-/// The adapter: `receive(64)`, then complete each with `concurrency` in flight.
-async fn source(from: Endpoint, n: usize, concurrency: usize) -> Duration {
-    let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
-    let source = AmqpSource::connect(from, options).await.expect("source");
-    let start = Instant::now();
-    let mut done = 0;
-    while done < n {
-        // Ask for no more than the round still needs, as the bare loop stops at `n`:
-        // asking for 64 when 32 are left would time the linger wait for messages
-        // that do not exist (20 ms, a sixth of a round), not the adapter's overhead.
-        let batch = source.receive(BATCH.min(n - done), Duration::from_secs(5)).await.expect("receive");
-        assert!(!batch.is_empty(), "the queue ran dry early");
-        done += batch.len();
-        let source = &source;
-        stream::iter(batch)
-            .map(|d| async move { source.complete(d.handle).await.expect("complete") })
-            .buffer_unordered(concurrency)
-            .collect::<Vec<()>>()
-            .await;
-    }
-    let took = start.elapsed();
-    source.close().await.expect("close");
-    took
 }
 
 /// drain-core's tick: claims in memory, resubmit to the second endpoint, complete.

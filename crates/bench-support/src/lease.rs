@@ -332,7 +332,8 @@ mod tests {
     #[test]
     fn the_report_keys() {
         let len = Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) };
-        let report = Report { bench: "b", build: "debug", server: "s 1", warmup: Duration::from_millis(5), length: &len };
+        let report =
+            Report { bench: "b", build: "debug", server: "s 1", warmup: Duration::from_millis(5), length: &len };
         let m = round("adapter", 1, 1234.4);
         let ratio = Ratio { key: "adapter_vs_hand_1_tasks".to_owned(), spread: Spread::default() };
         let json = Value::Object(report.json(&[&m], &[ratio]));
