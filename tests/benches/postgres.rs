@@ -15,16 +15,17 @@
 //! Each task cycles on a lease of its own. The machine is shared, so each
 //! (client, tasks) pair is measured in many rounds, and within a round the clients
 //! alternate in short slices (a 10 ms warm-up, then a timed slice), each round in
-//! another order (rotated, and reversed every other round, so that within a pass
-//! each client follows each other one equally often: the slice after the Redis one
-//! meets backends that sat idle; `round_order` in `crates/bench-support`), so that
-//! all of them meet the same noise; the median round is reported, and each ratio is the median of the per-round ratios,
-//! with its spread: the interquartile range of those ratios over their median (and
-//! their full range). A PostgreSQL cycle (two write transactions) takes ten times a
-//! Redis one, so the slices are longer than the Redis bench's, for enough cycles per
-//! slice: `ci` length (the default): 5 rounds of 3 slices of 30 ms; `--full`: 21
-//! rounds of 6 slices of 80 ms (about a minute and a half in all). The goal: the adapter at
-//! ≥ 0.9x the hand-written loop at 1 and 16 tasks.
+//! another order (rotated, and reversed every other round, so that over 2n rounds
+//! of n clients each client follows each other one equally often within a pass:
+//! the slice after the Redis one meets backends that sat idle; `round_order` in
+//! `crates/bench-support`), so that all of them meet the same noise; the median
+//! round is reported, and each ratio is the median of the per-round ratios, with
+//! its spread: the interquartile range of those ratios over their median (and
+//! their full range). A PostgreSQL cycle (two write transactions) takes ten times
+//! a Redis one, so the slices are longer than the Redis bench's, for enough cycles
+//! per slice: `ci` length (the default): 5 rounds of 3 slices of 30 ms; `--full`:
+//! 21 rounds of 6 slices of 80 ms (about a minute and a half in all). The goal:
+//! the adapter at ≥ 0.9x the hand-written loop at 1 and 16 tasks.
 //!
 //! Then the server's own count (`pg_stat_statements`) of drain's statements is
 //! checked against the cycles the clients counted: one `acquire` and one `release`

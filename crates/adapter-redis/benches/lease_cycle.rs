@@ -15,13 +15,13 @@
 //! The machine is shared, so each (client, tasks) pair is measured in many rounds,
 //! and within a round the clients alternate in short slices (a 5 ms warm-up, then
 //! a timed slice), each round in another order, as `tests/benches/postgres.rs`
-//! orders its clients (rotated, and reversed every other round, so that within a
-//! pass each client follows each other one equally often: `round_order` in
-//! `crates/bench-support`), so that all of them meet the same noise; the median
-//! round is reported, and each ratio is the median of the per-round ratios, with
-//! its spread: the interquartile range of those ratios over their median (and
-//! their full range). `ci` length (the default): 5 rounds of 3 slices of 20 ms;
-//! `--full`: 21 rounds of 8 slices of 30 ms.
+//! orders its clients (rotated, and reversed every other round, so that over 2n
+//! rounds of n clients each client follows each other one equally often within a
+//! pass: `round_order` in `crates/bench-support`), so that all of them meet the
+//! same noise; the median round is reported, and each ratio is the median of the
+//! per-round ratios, with its spread: the interquartile range of those ratios over
+//! their median (and their full range). `ci` length (the default): 5 rounds of 3
+//! slices of 20 ms; `--full`: 21 rounds of 8 slices of 30 ms.
 //!
 //! Then each store operation runs 100 times and its Redis commands and round trips
 //! per operation are read from `INFO commandstats` and the store's events
