@@ -10,7 +10,7 @@
 //! * [`lease`] — the lease benches' runner: clients alternating in short timed
 //!   slices of N Tokio tasks, many rounds, the median round and the ratios, and the
 //!   JSON keys every lease bench writes;
-//! * [`write`] — `<target>/bench/<name>.json` from a [`serde_json::Value`], where
+//! * [`write()`] — `<target>/bench/<name>.json` from a [`serde_json::Value`], where
 //!   `cargo xtask bench` reads it (see xtask/src/bench.rs); [`full`] and [`only`]
 //!   read the bench's command line.
 //!
