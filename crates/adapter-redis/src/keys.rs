@@ -32,9 +32,14 @@ pub fn encode_name(name: &[u8]) -> String {
     if name.is_empty() {
         return "%".to_owned();
     }
-    let mut out = String::with_capacity(name.len());
+    // Most names are plain: one copy, no per-byte work (a lease call builds keys
+    // on every call).
+    if name.iter().copied().all(plain) {
+        return name.iter().copied().map(char::from).collect();
+    }
+    let mut out = String::with_capacity(name.len() + 8);
     for &b in name {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
+        if plain(b) {
             out.push(char::from(b));
         } else {
             // Writing to a String cannot fail.
@@ -42,6 +47,11 @@ pub fn encode_name(name: &[u8]) -> String {
         }
     }
     out
+}
+
+/// A byte that stands for itself in a key.
+fn plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
 }
 
 /// Decode what [`encode_name`] produced; `None` for anything it could not have produced.
@@ -116,10 +126,31 @@ impl KeySpace {
             LeaseKind::Owner => ("claim", "claim-fence"),
             _ => ("lease", "fence"),
         };
-        LeaseKeys {
-            lease: format!("{}:{held}:{{{tag}}}", self.prefix),
-            fence: format!("{}:{fence}:{{{tag}}}", self.prefix),
-        }
+        LeaseKeys { lease: self.tagged(held, &tag), fence: self.tagged(fence, &tag) }
+    }
+
+    /// The key that holds the lease's token alone ([`LeaseKeys::lease`]): what a
+    /// release or renewal touches.
+    #[must_use]
+    pub fn lease_key(&self, lease: &LeaseName) -> String {
+        let held = match lease.kind() {
+            LeaseKind::Owner => "claim",
+            _ => "lease",
+        };
+        self.tagged(held, &encode_name(lease.name().as_bytes()))
+    }
+
+    /// `<prefix>:<kind>:{<tag>}`, sized once, without the formatting machinery:
+    /// the lease operations build their keys on every call.
+    fn tagged(&self, kind: &str, tag: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + kind.len() + tag.len() + 4);
+        key.push_str(&self.prefix);
+        key.push(':');
+        key.push_str(kind);
+        key.push_str(":{");
+        key.push_str(tag);
+        key.push('}');
+        key
     }
 
     /// The owner claim key `<prefix>:claim:{<owner>}` that admission peeks by default.
@@ -334,6 +365,18 @@ mod tests {
         assert_eq!(hash_tag("plain"), "plain");
         assert_eq!(hash_tag("a{}b"), "a{}b");
         assert_eq!(KeySpace::new("t*1").scan_pattern(), "t\\*1:*");
+    }
+
+    #[test]
+    fn the_lease_key_alone_is_the_pairs_first() {
+        let ks = KeySpace::new("p");
+        for name in ["requests", "we{ird}:q", "", "a b", "ünï"] {
+            for lease in [LeaseName::queue(name), LeaseName::owner(name)] {
+                assert_eq!(ks.lease_key(&lease), ks.lease(&lease).lease, "{lease:?}");
+            }
+        }
+        assert_eq!(ks.lease_key(&LeaseName::queue("q.1")), "p:lease:{q.1}");
+        assert_eq!(ks.lease(&LeaseName::owner("o")).fence, "p:claim-fence:{o}");
     }
 
     #[test]

@@ -31,11 +31,11 @@ impl LeaseStore for RedisStore {
     }
 
     async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        let key = self.keys().lease(lease);
+        let key = self.keys().lease_key(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str());
         };
-        let v = self.eval("release", &SCRIPTS.release, &[&key.lease], args).await?;
+        let v = self.eval("release", &SCRIPTS.release, &[&key], args).await?;
         match reply::flag(&v) {
             Some(true) => Ok(Release::Released),
             Some(false) => Ok(Release::NotOwner),
@@ -44,11 +44,11 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        let key = self.keys().lease(lease);
+        let key = self.keys().lease_key(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str()).arg(millis(ttl));
         };
-        let v = self.eval("renew", &SCRIPTS.renew, &[&key.lease], args).await?;
+        let v = self.eval("renew", &SCRIPTS.renew, &[&key], args).await?;
         match reply::flag(&v) {
             Some(true) => Ok(Renew::Renewed),
             Some(false) => Ok(Renew::Lost),
