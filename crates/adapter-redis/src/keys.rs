@@ -29,15 +29,18 @@ use drain_core::ports::{LeaseKind, LeaseName, MessageId};
 /// (a `%` is always followed by two hex digits), so it cannot collide either.
 #[must_use]
 pub fn encode_name(name: &[u8]) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    push_name(&mut out, name);
+    out
+}
+
+/// [`encode_name`], appended to `out`: the keys of a batch share their stem and
+/// are built without an intermediate string each.
+fn push_name(out: &mut String, name: &[u8]) {
     if name.is_empty() {
-        return "%".to_owned();
+        out.push('%');
+        return;
     }
-    // Most names are plain: one copy, no per-byte work (a lease call builds keys
-    // on every call).
-    if name.iter().copied().all(plain) {
-        return name.iter().copied().map(char::from).collect();
-    }
-    let mut out = String::with_capacity(name.len() + 8);
     for &b in name {
         if plain(b) {
             out.push(char::from(b));
@@ -46,7 +49,6 @@ pub fn encode_name(name: &[u8]) -> String {
             let _ = write!(out, "%{b:02X}");
         }
     }
-    out
 }
 
 /// A byte that stands for itself in a key.
@@ -179,7 +181,34 @@ impl KeySpace {
     /// the module docs).
     #[must_use]
     pub fn message_claim(&self, queue: &str, id: &MessageId) -> String {
-        format!("{}:msg:{{{}}}:{}", self.prefix, encode_name(queue.as_bytes()), encode_id(id))
+        let mut key = self.message_claim_stem(queue);
+        push_id(&mut key, id);
+        key
+    }
+
+    /// The claim keys of a batch of one queue, as [`Self::message_claim`] builds
+    /// each: the queue's part is encoded once.
+    #[must_use]
+    pub fn message_claims<'a>(&self, queue: &str, ids: impl IntoIterator<Item = &'a MessageId>) -> Vec<String> {
+        let stem = self.message_claim_stem(queue);
+        ids.into_iter()
+            .map(|id| {
+                let mut key = String::with_capacity(stem.len() + 40);
+                key.push_str(&stem);
+                push_id(&mut key, id);
+                key
+            })
+            .collect()
+    }
+
+    /// `<prefix>:msg:{<queue>}:`, what every claim key of the queue starts with.
+    fn message_claim_stem(&self, queue: &str) -> String {
+        let mut stem = String::with_capacity(self.prefix.len() + queue.len() + 48);
+        stem.push_str(&self.prefix);
+        stem.push_str(":msg:{");
+        push_name(&mut stem, queue.as_bytes());
+        stem.push_str("}:");
+        stem
     }
 
     /// What `key` is in this key space; `None` for a key of another prefix or shape.
@@ -257,23 +286,26 @@ pub enum KeyKind {
 }
 
 /// A message id as the tail of its claim key.
-fn encode_id(id: &MessageId) -> String {
+fn push_id(out: &mut String, id: &MessageId) {
     match id {
-        MessageId::String(s) => encode_name(s.as_bytes()),
-        MessageId::Ulong(n) => format!("ulong:{n}"),
+        MessageId::String(s) => push_name(out, s.as_bytes()),
+        MessageId::Ulong(n) => {
+            let _ = write!(out, "ulong:{n}");
+        }
         MessageId::Uuid(b) => {
-            let mut out = String::with_capacity(37);
             out.push_str("uuid:");
             for byte in b {
                 let _ = write!(out, "{byte:02x}");
             }
-            out
         }
-        MessageId::Binary(b) => format!("binary:{}", encode_name(b)),
+        MessageId::Binary(b) => {
+            out.push_str("binary:");
+            push_name(out, b);
+        }
     }
 }
 
-/// What [`encode_id`] produced; `None` for anything else.
+/// What [`push_id`] wrote; `None` for anything else.
 fn decode_id(tail: &str) -> Option<MessageId> {
     let Some((ty, rest)) = tail.split_once(':') else {
         return String::from_utf8(decode_name(tail)?).ok().map(MessageId::String);
@@ -377,6 +409,24 @@ mod tests {
         }
         assert_eq!(ks.lease_key(&LeaseName::queue("q.1")), "p:lease:{q.1}");
         assert_eq!(ks.lease(&LeaseName::owner("o")).fence, "p:claim-fence:{o}");
+    }
+
+    #[test]
+    fn a_batchs_claim_keys_are_each_claim_key() {
+        let ks = KeySpace::new("p");
+        let ids = [
+            MessageId::from("m-1"),
+            MessageId::from("a b{c}"),
+            MessageId::from(""),
+            MessageId::Ulong(7),
+            MessageId::Uuid([0xab; 16]),
+            MessageId::Binary(vec![0, b'x', 0xff]),
+        ];
+        for queue in ["requests", "q:1{x}", ""] {
+            let one_by_one: Vec<String> = ids.iter().map(|id| ks.message_claim(queue, id)).collect();
+            assert_eq!(ks.message_claims(queue, &ids), one_by_one, "{queue:?}");
+        }
+        assert!(ks.message_claims("q", &[]).is_empty());
     }
 
     #[test]
