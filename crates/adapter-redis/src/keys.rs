@@ -37,17 +37,69 @@ pub fn encode_name(name: &[u8]) -> String {
 /// [`encode_name`], appended to `out`: the keys of a batch share their stem and
 /// are built without an intermediate string each.
 fn push_name(out: &mut String, name: &[u8]) {
+    // Every piece is ASCII, so the conversion borrows and never replaces.
+    encode_pieces(name, |piece| out.push_str(&String::from_utf8_lossy(piece)));
+}
+
+/// The encoding of `name` as pieces: runs of plain bytes as they are, and `%XX`
+/// for every other byte.
+fn encode_pieces(name: &[u8], mut emit: impl FnMut(&[u8])) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     if name.is_empty() {
-        out.push('%');
+        emit(b"%");
         return;
     }
-    for &b in name {
-        if plain(b) {
-            out.push(char::from(b));
+    let mut rest = name;
+    while let Some(&first) = rest.first() {
+        let run = rest.iter().take_while(|&&b| plain(b)).count();
+        if run > 0 {
+            emit(&rest[..run]);
+            rest = &rest[run..];
         } else {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "%{b:02X}");
+            emit(&[b'%', HEX[usize::from(first >> 4)], HEX[usize::from(first & 0xf)]]);
+            rest = &rest[1..];
         }
+    }
+}
+
+/// A lease's key (`<prefix>:<kind>:{<name>}`) written straight into a command's
+/// arguments, without a string of its own: the lease operations build their keys
+/// on every call. The same bytes as [`KeySpace::lease`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseKeyArg<'a> {
+    prefix: &'a str,
+    kind: &'static str,
+    name: &'a [u8],
+}
+
+impl LeaseKeyArg<'_> {
+    /// The key's length when no byte of the name needs escaping.
+    pub(crate) fn plain_len(&self) -> usize {
+        self.prefix.len() + self.kind.len() + self.name.len() + 4
+    }
+}
+
+impl redis::ToRedisArgs for LeaseKeyArg<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write as _;
+        let mut w = out.writer_for_next_arg();
+        // Writing into the command's buffer cannot fail.
+        let _ = w.write_all(self.prefix.as_bytes());
+        let _ = w.write_all(b":");
+        let _ = w.write_all(self.kind.as_bytes());
+        let _ = w.write_all(b":{");
+        encode_pieces(self.name, |piece| {
+            let _ = w.write_all(piece);
+        });
+        let _ = w.write_all(b"}");
+    }
+}
+
+/// The kind of key that holds a lease's token: `lease` for a queue, `claim` for an owner.
+fn held_kind(lease: &LeaseName) -> &'static str {
+    match lease.kind() {
+        LeaseKind::Owner => "claim",
+        _ => "lease",
     }
 }
 
@@ -124,22 +176,24 @@ impl KeySpace {
     #[must_use]
     pub fn lease(&self, lease: &LeaseName) -> LeaseKeys {
         let tag = encode_name(lease.name().as_bytes());
-        let (held, fence) = match lease.kind() {
-            LeaseKind::Owner => ("claim", "claim-fence"),
-            _ => ("lease", "fence"),
+        let fence = match lease.kind() {
+            LeaseKind::Owner => "claim-fence",
+            _ => "fence",
         };
-        LeaseKeys { lease: self.tagged(held, &tag), fence: self.tagged(fence, &tag) }
+        LeaseKeys { lease: self.tagged(held_kind(lease), &tag), fence: self.tagged(fence, &tag) }
     }
 
-    /// The key that holds the lease's token alone ([`LeaseKeys::lease`]): what a
-    /// release or renewal touches.
-    #[must_use]
-    pub fn lease_key(&self, lease: &LeaseName) -> String {
-        let held = match lease.kind() {
-            LeaseKind::Owner => "claim",
-            _ => "lease",
+    /// [`Self::lease`]'s two keys as command arguments: the token's, then the fence's.
+    pub(crate) fn lease_args<'a>(&'a self, lease: &'a LeaseName) -> [LeaseKeyArg<'a>; 2] {
+        let name = lease.name().as_bytes();
+        let fence = match lease.kind() {
+            LeaseKind::Owner => "claim-fence",
+            _ => "fence",
         };
-        self.tagged(held, &encode_name(lease.name().as_bytes()))
+        [
+            LeaseKeyArg { prefix: &self.prefix, kind: held_kind(lease), name },
+            LeaseKeyArg { prefix: &self.prefix, kind: fence, name },
+        ]
     }
 
     /// `<prefix>:<kind>:{<tag>}`, sized once, without the formatting machinery:
@@ -400,15 +454,20 @@ mod tests {
     }
 
     #[test]
-    fn the_lease_key_alone_is_the_pairs_first() {
+    fn lease_key_arguments_are_the_lease_keys() {
         let ks = KeySpace::new("p");
-        for name in ["requests", "we{ird}:q", "", "a b", "ünï"] {
+        assert_eq!(ks.lease(&LeaseName::queue("q.1")).lease, "p:lease:{q.1}");
+        assert_eq!(ks.lease(&LeaseName::owner("o")).fence, "p:claim-fence:{o}");
+        for name in ["requests", "we{ird}:q", "", "a b", "ünï", "%", "{}"] {
             for lease in [LeaseName::queue(name), LeaseName::owner(name)] {
-                assert_eq!(ks.lease_key(&lease), ks.lease(&lease).lease, "{lease:?}");
+                let keys = ks.lease(&lease);
+                let [held, fence] = ks.lease_args(&lease);
+                let args = |a: LeaseKeyArg<'_>| redis::ToRedisArgs::to_redis_args(&a);
+                assert_eq!(args(held), vec![keys.lease.as_bytes().to_vec()], "{lease:?}");
+                assert_eq!(args(fence), vec![keys.fence.as_bytes().to_vec()], "{lease:?}");
+                assert!(held.plain_len() <= keys.lease.len());
             }
         }
-        assert_eq!(ks.lease_key(&LeaseName::queue("q.1")), "p:lease:{q.1}");
-        assert_eq!(ks.lease(&LeaseName::owner("o")).fence, "p:claim-fence:{o}");
     }
 
     #[test]
