@@ -49,31 +49,43 @@ fn a_healthy_run_raises_no_alert_and_every_dashboard_query_returns_data() {
     let Some(prom) = Prometheus::start("healthy_run", &[format!("127.0.0.1:{port}")]) else { return };
     let mut drain = run(&server.url(), port);
     assert!(drain.wait_for("tick done", Duration::from_secs(30)), "{}", drain.log());
-    // Two scrapes after ticks ran and owners turned: rates have two samples.
+    // Owners turned, and Prometheus has scraped it.
     let up = |p: &Prometheus| p.scalar(r#"sum(drain_owner_turns_total{job="drain"})"#).unwrap_or(0.0) > 0.0;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while !up(&prom) {
         assert!(std::time::Instant::now() < deadline, "no owner turns scraped:\n{}", drain.log());
         std::thread::sleep(Duration::from_millis(500));
     }
-    std::thread::sleep(Duration::from_secs(3));
-
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana/drain.json"))
             .expect("deploy/grafana/drain.json"),
     )
     .expect("dashboard JSON");
-    let mut queries = 0;
+    let mut panels = Vec::new();
     for panel in dashboard["panels"].as_array().expect("panels").iter().filter(|p| p["type"] != "row") {
         for target in panel["targets"].as_array().expect("targets") {
             // Grafana's interval variable, as it would expand it for a 1 s scrape.
             let expr = target["expr"].as_str().expect("expr").replace("$__rate_interval", "10s");
-            let answer = prom.query(&expr);
-            assert_eq!(answer["status"], "success", "panel `{}`: {expr}\n{answer}", panel["title"]);
-            let result = answer["data"]["result"].as_array().expect("a result vector");
-            assert!(!result.is_empty(), "panel `{}` shows no data: {expr}\n{answer}", panel["title"]);
-            queries += 1;
+            panels.push((panel["title"].to_string(), expr));
         }
+    }
+    // A rate needs two samples after the first turns: ask until every panel has
+    // data (or the bound passes), instead of sleeping a guess.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let answers = loop {
+        let answers: Vec<serde_json::Value> = panels.iter().map(|(_, expr)| prom.query(expr)).collect();
+        let all_data = answers.iter().all(|a| a["data"]["result"].as_array().is_some_and(|r| !r.is_empty()));
+        if all_data || std::time::Instant::now() > deadline {
+            break answers;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let mut queries = 0;
+    for ((title, expr), answer) in panels.iter().zip(&answers) {
+        assert_eq!(answer["status"], "success", "panel `{title}`: {expr}\n{answer}");
+        let result = answer["data"]["result"].as_array().expect("a result vector");
+        assert!(!result.is_empty(), "panel `{title}` shows no data: {expr}\n{answer}");
+        queries += 1;
     }
     assert!(queries >= 14, "every panel was queried: {queries}");
 

@@ -26,7 +26,7 @@ impl ClaimStore for RedisStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = ids.iter().map(|id| self.keys().message_claim(queue, id)).collect();
+        let keys = self.keys().message_claims(queue, ids);
         let keys = keys.as_slice();
         let ttl = millis(pending_ttl);
         let groups = self.groups(keys.iter().map(String::as_str));
@@ -60,7 +60,7 @@ impl ClaimStore for RedisStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        let keys: Vec<String> = settlements.iter().map(|s| self.keys().message_claim(queue, &s.id)).collect();
+        let keys = self.keys().message_claims(queue, settlements.iter().map(|s| &s.id));
         let keys = keys.as_slice();
         let groups = self.groups(keys.iter().map(String::as_str));
         let replies = try_join_all(groups.iter().map(|group| async move {

@@ -29,19 +29,83 @@ use drain_core::ports::{LeaseKind, LeaseName, MessageId};
 /// (a `%` is always followed by two hex digits), so it cannot collide either.
 #[must_use]
 pub fn encode_name(name: &[u8]) -> String {
+    let mut out = String::with_capacity(name.len() + 2);
+    push_name(&mut out, name);
+    out
+}
+
+/// [`encode_name`], appended to `out`: the keys of a batch share their stem and
+/// are built without an intermediate string each.
+fn push_name(out: &mut String, name: &[u8]) {
+    // Every piece is ASCII, so the conversion borrows and never replaces.
+    encode_pieces(name, |piece| out.push_str(&String::from_utf8_lossy(piece)));
+}
+
+/// The encoding of `name` as pieces: runs of plain bytes as they are, and `%XX`
+/// for every other byte.
+fn encode_pieces(name: &[u8], mut emit: impl FnMut(&[u8])) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     if name.is_empty() {
-        return "%".to_owned();
+        emit(b"%");
+        return;
     }
-    let mut out = String::with_capacity(name.len());
-    for &b in name {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.') {
-            out.push(char::from(b));
+    let mut rest = name;
+    while let Some(&first) = rest.first() {
+        let run = rest.iter().take_while(|&&b| plain(b)).count();
+        if run > 0 {
+            emit(&rest[..run]);
+            rest = &rest[run..];
         } else {
-            // Writing to a String cannot fail.
-            let _ = write!(out, "%{b:02X}");
+            emit(&[b'%', HEX[usize::from(first >> 4)], HEX[usize::from(first & 0xf)]]);
+            rest = &rest[1..];
         }
     }
-    out
+}
+
+/// A lease's key (`<prefix>:<kind>:{<name>}`) written straight into a command's
+/// arguments, without a string of its own: the lease operations build their keys
+/// on every call. The same bytes as [`KeySpace::lease`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseKeyArg<'a> {
+    prefix: &'a str,
+    kind: &'static str,
+    name: &'a [u8],
+}
+
+impl LeaseKeyArg<'_> {
+    /// The key's length when no byte of the name needs escaping.
+    pub(crate) fn plain_len(&self) -> usize {
+        self.prefix.len() + self.kind.len() + self.name.len() + 4
+    }
+}
+
+impl redis::ToRedisArgs for LeaseKeyArg<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        use std::io::Write as _;
+        let mut w = out.writer_for_next_arg();
+        // Writing into the command's buffer cannot fail.
+        let _ = w.write_all(self.prefix.as_bytes());
+        let _ = w.write_all(b":");
+        let _ = w.write_all(self.kind.as_bytes());
+        let _ = w.write_all(b":{");
+        encode_pieces(self.name, |piece| {
+            let _ = w.write_all(piece);
+        });
+        let _ = w.write_all(b"}");
+    }
+}
+
+/// The kind of key that holds a lease's token: `lease` for a queue, `claim` for an owner.
+fn held_kind(lease: &LeaseName) -> &'static str {
+    match lease.kind() {
+        LeaseKind::Owner => "claim",
+        _ => "lease",
+    }
+}
+
+/// A byte that stands for itself in a key.
+fn plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')
 }
 
 /// Decode what [`encode_name`] produced; `None` for anything it could not have produced.
@@ -112,14 +176,37 @@ impl KeySpace {
     #[must_use]
     pub fn lease(&self, lease: &LeaseName) -> LeaseKeys {
         let tag = encode_name(lease.name().as_bytes());
-        let (held, fence) = match lease.kind() {
-            LeaseKind::Owner => ("claim", "claim-fence"),
-            _ => ("lease", "fence"),
+        let fence = match lease.kind() {
+            LeaseKind::Owner => "claim-fence",
+            _ => "fence",
         };
-        LeaseKeys {
-            lease: format!("{}:{held}:{{{tag}}}", self.prefix),
-            fence: format!("{}:{fence}:{{{tag}}}", self.prefix),
-        }
+        LeaseKeys { lease: self.tagged(held_kind(lease), &tag), fence: self.tagged(fence, &tag) }
+    }
+
+    /// [`Self::lease`]'s two keys as command arguments: the token's, then the fence's.
+    pub(crate) fn lease_args<'a>(&'a self, lease: &'a LeaseName) -> [LeaseKeyArg<'a>; 2] {
+        let name = lease.name().as_bytes();
+        let fence = match lease.kind() {
+            LeaseKind::Owner => "claim-fence",
+            _ => "fence",
+        };
+        [
+            LeaseKeyArg { prefix: &self.prefix, kind: held_kind(lease), name },
+            LeaseKeyArg { prefix: &self.prefix, kind: fence, name },
+        ]
+    }
+
+    /// `<prefix>:<kind>:{<tag>}`, sized once, without the formatting machinery:
+    /// the lease operations build their keys on every call.
+    fn tagged(&self, kind: &str, tag: &str) -> String {
+        let mut key = String::with_capacity(self.prefix.len() + kind.len() + tag.len() + 4);
+        key.push_str(&self.prefix);
+        key.push(':');
+        key.push_str(kind);
+        key.push_str(":{");
+        key.push_str(tag);
+        key.push('}');
+        key
     }
 
     /// The owner claim key `<prefix>:claim:{<owner>}` that admission peeks by default.
@@ -148,7 +235,34 @@ impl KeySpace {
     /// the module docs).
     #[must_use]
     pub fn message_claim(&self, queue: &str, id: &MessageId) -> String {
-        format!("{}:msg:{{{}}}:{}", self.prefix, encode_name(queue.as_bytes()), encode_id(id))
+        let mut key = self.message_claim_stem(queue);
+        push_id(&mut key, id);
+        key
+    }
+
+    /// The claim keys of a batch of one queue, as [`Self::message_claim`] builds
+    /// each: the queue's part is encoded once.
+    #[must_use]
+    pub fn message_claims<'a>(&self, queue: &str, ids: impl IntoIterator<Item = &'a MessageId>) -> Vec<String> {
+        let stem = self.message_claim_stem(queue);
+        ids.into_iter()
+            .map(|id| {
+                let mut key = String::with_capacity(stem.len() + 40);
+                key.push_str(&stem);
+                push_id(&mut key, id);
+                key
+            })
+            .collect()
+    }
+
+    /// `<prefix>:msg:{<queue>}:`, what every claim key of the queue starts with.
+    fn message_claim_stem(&self, queue: &str) -> String {
+        let mut stem = String::with_capacity(self.prefix.len() + queue.len() + 48);
+        stem.push_str(&self.prefix);
+        stem.push_str(":msg:{");
+        push_name(&mut stem, queue.as_bytes());
+        stem.push_str("}:");
+        stem
     }
 
     /// What `key` is in this key space; `None` for a key of another prefix or shape.
@@ -226,23 +340,26 @@ pub enum KeyKind {
 }
 
 /// A message id as the tail of its claim key.
-fn encode_id(id: &MessageId) -> String {
+fn push_id(out: &mut String, id: &MessageId) {
     match id {
-        MessageId::String(s) => encode_name(s.as_bytes()),
-        MessageId::Ulong(n) => format!("ulong:{n}"),
+        MessageId::String(s) => push_name(out, s.as_bytes()),
+        MessageId::Ulong(n) => {
+            let _ = write!(out, "ulong:{n}");
+        }
         MessageId::Uuid(b) => {
-            let mut out = String::with_capacity(37);
             out.push_str("uuid:");
             for byte in b {
                 let _ = write!(out, "{byte:02x}");
             }
-            out
         }
-        MessageId::Binary(b) => format!("binary:{}", encode_name(b)),
+        MessageId::Binary(b) => {
+            out.push_str("binary:");
+            push_name(out, b);
+        }
     }
 }
 
-/// What [`encode_id`] produced; `None` for anything else.
+/// What [`push_id`] wrote; `None` for anything else.
 fn decode_id(tail: &str) -> Option<MessageId> {
     let Some((ty, rest)) = tail.split_once(':') else {
         return String::from_utf8(decode_name(tail)?).ok().map(MessageId::String);
@@ -334,6 +451,41 @@ mod tests {
         assert_eq!(hash_tag("plain"), "plain");
         assert_eq!(hash_tag("a{}b"), "a{}b");
         assert_eq!(KeySpace::new("t*1").scan_pattern(), "t\\*1:*");
+    }
+
+    #[test]
+    fn lease_key_arguments_are_the_lease_keys() {
+        let ks = KeySpace::new("p");
+        assert_eq!(ks.lease(&LeaseName::queue("q.1")).lease, "p:lease:{q.1}");
+        assert_eq!(ks.lease(&LeaseName::owner("o")).fence, "p:claim-fence:{o}");
+        for name in ["requests", "we{ird}:q", "", "a b", "ünï", "%", "{}"] {
+            for lease in [LeaseName::queue(name), LeaseName::owner(name)] {
+                let keys = ks.lease(&lease);
+                let [held, fence] = ks.lease_args(&lease);
+                let args = |a: LeaseKeyArg<'_>| redis::ToRedisArgs::to_redis_args(&a);
+                assert_eq!(args(held), vec![keys.lease.as_bytes().to_vec()], "{lease:?}");
+                assert_eq!(args(fence), vec![keys.fence.as_bytes().to_vec()], "{lease:?}");
+                assert!(held.plain_len() <= keys.lease.len());
+            }
+        }
+    }
+
+    #[test]
+    fn a_batchs_claim_keys_are_each_claim_key() {
+        let ks = KeySpace::new("p");
+        let ids = [
+            MessageId::from("m-1"),
+            MessageId::from("a b{c}"),
+            MessageId::from(""),
+            MessageId::Ulong(7),
+            MessageId::Uuid([0xab; 16]),
+            MessageId::Binary(vec![0, b'x', 0xff]),
+        ];
+        for queue in ["requests", "q:1{x}", ""] {
+            let one_by_one: Vec<String> = ids.iter().map(|id| ks.message_claim(queue, id)).collect();
+            assert_eq!(ks.message_claims(queue, &ids), one_by_one, "{queue:?}");
+        }
+        assert!(ks.message_claims("q", &[]).is_empty());
     }
 
     #[test]

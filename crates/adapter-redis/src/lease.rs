@@ -22,20 +22,21 @@ pub(crate) fn millis(ttl: Duration) -> u64 {
 #[async_trait]
 impl LeaseStore for RedisStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        let key = self.keys().lease(lease);
+        let keys = self.keys().lease_args(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str()).arg(millis(ttl));
         };
-        let v = self.eval("acquire", &SCRIPTS.acquire, &[&key.lease, &key.fence], args).await?;
+        let key_bytes = keys.iter().map(|k| k.plain_len()).sum();
+        let v = self.eval_keys("acquire", &SCRIPTS.acquire, &keys, key_bytes, args).await?;
         reply::acquire(&v).ok_or_else(|| shape_error("acquire", self.endpoint(), &format!("{v:?}")))
     }
 
     async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        let key = self.keys().lease(lease);
+        let [key, _] = self.keys().lease_args(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str());
         };
-        let v = self.eval("release", &SCRIPTS.release, &[&key.lease], args).await?;
+        let v = self.eval_keys("release", &SCRIPTS.release, &[key], key.plain_len(), args).await?;
         match reply::flag(&v) {
             Some(true) => Ok(Release::Released),
             Some(false) => Ok(Release::NotOwner),
@@ -44,11 +45,11 @@ impl LeaseStore for RedisStore {
     }
 
     async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        let key = self.keys().lease(lease);
+        let [key, _] = self.keys().lease_args(lease);
         let args = |cmd: &mut redis::Cmd| {
             cmd.arg(token.as_str()).arg(millis(ttl));
         };
-        let v = self.eval("renew", &SCRIPTS.renew, &[&key.lease], args).await?;
+        let v = self.eval_keys("renew", &SCRIPTS.renew, &[key], key.plain_len(), args).await?;
         match reply::flag(&v) {
             Some(true) => Ok(Renew::Renewed),
             Some(false) => Ok(Renew::Lost),

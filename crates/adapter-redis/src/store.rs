@@ -293,11 +293,25 @@ impl RedisStore {
         keys: &[&str],
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, PortError> {
+        let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
+        self.eval_keys(op, script, keys, key_bytes, args).await
+    }
+
+    /// [`Self::eval`] with keys of any argument type ([`crate::keys::LeaseKeyArg`]
+    /// writes a lease's keys into the command without a string each); `key_bytes`
+    /// sizes the command.
+    pub(crate) async fn eval_keys<K: redis::ToRedisArgs>(
+        &self,
+        op: &'static str,
+        script: &LuaScript,
+        keys: &[K],
+        key_bytes: usize,
+        args: impl Fn(&mut Cmd),
+    ) -> Result<Value, PortError> {
         // Sized up front: growing the command's buffers argument by argument cost
         // several reallocations per call, a tenth of a lease cycle's client time
         // at 16 tasks (benches/lease_cycle.rs).
         // Room for the verb, the key count and the callers' few arguments (a token, a TTL).
-        let key_bytes: usize = keys.iter().map(|k| k.len()).sum();
         let build = |verb: &str, body: &str| {
             let mut cmd = Cmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
             cmd.arg(verb).arg(body).arg(keys.len()).arg(keys);
