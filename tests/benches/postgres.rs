@@ -230,7 +230,7 @@ fn main() {
             Client::Redis(redis_store),
         ]);
         pg.sql("SELECT pg_stat_statements_reset()").expect("reset pg_stat_statements");
-        let rounds = lease::run(&clients, &TASKS, WARMUP, &len).await;
+        let rounds = lease::run(&clients, &TASKS, WARMUP, &len, None).await;
         // The cycles PostgreSQL served: every client's but the Redis one's.
         let on_postgres = clients.iter().zip(&rounds.cycles).filter(|(c, _)| !matches!(c, Client::Redis(_)));
         let total_cycles: usize = on_postgres.map(|(_, n)| n).sum();

@@ -21,7 +21,13 @@
 //! same noise; the median round is reported, and each ratio is the median of the
 //! per-round ratios, with its spread: the interquartile range of those ratios over
 //! their median (and their full range). `ci` length (the default): 5 rounds of 3
-//! slices of 20 ms; `--full`: 21 rounds of 8 slices of 30 ms.
+//! slices of 20 ms; `--full`: 20 rounds (a multiple of 2n for the five clients) of
+//! 12 slices of 30 ms. `hand_written / rslock` is reported too: what the fence
+//! costs, the adapter's code aside.
+//!
+//! Each slice's CPU time, the bench process's and the redis-server's (from
+//! `schedstat`, `crates/bench-support/src/cpu.rs`), is charged to its client:
+//! `cpu_per_cycle` in the JSON, client and server µs per cycle, warm-ups included.
 //!
 //! Then each store operation runs 100 times and its Redis commands and round trips
 //! per operation are read from `INFO commandstats` and the store's events
@@ -50,7 +56,7 @@ const WARMUP: Duration = Duration::from_millis(5);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 const CI: Length = Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) };
-const FULL: Length = Length { name: "full", rounds: 21, slices: 8, run: Duration::from_millis(30) };
+const FULL: Length = Length { name: "full", rounds: 20, slices: 12, run: Duration::from_millis(30) };
 
 #[derive(Clone)]
 enum Client {
@@ -185,7 +191,7 @@ fn main() {
             Client::Manager(manager),
             Client::Rslock(rslock),
         ]);
-        (lease::run(&clients, &TASKS, WARMUP, &len).await, per_op)
+        (lease::run(&clients, &TASKS, WARMUP, &len, redis.pid()).await, per_op)
     });
     let results = rounds.medians();
 
@@ -195,12 +201,27 @@ fn main() {
     }
     lease::print_table(&results, 26);
     let others = ["hand_written", "hand_written_manager", "rslock", "adapter_scripts_via_pool"];
-    let ratios = rounds.ratios(&TASKS, "adapter", &others);
+    let mut ratios = rounds.ratios(&TASKS, "adapter", &others);
+    // What the fence costs: the same two scripts as the adapter's, hand-written,
+    // against rslock's plain `SET NX PX` acquire.
+    ratios.extend(rounds.ratios(&TASKS, "hand_written", &["rslock"]));
+    print_cpu(&rounds);
     let server = format!("redis {version}");
     let report = Report { bench: "redis_lease_cycle", build, server: &server, warmup: WARMUP, length: &len };
     let mut json = report.json(&results, &ratios);
     json.insert("commands".to_owned(), commands::json(&per_op));
+    json.insert("cpu_per_cycle".to_owned(), Value::Object(rounds.cpu_json()));
     write(&Value::Object(json));
+}
+
+/// Client and server CPU per cycle of each pair, warm-ups included.
+fn print_cpu(rounds: &lease::Rounds) {
+    println!("{:<26} {:>5} {:>16} {:>16}", "client", "tasks", "client µs/cycle", "server µs/cycle");
+    for (r, cpu) in rounds.pairs.iter().zip(&rounds.cpu) {
+        let Some(first) = r.first() else { continue };
+        let (client, server) = cpu.per_cycle_us();
+        println!("{:<26} {:>5} {:>16.2} {:>16.2}", first.client, first.tasks, client, server);
+    }
 }
 
 fn write(json: &Value) {

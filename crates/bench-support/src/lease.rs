@@ -154,21 +154,60 @@ pub struct Rounds {
     pub pairs: Vec<Vec<Measured>>,
     /// Every cycle each client ran (warm-ups included), in the clients' order.
     pub cycles: Vec<usize>,
+    /// What each (client, tasks) pair cost in CPU over all its slices, in the
+    /// order of `pairs`.
+    pub cpu: Vec<Cpu>,
+}
+
+/// The CPU time a (client, tasks) pair's slices took, warm-ups included, on the
+/// bench's side and the server's ([`crate::cpu`]), and the cycles they ran.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cpu {
+    /// Every cycle of the slices.
+    pub cycles: u64,
+    /// Nanoseconds the bench process ran (the client, its connection's tasks).
+    pub client_ns: u64,
+    /// Nanoseconds the server process ran; 0 when it was not measured.
+    pub server_ns: u64,
+}
+
+impl Cpu {
+    /// Microseconds of client and server CPU per cycle.
+    pub fn per_cycle_us(&self) -> (f64, f64) {
+        let n = self.cycles.max(1) as f64;
+        (self.client_ns as f64 / n / 1e3, self.server_ns as f64 / n / 1e3)
+    }
 }
 
 /// Measure `clients` at each count of `tasks` for `len.rounds` rounds: in a round,
 /// for each count, `len.slices` passes through the clients in [`round_order`].
-pub async fn run<C: LeaseClient>(clients: &[C], tasks: &[usize], warmup: Duration, len: &Length) -> Rounds {
+/// Each slice's CPU time, the bench's and that of the process `server` (when
+/// given), is charged to its pair ([`Rounds::cpu`]).
+pub async fn run<C: LeaseClient>(
+    clients: &[C],
+    tasks: &[usize],
+    warmup: Duration,
+    len: &Length,
+    server: Option<u32>,
+) -> Rounds {
+    let pairs = clients.len() * tasks.len();
     let mut rounds = Rounds {
-        pairs: (0..clients.len() * tasks.len()).map(|_| Vec::new()).collect(),
+        pairs: (0..pairs).map(|_| Vec::new()).collect(),
         cycles: vec![0; clients.len()],
+        cpu: vec![Cpu::default(); pairs],
     };
+    let server_ns = || server.and_then(crate::cpu::process_ns).unwrap_or(0);
     for round in 0..len.rounds {
         for (t, &n) in tasks.iter().enumerate() {
             let mut latencies: Vec<Vec<u64>> = vec![Vec::new(); clients.len()];
             for _ in 0..len.slices {
                 for c in round_order(round, clients.len()) {
+                    let (client_before, server_before) = (crate::cpu::own_ns().unwrap_or(0), server_ns());
                     let slice = slice(&clients[c], n, warmup, len.run).await;
+                    let cpu = &mut rounds.cpu[t * clients.len() + c];
+                    cpu.client_ns += crate::cpu::own_ns().unwrap_or(0).saturating_sub(client_before);
+                    cpu.server_ns += server_ns().saturating_sub(server_before);
+                    cpu.cycles += slice.cycles as u64;
                     latencies[c].extend(slice.latencies_us);
                     rounds.cycles[c] += slice.cycles;
                 }
@@ -201,6 +240,24 @@ impl Rounds {
     /// The rounds of `client` at `tasks`, if it ran.
     pub fn of(&self, client: &str, tasks: usize) -> Option<&[Measured]> {
         self.pairs.iter().find(|r| r.first().is_some_and(|m| m.client == client && m.tasks == tasks)).map(Vec::as_slice)
+    }
+
+    /// CPU per cycle of each pair that ran, keyed `"{client}_{tasks}_tasks"`:
+    /// `client_us` (the bench process) and, when measured, `server_us`.
+    pub fn cpu_json(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (rounds, cpu) in self.pairs.iter().zip(&self.cpu) {
+            let Some(first) = rounds.first() else { continue };
+            let (client, server) = cpu.per_cycle_us();
+            let mut row = Map::new();
+            row.insert("client_us".to_owned(), json!(rounded(client, 2)));
+            if cpu.server_ns > 0 {
+                row.insert("server_us".to_owned(), json!(rounded(server, 2)));
+            }
+            row.insert("cycles".to_owned(), json!(cpu.cycles));
+            out.insert(format!("{}_{}_tasks", first.client, first.tasks), Value::Object(row));
+        }
+        out
     }
 
     /// The median round (by cycles per second) of each pair, in the order measured.
@@ -319,7 +376,11 @@ mod tests {
                 vec![round("hand", 1, 100.0), round("hand", 1, 100.0), round("hand", 1, 100.0)],
             ],
             cycles: vec![3, 3],
+            cpu: vec![Cpu { cycles: 4, client_ns: 10_000, server_ns: 0 }, Cpu::default()],
         };
+        let cpu = rounds.cpu_json();
+        assert_eq!(cpu["adapter_1_tasks"], json!({"client_us": 2.5, "cycles": 4}));
+        assert_eq!(cpu["hand_1_tasks"], json!({"client_us": 0.0, "cycles": 0}));
         let medians: Vec<f64> = rounds.medians().iter().map(|m| m.per_sec).collect();
         assert_eq!(medians, [90.0, 100.0]);
         assert!(rounds.of("hand", 16).is_none());

@@ -7,6 +7,8 @@
 //!   over the median, with the full range);
 //! * [`order`] — the order in which interleaved clients take their slices, round by
 //!   round;
+//! * [`cpu`] — the CPU time a process has run, to charge each slice's client and
+//!   server time to the client that ran it;
 //! * [`lease`] — the lease benches' runner: clients alternating in short timed
 //!   slices of N Tokio tasks, many rounds, the median round and the ratios, and the
 //!   JSON keys every lease bench writes;
@@ -25,6 +27,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod cpu;
 pub mod lease;
 pub mod order;
 pub mod stats;
