@@ -25,18 +25,18 @@
 mod faults;
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use adapter_postgres::PostgresStore;
 use drain_core::event::{Event, LeaseOp, MessageOutcome};
 use drain_core::ports::LeaseStore;
-use drain_core::testkit::message;
-use drain_core::tick::{ClaimHealth, LeaseStatus};
+use drain_core::tick::LeaseStatus;
 use test_servers::PostgresServer;
 
 use faults::postgres::{Server, World, config};
+use faults::scenarios::Slowed;
 use faults::{lock, scenarios, stats};
 
 // ---------------------------------------------------------------------------------
@@ -257,37 +257,13 @@ async fn statement_timeouts_fail_open_and_closed_then_recover() {
     assert_eq!(backends.len(), 4, "{backends:?}");
 
     let server = w.server.clone();
-    let (locked_tx, locked_rx) = mpsc::channel();
-    w.target.on_call(3, move || {
-        let _ = locked_tx.send(hold_lock(&server, "claims", Duration::from_millis(1000)));
-    });
-    let r = w.tick().await;
-    assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1's settlement timed out, so nothing more was received: {r:?}");
-    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
-    assert_eq!(w.target.ids(), w.ids[..5]);
-    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
-    assert!(!r.lease_lost, "{r:?}");
-    locked_rx.recv().expect("the locker ran").join().expect("the locker");
-    assert!(store_backends(&w).is_superset(&backends), "a statement timeout costs no connection");
-    w.drain_until_done(Duration::from_secs(10)).await;
-    w.assert_exactly_once();
-
-    for id in ["late-1", "late-2", "late-3"] {
-        w.ids.push(id.to_owned());
-        w.source.push(message(id));
-    }
-    let (acquire_errors, claim_errors) =
-        (w.lease_ops(LeaseOp::Acquire, "error"), w.messages(MessageOutcome::ClaimError));
-    let locker = hold_lock(&w.server, "leases", Duration::from_millis(1000));
-    let r = w.tick().await;
-    assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
-    assert_eq!(stats(&r), (0, 0, 0, 0), "the acquire timed out: no receive on a store known down: {r:?}");
-    assert_eq!(w.lease_ops(LeaseOp::Acquire, "error"), acquire_errors + 1);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
-    locker.join().expect("the locker");
-    assert!(store_backends(&w).is_superset(&backends), "a statement timeout costs no connection");
-    w.drain_until_done(Duration::from_secs(10)).await;
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
+    let slow = move |slowed: Slowed| {
+        let table = if slowed == Slowed::Settlement { "claims" } else { "leases" };
+        hold_lock(&server, table, Duration::from_millis(1000))
+    };
+    scenarios::slower_than_the_timeout(w, slow, move |w, r| {
+        assert!(!r.lease_lost, "{r:?}");
+        assert!(store_backends(w).is_superset(&backends), "a statement timeout costs no connection");
+    })
+    .await;
 }

@@ -33,11 +33,12 @@ use drain_core::event::{Event, LeaseOp, MessageOutcome};
 use drain_core::ports::{
     Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release,
 };
-use drain_core::testkit::{TestRng, message};
-use drain_core::tick::{ClaimHealth, LeaseStatus};
+use drain_core::testkit::TestRng;
+use drain_core::tick::LeaseStatus;
 use test_servers::{RedisCluster, RedisServer, Reply};
 
-use faults::redis::{REDIS_TIMEOUT, Server, World};
+use faults::redis::{REDIS_TIMEOUT, World};
+use faults::scenarios::Slowed;
 use faults::{lock, scenarios, stats};
 
 // ---------------------------------------------------------------------------------
@@ -193,11 +194,8 @@ async fn client_kill_mid_drain_costs_at_most_one_failed_call_per_cut() {
     w.assert_lease_works().await;
 }
 
-/// `DEBUG SLEEP` makes Redis answer later than the client's 300 ms response timeout.
-/// Mid-drain: the batch's settlement times out, and the tick receives nothing more.
-/// Before a tick: the acquire times out, the tick fails open, and with the store
-/// known down it receives nothing. Both recover on the same store, every message once. (A request that timed out may still run when Redis
-/// wakes up; its lease or pending claims then lapse with their TTLs.)
+/// `DEBUG SLEEP` makes Redis answer later than the client's 300 ms response timeout
+/// (`scenarios::slower_than_the_timeout`): the settlement mid-drain, then the acquire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_slower_than_the_timeout_fail_open_and_closed_then_recover() {
     let Some(mut w) = World::new(&["--enable-debug-command", "yes"], 15, Duration::from_millis(50)).await else {
@@ -205,44 +203,18 @@ async fn replies_slower_than_the_timeout_fail_open_and_closed_then_recover() {
     };
     w.cfg.lease_ttl = Duration::from_secs(1);
     w.cfg.claim_pending_ttl = Duration::from_secs(1);
-    let sleeper = |server: Server| {
-        move || {
+    let server = w.server.clone();
+    let slow = move |slowed: Slowed| {
+        let server = server.clone();
+        let sleeping = std::thread::spawn(move || {
             let reply = lock(&server).command(&["DEBUG", "SLEEP", "1.2"]).expect("DEBUG SLEEP");
             assert_eq!(reply, Reply::Simple("OK".into()));
-        }
+        });
+        // Let DEBUG SLEEP start.
+        std::thread::sleep(Duration::from_millis(if slowed == Slowed::Settlement { 50 } else { 100 }));
+        sleeping
     };
-    let (server, slow) = (w.server.clone(), sleeper(w.server.clone()));
-    w.target.on_call(3, move || {
-        drop(server);
-        std::thread::spawn(slow);
-        std::thread::sleep(Duration::from_millis(50)); // let DEBUG SLEEP start
-    });
-    let r = w.tick().await;
-    assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1's settlement timed out, so nothing more was received: {r:?}");
-    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
-    assert_eq!(w.target.ids(), w.ids[..5]);
-    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
-    w.drain_until_done(Duration::from_secs(10)).await;
-    w.assert_exactly_once();
-
-    for id in ["late-1", "late-2", "late-3"] {
-        w.ids.push(id.to_owned());
-        w.source.push(message(id));
-    }
-    let (acquire_errors, claim_errors) =
-        (w.lease_ops(LeaseOp::Acquire, "error"), w.messages(MessageOutcome::ClaimError));
-    let slow = std::thread::spawn(sleeper(w.server.clone()));
-    std::thread::sleep(Duration::from_millis(100));
-    let r = w.tick().await;
-    assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
-    assert_eq!(stats(&r), (0, 0, 0, 0), "the acquire timed out: no receive on a store known down: {r:?}");
-    assert_eq!(w.lease_ops(LeaseOp::Acquire, "error"), acquire_errors + 1);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
-    slow.join().expect("DEBUG SLEEP thread");
-    w.drain_until_done(Duration::from_secs(10)).await;
-    w.assert_exactly_once();
-    w.assert_lease_works().await;
+    scenarios::slower_than_the_timeout(w, slow, |_, _| {}).await;
 }
 
 // ---------------------------------------------------------------------------------

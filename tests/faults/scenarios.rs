@@ -1,10 +1,12 @@
 //! The scenarios both fault suites run, each on a [`World`] its test made (the
 //! test picks the server's start arguments and any store-specific setting first):
 //! the server dead before the tick, killed while an acquire, a claim or a release
-//! is in flight, killed mid-drain, frozen past the lease TTL. What only one store
-//! does stays in its test file.
+//! is in flight, killed mid-drain, frozen past the lease TTL, answering slower than
+//! the client's timeout (each store's test slows its own server). What only one
+//! store does stays in its test file.
 
 use std::sync::mpsc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
@@ -207,6 +209,65 @@ pub(crate) async fn frozen_past_the_ttl<S: FaultStore, V: FaultServer>(mut w: Wo
     assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
 
     w.drain_until_done(Duration::from_secs(15)).await;
+    w.assert_exactly_once();
+    w.assert_lease_works().await;
+}
+
+/// Which call [`slower_than_the_timeout`] slows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slowed {
+    /// The claim settlement of the first batch, from the third submit on.
+    Settlement,
+    /// The lease's acquire before a tick.
+    Acquire,
+}
+
+/// Answers slower than the client's response timeout (15 messages, 50 ms a submit),
+/// twice. `slow` makes the server slow for the call it is given, returns once it is,
+/// and hands back the thread that ends the slowness. Mid-drain the first batch's
+/// settlement times out and the tick receives nothing more (claims fail closed);
+/// before a tick the acquire times out, the tick fails open, and with the store
+/// known down it receives nothing. After each slowness ended, `unharmed` checks what
+/// the store's test promises besides (its connections kept, say), and the same store
+/// drains the rest, every message once. (A request that timed out may still run once
+/// the server answers again; its lease or pending claims then lapse with their TTLs.)
+pub(crate) async fn slower_than_the_timeout<S: FaultStore, V: FaultServer>(
+    mut w: World<S, V>,
+    slow: impl Fn(Slowed) -> JoinHandle<()> + Clone + Send + 'static,
+    unharmed: impl Fn(&World<S, V>, &TickReport),
+) {
+    given(&w, 15, Duration::from_millis(50));
+    let (slowed_tx, slowed_rx) = mpsc::channel();
+    let slow_settlement = slow.clone();
+    w.target.on_call(3, move || {
+        let _ = slowed_tx.send(slow_settlement(Slowed::Settlement));
+    });
+    let r = w.tick().await;
+    assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
+    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1's settlement timed out, so nothing more was received: {r:?}");
+    assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
+    assert_eq!(w.target.ids(), w.ids[..5]);
+    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
+    slowed_rx.recv().expect("the third submit slowed the server").join().expect("the slowness ended");
+    unharmed(&w, &r);
+    w.drain_until_done(Duration::from_secs(10)).await;
+    w.assert_exactly_once();
+
+    for id in ["late-1", "late-2", "late-3"] {
+        w.ids.push(id.to_owned());
+        w.source.push(message(id));
+    }
+    let (acquire_errors, claim_errors) =
+        (w.lease_ops(LeaseOp::Acquire, "error"), w.messages(MessageOutcome::ClaimError));
+    let slowness = slow(Slowed::Acquire);
+    let r = w.tick().await;
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "{r:?}");
+    assert_eq!(stats(&r), (0, 0, 0, 0), "the acquire timed out: no receive on a store known down: {r:?}");
+    assert_eq!(w.lease_ops(LeaseOp::Acquire, "error"), acquire_errors + 1);
+    assert_eq!(w.messages(MessageOutcome::ClaimError), claim_errors);
+    slowness.join().expect("the slowness ended");
+    unharmed(&w, &r);
+    w.drain_until_done(Duration::from_secs(10)).await;
     w.assert_exactly_once();
     w.assert_lease_works().await;
 }
