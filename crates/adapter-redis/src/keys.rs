@@ -95,11 +95,12 @@ impl redis::ToRedisArgs for LeaseKeyArg<'_> {
     }
 }
 
-/// The kind of key that holds a lease's token: `lease` for a queue, `claim` for an owner.
-fn held_kind(lease: &LeaseName) -> &'static str {
+/// The kinds of a lease's two keys, the token's and the fence's: `lease` and
+/// `fence` for a queue, `claim` and `claim-fence` for an owner.
+fn lease_kinds(lease: &LeaseName) -> (&'static str, &'static str) {
     match lease.kind() {
-        LeaseKind::Owner => "claim",
-        _ => "lease",
+        LeaseKind::Owner => ("claim", "claim-fence"),
+        _ => ("lease", "fence"),
     }
 }
 
@@ -176,22 +177,16 @@ impl KeySpace {
     #[must_use]
     pub fn lease(&self, lease: &LeaseName) -> LeaseKeys {
         let tag = encode_name(lease.name().as_bytes());
-        let fence = match lease.kind() {
-            LeaseKind::Owner => "claim-fence",
-            _ => "fence",
-        };
-        LeaseKeys { lease: self.tagged(held_kind(lease), &tag), fence: self.tagged(fence, &tag) }
+        let (held, fence) = lease_kinds(lease);
+        LeaseKeys { lease: self.tagged(held, &tag), fence: self.tagged(fence, &tag) }
     }
 
     /// [`Self::lease`]'s two keys as command arguments: the token's, then the fence's.
     pub(crate) fn lease_args<'a>(&'a self, lease: &'a LeaseName) -> [LeaseKeyArg<'a>; 2] {
         let name = lease.name().as_bytes();
-        let fence = match lease.kind() {
-            LeaseKind::Owner => "claim-fence",
-            _ => "fence",
-        };
+        let (held, fence) = lease_kinds(lease);
         [
-            LeaseKeyArg { prefix: &self.prefix, kind: held_kind(lease), name },
+            LeaseKeyArg { prefix: &self.prefix, kind: held, name },
             LeaseKeyArg { prefix: &self.prefix, kind: fence, name },
         ]
     }
