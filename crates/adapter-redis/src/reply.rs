@@ -52,12 +52,15 @@ pub(crate) fn counter(v: &Value) -> Option<u64> {
     }
 }
 
-/// The acquire script's `{1, fence}` or `{0, holder_token, pttl}`.
+/// The acquire script's fence (an integer) or `{holder_token, pttl}`.
 pub(crate) fn acquire(v: &Value) -> Option<Acquire> {
-    let Value::Array(items) = v else { return None };
+    let items = match v {
+        Value::Int(fence) => return Some(Acquire::Acquired { fence: u64::try_from(*fence).ok()? }),
+        Value::Array(items) => items,
+        _ => return None,
+    };
     match items.as_slice() {
-        [Value::Int(1), Value::Int(fence)] => Some(Acquire::Acquired { fence: u64::try_from(*fence).ok()? }),
-        [Value::Int(0), token, Value::Int(pttl)] => Some(Acquire::Held {
+        [token, Value::Int(pttl)] => Some(Acquire::Held {
             holder: holder_of(&text(token)?).to_owned(),
             // No TTL (-1): a key written by hand; it holds until someone deletes it.
             remaining: u64::try_from(*pttl).map_or(Duration::MAX, |ms| Duration::from_millis(ms.max(1))),
@@ -152,16 +155,18 @@ mod tests {
     #[test]
     fn acquires() {
         let a = |items: Vec<Value>| acquire(&Value::Array(items));
-        assert_eq!(a(vec![Value::Int(1), Value::Int(7)]), Some(Acquire::Acquired { fence: 7 }));
+        assert_eq!(acquire(&Value::Int(7)), Some(Acquire::Acquired { fence: 7 }));
+        assert_eq!(acquire(&Value::Int(-1)), None, "a fence is never negative");
         assert_eq!(
-            a(vec![Value::Int(0), bulk("host-1:abc"), Value::Int(900)]),
+            a(vec![bulk("host-1:abc"), Value::Int(900)]),
             Some(Acquire::Held { holder: "host-1".into(), remaining: Duration::from_millis(900) })
         );
         assert_eq!(
-            a(vec![Value::Int(0), bulk("x:y"), Value::Int(-1)]),
+            a(vec![bulk("x:y"), Value::Int(-1)]),
             Some(Acquire::Held { holder: "x".into(), remaining: Duration::MAX })
         );
-        assert_eq!(a(vec![Value::Int(1)]), None);
+        assert_eq!(a(vec![Value::Int(1), Value::Int(7)]), None, "the old shape is not taken for a holder");
+        assert_eq!(a(vec![bulk("x:y")]), None);
         assert_eq!(acquire(&Value::Nil), None);
     }
 

@@ -3,23 +3,23 @@
 -- KEYS[1] claim key, KEYS[2] fence key, KEYS[3] waiter list (one hash slot)
 -- ARGV[1] token, ARGV[2] claim TTL in ms, ARGV[3] this instance's wake channel,
 -- ARGV[4] waiter registration TTL in ms
--- Returns {1, fence} when acquired, {0, holder_token, pttl} when held.
+-- Returns the fence (an integer) when acquired, {holder_token, pttl} when held.
 -- Held: the channel goes to the tail of the waiter list (once) and the list's TTL is
 -- renewed. Acquired: the channel leaves the list (a registration this instance no
 -- longer needs must not take a wake from another waiter).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' and fence.err then
+  if type(fence) == 'table' then
     redis.call('DEL', KEYS[1])
-    if string.find(fence.err, 'not an integer', 1, true) then
+    if fence.err and string.find(fence.err, 'not an integer', 1, true) then
       fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err
     end
     return fence
   end
   redis.call('LREM', KEYS[3], 0, ARGV[3])
-  return {1, fence}
+  return fence
 end
 redis.call('LREM', KEYS[3], 0, ARGV[3])
 redis.call('RPUSH', KEYS[3], ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
-return {0, redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
