@@ -21,7 +21,8 @@ use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, Sub
 use async_trait::async_trait;
 use drain_core::event::{Event, MessageOutcome};
 use drain_core::ports::{
-    ClaimState, ClaimStore, Message, MessageId, SettleResult, Settlement, SubmitContext, Submitter,
+    ClaimState, ClaimStore, ClaimTtls, Message, MessageId, SettleResult, SettledThenClaimed, Settlement, SubmitContext,
+    Submitter,
 };
 use drain_core::testkit::{RecordingObserver, TestRng};
 use drain_core::tick::{DrainStats, TickConfig, TickPorts, TickReport, run_tick_until};
@@ -122,6 +123,22 @@ impl ClaimStore for Claims {
         ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
         self.store.settle_batch(queue, s, token, ttl).await
+    }
+
+    async fn settle_then_claim(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+        token: &LeaseToken,
+        ttls: ClaimTtls,
+    ) -> SettledThenClaimed {
+        let answer = self.store.settle_then_claim(queue, settlements, ids, token, ttls).await;
+        if let Ok(states) = &answer.claimed {
+            let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
+            self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
+        }
+        answer
     }
 }
 

@@ -25,8 +25,8 @@ use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
 use drain_core::memory::MemorySource;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew,
-    SettleResult, Settlement, SubmitContext, Submitter,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
+    Renew, SettleResult, SettledThenClaimed, Settlement, SubmitContext, Submitter,
 };
 use drain_core::testkit::{RecordingObserver, TestRng, message};
 use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
@@ -369,6 +369,18 @@ impl<S: FaultStore, V: FaultServer> ClaimStore for KillDuring<S, V> {
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
         self.store.settle_batch(queue, settlements, token, done_ttl).await
+    }
+    /// The tick's claims of every batch but the first come this way: a kill "during
+    /// a claim" lands in this call as well.
+    async fn settle_then_claim(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+        token: &LeaseToken,
+        ttls: ClaimTtls,
+    ) -> SettledThenClaimed {
+        self.call(Op::Claim, self.store.settle_then_claim(queue, settlements, ids, token, ttls)).await
     }
 }
 

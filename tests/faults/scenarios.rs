@@ -72,9 +72,11 @@ pub(crate) async fn killed_while_the_acquire_is_in_flight<S: FaultStore, V: Faul
 }
 
 /// SIGKILL from inside the second submit (15 messages, 20 ms a submit), after the
-/// first batch's claims were taken: that batch is still submitted, settling it
-/// fails, a failed claim store ends the receiving, the release fails and is
-/// counted; after a restart everything else goes through once. The reports of the
+/// first batch's claims were taken: that batch is still submitted; settling it
+/// fails, in the call that takes the second batch's claims, so the second batch,
+/// received by then, goes back unsubmitted; a failed claim store ends the
+/// receiving; the release fails and is counted; after a restart everything else
+/// goes through once. The reports of the
 /// drain after the restart, for what the store keeps across it.
 pub(crate) async fn killed_mid_drain<S: FaultStore, V: FaultServer>(mut w: World<S, V>) -> Vec<TickReport> {
     given(&w, 15, Duration::from_millis(20));
@@ -83,11 +85,11 @@ pub(crate) async fn killed_mid_drain<S: FaultStore, V: FaultServer>(mut w: World
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
     assert_eq!(r.fence, Some(1));
-    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1 (claimed) submitted, then nothing more received");
+    assert_eq!(stats(&r), (10, 5, 0, 5), "batch 1 (claimed) submitted, batch 2 back, then nothing more received");
     assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(w.target.ids(), w.ids[..5], "only the first, claimed batch reached the target");
     assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
-    assert_eq!(w.messages(MessageOutcome::ClaimError), 0, "nothing received that could not be claimed");
+    assert_eq!(w.messages(MessageOutcome::ClaimError), 5, "batch 2, whose claims went with batch 1's settlement");
     assert_eq!(w.lease_ops(LeaseOp::Release, "error"), 1, "the failed release is counted (the TTL frees the lease)");
     assert_eq!(w.source.ready_len(), 10);
 
@@ -225,7 +227,8 @@ pub(crate) enum Slowed {
 /// Answers slower than the client's response timeout (15 messages, 50 ms a submit),
 /// twice. `slow` makes the server slow for the call it is given, returns once it is,
 /// and hands back the thread that ends the slowness. Mid-drain the first batch's
-/// settlement times out and the tick receives nothing more (claims fail closed);
+/// settlement times out (with the second batch's claims: that batch goes back) and
+/// the tick receives nothing more (claims fail closed);
 /// before a tick the acquire times out, the tick fails open, and with the store
 /// known down it receives nothing. After each slowness ended, `unharmed` checks what
 /// the store's test promises besides (its connections kept, say), and the same store
@@ -244,7 +247,11 @@ pub(crate) async fn slower_than_the_timeout<S: FaultStore, V: FaultServer>(
     });
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(stats(&r), (5, 5, 0, 0), "batch 1's settlement timed out, so nothing more was received: {r:?}");
+    assert_eq!(
+        stats(&r),
+        (10, 5, 0, 5),
+        "batch 1's settlement timed out, batch 2 went back, nothing more received: {r:?}"
+    );
     assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(w.target.ids(), w.ids[..5]);
     assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);

@@ -14,6 +14,7 @@
 //! | peek_many of K | 1 pipeline: K `GET` + K `PTTL` | — |
 //! | claim_batch of K | 1 `EVALSHA` | K `GET` + one `SET` per key claimed |
 //! | settle_batch of K | 1 `EVALSHA` | K `GET` + one `SET` (done) or `DEL` (release) per key settled |
+//! | settle_then_claim of K + J | 1 `EVALSHA` | K + J `GET`, then as settle_batch of K and claim_batch of J |
 //!
 //! A call dropped before its answer (the core drops a renewal in flight when the
 //! drain ends first) may or may not have run: it widens the model by at most what
@@ -27,8 +28,8 @@ use adapter_redis::RedisStore;
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release,
-    Renew, SettleAction, SettleResult, Settlement,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
+    Release, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
 };
 use drain_core::{LeaseToken, PortError};
 
@@ -250,5 +251,43 @@ impl ClaimStore for Metered {
         let cmds = [("evalsha", sent), ("get", k), ("set", set), ("del", del)];
         self.meter.record("settle_batch", settlements.len(), &r, &cmds);
         r
+    }
+
+    /// The tick's call for every batch after the first. With nothing to settle or
+    /// nothing to claim the store makes the one call that is left: metered as that.
+    async fn settle_then_claim(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+        token: &LeaseToken,
+        ttls: ClaimTtls,
+    ) -> SettledThenClaimed {
+        if settlements.is_empty() || ids.is_empty() {
+            return drain_core::ports::settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
+        }
+        let (k, j) = (settlements.len() as u64, ids.len() as u64);
+        let upper = [("evalsha", 1), ("get", k + j), ("set", k + j), ("del", k)];
+        let mut call = self.meter.start("settle_then_claim", &upper);
+        let answer = self.store.settle_then_claim(queue, settlements, ids, token, ttls).await;
+        call.done = true;
+        let (mut set, mut del) = (0, 0);
+        if let Ok(results) = &answer.settled {
+            for (s, res) in settlements.iter().zip(results) {
+                match (s.action, res) {
+                    (SettleAction::MarkDone, SettleResult::Settled) => set += 1,
+                    (SettleAction::Release, SettleResult::Settled) => del += 1,
+                    _ => {}
+                }
+            }
+        }
+        if let Ok(states) = &answer.claimed {
+            set += count(states, |c| matches!(c, ClaimState::Claimed));
+        }
+        let both = answer.settled.as_ref().map(|_| ()).and_then(|()| answer.claimed.as_ref().map(|_| ()));
+        let both = both.map_err(PortError::clone);
+        let cmds = [("evalsha", 1), ("get", k + j), ("set", set), ("del", del)];
+        self.meter.record("settle_then_claim", settlements.len() + ids.len(), &both, &cmds);
+        answer
     }
 }

@@ -27,6 +27,7 @@ pub(crate) struct Scripts {
     pub(crate) renew: LuaScript,
     pub(crate) claim: LuaScript,
     pub(crate) settle: LuaScript,
+    pub(crate) settle_claim: LuaScript,
     pub(crate) peek_wait: LuaScript,
     pub(crate) acquire_wait: LuaScript,
     pub(crate) release_wake: LuaScript,
@@ -36,13 +37,14 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 10] {
+    pub(crate) fn all(&self) -> [&LuaScript; 11] {
         [
             &self.acquire,
             &self.release,
             &self.renew,
             &self.claim,
             &self.settle,
+            &self.settle_claim,
             &self.peek_wait,
             &self.acquire_wait,
             &self.release_wake,
@@ -59,6 +61,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
     claim: LuaScript::new("claim", include_str!("scripts/claim.lua")),
     settle: LuaScript::new("settle", include_str!("scripts/settle.lua")),
+    settle_claim: LuaScript::new("settle_claim", include_str!("scripts/settle_claim.lua")),
     peek_wait: LuaScript::new("peek_wait", include_str!("scripts/peek_wait.lua")),
     acquire_wait: LuaScript::new("acquire_wait", include_str!("scripts/acquire_wait.lua")),
     release_wake: LuaScript::new("release_wake", include_str!("scripts/release_wake.lua")),

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use adapter_redis::RedisStore;
 use drain_core::admission::OwnerId;
-use drain_core::ports::{ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement};
+use drain_core::ports::{
+    ClaimState, ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, SettleResult,
+    Settlement,
+};
 use drain_core::testkit::RecordingObserver;
 use test_servers::{RedisCluster, RedisServer};
 
@@ -113,6 +116,22 @@ async fn standalone_operations_cost_one_round_trip_each() {
     })
     .await;
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "settle_batch of 32 = one EVALSHA");
+
+    // The tick's call per batch: the 32 claims of the next batch taken with the
+    // settlement of the last one, in one script.
+    let next: Vec<MessageId> = (32..64).map(|i| MessageId::from(format!("m{i}"))).collect();
+    let pending: Vec<Settlement> =
+        next.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::MarkDone }).collect();
+    let ttls = ClaimTtls { pending: ttl, done: ttl };
+    store.claim_batch("q", &next, &me, ttl).await.expect("claim_batch");
+    let later: Vec<MessageId> = (64..96).map(|i| MessageId::from(format!("m{i}"))).collect();
+    let (d, n) = measure(stats, &obs, async {
+        let got = store.settle_then_claim("q", &pending, &later, &me, ttls).await;
+        assert_eq!(got.settled.expect("settled"), vec![SettleResult::Settled; 32]);
+        assert_eq!(got.claimed.expect("claimed"), vec![ClaimState::Claimed; 32]);
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "settle_then_claim of 32 + 32 = one EVALSHA");
 }
 
 /// 16 tasks × 50 lease cycles on one store: exactly two `EVALSHA` per cycle and

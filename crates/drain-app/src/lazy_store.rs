@@ -11,8 +11,8 @@ use adapter_redis::{RedisConfig, RedisStore};
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, Observer, OwnerClaim, OwnerClaims,
-    Release, Renew, SettleResult, Settlement,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, Observer, OwnerClaim,
+    OwnerClaims, Release, Renew, SettleResult, SettledThenClaimed, Settlement,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError};
 use tokio::sync::Mutex;
@@ -169,5 +169,18 @@ impl<C: Connect> ClaimStore for LazyStore<C> {
             return Ok(Vec::new());
         }
         self.store().await?.settle_batch(queue, settlements, token, done_ttl).await
+    }
+    async fn settle_then_claim(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+        token: &LeaseToken,
+        ttls: ClaimTtls,
+    ) -> SettledThenClaimed {
+        match self.store().await {
+            Ok(store) => store.settle_then_claim(queue, settlements, ids, token, ttls).await,
+            Err(e) => SettledThenClaimed { settled: Err(e.clone()), claimed: Err(e) },
+        }
     }
 }

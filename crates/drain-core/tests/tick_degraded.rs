@@ -55,20 +55,24 @@ fn a_claim_failure_ends_the_receiving_even_when_part_of_the_batch_was_settled() 
 }
 
 /// A settlement that fails is a claim store failure too: the tick stops receiving
-/// after that batch.
+/// after it. The settlement of a batch is one call with the next batch's claims, so
+/// the batch received with it goes back (its claims could not be taken either): one
+/// batch, as when a claim call fails.
 #[test]
 fn a_failed_settlement_ends_the_receiving() {
     let mut h = Harness::new();
     h.cfg.singleflight = Switch::Off;
     h.cfg.batch = 2;
-    h.feed(&["a", "b", "c", "d"]);
+    h.feed(&["a", "b", "c", "d", "e", "f"]);
     let claims = FailSettle(h.store.clone());
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&*store, &claims, &*target);
-    assert_eq!(h.source.receive_calls(), 1, "{r:?}");
-    assert_eq!(stats(&r), (2, 2, 0, 0, 0), "the batch in hand is submitted and completed once");
+    assert_eq!(h.source.receive_calls(), 2, "no receive after the settlement failed: {r:?}");
+    assert_eq!(stats(&r), (4, 2, 0, 2, 0), "the first batch is submitted and completed once, the second goes back");
+    assert_eq!(r.stats.map(|s| (s.claim_errors, s.claim_settle_errors)), Some((2, 2)));
+    assert_eq!(target.attempts(), 2, "nothing of the second batch is submitted");
     assert_eq!(r.claims, ClaimHealth::Failed);
-    assert_eq!(h.source.ready_len(), 2, "c and d wait for the next tick");
+    assert_eq!(h.source.ready_len(), 4, "c and d are back, e and f wait, for the next tick");
 }
 
 /// A healthy tick reports its claims answered; a tick that asked nothing says so.

@@ -48,6 +48,54 @@ pub enum SettleResult {
     NotOwner,
 }
 
+/// What [`ClaimStore::settle_then_claim`] answered: the settlements' results and the
+/// claims' states, each as [`ClaimStore::settle_batch`] and [`ClaimStore::claim_batch`]
+/// would have answered it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettledThenClaimed {
+    /// One result per settlement, in order.
+    pub settled: Result<Vec<SettleResult>, PortError>,
+    /// One state per id, in order.
+    pub claimed: Result<Vec<ClaimState>, PortError>,
+}
+
+/// [`ClaimStore::settle_then_claim`] as two calls: the settlements, then (when they
+/// were answered) the claims. What the trait's default does, for wrappers that
+/// forward both calls and want the same.
+pub async fn settle_then_claim_in_two_calls<S: ClaimStore + ?Sized>(
+    store: &S,
+    queue: &str,
+    settlements: &[Settlement],
+    ids: &[MessageId],
+    token: &LeaseToken,
+    ttls: ClaimTtls,
+) -> SettledThenClaimed {
+    let settled = if settlements.is_empty() {
+        Ok(Vec::new())
+    } else {
+        store.settle_batch(queue, settlements, token, ttls.done).await
+    };
+    let claimed = match &settled {
+        Err(e) => Err(PortError {
+            message: format!("not asked, the settlements before them failed: {}", e.message),
+            ..e.clone()
+        }),
+        Ok(_) if ids.is_empty() => Ok(Vec::new()),
+        Ok(_) => store.claim_batch(queue, ids, token, ttls.pending).await,
+    };
+    SettledThenClaimed { settled, claimed }
+}
+
+/// The two times a claim lives: pending while its submit is under way, done for the
+/// dedup window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimTtls {
+    /// How long a new pending claim holds ([`ClaimStore::claim_batch`]'s `pending_ttl`).
+    pub pending: Duration,
+    /// How long a claim marked done holds ([`ClaimStore::settle_batch`]'s `done_ttl`).
+    pub done: Duration,
+}
+
 /// The per-message atomic claim: a message is submitted once even when ticks,
 /// resident consumers and redeliveries overlap.
 ///
@@ -114,4 +162,25 @@ pub trait ClaimStore: Send + Sync {
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError>;
+
+    /// Settle `settlements` as [`Self::settle_batch`] does, then take the claims of
+    /// `ids` as [`Self::claim_batch`] does, the claims seeing what the settlements
+    /// did: the tick settles one batch's claims and takes the next batch's in this
+    /// one call. The answers MUST be those of the two calls made in that order
+    /// (rule `claim.settle_then_claim`), and each MUST be `Err` when the store cannot
+    /// answer (rules `claim.settle.error`, `claim.error`).
+    ///
+    /// The default makes the two calls ([`settle_then_claim_in_two_calls`]), and
+    /// does not ask for the claims when the settlements failed. A store that can do
+    /// both in one round trip (one script, one transaction) should override it.
+    async fn settle_then_claim(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+        token: &LeaseToken,
+        ttls: ClaimTtls,
+    ) -> SettledThenClaimed {
+        settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await
+    }
 }

@@ -26,7 +26,10 @@ mod source;
 mod submit;
 mod wake;
 
-pub use claim::{ClaimState, ClaimStore, SettleAction, SettleResult, Settlement};
+pub use claim::{
+    ClaimState, ClaimStore, ClaimTtls, SettleAction, SettleResult, SettledThenClaimed, Settlement,
+    settle_then_claim_in_two_calls,
+};
 pub use clock::Clock;
 pub use lease::{Acquire, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
 pub use observer::{NoopObserver, Observer};

@@ -22,8 +22,9 @@ use crate::error::{ErrorKind, PortError};
 use crate::memory::MemoryStore;
 use crate::memory::store::{self as mem, State, StoredClaim};
 use crate::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
-    Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, Settlement, Waiter, WakeRelease,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim,
+    OwnerClaims, Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
+    Waiter, WakeRelease, settle_then_claim_in_two_calls,
 };
 use crate::time::Time;
 use crate::token::{LeaseToken, holder_of};
@@ -99,6 +100,7 @@ defects! {
     ReleaseKeepsClaim => ClaimSettleRelease: "Release answers Settled and keeps the claim";
     SettleOutOfOrder => ClaimSettleOrder: "settle results come back in reverse order";
     SettleErrorAsSettled => ClaimSettleError: "a settlement the store cannot answer answers Settled";
+    ClaimsBeforeSettling => ClaimSettleThenClaim: "settle_then_claim takes the claims before it settles";
 
     OwnersOutOfOrder => OwnersOrder: "owner peeks come back in reverse order";
     OwnersMissHeld => OwnersHeld: "owner peeks answer Free for every claim";
@@ -542,6 +544,22 @@ impl ClaimStore for BrokenStore {
             out.reverse();
         }
         Ok(out)
+    }
+
+    async fn settle_then_claim(
+        &self,
+        queue: &str,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+        token: &LeaseToken,
+        ttls: ClaimTtls,
+    ) -> SettledThenClaimed {
+        if self.is(Defect::ClaimsBeforeSettling) {
+            let claimed = self.claim_batch(queue, ids, token, ttls.pending).await;
+            let settled = self.settle_batch(queue, settlements, token, ttls.done).await;
+            return SettledThenClaimed { settled, claimed };
+        }
+        settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await
     }
 }
 

@@ -1,16 +1,20 @@
-//! The drain loop of one tick: receive batches, take the batch's claims in one
-//! call, submit with bounded concurrency, settle the claims in one call, then
-//! settle each message at the source.
+//! The drain loop of one tick: receive batches, settle the previous batch's claims
+//! and take this batch's in one call, submit with bounded concurrency, then settle
+//! each message at the source.
 //!
-//! Two batches overlap: once batch k's claims are settled (one call), batch k+1 is
-//! received while batch k's abandoned messages go back to the source, and batch
-//! k+1's claims are taken while batch k's messages are completed there; so a
-//! receive and a claim round trip per batch run beside the source settlements
-//! instead of after them. The order that matters is kept: a message is completed
-//! at the source only after its claim is marked done; batch k's claims are settled
-//! before batch k+1 is received (a failed settlement ends the receiving, and a
-//! redelivered copy in k+1 meets `done`); and batch k+1 is received only once every
-//! submit of batch k has ended (a batch that all went back stops the drain first).
+//! Two batches overlap: batch k's claims are settled in the same store call that
+//! takes batch k+1's (one round trip with a store that overrides
+//! `ClaimStore::settle_then_claim`), and batch k's messages are completed or given
+//! back at the source while batch k+1 is submitted; so of the claim store's work
+//! only that one call per batch stands outside the submits. The order that matters
+//! is kept: a message is completed (or given back) at the source only after its
+//! claim is settled; batch k's claims are settled before batch k+1's are taken (a
+//! redelivered copy in k+1 meets `done`); batch k+1 is received only once every
+//! submit of batch k has ended (a batch that all went back stops the drain first);
+//! and any claim-store failure stops the receiving after the batch in hand.
+//! When the call that settles batch k fails, batch k+1 has been received already
+//! and goes back with it (its claims could not be taken either): one batch per
+//! failure, as when a claim call fails.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +25,8 @@ use futures::stream::{self, StreamExt};
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, MessageOutcome};
 use crate::ports::{
-    ClaimState, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, Settlement, SubmitContext,
+    ClaimState, ClaimTtls, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, SettledThenClaimed,
+    Settlement, SubmitContext,
 };
 use crate::switch::Switch;
 use crate::tick::health::Health;
@@ -126,17 +131,10 @@ impl Drain<'_> {
         let mut batches = 0u32;
         let mut error = None;
         let mut claims = ClaimHealth::NotAsked;
-        // The previous batch, submitted, waiting for its settlements.
+        // The previous batch, submitted, its claims not settled yet.
         let mut settling: Option<Submitted> = None;
         let mut all_back = false;
         loop {
-            let (abandons, completes) = match settling.take() {
-                Some(s) => {
-                    claims = claims.max(s.health).max(self.settle_claims(&s.settlements, &stats).await);
-                    (s.abandons, s.completes)
-                }
-                None => (Vec::new(), Vec::new()),
-            };
             let done = all_back
                 || self.cancelled()
                 || self.claims_failed()
@@ -148,26 +146,39 @@ impl Drain<'_> {
                 // the target refuses). Stop; the next tick retries. Otherwise an outage
                 // spins receive/abandon for as long as it lasts, holding a worker and
                 // burning delivery counts.
-                self.settle_at_source(abandons, &stats).await;
-                self.settle_at_source(completes, &stats).await;
+                claims = claims.max(self.finish(settling.take(), &stats).await);
                 break;
             }
-            let (received, ()) = futures::join!(self.receive(&stats), self.settle_at_source(abandons, &stats));
-            let batch = match received {
+            let batch = match self.receive(&stats).await {
                 Ok(Some(batch)) => batch,
                 Ok(None) => {
-                    self.settle_at_source(completes, &stats).await;
+                    claims = claims.max(self.finish(settling.take(), &stats).await);
                     break;
                 }
                 Err(e) => {
                     error = Some(format!("receive failed: {e}"));
-                    self.settle_at_source(completes, &stats).await;
+                    claims = claims.max(self.finish(settling.take(), &stats).await);
                     break;
                 }
             };
             batches += 1;
-            let (claimed, ()) = futures::join!(self.prepare(batch, &stats), self.settle_at_source(completes, &stats));
-            let submitted = self.submit(claimed).await;
+            let previous = settling.take();
+            let settlements = previous.as_ref().map_or(&[][..], |p| p.settlements.as_slice());
+            let (claimed, settled) = self.prepare(batch, settlements, &stats).await;
+            let (abandons, completes) = match previous {
+                Some(p) => {
+                    claims = claims.max(p.health).max(settled);
+                    (p.abandons, p.completes)
+                }
+                None => (Vec::new(), Vec::new()),
+            };
+            // Batch k's claims are settled: its messages go back or are completed at
+            // the source while batch k+1 is submitted.
+            let (submitted, (), ()) = futures::join!(
+                self.submit(claimed),
+                self.settle_at_source(abandons, &stats),
+                self.settle_at_source(completes, &stats)
+            );
             all_back = submitted.all_abandoned();
             settling = Some(submitted);
         }
@@ -176,6 +187,16 @@ impl Drain<'_> {
         }
         let stats = stats.into_inner().unwrap_or_else(PoisonError::into_inner);
         DrainOutcome { stats, error, claims }
+    }
+
+    /// The last batch: settle its claims alone, then its messages at the source.
+    async fn finish(&self, last: Option<Submitted>, stats: &Mutex<DrainStats>) -> ClaimHealth {
+        let Some(last) = last else { return ClaimHealth::NotAsked };
+        let (settled, _) = self.settle_then_claim(&last.settlements, &[]).await;
+        let health = last.health.max(self.settled(&last.settlements, settled, stats));
+        self.settle_at_source(last.abandons, stats).await;
+        self.settle_at_source(last.completes, stats).await;
+        health
     }
 
     fn observe(&self, outcome: MessageOutcome, mode: Switch) {
@@ -194,8 +215,14 @@ impl Drain<'_> {
         Ok(Some(batch))
     }
 
-    /// Triage a received batch and take its claims (one call).
-    async fn prepare(&self, batch: Vec<Delivery>, stats: &Mutex<DrainStats>) -> Claimed {
+    /// Triage a received batch, settle the previous batch's claims and take this
+    /// one's (one call): the batch, and how the settlement fared.
+    async fn prepare(
+        &self,
+        batch: Vec<Delivery>,
+        settlements: &[Settlement],
+        stats: &Mutex<DrainStats>,
+    ) -> (Claimed, ClaimHealth) {
         let received = batch.len();
         let mode = self.cfg.atomic_claim;
         // 1. Triage. With the claim On: no id -> dead-letter (the claim is keyed on
@@ -237,9 +264,9 @@ impl Drain<'_> {
             }
         }
 
-        // 2. Claims: one call for the whole batch.
-        let (plans, health) = self.plan(&work, mode).await;
-        Claimed { received, work, plans, fates, health }
+        // 2. Claims: one call for the whole batch, which first settles the previous one's.
+        let (plans, health, settled) = self.plan(&work, mode, settlements, stats).await;
+        (Claimed { received, work, plans, fates, health }, settled)
     }
 
     /// Step 3: submit, bounded by the concurrency: each message's fate, and the
@@ -341,30 +368,23 @@ impl Drain<'_> {
         self.progress.add_submitted(st.submitted - submitted_before);
     }
 
-    /// Step 4: settle the claims we hold (mark done after a submit, release after a
-    /// failed one) in one call, and check every answer: a settlement answered
+    /// Step 4: what became of the claims we held (marked done after a submit,
+    /// released after a failed one), checked answer by answer: a settlement answered
     /// `NotOwner` found the claim no longer ours (the pending TTL ran out during the
     /// submit), so after a submit the message is a possible duplicate (another holder
     /// may have taken it over); it is counted and reported. A failed call leaves the
     /// claims `pending` until the pending TTL: completed messages stay completed
     /// (never submitted twice), abandoned ones wait out the claim.
-    async fn settle_claims(&self, settlements: &[Settlement], stats: &Mutex<DrainStats>) -> ClaimHealth {
+    fn settled(
+        &self,
+        settlements: &[Settlement],
+        answer: Result<Vec<SettleResult>, PortError>,
+        stats: &Mutex<DrainStats>,
+    ) -> ClaimHealth {
         let mode = self.cfg.atomic_claim;
         if settlements.is_empty() {
             return ClaimHealth::NotAsked;
         }
-        let answer = if self.health.claims_down() {
-            Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
-        } else {
-            match self.settle(settlements).await {
-                Ok(r) if r.len() == settlements.len() => Ok(r),
-                Ok(r) => Err(PortError::new(
-                    ErrorKind::Protocol,
-                    format!("{} answers to {} settlements", r.len(), settlements.len()),
-                )),
-                Err(e) => Err(e),
-            }
-        };
         match answer {
             Ok(answers) => {
                 let mut st = count(stats);
@@ -385,27 +405,25 @@ impl Drain<'_> {
         }
     }
 
-    /// Decide each message's plan from its claim state (one store call), per switch.
-    async fn plan(&self, work: &[(Delivery, Option<MessageId>)], mode: Switch) -> (Vec<Plan>, ClaimHealth) {
+    /// Settle the previous batch's claims and decide each message's plan from its
+    /// claim state (one store call), per switch: the plans, how the claims fared,
+    /// how the settlements fared.
+    async fn plan(
+        &self,
+        work: &[(Delivery, Option<MessageId>)],
+        mode: Switch,
+        settlements: &[Settlement],
+        stats: &Mutex<DrainStats>,
+    ) -> (Vec<Plan>, ClaimHealth, ClaimHealth) {
         let mut plans = vec![Plan::Submit { claimed: false }; work.len()];
-        let claimed: Vec<usize> = (0..work.len()).filter(|&i| work[i].1.is_some()).collect();
-        if !mode.computes() || claimed.is_empty() {
-            return (plans, ClaimHealth::NotAsked);
-        }
+        let claimed: Vec<usize> =
+            if mode.computes() { (0..work.len()).filter(|&i| work[i].1.is_some()).collect() } else { Vec::new() };
         let ids: Vec<MessageId> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
-        let answer = if self.health.claims_down() {
-            Err(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"))
-        } else {
-            match self.claim(&ids).await {
-                Ok(states) if states.len() == ids.len() => Ok(states),
-                // An answer of the wrong length cannot be trusted.
-                Ok(states) => Err(PortError::new(
-                    ErrorKind::Protocol,
-                    format!("{} answers to {} claims", states.len(), ids.len()),
-                )),
-                Err(e) => Err(e),
-            }
-        };
+        let (settled, answer) = self.settle_then_claim(settlements, &ids).await;
+        let settled = self.settled(settlements, settled, stats);
+        if claimed.is_empty() {
+            return (plans, ClaimHealth::NotAsked, settled);
+        }
         let states = match answer {
             Ok(states) => states,
             // Fail closed: submit nothing.
@@ -420,7 +438,7 @@ impl Drain<'_> {
                         self.observe(MessageOutcome::ClaimError, Switch::Shadow);
                     }
                 }
-                return (plans, ClaimHealth::Failed);
+                return (plans, ClaimHealth::Failed, settled);
             }
         };
         for (&i, state) in claimed.iter().zip(states) {
@@ -438,23 +456,52 @@ impl Drain<'_> {
                 }
             };
         }
-        (plans, ClaimHealth::Answered)
+        (plans, ClaimHealth::Answered, settled)
     }
 
-    /// Take the batch's claims, or fail as an unreachable store would when there is
-    /// no claim store.
-    async fn claim(&self, ids: &[MessageId]) -> Result<Vec<ClaimState>, PortError> {
-        match self.ports.claims {
-            Some(store) => store.claim_batch(&self.cfg.queue, ids, self.token, self.cfg.claim_pending_ttl).await,
-            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
+    /// Settle `settlements`, then take the claims of `ids`: one store call (none when
+    /// both are empty), or fail as an unreachable store would when there is no claim
+    /// store or it timed out earlier in this tick. An answer of the wrong length is
+    /// an error: it cannot be trusted.
+    async fn settle_then_claim(
+        &self,
+        settlements: &[Settlement],
+        ids: &[MessageId],
+    ) -> (Result<Vec<SettleResult>, PortError>, Result<Vec<ClaimState>, PortError>) {
+        if settlements.is_empty() && ids.is_empty() {
+            return (Ok(Vec::new()), Ok(Vec::new()));
         }
+        let unavailable = |e: PortError| (Err(e.clone()), Err(e));
+        let Some(store) = self.ports.claims else {
+            return unavailable(PortError::new(ErrorKind::Config, "no claim store configured"));
+        };
+        if self.health.claims_down() {
+            return unavailable(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"));
+        }
+        let (queue, token) = (self.cfg.queue.as_str(), self.token);
+        let ttls = ClaimTtls { pending: self.cfg.claim_pending_ttl, done: self.cfg.claim_done_ttl };
+        let answer = if settlements.is_empty() {
+            SettledThenClaimed {
+                settled: Ok(Vec::new()),
+                claimed: store.claim_batch(queue, ids, token, ttls.pending).await,
+            }
+        } else if ids.is_empty() {
+            SettledThenClaimed {
+                settled: store.settle_batch(queue, settlements, token, ttls.done).await,
+                claimed: Ok(Vec::new()),
+            }
+        } else {
+            store.settle_then_claim(queue, settlements, ids, token, ttls).await
+        };
+        (of_length(answer.settled, settlements.len(), "settlements"), of_length(answer.claimed, ids.len(), "claims"))
     }
+}
 
-    /// Settle the batch's claims (only ever called after a claim succeeded).
-    async fn settle(&self, settlements: &[Settlement]) -> Result<Vec<SettleResult>, PortError> {
-        match self.ports.claims {
-            Some(store) => store.settle_batch(&self.cfg.queue, settlements, self.token, self.cfg.claim_done_ttl).await,
-            None => Err(PortError::new(ErrorKind::Config, "no claim store configured")),
-        }
+/// `answer` when it has `n` entries, else a protocol error.
+fn of_length<T>(answer: Result<Vec<T>, PortError>, n: usize, what: &str) -> Result<Vec<T>, PortError> {
+    match answer {
+        Ok(v) if v.len() == n => Ok(v),
+        Ok(v) => Err(PortError::new(ErrorKind::Protocol, format!("{} answers to {n} {what}", v.len()))),
+        Err(e) => Err(e),
     }
 }

@@ -3,10 +3,11 @@ use std::time::Duration;
 use futures::future::join_all;
 
 use super::{Checked, ContractEnv, Rule, Suite, Violation, token};
-use crate::ports::{ClaimState, ClaimStore, MessageId, SettleAction, SettleResult, Settlement};
+use crate::ports::{ClaimState, ClaimStore, ClaimTtls, MessageId, SettleAction, SettleResult, Settlement};
 use crate::token::LeaseToken;
 
 const LONG: Duration = Duration::from_secs(60);
+const LONG_TTLS: ClaimTtls = ClaimTtls { pending: LONG, done: LONG };
 
 fn settle(id: &MessageId, action: SettleAction) -> Settlement {
     Settlement { id: id.clone(), action }
@@ -23,7 +24,8 @@ fn pending(holder: &str) -> ClaimState {
 /// The [`ClaimStore`] contract: one `Claimed` among concurrent claims of a message,
 /// answers in order, done suppresses, another's pending claim abandons, pending and
 /// done claims expire, settlements act only on our own pending claim, ids of
-/// different types and queues are different claims, and (with an outage hook)
+/// different types and queues are different claims, a settlement and the next
+/// claims in one call answer as the two calls would, and (with an outage hook)
 /// errors never pass for states.
 ///
 /// # Errors
@@ -35,6 +37,7 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
     expiry(&mut s, store, &queue).await?;
     shapes(&mut s, store, &queue).await?;
     exclusion(&mut s, store, &queue).await?;
+    settle_then_claim(&mut s, store, &queue).await?;
     errors(&mut s, store, &queue).await?;
     Ok(s.finish())
 }
@@ -272,16 +275,94 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
     Ok(())
 }
 
-/// While the store cannot answer, claims and settlements answer `Err`.
+/// One call settles some claims and then takes others: the claims see the
+/// settlements (done answers `Done`, released is free again), another holder's
+/// claim stays theirs, and concurrent callers still take each free claim once.
+async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+    let (a, b) = (token("alpha", 51), token("beta", 52));
+    let [m1, m2, m3, m4] = ["stc-1", "stc-2", "stc-3", "stc-4"].map(s_id);
+    claim(s, store, queue, &[m1.clone(), m2.clone()], &a, LONG).await?;
+    claim(s, store, queue, std::slice::from_ref(&m3), &b, LONG).await?;
+    let settlements =
+        [settle(&m1, SettleAction::MarkDone), settle(&m2, SettleAction::Release), settle(&m3, SettleAction::MarkDone)];
+    let ids = [m1.clone(), m2.clone(), m3.clone(), m4.clone()];
+    let got = store.settle_then_claim(queue, &settlements, &ids, &a, LONG_TTLS).await;
+    let settled = s.answer("settle_then_claim", got.settled)?;
+    let claimed = s.answer("settle_then_claim", got.claimed)?;
+    s.ensure(
+        settled == [SettleResult::Settled, SettleResult::Settled, SettleResult::NotOwner],
+        Rule::ClaimSettleThenClaim,
+        || format!("alpha's settlements of its two pending claims and of beta's answered {settled:?}"),
+    )?;
+    let want = [ClaimState::Done, ClaimState::Claimed, pending("beta"), ClaimState::Claimed];
+    s.ensure(claimed == want, Rule::ClaimSettleThenClaim, || {
+        format!("after marking m1 done and releasing m2 in the same call, claims of m1..m4 answered {claimed:?}, not {want:?}")
+    })?;
+    let got = store.settle_then_claim(queue, &[], &[], &a, LONG_TTLS).await;
+    s.ensure(got.settled == Ok(Vec::new()) && got.claimed == Ok(Vec::new()), Rule::ClaimSettleThenClaim, || {
+        format!("an empty settle_then_claim answered {got:?}")
+    })?;
+
+    // Concurrent callers, each settling a claim of its own and taking the same
+    // free ones: each free claim is taken once.
+    let tokens: Vec<LeaseToken> = (0..6).map(|i| token(&format!("stc{i}"), 60 + i)).collect();
+    let own: Vec<MessageId> = (0..tokens.len()).map(|i| s_id(&format!("stc-own-{i}"))).collect();
+    for (t, id) in tokens.iter().zip(&own) {
+        claim(s, store, queue, std::slice::from_ref(id), t, LONG).await?;
+    }
+    let shared: Vec<MessageId> = (0..4).map(|i| s_id(&format!("stc-shared-{i}"))).collect();
+    let settles: Vec<[Settlement; 1]> = own.iter().map(|id| [settle(id, SettleAction::Release)]).collect();
+    let answers =
+        join_all(tokens.iter().zip(&settles).map(|(t, st)| store.settle_then_claim(queue, st, &shared, t, LONG_TTLS)))
+            .await;
+    let mut taken = vec![Vec::new(); shared.len()];
+    for (i, got) in answers.into_iter().enumerate() {
+        let settled = s.answer("settle_then_claim", got.settled)?;
+        s.ensure(settled == [SettleResult::Settled], Rule::ClaimSettleThenClaim, || {
+            format!("a concurrent caller's release of its own claim answered {settled:?}")
+        })?;
+        let claimed = s.answer("settle_then_claim", got.claimed)?;
+        s.ensure(claimed.len() == shared.len(), Rule::ClaimOrder, || format!("answered {claimed:?}"))?;
+        for (k, state) in claimed.iter().enumerate() {
+            if *state == ClaimState::Claimed {
+                taken[k].push(i);
+            }
+        }
+    }
+    s.ensure(taken.iter().all(|w| w.len() == 1), Rule::ClaimExclusive, || {
+        format!(
+            "{} concurrent settle_then_claim calls took each of {} free claims {taken:?} times",
+            tokens.len(),
+            shared.len()
+        )
+    })?;
+    for (k, winners) in taken.iter().enumerate() {
+        for &i in winners {
+            settle_all(s, store, queue, &[settle(&shared[k], SettleAction::Release)], &tokens[i], LONG).await?;
+        }
+    }
+    settle_all(s, store, queue, &[settle(&m2, SettleAction::Release), settle(&m4, SettleAction::Release)], &a, LONG)
+        .await?;
+    settle_all(s, store, queue, &[settle(&m3, SettleAction::Release)], &b, LONG).await?;
+    Ok(())
+}
+
+/// While the store cannot answer, claims and settlements answer `Err`, also when
+/// asked in one call.
 async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
     let a = token("alpha", 41);
     let id = s_id("outage");
     let Some(outage) = s.begin_outage(&[Rule::ClaimError, Rule::ClaimSettleError]).await else { return Ok(()) };
     let claimed = store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG).await;
     let settled = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
+    let both = store
+        .settle_then_claim(queue, &[settle(&id, SettleAction::Release)], std::slice::from_ref(&id), &a, LONG_TTLS)
+        .await;
     outage.end().await;
     s.must_fail(Rule::ClaimError, "claim_batch", &claimed)?;
     s.must_fail(Rule::ClaimSettleError, "settle_batch", &settled)?;
+    s.must_fail(Rule::ClaimSettleError, "settle_then_claim (its settlements)", &both.settled)?;
+    s.must_fail(Rule::ClaimError, "settle_then_claim (its claims)", &both.claimed)?;
     // A timed-out claim may have landed once the store answered again.
     let _ = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
     Ok(())

@@ -104,6 +104,7 @@ rules! {
     ClaimSettleRelease => Claim, "claim.settle.release";
     ClaimSettleOrder => Claim, "claim.settle.order";
     ClaimSettleError => Claim, "claim.settle.error";
+    ClaimSettleThenClaim => Claim, "claim.settle_then_claim";
 
     OwnersOrder => Owners, "owners.order";
     OwnersHeld => Owners, "owners.held";
