@@ -27,6 +27,7 @@
 //! | `peek_owners` (K owners) | `peek_owners()` over an array | 1 |
 //! | `claim_batch` (N ids) | `claim_batch()` over arrays (rows locked in id order: no deadlock) | 1 |
 //! | `settle_batch` (N) | `settle_batch()` over arrays | 1 |
+//! | `settle_then_claim` | the trait's default: `settle_batch()`, then `claim_batch()` | 2 |
 //!
 //! Expired claims and lapsed waiter registrations stay as rows (answering as free)
 //! until [`PostgresStore::purge_expired`] deletes them, in one call.

@@ -343,7 +343,7 @@ fn a_batch_that_is_wholly_abandoned_ends_the_tick_instead_of_spinning() {
 }
 
 #[test]
-fn claims_take_two_round_trips_per_batch() {
+fn claims_take_two_calls_per_batch_on_a_store_without_the_one_call() {
     let mut h = Harness::new();
     h.cfg.singleflight = Switch::Off;
     h.cfg.batch = 10;
