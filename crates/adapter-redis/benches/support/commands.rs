@@ -9,7 +9,9 @@ use std::time::Duration;
 use adapter_redis::RedisStore;
 use bench_support::stats::rounded;
 use drain_core::admission::OwnerId;
-use drain_core::ports::{ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement};
+use drain_core::ports::{
+    ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement,
+};
 use drain_core::testkit::{RecordingObserver, TestRng};
 use drain_core::{Event, LeaseToken};
 use test_servers::RedisServer;
@@ -72,6 +74,7 @@ pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row>
         ("peek_owners_64", 1, true),
         ("claim_batch_64", 1, false),
         ("settle_batch_64", 1, false),
+        ("settle_then_claim_64_64", 1, false),
     ] {
         observer.clear();
         let before = stats();
@@ -83,7 +86,13 @@ pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row>
                 "peek" => drop(store.peek(&lease).await.expect("peek")),
                 "peek_owners_64" => drop(store.peek_owners(&owners).await.expect("peek_owners")),
                 "claim_batch_64" => drop(store.claim_batch("q", &msgs, &me, ttl).await.expect("claim_batch")),
-                _ => drop(store.settle_batch("q", &settle, &me, ttl).await.expect("settle_batch")),
+                "settle_batch_64" => drop(store.settle_batch("q", &settle, &me, ttl).await.expect("settle_batch")),
+                _ => {
+                    let got =
+                        store.settle_then_claim("q", &settle, &msgs, &me, ClaimTtls { pending: ttl, done: ttl }).await;
+                    drop(got.settled.expect("settle_then_claim: settled"));
+                    drop(got.claimed.expect("settle_then_claim: claimed"));
+                }
             }
         }
         let after = stats();
