@@ -1,6 +1,8 @@
-//! [`ClaimStore`] on Redis: one `EVALSHA` per batch (the claims of one queue share
-//! the queue's hash slot), and one for a batch's settlements with the next batch's
-//! claims. Values are `pending:<token>` and `done:<token>`.
+//! [`ClaimStore`] on Redis: one script (`src/scripts/claims.lua`) settles claims and
+//! then takes others, one `EVALSHA` per hash slot (the claims of one queue share the
+//! queue's hash slot): `claim_batch` sends only claims, `settle_batch` only
+//! settlements, and `settle_then_claim` (the tick's call per batch) both. Values are
+//! `pending:<token>` and `done:<token>`.
 
 use std::time::Duration;
 
@@ -31,24 +33,17 @@ impl ClaimStore for RedisStore {
             return Ok(Vec::new());
         }
         let keys = self.keys().message_claims(queue, ids);
-        let keys = keys.as_slice();
-        let ttl = millis(pending_ttl);
+        let ttls = ClaimTtls { pending: pending_ttl, done: pending_ttl };
         let groups = self.groups(keys.iter().map(String::as_str));
-        let replies = try_join_all(groups.iter().map(|group| async move {
+        let replies = try_join_all(groups.iter().map(|group| {
             let group_keys: Vec<&str> = group.iter().map(|&i| keys[i].as_str()).collect();
-            let args = |cmd: &mut redis::Cmd| {
-                cmd.arg(token.as_str()).arg(ttl);
-            };
-            let v = self.eval("claim_batch", &SCRIPTS.claim, &group_keys, args).await?;
-            reply::array(v, group.len())
-                .ok_or_else(|| shape_error("claim_batch", self.endpoint(), "a reply of the wrong shape"))
+            async move { self.claims("claim_batch", &[], &group_keys, token, ttls).await }
         }))
         .await?;
         let mut out = vec![ClaimState::Claimed; keys.len()];
-        for (group, values) in groups.iter().zip(replies) {
-            for (&i, v) in group.iter().zip(&values) {
-                out[i] = reply::claim_state(v)
-                    .ok_or_else(|| shape_error("claim_batch", self.endpoint(), &format!("{v:?}")))?;
+        for (group, (_, states)) in groups.iter().zip(replies) {
+            for (&i, state) in group.iter().zip(states) {
+                out[i] = state;
             }
         }
         Ok(out)
@@ -65,33 +60,26 @@ impl ClaimStore for RedisStore {
             return Ok(Vec::new());
         }
         let keys = self.keys().message_claims(queue, settlements.iter().map(|s| &s.id));
-        let keys = keys.as_slice();
+        let ttls = ClaimTtls { pending: done_ttl, done: done_ttl };
         let groups = self.groups(keys.iter().map(String::as_str));
-        let replies = try_join_all(groups.iter().map(|group| async move {
+        let replies = try_join_all(groups.iter().map(|group| {
             let group_keys: Vec<&str> = group.iter().map(|&i| keys[i].as_str()).collect();
-            let args = |cmd: &mut redis::Cmd| {
-                cmd.arg(token.as_str()).arg(millis(done_ttl));
-                for &i in group {
-                    cmd.arg(action(settlements[i].action));
-                }
-            };
-            let v = self.eval("settle_batch", &SCRIPTS.settle, &group_keys, args).await?;
-            reply::array(v, group.len())
-                .ok_or_else(|| shape_error("settle_batch", self.endpoint(), "a reply of the wrong shape"))
+            let actions: Vec<SettleAction> = group.iter().map(|&i| settlements[i].action).collect();
+            async move { self.claims("settle_batch", &actions, &group_keys, token, ttls).await }
         }))
         .await?;
         let mut out = vec![SettleResult::NotOwner; settlements.len()];
-        for (group, values) in groups.iter().zip(replies) {
-            for (&i, v) in group.iter().zip(&values) {
-                out[i] = self.settle_result("settle_batch", v)?;
+        for (group, (results, _)) in groups.iter().zip(replies) {
+            for (&i, result) in group.iter().zip(results) {
+                out[i] = result;
             }
         }
         Ok(out)
     }
 
-    /// One `EVALSHA` (`settle_claim.lua`) when there is something to settle and to
-    /// claim and every key is in one hash slot (always, for one queue's claims);
-    /// otherwise the two calls, each one round trip of its own.
+    /// One `EVALSHA` when there is something to settle and to claim and every key is
+    /// in one hash slot (always, for one queue's claims); otherwise the two calls,
+    /// each one round trip of its own.
     async fn settle_then_claim(
         &self,
         queue: &str,
@@ -104,7 +92,9 @@ impl ClaimStore for RedisStore {
         if settlements.is_empty() || ids.is_empty() || self.groups(keys.iter().map(String::as_str)).len() > 1 {
             return settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
         }
-        match self.settle_claim(settlements, &keys, token, ttls).await {
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let actions: Vec<SettleAction> = settlements.iter().map(|s| s.action).collect();
+        match self.claims("settle_then_claim", &actions, &keys, token, ttls).await {
             Ok((settled, claimed)) => SettledThenClaimed { settled: Ok(settled), claimed: Ok(claimed) },
             Err(e) => SettledThenClaimed { settled: Err(e.clone()), claimed: Err(e) },
         }
@@ -112,50 +102,44 @@ impl ClaimStore for RedisStore {
 }
 
 impl RedisStore {
-    /// The `settle_claim` script over `keys`: the keys of `settlements`, then those to claim.
-    async fn settle_claim(
+    /// The claims script over `keys` (one hash slot): the first `actions.len()` are
+    /// settled with those actions, the rest claimed.
+    async fn claims(
         &self,
-        settlements: &[Settlement],
-        keys: &[String],
+        op: &'static str,
+        actions: &[SettleAction],
+        keys: &[&str],
         token: &LeaseToken,
         ttls: ClaimTtls,
     ) -> Result<(Vec<SettleResult>, Vec<ClaimState>), PortError> {
-        const OP: &str = "settle_then_claim";
-        let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
         let args = |cmd: &mut redis::Cmd| {
-            cmd.arg(token.as_str()).arg(millis(ttls.done)).arg(millis(ttls.pending)).arg(settlements.len());
-            for s in settlements {
-                cmd.arg(action(s.action));
+            cmd.arg(token.as_str()).arg(millis(ttls.done)).arg(millis(ttls.pending)).arg(actions.len());
+            for action in actions {
+                cmd.arg(match action {
+                    SettleAction::MarkDone => "d",
+                    SettleAction::Release => "r",
+                });
             }
         };
-        let v = self.eval(OP, &SCRIPTS.settle_claim, &key_refs, args).await?;
-        let bad = || shape_error(OP, self.endpoint(), "a reply of the wrong shape");
+        let v = self.eval(op, &SCRIPTS.claims, keys, args).await?;
+        let bad = |what: &str| shape_error(op, self.endpoint(), what);
+        let shape = "a reply of the wrong shape";
         let [settled, claimed]: [redis::Value; 2] =
-            reply::array(v, 2).and_then(|v| v.try_into().ok()).ok_or_else(bad)?;
-        let settled = reply::array(settled, settlements.len()).ok_or_else(bad)?;
-        let claimed = reply::array(claimed, keys.len() - settlements.len()).ok_or_else(bad)?;
-        let settled = settled.iter().map(|v| self.settle_result(OP, v)).collect::<Result<_, _>>()?;
+            reply::array(v, 2).and_then(|v| v.try_into().ok()).ok_or_else(|| bad(shape))?;
+        let settled = reply::array(settled, actions.len()).ok_or_else(|| bad(shape))?;
+        let claimed = reply::array(claimed, keys.len() - actions.len()).ok_or_else(|| bad(shape))?;
+        let settled = settled
+            .iter()
+            .map(|v| match reply::flag(v) {
+                Some(true) => Ok(SettleResult::Settled),
+                Some(false) => Ok(SettleResult::NotOwner),
+                None => Err(bad(&format!("{v:?}"))),
+            })
+            .collect::<Result<_, _>>()?;
         let claimed = claimed
             .iter()
-            .map(|v| reply::claim_state(v).ok_or_else(|| shape_error(OP, self.endpoint(), &format!("{v:?}"))))
+            .map(|v| reply::claim_state(v).ok_or_else(|| bad(&format!("{v:?}"))))
             .collect::<Result<_, _>>()?;
         Ok((settled, claimed))
-    }
-
-    /// One element of a settlement reply: `1` settled, `0` not ours.
-    fn settle_result(&self, op: &str, v: &redis::Value) -> Result<SettleResult, PortError> {
-        match reply::flag(v) {
-            Some(true) => Ok(SettleResult::Settled),
-            Some(false) => Ok(SettleResult::NotOwner),
-            None => Err(shape_error(op, self.endpoint(), &format!("{v:?}"))),
-        }
-    }
-}
-
-/// A settlement's action as the scripts spell it.
-fn action(action: SettleAction) -> &'static str {
-    match action {
-        SettleAction::MarkDone => "d",
-        SettleAction::Release => "r",
     }
 }

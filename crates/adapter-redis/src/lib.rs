@@ -18,9 +18,9 @@
 //! | `renew` | `EVALSHA renew` (compare-and-`PEXPIRE`) | 1 |
 //! | `peek` | pipeline `GET` + `PTTL` of the lease, `GET` of its fence | 1 |
 //! | `peek_owners` (K owners) | pipeline of K × (`GET` + `PTTL`) | 1 (1 per hash slot on a Cluster, in parallel) |
-//! | `claim_batch` | `EVALSHA claim` over the batch's keys | 1 (one queue, one hash slot) |
-//! | `settle_batch` | `EVALSHA settle` over the batch's keys | 1 |
-//! | `settle_then_claim` | `EVALSHA settle_claim`: one batch's settlements, then the next batch's claims | 1 |
+//! | `claim_batch` | `EVALSHA claims` over the batch's keys | 1 (one queue, one hash slot) |
+//! | `settle_batch` | `EVALSHA claims` over the batch's keys | 1 |
+//! | `settle_then_claim` | `EVALSHA claims`: one batch's settlements, then the next batch's claims | 1 |
 //!
 //! The release wake-up's operations are one round trip each too (see the `wake`
 //! module's table). Besides the ports, a few list and hash operations serve an

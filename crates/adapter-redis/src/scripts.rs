@@ -25,9 +25,7 @@ pub(crate) struct Scripts {
     pub(crate) acquire: LuaScript,
     pub(crate) release: LuaScript,
     pub(crate) renew: LuaScript,
-    pub(crate) claim: LuaScript,
-    pub(crate) settle: LuaScript,
-    pub(crate) settle_claim: LuaScript,
+    pub(crate) claims: LuaScript,
     pub(crate) peek_wait: LuaScript,
     pub(crate) acquire_wait: LuaScript,
     pub(crate) release_wake: LuaScript,
@@ -37,14 +35,12 @@ pub(crate) struct Scripts {
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 11] {
+    pub(crate) fn all(&self) -> [&LuaScript; 9] {
         [
             &self.acquire,
             &self.release,
             &self.renew,
-            &self.claim,
-            &self.settle,
-            &self.settle_claim,
+            &self.claims,
             &self.peek_wait,
             &self.acquire_wait,
             &self.release_wake,
@@ -59,9 +55,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     acquire: LuaScript::new("acquire", include_str!("scripts/acquire.lua")),
     release: LuaScript::new("release", include_str!("scripts/release.lua")),
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
-    claim: LuaScript::new("claim", include_str!("scripts/claim.lua")),
-    settle: LuaScript::new("settle", include_str!("scripts/settle.lua")),
-    settle_claim: LuaScript::new("settle_claim", include_str!("scripts/settle_claim.lua")),
+    claims: LuaScript::new("claims", include_str!("scripts/claims.lua")),
     peek_wait: LuaScript::new("peek_wait", include_str!("scripts/peek_wait.lua")),
     acquire_wait: LuaScript::new("acquire_wait", include_str!("scripts/acquire_wait.lua")),
     release_wake: LuaScript::new("release_wake", include_str!("scripts/release_wake.lua")),

@@ -124,25 +124,45 @@ impl Submitter for Slow<RecordingSubmitter> {
     }
 }
 
+/// A virtual clock, the call log and a store.
+struct World {
+    clock: Arc<ManualClock>,
+    dyn_clock: Arc<dyn Clock>,
+    log: Arc<Log>,
+    store: Arc<MemoryStore>,
+}
+
+impl World {
+    /// The world, and a source holding `n` messages.
+    fn new(n: usize) -> (World, MemorySource) {
+        let clock = Arc::new(ManualClock::new());
+        let dyn_clock: Arc<dyn Clock> = clock.clone();
+        let memory = MemorySource::new(dyn_clock.clone(), Duration::from_secs(60));
+        for i in 0..n {
+            memory.push(message(&format!("m{i}")));
+        }
+        let store = Arc::new(MemoryStore::new(dyn_clock.clone()));
+        (World { clock, dyn_clock, log: Arc::new(Log::default()), store }, memory)
+    }
+
+    /// `inner`, taking `CALL` per call and logging it.
+    fn slow<T>(&self, inner: T) -> Slow<T> {
+        Slow { inner, clock: self.clock.clone(), log: self.log.clone() }
+    }
+}
+
 #[test]
 fn a_batch_completes_while_the_next_is_submitted_and_is_settled_with_its_claims() {
-    let clock = Arc::new(ManualClock::new());
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let log = Arc::new(Log::default());
-    let memory = MemorySource::new(dyn_clock.clone(), Duration::from_secs(60));
-    for i in 0..6 {
-        memory.push(message(&format!("m{i}")));
-    }
-    let store = Arc::new(MemoryStore::new(dyn_clock.clone()));
-    let source = Slow { inner: memory, clock: clock.clone(), log: log.clone() };
-    let claims = Slow { inner: store.clone(), clock: clock.clone(), log: log.clone() };
-    let recorder = RecordingSubmitter::with_delay(dyn_clock, Duration::ZERO);
-    let target = Slow { inner: recorder, clock: clock.clone(), log: log.clone() };
+    let (w, memory) = World::new(6);
+    let (clock, log, store) = (&*w.clock, &w.log, &w.store);
+    let source = w.slow(memory);
+    let claims = w.slow(store.clone());
+    let target = w.slow(RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO));
     let mut cfg = TickConfig::new("requests");
     cfg.batch = 2;
     cfg.concurrency = 1;
     cfg.max_wait = Duration::from_millis(100);
-    let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).leases(&*store).claims(&claims);
+    let ports = TickPorts::new(&source, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(1));
     let report = block_on(&clock, run_tick(&cfg, &ports, &token));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((6, 6)), "{report:?}");
@@ -198,19 +218,13 @@ fn a_batch_completes_while_the_next_is_submitted_and_is_settled_with_its_claims(
 /// first, and still only once per batch.
 #[test]
 fn a_store_without_the_one_call_settles_then_claims_in_two() {
-    let clock = Arc::new(ManualClock::new());
-    let dyn_clock: Arc<dyn Clock> = clock.clone();
-    let log = Arc::new(Log::default());
-    let memory = MemorySource::new(dyn_clock.clone(), Duration::from_secs(60));
-    for i in 0..4 {
-        memory.push(message(&format!("m{i}")));
-    }
-    let store = Arc::new(MemoryStore::new(dyn_clock.clone()));
-    let claims = TwoCalls(Slow { inner: store.clone(), clock: clock.clone(), log: log.clone() });
-    let target = RecordingSubmitter::with_delay(dyn_clock, Duration::ZERO);
+    let (w, memory) = World::new(4);
+    let (clock, log, store) = (&*w.clock, &w.log, &w.store);
+    let claims = TwoCalls(w.slow(store.clone()));
+    let target = RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO);
     let mut cfg = TickConfig::new("requests");
     cfg.batch = 2;
-    let ports = TickPorts::new(&memory, &target, &*clock, &NoopObserver).leases(&*store).claims(&claims);
+    let ports = TickPorts::new(&memory, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(2));
     let report = block_on(&clock, run_tick(&cfg, &ports, &token));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((4, 4)), "{report:?}");

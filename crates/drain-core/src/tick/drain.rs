@@ -311,7 +311,7 @@ impl Drain<'_> {
     }
 
     /// Step 5: settle messages at the source, once their claims are settled
-    /// ([`Self::settle_claims`] of their batch has returned): complete, abandon, or,
+    /// ([`Self::settle_then_claim`] or [`Self::finish`] has answered for their batch): complete, abandon, or,
     /// for a message whose claim another holder has pending, release when the source
     /// can (no delivery counted).
     async fn settle_at_source(&self, fates: Vec<(DeliveryHandle, Fate)>, stats: &Mutex<DrainStats>) {

@@ -1,13 +1,17 @@
--- Settle one batch's claims, then take the next batch's: settle.lua, then claim.lua,
--- in one round trip (the tick makes this call once per batch).
+-- Per-message claims, one round trip per hash slot: settle some of our pending
+-- claims, then take others. `claim_batch` sends only claims, `settle_batch` only
+-- settlements, and the tick's call per batch both: the batch before's settlements,
+-- then this batch's claims.
 -- KEYS[1..n]: the claim keys to settle; KEYS[n+1..]: the claim keys to take (one
 -- hash slot: a queue's claim keys share its hash tag).
 -- ARGV[1] token, ARGV[2] done ttl in ms, ARGV[3] pending ttl in ms, ARGV[4] n,
 -- ARGV[4 + i] the action for KEYS[i]: 'd' mark done, 'r' release.
 -- Returns {settled, claimed}: per key settled, 1 when settled and 0 when it no longer
--- holds `pending:<token>` (as settle.lua); per key taken, 1 when claimed now and
--- otherwise the value found (as claim.lua). The claims see the settlements: a
--- message released here is free to claim, one marked done answers `done:…`.
+-- holds `pending:<token>` (nothing changed); per key taken, 1 when claimed now
+-- (`pending:<token>` written) and otherwise the value found (`done:…` or a
+-- `pending:…`). The claims see the settlements: a message released here is free to
+-- claim, one marked done answers `done:…`; a key repeated among the claims is
+-- claimed once (later copies see our own claim).
 --
 -- Every key is read before anything is written, so a key of the wrong type
 -- (WRONGTYPE) fails the whole call and leaves nothing half-done.
