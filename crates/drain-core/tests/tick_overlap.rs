@@ -164,7 +164,7 @@ fn a_batch_completes_while_the_next_is_submitted_and_is_settled_with_its_claims(
     cfg.max_wait = Duration::from_millis(100);
     let ports = TickPorts::new(&source, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(1));
-    let report = block_on(&clock, run_tick(&cfg, &ports, &token));
+    let report = block_on(clock, run_tick(&cfg, &ports, &token));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((6, 6)), "{report:?}");
     assert_eq!(target.inner.submitted_ids(), ["m0", "m1", "m2", "m3", "m4", "m5"]);
 
@@ -226,7 +226,7 @@ fn a_store_without_the_one_call_settles_then_claims_in_two() {
     cfg.batch = 2;
     let ports = TickPorts::new(&memory, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(2));
-    let report = block_on(&clock, run_tick(&cfg, &ports, &token));
+    let report = block_on(clock, run_tick(&cfg, &ports, &token));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((4, 4)), "{report:?}");
     let order: Vec<&str> = log.0.lock().unwrap().iter().map(|(n, ..)| *n).collect();
     assert_eq!(order, ["claim", "settle", "claim", "settle"]);
