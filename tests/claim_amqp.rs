@@ -100,6 +100,14 @@ struct Claims {
     pending_elsewhere: AtomicU64,
 }
 
+impl Claims {
+    /// Count the claims another holder had pending.
+    fn count_busy(&self, states: &[ClaimState]) {
+        let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
+        self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
+    }
+}
+
 #[async_trait]
 impl ClaimStore for Claims {
     async fn claim_batch(
@@ -110,8 +118,7 @@ impl ClaimStore for Claims {
         ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
         let states = self.store.claim_batch(queue, ids, token, ttl).await?;
-        let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
-        self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
+        self.count_busy(&states);
         Ok(states)
     }
 
@@ -135,8 +142,7 @@ impl ClaimStore for Claims {
     ) -> SettledThenClaimed {
         let answer = self.store.settle_then_claim(queue, settlements, ids, token, ttls).await;
         if let Ok(states) = &answer.claimed {
-            let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
-            self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
+            self.count_busy(states);
         }
         answer
     }

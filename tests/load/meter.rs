@@ -154,6 +154,17 @@ fn count<T>(items: &[T], pred: impl Fn(&T) -> bool) -> u64 {
     items.iter().filter(|x| pred(x)).count() as u64
 }
 
+/// The `SET`s (marked done) and `DEL`s (released) a settlement script ran for the
+/// settlements that answered `Settled`.
+fn settle_writes(settlements: &[Settlement], results: &Result<Vec<SettleResult>, PortError>) -> (u64, u64) {
+    let Ok(results) = results else { return (0, 0) };
+    let settled = |action| {
+        let pairs = settlements.iter().zip(results);
+        pairs.filter(|(s, r)| s.action == action && **r == SettleResult::Settled).count() as u64
+    };
+    (settled(SettleAction::MarkDone), settled(SettleAction::Release))
+}
+
 #[async_trait]
 impl LeaseStore for Metered {
     async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
@@ -237,16 +248,7 @@ impl ClaimStore for Metered {
         let mut call = self.meter.start("settle_batch", &[("evalsha", 1), ("get", k), ("set", k), ("del", k)]);
         let r = self.store.settle_batch(queue, settlements, token, done_ttl).await;
         call.done = true;
-        let (mut set, mut del) = (0, 0);
-        if let Ok(results) = &r {
-            for (s, res) in settlements.iter().zip(results) {
-                match (s.action, res) {
-                    (SettleAction::MarkDone, SettleResult::Settled) => set += 1,
-                    (SettleAction::Release, SettleResult::Settled) => del += 1,
-                    _ => {}
-                }
-            }
-        }
+        let (set, del) = settle_writes(settlements, &r);
         let sent = u64::from(!settlements.is_empty());
         let cmds = [("evalsha", sent), ("get", k), ("set", set), ("del", del)];
         self.meter.record("settle_batch", settlements.len(), &r, &cmds);
@@ -271,21 +273,11 @@ impl ClaimStore for Metered {
         let mut call = self.meter.start("settle_then_claim", &upper);
         let answer = self.store.settle_then_claim(queue, settlements, ids, token, ttls).await;
         call.done = true;
-        let (mut set, mut del) = (0, 0);
-        if let Ok(results) = &answer.settled {
-            for (s, res) in settlements.iter().zip(results) {
-                match (s.action, res) {
-                    (SettleAction::MarkDone, SettleResult::Settled) => set += 1,
-                    (SettleAction::Release, SettleResult::Settled) => del += 1,
-                    _ => {}
-                }
-            }
-        }
+        let (mut set, del) = settle_writes(settlements, &answer.settled);
         if let Ok(states) = &answer.claimed {
             set += count(states, |c| matches!(c, ClaimState::Claimed));
         }
-        let both = answer.settled.as_ref().map(|_| ()).and_then(|()| answer.claimed.as_ref().map(|_| ()));
-        let both = both.map_err(PortError::clone);
+        let both = answer.settled.as_ref().and(answer.claimed.as_ref()).map(|_| ()).map_err(PortError::clone);
         let cmds = [("evalsha", 1), ("get", k + j), ("set", set), ("del", del)];
         self.meter.record("settle_then_claim", settlements.len() + ids.len(), &both, &cmds);
         answer

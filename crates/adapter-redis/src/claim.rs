@@ -88,15 +88,18 @@ impl ClaimStore for RedisStore {
         token: &LeaseToken,
         ttls: ClaimTtls,
     ) -> SettledThenClaimed {
+        if settlements.is_empty() || ids.is_empty() {
+            return settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
+        }
         let keys = self.keys().message_claims(queue, settlements.iter().map(|s| &s.id).chain(ids));
-        if settlements.is_empty() || ids.is_empty() || self.groups(keys.iter().map(String::as_str)).len() > 1 {
+        if self.groups(keys.iter().map(String::as_str)).len() > 1 {
             return settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
         }
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let actions: Vec<SettleAction> = settlements.iter().map(|s| s.action).collect();
         match self.claims("settle_then_claim", &actions, &keys, token, ttls).await {
             Ok((settled, claimed)) => SettledThenClaimed { settled: Ok(settled), claimed: Ok(claimed) },
-            Err(e) => SettledThenClaimed { settled: Err(e.clone()), claimed: Err(e) },
+            Err(e) => SettledThenClaimed::failed(e),
         }
     }
 }

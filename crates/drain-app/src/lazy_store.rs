@@ -180,7 +180,7 @@ impl<C: Connect> ClaimStore for LazyStore<C> {
     ) -> SettledThenClaimed {
         match self.store().await {
             Ok(store) => store.settle_then_claim(queue, settlements, ids, token, ttls).await,
-            Err(e) => SettledThenClaimed { settled: Err(e.clone()), claimed: Err(e) },
+            Err(e) => SettledThenClaimed::failed(e),
         }
     }
 }

@@ -4,8 +4,8 @@
 -- Returns the fence (an integer) when acquired, {holder_token, pttl} when held.
 --
 -- The hot path runs two commands (SET NX PX, INCR) and answers a bare integer: a
--- table reply costs the server more than a third of the INCR again
--- (benches/lease_cycle.rs). When the fence key cannot be incremented (another
+-- table reply cost the server about as much as the INCR itself (docs/performance.md).
+-- When the fence key cannot be incremented (another
 -- type, not a counter, no right to INCR) the lease just written is deleted again
 -- before the error is returned: the script is atomic, so nobody ever sees a lease
 -- without a fence, and an error never leaves a lease behind.
@@ -16,7 +16,6 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     if fence.err and string.find(fence.err, 'not an integer', 1, true) then
       fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err
     end
-    return fence
   end
   return fence
 end

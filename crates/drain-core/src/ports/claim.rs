@@ -59,6 +59,15 @@ pub struct SettledThenClaimed {
     pub claimed: Result<Vec<ClaimState>, PortError>,
 }
 
+impl SettledThenClaimed {
+    /// Both halves failed with `e`: a store that could not be asked, or one call that
+    /// failed as a whole.
+    #[must_use]
+    pub fn failed(e: PortError) -> Self {
+        SettledThenClaimed { settled: Err(e.clone()), claimed: Err(e) }
+    }
+}
+
 /// [`ClaimStore::settle_then_claim`] as two calls: the settlements, then (when they
 /// were answered) the claims. What the trait's default does, for wrappers that
 /// forward both calls and want the same.

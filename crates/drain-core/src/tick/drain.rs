@@ -192,8 +192,8 @@ impl Drain<'_> {
     /// The last batch: settle its claims alone, then its messages at the source.
     async fn finish(&self, last: Option<Submitted>, stats: &Mutex<DrainStats>) -> ClaimHealth {
         let Some(last) = last else { return ClaimHealth::NotAsked };
-        let (settled, _) = self.settle_then_claim(&last.settlements, &[]).await;
-        let health = last.health.max(self.settled(&last.settlements, settled, stats));
+        let answer = self.settle_then_claim(&last.settlements, &[]).await;
+        let health = last.health.max(self.settled(&last.settlements, answer.settled, stats));
         self.settle_at_source(last.abandons, stats).await;
         self.settle_at_source(last.completes, stats).await;
         health
@@ -419,12 +419,12 @@ impl Drain<'_> {
         let claimed: Vec<usize> =
             if mode.computes() { (0..work.len()).filter(|&i| work[i].1.is_some()).collect() } else { Vec::new() };
         let ids: Vec<MessageId> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
-        let (settled, answer) = self.settle_then_claim(settlements, &ids).await;
-        let settled = self.settled(settlements, settled, stats);
+        let answer = self.settle_then_claim(settlements, &ids).await;
+        let settled = self.settled(settlements, answer.settled, stats);
         if claimed.is_empty() {
             return (plans, ClaimHealth::NotAsked, settled);
         }
-        let states = match answer {
+        let states = match answer.claimed {
             Ok(states) => states,
             // Fail closed: submit nothing.
             Err(e) => {
@@ -463,20 +463,16 @@ impl Drain<'_> {
     /// both are empty), or fail as an unreachable store would when there is no claim
     /// store or it timed out earlier in this tick. An answer of the wrong length is
     /// an error: it cannot be trusted.
-    async fn settle_then_claim(
-        &self,
-        settlements: &[Settlement],
-        ids: &[MessageId],
-    ) -> (Result<Vec<SettleResult>, PortError>, Result<Vec<ClaimState>, PortError>) {
+    async fn settle_then_claim(&self, settlements: &[Settlement], ids: &[MessageId]) -> SettledThenClaimed {
         if settlements.is_empty() && ids.is_empty() {
-            return (Ok(Vec::new()), Ok(Vec::new()));
+            return SettledThenClaimed { settled: Ok(Vec::new()), claimed: Ok(Vec::new()) };
         }
-        let unavailable = |e: PortError| (Err(e.clone()), Err(e));
         let Some(store) = self.ports.claims else {
-            return unavailable(PortError::new(ErrorKind::Config, "no claim store configured"));
+            return SettledThenClaimed::failed(PortError::new(ErrorKind::Config, "no claim store configured"));
         };
         if self.health.claims_down() {
-            return unavailable(PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick"));
+            let e = PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick");
+            return SettledThenClaimed::failed(e);
         }
         let (queue, token) = (self.cfg.queue.as_str(), self.token);
         let ttls = ClaimTtls { pending: self.cfg.claim_pending_ttl, done: self.cfg.claim_done_ttl };
@@ -493,7 +489,10 @@ impl Drain<'_> {
         } else {
             store.settle_then_claim(queue, settlements, ids, token, ttls).await
         };
-        (of_length(answer.settled, settlements.len(), "settlements"), of_length(answer.claimed, ids.len(), "claims"))
+        SettledThenClaimed {
+            settled: of_length(answer.settled, settlements.len(), "settlements"),
+            claimed: of_length(answer.claimed, ids.len(), "claims"),
+        }
     }
 }
 
