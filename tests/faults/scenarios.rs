@@ -227,8 +227,10 @@ pub(crate) enum Slowed {
 /// Answers slower than the client's response timeout (15 messages, 50 ms a submit),
 /// twice. `slow` makes the server slow for the call it is given, returns once it is,
 /// and hands back the thread that ends the slowness. Mid-drain the first batch's
-/// settlement times out (with the second batch's claims: that batch goes back) and
-/// the tick receives nothing more (claims fail closed);
+/// settlement times out (with the third batch's claims: that batch goes back; the
+/// second, claimed while the first was submitted, is submitted and its settlement
+/// fails at once on the store known down) and the tick receives nothing more
+/// (claims fail closed);
 /// before a tick the acquire times out, the tick fails open, and with the store
 /// known down it receives nothing. After each slowness ended, `unharmed` checks what
 /// the store's test promises besides (its connections kept, say), and the same store
@@ -249,12 +251,12 @@ pub(crate) async fn slower_than_the_timeout<S: FaultStore, V: FaultServer>(
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
     assert_eq!(
         stats(&r),
-        (10, 5, 0, 5),
-        "batch 1's settlement timed out, batch 2 went back, nothing more received: {r:?}"
+        (15, 10, 0, 5),
+        "batch 1's settlement timed out, batch 3 went back, nothing more received: {r:?}"
     );
     assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
-    assert_eq!(w.target.ids(), w.ids[..5]);
-    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 5);
+    assert_eq!(w.target.ids(), w.ids[..10]);
+    assert_eq!(w.messages(MessageOutcome::ClaimSettleFailed), 10, "batches 1 and 2");
     slowed_rx.recv().expect("the third submit slowed the server").join().expect("the slowness ended");
     unharmed(&w, &r);
     w.drain_until_done(Duration::from_secs(10)).await;

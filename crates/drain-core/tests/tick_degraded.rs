@@ -55,24 +55,30 @@ fn a_claim_failure_ends_the_receiving_even_when_part_of_the_batch_was_settled() 
 }
 
 /// A settlement that fails is a claim store failure too: the tick stops receiving
-/// after it. The settlement of a batch is one call with the next batch's claims, so
-/// the batch received with it goes back (its claims could not be taken either): one
-/// batch, as when a claim call fails.
+/// after it. Batch k's settlement is one call with batch k+2's claims (batch k+1 is
+/// being submitted meanwhile, its claims taken in the call before), so the batch
+/// received with it goes back (its claims could not be taken either): one batch, as
+/// when a claim call fails. The batch in flight is still submitted and completed;
+/// its claims, unsettled, stay pending until their TTL.
 #[test]
 fn a_failed_settlement_ends_the_receiving() {
     let mut h = Harness::new();
     h.cfg.singleflight = Switch::Off;
     h.cfg.batch = 2;
-    h.feed(&["a", "b", "c", "d", "e", "f"]);
+    h.feed(&["a", "b", "c", "d", "e", "f", "g", "h"]);
     let claims = FailSettle(h.store.clone());
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&*store, &claims, &*target);
-    assert_eq!(h.source.receive_calls(), 2, "no receive after the settlement failed: {r:?}");
-    assert_eq!(stats(&r), (4, 2, 0, 2, 0), "the first batch is submitted and completed once, the second goes back");
-    assert_eq!(r.stats.map(|s| (s.claim_errors, s.claim_settle_errors)), Some((2, 2)));
-    assert_eq!(target.attempts(), 2, "nothing of the second batch is submitted");
+    assert_eq!(h.source.receive_calls(), 3, "no receive after the settlement failed: {r:?}");
+    assert_eq!(stats(&r), (6, 4, 0, 2, 0), "[a, b] and [c, d] are submitted and completed once, [e, f] goes back");
+    assert_eq!(
+        r.stats.map(|s| (s.claim_errors, s.claim_settle_errors)),
+        Some((2, 4)),
+        "[e, f]'s claims, and the settlements of [a, b] and then [c, d], each alone"
+    );
+    assert_eq!(target.attempts(), 4, "nothing of the third batch is submitted");
     assert_eq!(r.claims, ClaimHealth::Failed);
-    assert_eq!(h.source.ready_len(), 4, "c and d are back, e and f wait, for the next tick");
+    assert_eq!(h.source.ready_len(), 4, "e and f are back, g and h wait, for the next tick");
 }
 
 /// A healthy tick reports its claims answered; a tick that asked nothing says so.
@@ -384,7 +390,7 @@ fn claim_off_and_shadow_neither_dead_letter_nor_abandon_repeated_ids() {
         };
         match mode {
             Switch::On => {
-                assert_eq!(stats(&r), (4, 2, 0, 1, 1), "{mode:?}");
+                assert_eq!(stats(&r), (4, 2, 1, 0, 1), "{mode:?}: the second a completes as a duplicate");
                 assert_eq!(h.source.dead_letters().len(), 1);
             }
             _ => {

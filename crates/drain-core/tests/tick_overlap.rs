@@ -1,9 +1,9 @@
-//! The tick overlaps two batches: batch k's claims are settled in the call that
-//! takes batch k+1's, and batch k's messages are completed at the source while batch
-//! k+1 is submitted; a message is completed only after its claim is marked done, and
-//! batch k+1 is received only after batch k's submits ended. Checked in virtual time
-//! with a source, a claim store and a target that take 10 ms per call and log when
-//! each call starts and ends.
+//! The tick overlaps three batches: while batch k is submitted, batch k+1 is
+//! received and claimed (once one of batch k's messages has completed) in the call
+//! that settles batch k-1's claims, and batch k-1's messages are then completed at
+//! the source; so the submits run back to back. A message is completed only after
+//! its claim is marked done. Checked in virtual time with a source, a claim store
+//! and a target that take 10 ms per call and log when each call starts and ends.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -152,73 +152,69 @@ impl World {
 }
 
 #[test]
-fn a_batch_completes_while_the_next_is_submitted_and_is_settled_with_its_claims() {
-    let (w, memory) = World::new(6);
+fn the_next_batch_is_received_and_claimed_while_one_is_submitted() {
+    let (w, memory) = World::new(12);
     let (clock, log, store) = (&*w.clock, &w.log, &w.store);
     let source = w.slow(memory);
     let claims = w.slow(store.clone());
     let target = w.slow(RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO));
     let mut cfg = TickConfig::new("requests");
-    cfg.batch = 2;
+    cfg.batch = 4;
     cfg.concurrency = 1;
     cfg.max_wait = Duration::from_millis(100);
     let ports = TickPorts::new(&source, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(1));
     let report = block_on(clock, run_tick(&cfg, &ports, &token));
-    assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((6, 6)), "{report:?}");
-    assert_eq!(target.inner.submitted_ids(), ["m0", "m1", "m2", "m3", "m4", "m5"]);
+    assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((12, 12)), "{report:?}");
+    let ids: Vec<String> = (0..12).map(|i| format!("m{i}")).collect();
+    assert_eq!(target.inner.submitted_ids(), ids);
 
+    let all = format!("{:?}", log.0.lock().unwrap());
     let receives = log.calls("receive");
     let (claims, both, settles) = (log.calls("claim"), log.calls("settle_then_claim"), log.calls("settle"));
     let (submits, completes) = (log.calls("submit"), log.calls("complete"));
-    assert_eq!(receives.len(), 4, "3 batches and a last, empty receive");
+    assert_eq!(receives.len(), 4, "3 batches and a last, empty receive: {all}");
     assert_eq!(
         (claims.len(), both.len(), settles.len()),
-        (1, 2, 1),
-        "the first batch's claims alone, then one call per batch that settles the one before, the last settlement alone"
+        (2, 1, 1),
+        "batch 0's claims alone, batch 1's while batch 0 is submitted (nothing settled yet), batch 2's in the \
+         call that settles batch 0, and batches 1 and 2 settled together at the end: {all}"
     );
-    assert_eq!((submits.len(), completes.len()), (6, 6));
-    // Batch k is settled by `both[k]` (k = 0, 1) and by the last lone settlement (k = 2).
-    let settled_at = |k: usize| if k < 2 { both[k].1 } else { settles[0].1 };
-    for k in 0..2 {
+    assert_eq!((submits.len(), completes.len()), (12, 12));
+    for pair in submits.windows(2) {
+        assert_eq!(pair[1].0, pair[0].1, "no receive or claim call stands between two submits: {all}");
+    }
+    for k in 0..3 {
+        let (first_submit, last_submit) = (submits[4 * k], submits[4 * k + 3]);
         assert!(
-            both[k].0 >= receives[k + 1].1,
-            "batch {}'s claims are taken after it is received: {:?}, receive {:?}",
-            k + 1,
-            both[k],
-            receives[k + 1]
-        );
-        assert!(
-            receives[k + 1].0 >= submits[2 * k + 1].1,
-            "batch {} is received only after batch {k}'s submits ended: receive {:?}, submit {:?}",
-            k + 1,
-            receives[k + 1],
-            submits[2 * k + 1]
-        );
-        let (complete, next_submits) = (completes[2 * k], (submits[2 * k + 2].0, submits[2 * k + 3].1));
-        assert!(
-            complete.0 < next_submits.1 && next_submits.0 < complete.1,
-            "batch {k} is completed while batch {} is submitted: complete {complete:?}, submits {next_submits:?}",
-            k + 1
+            receives[k + 1].0 >= first_submit.1 && receives[k + 1].0 < last_submit.1,
+            "the receive after batch {k} starts once its first message completed, before its last: {all}"
         );
     }
+    assert!(claims[1].0 >= receives[1].1 && both[0].0 >= receives[2].1, "claims are taken after the receive: {all}");
+    // Batch 0 is settled by `both[0]`, batches 1 and 2 by the last call.
     for (i, (start, _)) in completes.iter().enumerate() {
-        assert!(*start >= settled_at(i / 2), "message {i} is completed only after its claim is marked done");
+        let settled = if i < 4 { both[0].1 } else { settles[0].1 };
+        assert!(*start >= settled, "message {i} is completed only after its claim is marked done: {all}");
     }
-    // In all: the first batch's receive, claims and two submits (10 ms each); then
-    // per batch a receive, the call that settles the batch before and claims this
-    // one, and the two submits beside the batch before's two completes (20 ms); the
-    // last receive takes 10 ms plus 100 ms of waiting for nothing, then the last
-    // settlement and the last two completes. With the settlement and the claims in
-    // two calls, and the completes after them, each batch would take 30 ms more.
-    assert_eq!(clock.now().as_millis(), 40 + 2 * (10 + 10 + 20) + 110 + 10 + 20, "{:?}", log.0.lock().unwrap());
+    assert!(
+        completes[0].0 < submits[11].1 && completes[3].1 <= submits[11].1,
+        "batch 0 completes beside batch 2's submits: {all}"
+    );
+    // In all: the first receive and claim call (20 ms), then the twelve submits back to
+    // back (120 ms); the receive beside batch 2, from its first completed submit at
+    // 110 ms, takes 10 ms plus 100 ms of waiting for nothing; then batches 1 and 2 are
+    // settled in one call and their eight messages completed in turn. Receiving and
+    // claiming after the submits, as a loop without the overlap does, would put 20 ms
+    // between the batches.
+    assert_eq!(clock.now().as_millis(), 20 + 120 - 30 + 110 + 10 + 80, "{all}");
 }
 
 /// A store that keeps the trait's default makes the two calls, the settlement
 /// first, and still only once per batch.
 #[test]
 fn a_store_without_the_one_call_settles_then_claims_in_two() {
-    let (w, memory) = World::new(4);
+    let (w, memory) = World::new(6);
     let (clock, log, store) = (&*w.clock, &w.log, &w.store);
     let claims = TwoCalls(w.slow(store.clone()));
     let target = RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO);
@@ -227,9 +223,11 @@ fn a_store_without_the_one_call_settles_then_claims_in_two() {
     let ports = TickPorts::new(&memory, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(2));
     let report = block_on(clock, run_tick(&cfg, &ports, &token));
-    assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((4, 4)), "{report:?}");
+    assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((6, 6)), "{report:?}");
     let order: Vec<&str> = log.0.lock().unwrap().iter().map(|(n, ..)| *n).collect();
-    assert_eq!(order, ["claim", "settle", "claim", "settle"]);
+    // Batch 0's claims; batch 1's; batch 0 settled, then batch 2 claimed; batches 1
+    // and 2 settled together.
+    assert_eq!(order, ["claim", "claim", "settle", "claim", "settle"]);
 }
 
 /// The claim store of [`Slow`] without its one-call `settle_then_claim`.

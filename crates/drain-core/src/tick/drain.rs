@@ -1,25 +1,32 @@
-//! The drain loop of one tick: receive batches, settle the previous batch's claims
-//! and take this batch's in one call, submit with bounded concurrency, then settle
-//! each message at the source.
+//! The drain loop of one tick: receive batches, take their claims, submit with
+//! bounded concurrency, settle the claims, then settle each message at the source.
 //!
-//! Two batches overlap: batch k's claims are settled in the same store call that
-//! takes batch k+1's (one round trip with a store that overrides
-//! `ClaimStore::settle_then_claim`), and batch k's messages are completed or given
-//! back at the source while batch k+1 is submitted; so of the claim store's work
-//! only that one call per batch stands outside the submits. The order that matters
-//! is kept: a message is completed (or given back) at the source only after its
-//! claim is settled; batch k's claims are settled before batch k+1's are taken (a
-//! redelivered copy in k+1 meets `done`); batch k+1 is received only once every
-//! submit of batch k has ended (a batch that all went back stops the drain first);
-//! and any claim-store failure stops the receiving after the batch in hand.
-//! When the call that settles batch k fails, batch k+1 has been received already
-//! and goes back with it (its claims could not be taken either): one batch per
-//! failure, as when a claim call fails.
+//! Three batches overlap. While batch k is submitted, batch k+1 is received and its
+//! claims taken, in the same store call that settles batch k-1's (one round trip
+//! with a store that overrides `ClaimStore::settle_then_claim`); batch k-1's
+//! messages then go to the source, completed or given back, on a settler of their
+//! own. So the submits of one batch follow the last of the batch before with no
+//! receive or claim call between them. The order that matters is kept: a message is
+//! completed (or given back) at the source only after its claim is settled; a batch's
+//! claims are settled before those of the batch two later are taken, so a message
+//! that went back and is received again meets `done` or nothing; and batch k+1 is
+//! received only once one of batch k's messages has completed, so a batch that all
+//! goes back (a claim store or a target refusing everything) stops the drain before
+//! another receive. Any claim-store failure stops the receiving after the batch in
+//! hand. When the call that settles batch k-1 fails, batch k+1 has been received
+//! already and goes back (its claims could not be taken either): one batch per
+//! failure, as when a claim call fails. A message whose id is in batch k and again in
+//! batch k+1 finds batch k's claim pending; once batch k has submitted it, the copy
+//! is completed as a duplicate after the claims are settled (when batch k's submit
+//! failed, the copy is released, uncounted, for a later receive).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use futures::SinkExt;
+use futures::channel::{mpsc, oneshot};
 use futures::stream::{self, StreamExt};
 
 use crate::error::{ErrorKind, PortError};
@@ -82,10 +89,36 @@ struct Claimed {
     received: usize,
     work: Vec<(Delivery, Option<MessageId>)>,
     plans: Vec<Plan>,
-    /// Messages whose fate triage already decided (ids seen twice in the batch).
-    fates: Vec<(DeliveryHandle, Fate)>,
+    /// Later copies of an id seen earlier in the batch (claim On): decided by what
+    /// becomes of the first copy.
+    repeats: Vec<(DeliveryHandle, MessageId)>,
     /// How the claim store fared with the batch's claims.
     health: ClaimHealth,
+}
+
+impl Claimed {
+    /// A batch claimed while the one before was submitted can find that batch's
+    /// claims pending: ours. Once `earlier` (the batches submitted since, claims not
+    /// yet settled) has submitted such a message, this batch's copy is a duplicate,
+    /// completed after the claims are settled; a copy whose earlier submit failed
+    /// goes back for a later receive.
+    fn meet_own_claims(&mut self, earlier: &[Submitted]) {
+        let busy = Plan::Abandon(MessageOutcome::ClaimedElsewhere);
+        if !self.plans.contains(&busy) {
+            return;
+        }
+        let submitted: HashSet<&MessageId> = earlier
+            .iter()
+            .flat_map(|b| &b.settlements)
+            .filter(|s| s.action == SettleAction::MarkDone)
+            .map(|s| &s.id)
+            .collect();
+        for (plan, (_, id)) in self.plans.iter_mut().zip(&self.work) {
+            if *plan == busy && id.as_ref().is_some_and(|id| submitted.contains(id)) {
+                *plan = Plan::CompleteDuplicate;
+            }
+        }
+    }
 }
 
 /// A submitted batch, waiting for its settlements.
@@ -105,6 +138,19 @@ impl Submitted {
     fn all_abandoned(&self) -> bool {
         self.abandons.len() == self.received
     }
+}
+
+/// What came of receiving the next batch beside a batch's submits.
+enum Ahead {
+    /// Received and claimed.
+    Claimed(Claimed),
+    /// Not received: no message of the batch submitted completed, or the drain is
+    /// stopping.
+    NotTried,
+    /// The queue is empty.
+    Empty,
+    /// The receive failed.
+    Failed(String),
 }
 
 /// How a message ended, before settling at the source.
@@ -128,60 +174,11 @@ impl Drain<'_> {
 
     pub(super) async fn run(&self) -> DrainOutcome {
         let stats = Mutex::new(DrainStats::default());
-        let mut batches = 0u32;
-        let mut error = None;
-        let mut claims = ClaimHealth::NotAsked;
-        // The previous batch, submitted, its claims not settled yet.
-        let mut settling: Option<Submitted> = None;
-        let mut all_back = false;
-        loop {
-            let done = all_back
-                || self.cancelled()
-                || self.claims_failed()
-                || self.cfg.max_batches.is_some_and(|max| batches >= max);
-            if done {
-                // Every message of the last batch went back to the source, which offers
-                // abandoned messages again at once: receiving them again in this tick
-                // cannot go better (the claim store fails, other holders' claims stand,
-                // the target refuses). Stop; the next tick retries. Otherwise an outage
-                // spins receive/abandon for as long as it lasts, holding a worker and
-                // burning delivery counts.
-                claims = claims.max(self.finish(settling.take(), &stats).await);
-                break;
-            }
-            let batch = match self.receive(&stats).await {
-                Ok(Some(batch)) => batch,
-                Ok(None) => {
-                    claims = claims.max(self.finish(settling.take(), &stats).await);
-                    break;
-                }
-                Err(e) => {
-                    error = Some(format!("receive failed: {e}"));
-                    claims = claims.max(self.finish(settling.take(), &stats).await);
-                    break;
-                }
-            };
-            batches += 1;
-            let previous = settling.take();
-            let settlements = previous.as_ref().map_or(&[][..], |p| p.settlements.as_slice());
-            let (claimed, settled) = self.prepare(batch, settlements, &stats).await;
-            let (abandons, completes) = match previous {
-                Some(p) => {
-                    claims = claims.max(p.health).max(settled);
-                    (p.abandons, p.completes)
-                }
-                None => (Vec::new(), Vec::new()),
-            };
-            // Batch k's claims are settled: its messages go back or are completed at
-            // the source while batch k+1 is submitted.
-            let (submitted, (), ()) = futures::join!(
-                self.submit(claimed),
-                self.settle_at_source(abandons, &stats),
-                self.settle_at_source(completes, &stats)
-            );
-            all_back = submitted.all_abandoned();
-            settling = Some(submitted);
-        }
+        // One batch waits while the settler works on another: a source slow to settle
+        // slows the receiving instead of piling up held messages.
+        let (to_source, settled) = mpsc::channel(0);
+        let ((error, mut claims), ()) =
+            futures::join!(self.pipeline(to_source, &stats), self.settle_at_source_in_turn(settled, &stats));
         if self.health.claims_failed() {
             claims = ClaimHealth::Failed;
         }
@@ -189,14 +186,153 @@ impl Drain<'_> {
         DrainOutcome { stats, error, claims }
     }
 
-    /// The last batch: settle its claims alone, then its messages at the source.
-    async fn finish(&self, last: Option<Submitted>, stats: &Mutex<DrainStats>) -> ClaimHealth {
-        let Some(last) = last else { return ClaimHealth::NotAsked };
-        let answer = self.settle_then_claim(&last.settlements, &[]).await;
-        let health = last.health.max(self.settled(&last.settlements, answer.settled, stats));
-        self.settle_at_source(last.abandons, stats).await;
-        self.settle_at_source(last.completes, stats).await;
+    /// Receive, claim and submit batch after batch; each batch, once its claims are
+    /// settled, goes to `to_source`. The receive error that ended it, if any, and
+    /// how the claim store fared.
+    async fn pipeline(
+        &self,
+        mut to_source: mpsc::Sender<Submitted>,
+        stats: &Mutex<DrainStats>,
+    ) -> (Option<String>, ClaimHealth) {
+        let mut batches = 0u32;
+        let mut claims = ClaimHealth::NotAsked;
+        // Batches submitted whose claims are not settled yet, oldest first: settled in
+        // the next claim-store call that takes claims, or in one of their own at the end.
+        let mut unsettled: Vec<Submitted> = Vec::new();
+        // The next batch, received and claimed while the one before was submitted.
+        let mut ahead: Option<Claimed> = None;
+        let mut all_back = false;
+        let error = loop {
+            let claimed = match ahead.take() {
+                Some(mut claimed) => {
+                    claimed.meet_own_claims(&unsettled);
+                    claimed
+                }
+                None => {
+                    if all_back || self.stopping(batches) {
+                        // Every message of the last batch went back to the source, which
+                        // offers abandoned messages again at once: receiving them again in
+                        // this tick cannot go better (the claim store fails, other holders'
+                        // claims stand, the target refuses). Stop; the next tick retries.
+                        // Otherwise an outage spins receive/abandon for as long as it
+                        // lasts, holding a worker and burning delivery counts.
+                        break None;
+                    }
+                    let batch = match self.receive(stats).await {
+                        Ok(Some(batch)) => batch,
+                        Ok(None) => break None,
+                        Err(e) => break Some(format!("receive failed: {e}")),
+                    };
+                    batches += 1;
+                    let (claimed, settled) = self.prepare(batch, &settlements_of(&unsettled), stats).await;
+                    let behind = std::mem::take(&mut unsettled);
+                    claims = claims.max(self.hand_over(behind, settled, &mut to_source).await);
+                    claimed
+                }
+            };
+            // Batch k is submitted; beside it, once one of its messages has completed,
+            // batch k+1 is received and claimed in the call that settles batch k-1.
+            let (completed, first_completed) = oneshot::channel();
+            let behind = std::mem::take(&mut unsettled);
+            let (submitted, (next, still_unsettled, settled)) = futures::join!(
+                self.submit(claimed, completed),
+                self.beside(behind, first_completed, batches, &mut to_source, stats)
+            );
+            claims = claims.max(settled);
+            all_back = submitted.all_abandoned();
+            unsettled = still_unsettled;
+            unsettled.push(submitted);
+            match next {
+                Ahead::Claimed(next) => {
+                    batches += 1;
+                    ahead = Some(next);
+                }
+                Ahead::NotTried => {}
+                Ahead::Empty => break None,
+                Ahead::Failed(e) => break Some(e),
+            }
+        };
+        // What is left: settled in one call, then at the source.
+        let answer = self.settle_then_claim(&settlements_of(&unsettled), &[]).await;
+        let settled = self.settled(&settlements_of(&unsettled), answer.settled, stats);
+        claims = claims.max(self.hand_over(unsettled, settled, &mut to_source).await);
+        (error, claims)
+    }
+
+    /// Receiving more is not wanted: cancelled, the claim store failed, or the
+    /// batches allowed were received.
+    fn stopping(&self, batches: u32) -> bool {
+        self.cancelled() || self.claims_failed() || self.cfg.max_batches.is_some_and(|max| batches >= max)
+    }
+
+    /// Beside batch k's submits: once `first_completed` says one of batch k's
+    /// messages completed (a batch that all goes back never says it), receive batch
+    /// k+1 and take its claims in the call that settles the batches `behind` (batch
+    /// k-1), which then go to the source. What came of batch k+1, the batches left
+    /// unsettled (no batch k+1 came: the next call settles them), and how the
+    /// settled ones fared.
+    async fn beside(
+        &self,
+        behind: Vec<Submitted>,
+        first_completed: oneshot::Receiver<()>,
+        batches: u32,
+        to_source: &mut mpsc::Sender<Submitted>,
+        stats: &Mutex<DrainStats>,
+    ) -> (Ahead, Vec<Submitted>, ClaimHealth) {
+        let (next, settled) = self.ahead(first_completed, &settlements_of(&behind), batches, stats).await;
+        match settled {
+            Some(settled) => (next, Vec::new(), self.hand_over(behind, settled, to_source).await),
+            None => (next, behind, ClaimHealth::NotAsked),
+        }
+    }
+
+    /// Once `first_completed` fires, and unless the drain is stopping: receive the
+    /// next batch and take its claims in the call that settles `settlements`. The
+    /// batch, and how the settlements fared when they were sent.
+    async fn ahead(
+        &self,
+        first_completed: oneshot::Receiver<()>,
+        settlements: &[Settlement],
+        batches: u32,
+        stats: &Mutex<DrainStats>,
+    ) -> (Ahead, Option<ClaimHealth>) {
+        if first_completed.await.is_err() || self.stopping(batches) {
+            return (Ahead::NotTried, None);
+        }
+        match self.receive(stats).await {
+            Ok(Some(batch)) => {
+                let (claimed, settled) = self.prepare(batch, settlements, stats).await;
+                (Ahead::Claimed(claimed), Some(settled))
+            }
+            Ok(None) => (Ahead::Empty, None),
+            Err(e) => (Ahead::Failed(format!("receive failed: {e}")), None),
+        }
+    }
+
+    /// Batches whose claims were just settled (`settled` says how that went) go to
+    /// the source: how their claims fared, all told.
+    async fn hand_over(
+        &self,
+        batches: Vec<Submitted>,
+        settled: ClaimHealth,
+        to_source: &mut mpsc::Sender<Submitted>,
+    ) -> ClaimHealth {
+        let mut health = settled;
+        for batch in batches {
+            health = health.max(batch.health);
+            // The settler reads until the pipeline drops its sender, so the send
+            // cannot find it gone.
+            let _ = to_source.send(batch).await;
+        }
         health
+    }
+
+    /// Settle at the source, batch after batch, what `settled` brings (batches whose
+    /// claims are settled), until the pipeline ends.
+    async fn settle_at_source_in_turn(&self, mut settled: mpsc::Receiver<Submitted>, stats: &Mutex<DrainStats>) {
+        while let Some(batch) = settled.next().await {
+            futures::join!(self.settle_at_source(batch.abandons, stats), self.settle_at_source(batch.completes, stats));
+        }
     }
 
     fn observe(&self, outcome: MessageOutcome, mode: Switch) {
@@ -226,12 +362,13 @@ impl Drain<'_> {
         let received = batch.len();
         let mode = self.cfg.atomic_claim;
         // 1. Triage. With the claim On: no id -> dead-letter (the claim is keyed on
-        //    it); an id seen earlier in this batch -> abandon (the redelivery will find
-        //    the first one's claim). Off and Shadow behave as without the claim: both
-        //    are submitted (Shadow counts what On would have done).
+        //    it); an id seen earlier in this batch -> set aside: a duplicate once the
+        //    first copy completes, released for a later receive otherwise (see
+        //    `submit`). Off and Shadow behave as without the claim: both are submitted
+        //    (Shadow counts what On would have done).
         let mut seen = HashSet::new();
         let mut work: Vec<(Delivery, Option<MessageId>)> = Vec::with_capacity(received);
-        let mut fates: Vec<(DeliveryHandle, Fate)> = Vec::with_capacity(received);
+        let mut repeats: Vec<(DeliveryHandle, MessageId)> = Vec::new();
         for d in batch {
             match d.message.message_id.clone() {
                 None if mode.enforces() => {
@@ -252,7 +389,7 @@ impl Drain<'_> {
                 }
                 Some(id) if !seen.insert(id.clone()) => {
                     if mode.enforces() {
-                        fates.push((d.handle, Fate::Abandon(MessageOutcome::ClaimedElsewhere)));
+                        repeats.push((d.handle, id));
                     } else {
                         if mode == Switch::Shadow {
                             self.observe(MessageOutcome::ClaimedElsewhere, mode);
@@ -266,18 +403,20 @@ impl Drain<'_> {
 
         // 2. Claims: one call for the whole batch, which first settles the previous one's.
         let (plans, health, settled) = self.plan(&work, mode, settlements, stats).await;
-        (Claimed { received, work, plans, fates, health }, settled)
+        (Claimed { received, work, plans, repeats, health }, settled)
     }
 
     /// Step 3: submit, bounded by the concurrency: each message's fate, and the
     /// claims to settle by what became of each message.
-    async fn submit(&self, claimed: Claimed) -> Submitted {
-        let Claimed { received, work, plans, mut fates, health } = claimed;
+    /// `completed` is told when the first message of the batch completes (submitted,
+    /// or a duplicate of one done), and dropped unsent when none does.
+    async fn submit(&self, claimed: Claimed, completed: oneshot::Sender<()>) -> Submitted {
+        let Claimed { received, work, plans, repeats, health } = claimed;
         let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
         let jobs: Vec<(usize, Plan)> = plans.iter().copied().enumerate().collect();
         let work_ref = &work;
         let ctx_ref = &ctx;
-        let results: Vec<(usize, Fate)> = stream::iter(jobs)
+        let mut outcomes = stream::iter(jobs)
             .map(|(i, plan)| async move {
                 let fate = match plan {
                     Plan::CompleteDuplicate => Fate::Complete(MessageOutcome::Duplicate),
@@ -290,9 +429,19 @@ impl Drain<'_> {
                 };
                 (i, fate)
             })
-            .buffer_unordered(self.cfg.concurrency.max(1))
-            .collect()
-            .await;
+            .buffer_unordered(self.cfg.concurrency.max(1));
+        let mut completed = Some(completed);
+        let mut results: Vec<(usize, Fate)> = Vec::with_capacity(plans.len());
+        while let Some((i, fate)) = outcomes.next().await {
+            if matches!(fate, Fate::Complete(_))
+                && let Some(tell) = completed.take()
+            {
+                // The other half may have stopped listening; nothing to do then.
+                let _ = tell.send(());
+            }
+            results.push((i, fate));
+        }
+        drop(outcomes);
         let settlements: Vec<Settlement> = results
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
@@ -303,6 +452,25 @@ impl Drain<'_> {
                     Fate::Abandon(_) => SettleAction::Release,
                 };
                 Some(Settlement { id, action })
+            })
+            .collect();
+        // A later copy of an id in this batch follows the first: a duplicate once that
+        // completed (it is completed after the batch's claims are settled), released
+        // otherwise (the first copy's claim, pending or released, decides it later).
+        let completed: HashSet<&MessageId> = results
+            .iter()
+            .filter(|(_, f)| matches!(f, Fate::Complete(_)))
+            .filter_map(|(i, _)| work[*i].1.as_ref())
+            .collect();
+        let mut fates: Vec<(DeliveryHandle, Fate)> = repeats
+            .into_iter()
+            .map(|(handle, id)| {
+                let fate = if completed.contains(&id) {
+                    Fate::Complete(MessageOutcome::Duplicate)
+                } else {
+                    Fate::Abandon(MessageOutcome::ClaimedElsewhere)
+                };
+                (handle, fate)
             })
             .collect();
         fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
@@ -493,6 +661,15 @@ impl Drain<'_> {
             settled: of_length(answer.settled, settlements.len(), "settlements"),
             claimed: of_length(answer.claimed, ids.len(), "claims"),
         }
+    }
+}
+
+/// The settlements of `batches`, oldest first: borrowed when there is one batch.
+fn settlements_of(batches: &[Submitted]) -> Cow<'_, [Settlement]> {
+    match batches {
+        [] => Cow::Borrowed(&[]),
+        [one] => Cow::Borrowed(&one.settlements),
+        many => Cow::Owned(many.iter().flat_map(|b| b.settlements.iter().cloned()).collect()),
     }
 }
 
