@@ -142,8 +142,9 @@ impl Submitted {
 
 /// What came of receiving the next batch beside a batch's submits.
 enum Ahead {
-    /// Received and claimed.
-    Claimed(Claimed),
+    /// Received and claimed, in the call that settled the batches behind (how those
+    /// settlements fared).
+    Claimed { batch: Claimed, settled: ClaimHealth },
     /// Not received: no message of the batch submitted completed, or the drain is
     /// stopping.
     NotTried,
@@ -243,9 +244,9 @@ impl Drain<'_> {
             unsettled = still_unsettled;
             unsettled.push(submitted);
             match next {
-                Ahead::Claimed(next) => {
+                Ahead::Claimed { batch, .. } => {
                     batches += 1;
-                    ahead = Some(next);
+                    ahead = Some(batch);
                 }
                 Ahead::NotTried => {}
                 Ahead::Empty => break None,
@@ -253,8 +254,10 @@ impl Drain<'_> {
             }
         };
         // What is left: settled in one call, then at the source.
-        let answer = self.settle_then_claim(&settlements_of(&unsettled), &[]).await;
-        let settled = self.settled(&settlements_of(&unsettled), answer.settled, stats);
+        let settlements = settlements_of(&unsettled);
+        let answer = self.settle_then_claim(&settlements, &[]).await;
+        let settled = self.settled(&settlements, answer.settled, stats);
+        drop(settlements);
         claims = claims.max(self.hand_over(unsettled, settled, &mut to_source).await);
         (error, claims)
     }
@@ -279,33 +282,35 @@ impl Drain<'_> {
         to_source: &mut mpsc::Sender<Submitted>,
         stats: &Mutex<DrainStats>,
     ) -> (Ahead, Vec<Submitted>, ClaimHealth) {
-        let (next, settled) = self.ahead(first_completed, &settlements_of(&behind), batches, stats).await;
-        match settled {
-            Some(settled) => (next, Vec::new(), self.hand_over(behind, settled, to_source).await),
-            None => (next, behind, ClaimHealth::NotAsked),
+        let next = self.ahead(first_completed, &settlements_of(&behind), batches, stats).await;
+        match next {
+            Ahead::Claimed { settled, .. } => {
+                let health = self.hand_over(behind, settled, to_source).await;
+                (next, Vec::new(), health)
+            }
+            _ => (next, behind, ClaimHealth::NotAsked),
         }
     }
 
     /// Once `first_completed` fires, and unless the drain is stopping: receive the
-    /// next batch and take its claims in the call that settles `settlements`. The
-    /// batch, and how the settlements fared when they were sent.
+    /// next batch and take its claims in the call that settles `settlements`.
     async fn ahead(
         &self,
         first_completed: oneshot::Receiver<()>,
         settlements: &[Settlement],
         batches: u32,
         stats: &Mutex<DrainStats>,
-    ) -> (Ahead, Option<ClaimHealth>) {
+    ) -> Ahead {
         if first_completed.await.is_err() || self.stopping(batches) {
-            return (Ahead::NotTried, None);
+            return Ahead::NotTried;
         }
         match self.receive(stats).await {
             Ok(Some(batch)) => {
-                let (claimed, settled) = self.prepare(batch, settlements, stats).await;
-                (Ahead::Claimed(claimed), Some(settled))
+                let (batch, settled) = self.prepare(batch, settlements, stats).await;
+                Ahead::Claimed { batch, settled }
             }
-            Ok(None) => (Ahead::Empty, None),
-            Err(e) => (Ahead::Failed(format!("receive failed: {e}")), None),
+            Ok(None) => Ahead::Empty,
+            Err(e) => Ahead::Failed(format!("receive failed: {e}")),
         }
     }
 
@@ -441,7 +446,6 @@ impl Drain<'_> {
             }
             results.push((i, fate));
         }
-        drop(outcomes);
         let settlements: Vec<Settlement> = results
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))
