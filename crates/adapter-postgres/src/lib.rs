@@ -27,7 +27,7 @@
 //! | `peek_owners` (K owners) | `peek_owners()` over an array | 1 |
 //! | `claim_batch` (N ids) | `claim_batch()` over arrays (rows locked in id order: no deadlock) | 1 |
 //! | `settle_batch` (N) | `settle_batch()` over arrays | 1 |
-//! | `settle_then_claim` | the trait's default: `settle_batch()`, then `claim_batch()` | 2 |
+//! | `settle_then_claim` | `settle_batch()` and `claim_batch()`, pipelined on one connection | 1 |
 //!
 //! Expired claims and lapsed waiter registrations stay as rows (answering as free)
 //! until [`PostgresStore::purge_expired`] deletes them, in one call.
@@ -67,6 +67,7 @@
 //! password ([`redact_url`]).
 #![forbid(unsafe_code)]
 
+mod claims;
 mod config;
 mod conn;
 mod error;

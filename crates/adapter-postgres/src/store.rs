@@ -6,10 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use drain_core::admission::OwnerId;
-use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Holding, LeaseName, LeaseStore, MessageId, Observer, OwnerClaim, OwnerClaims,
-    Release, Renew, SettleAction, SettleResult, Settlement,
-};
+use drain_core::ports::{Acquire, Holding, LeaseName, LeaseStore, Observer, OwnerClaim, OwnerClaims, Release, Renew};
 use drain_core::{Event, LeaseToken, PortError};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -19,6 +16,9 @@ use crate::conn::{Conn, Slot, Statements};
 use crate::error::{breaks_connection, map_error, protocol, timeout};
 use crate::releases::ReleaseCounters;
 use crate::schema::check_schema;
+
+/// A statement (picked from the prepared ones) and its parameters.
+pub(crate) type Query<'a> = (fn(&Statements) -> &tokio_postgres::Statement, &'a [&'a (dyn ToSql + Sync)]);
 
 /// drain-core's store ports on PostgreSQL: [`LeaseStore`], [`ClaimStore`],
 /// [`OwnerClaims`] and [`ReleaseWake`](drain_core::ports::ReleaseWake), each
@@ -114,36 +114,56 @@ impl PostgresStore {
     pub(crate) async fn call(
         &self,
         op: &'static str,
-        stmt: impl Fn(&Statements) -> &tokio_postgres::Statement,
+        stmt: fn(&Statements) -> &tokio_postgres::Statement,
         params: &[&(dyn ToSql + Sync)],
     ) -> Result<Vec<Row>, PortError> {
+        let [rows] = self.call_pipelined(op, [(stmt, params)]).await;
+        rows
+    }
+
+    /// Run the statements of `queries` in order on one connection, pipelined: all
+    /// are sent before any answer is awaited, so the server runs them one after the
+    /// other (each in a transaction of its own) and the whole costs one round trip,
+    /// bounded as [`Self::call`] is. One answer per statement: a statement the
+    /// server refuses does not stop the ones after it; a broken connection or the
+    /// response timeout fails them all.
+    pub(crate) async fn call_pipelined<const N: usize>(
+        &self,
+        op: &'static str,
+        queries: [Query<'_>; N],
+    ) -> [Result<Vec<Row>, PortError>; N] {
         let inner = &self.inner;
         let slot = &inner.slots[inner.next.fetch_add(1, Ordering::Relaxed) % inner.slots.len()];
         // Waiting for another caller's reconnect counts against the connect timeout too.
         let connect = inner.config.connect_timeout;
-        let conn: Arc<Conn> = tokio::time::timeout(connect, slot.get(&inner.config, false))
-            .await
-            .map_err(|_| timeout(op, &inner.endpoint, connect))??;
+        let conn: Arc<Conn> = match tokio::time::timeout(connect, slot.get(&inner.config, false)).await {
+            Ok(Ok(conn)) => conn,
+            Ok(Err(e)) => return std::array::from_fn(|_| Err(e.clone())),
+            Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect))),
+        };
         let start = Instant::now();
         let limit = inner.config.response_timeout;
-        let result = tokio::time::timeout(limit, conn.client.query(stmt(&conn.stmts), params)).await;
+        let sent = queries.map(|(stmt, params)| conn.client.query(stmt(&conn.stmts), params));
+        let result = tokio::time::timeout(limit, futures::future::join_all(sent)).await;
         if let Some(observer) = &self.observer {
             observer.observe(&Event::StoreOp { op, duration: start.elapsed() });
         }
-        match result {
-            Ok(Ok(rows)) => Ok(rows),
-            Ok(Err(e)) => {
+        let Ok(answers) = result else {
+            // The answers may still come; a fresh connection does not wait behind them.
+            slot.discard(&conn);
+            return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, limit)));
+        };
+        let mut answers = answers.into_iter();
+        std::array::from_fn(|_| match answers.next() {
+            Some(Ok(rows)) => Ok(rows),
+            Some(Err(e)) => {
                 if conn.client.is_closed() || breaks_connection(&e) {
                     slot.discard(&conn);
                 }
                 Err(map_error(&e, op, &inner.endpoint))
             }
-            Err(_) => {
-                // The answer may still come; a fresh connection does not wait behind it.
-                slot.discard(&conn);
-                Err(timeout(op, &inner.endpoint, limit))
-            }
-        }
+            None => Err(self.bad(op, "a statement without an answer")),
+        })
     }
 
     pub(crate) fn prefix(&self) -> &str {
@@ -224,24 +244,6 @@ pub(crate) fn owner_names(owners: &[OwnerId]) -> Vec<&str> {
     owners.iter().map(OwnerId::as_str).collect()
 }
 
-/// A message id as the claims table keys it: its type and its bytes.
-fn id_parts(ids: impl Iterator<Item = MessageId>) -> (Vec<&'static str>, Vec<Vec<u8>>) {
-    ids.map(|id| {
-        let t = id.type_name();
-        let bytes = match id {
-            MessageId::String(s) => s.into_bytes(),
-            MessageId::Ulong(n) => n.to_be_bytes().to_vec(),
-            MessageId::Uuid(b) => b.to_vec(),
-            MessageId::Binary(b) => b,
-            // A type a later drain-core adds: its Debug text keeps it apart from the others.
-            #[allow(unreachable_patterns)]
-            other => format!("{other:?}").into_bytes(),
-        };
-        (t, bytes)
-    })
-    .unzip()
-}
-
 #[drain_core::async_trait]
 impl LeaseStore for PostgresStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
@@ -274,71 +276,6 @@ impl LeaseStore for PostgresStore {
         let Some(row) = rows.first() else { return Ok(None) };
         let fence = u64::try_from(get::<i64>(self, op, row, 2)?).map_err(|_| self.bad(op, "a negative fence"))?;
         Ok(Some(Holding { holder: get(self, op, row, 0)?, remaining: remaining(get(self, op, row, 1)?), fence }))
-    }
-}
-
-#[drain_core::async_trait]
-impl ClaimStore for PostgresStore {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        pending_ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        let op = "claim_batch";
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (types, bytes) = id_parts(ids.iter().cloned());
-        let ttl = micros(pending_ttl);
-        let rows = self
-            .call(
-                op,
-                |s| &s.claim_batch,
-                &[&self.prefix(), &queue, &types, &bytes, &token.as_str(), &token.holder(), &ttl],
-            )
-            .await?;
-        if rows.len() != ids.len() {
-            return Err(self.bad(op, &format!("{} states for {} ids", rows.len(), ids.len())));
-        }
-        rows.iter()
-            .map(|row| match get::<Option<String>>(self, op, row, 1)?.as_deref() {
-                Some("claimed") => Ok(ClaimState::Claimed),
-                Some("done") => Ok(ClaimState::Done),
-                Some("pending") => {
-                    let holder = get::<Option<String>>(self, op, row, 2)?
-                        .ok_or_else(|| self.bad(op, "a pending claim without a holder"))?;
-                    Ok(ClaimState::PendingElsewhere { holder })
-                }
-                other => Err(self.bad(op, &format!("the claim state {other:?}"))),
-            })
-            .collect()
-    }
-
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        token: &LeaseToken,
-        done_ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        let op = "settle_batch";
-        if settlements.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (types, bytes) = id_parts(settlements.iter().map(|s| s.id.clone()));
-        let done: Vec<bool> = settlements.iter().map(|s| s.action == SettleAction::MarkDone).collect();
-        let ttl = micros(done_ttl);
-        let rows = self
-            .call(op, |s| &s.settle_batch, &[&self.prefix(), &queue, &types, &bytes, &done, &token.as_str(), &ttl])
-            .await?;
-        if rows.len() != settlements.len() {
-            return Err(self.bad(op, &format!("{} results for {} settlements", rows.len(), settlements.len())));
-        }
-        rows.iter()
-            .map(|row| Ok(if get::<bool>(self, op, row, 1)? { SettleResult::Settled } else { SettleResult::NotOwner }))
-            .collect()
     }
 }
 

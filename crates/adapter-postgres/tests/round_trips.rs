@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, SettleAction, Settlement,
+    ClaimState, ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, SettleAction,
+    SettleResult, Settlement,
 };
 use drain_core::testkit::RecordingObserver;
 use test_servers::PostgresServer;
@@ -79,6 +80,21 @@ async fn every_operation_is_one_function_call() {
     let (got, d, n) = measure(&pg, &obs, store.settle_batch("q", &settlements, &me, ttl)).await;
     assert_eq!(got.expect("settle_batch").len(), 100);
     assert_eq!((d, n), (calls(&[("settle_batch", 1)]), 1), "100 settlements = one call");
+
+    // The tick's call per batch: the batch before's settlements and this batch's
+    // claims, both functions, pipelined: one round trip.
+    let next: Vec<MessageId> = (100..200).map(|i| MessageId::String(format!("m{i}"))).collect();
+    let earlier: Vec<Settlement> =
+        next.iter().take(10).map(|id| Settlement { id: id.clone(), action: SettleAction::MarkDone }).collect();
+    store.claim_batch("q", &next[..10], &me, ttl).await.expect("claim the batch before");
+    let ttls = ClaimTtls { pending: ttl, done: ttl };
+    let (got, d, n) = measure(&pg, &obs, store.settle_then_claim("q", &earlier, &next, &me, ttls)).await;
+    assert_eq!(got.settled.expect("settled"), vec![SettleResult::Settled; 10]);
+    let claimed = got.claimed.expect("claimed");
+    // The claims saw the settlements: the ten just marked done answer done.
+    assert_eq!(claimed[..10], vec![ClaimState::Done; 10]);
+    assert!(claimed[10..].iter().all(|s| *s == ClaimState::Claimed), "{claimed:?}");
+    assert_eq!((d, n), (calls(&[("claim_batch", 1), ("settle_batch", 1)]), 1), "settle then claim = one round trip");
 
     let (got, d, n) = measure(&pg, &obs, store.purge_expired(1000)).await;
     got.expect("purge_expired");
