@@ -15,12 +15,14 @@
 //! * `tick_redis_c1`, `tick_redis_c8` — the same with the claims on a private
 //!   redis-server through adapter-redis.
 //!
-//! Each mode is measured in interleaved rounds (every mode once per round, in turn)
-//! and the median round is reported; ratios are the median of the per-round ratios
-//! (the machine is shared; single rounds are noisy), with their spread (the
-//! interquartile range of the per-round ratios over their median) and range. `cargo xtask bench` runs the `ci` length (3 rounds of
-//! 1,000 messages, a debug build: a smoke run, not a measurement); `cargo xtask
-//! bench --full` 9 rounds of 10,000 in release. Writes
+//! Each mode is measured in interleaved rounds (every mode once per round) and the
+//! median round is reported; ratios are the median of the per-round ratios (the
+//! machine is shared; single rounds are noisy), with their spread (the
+//! interquartile range of the per-round ratios over their median) and range. The
+//! modes compared run next to one another in a round (`GROUPS`), in an order that
+//! changes from round to round (`round_order`). `cargo xtask bench` runs the `ci`
+//! length (3 rounds of 1,000 messages, a debug build: a smoke run, not a
+//! measurement); `cargo xtask bench --full` 9 rounds of 20,000 in release. Writes
 //! `<target>/bench/amqp.json` and prints a table. Without RabbitMQ on the test
 //! broker (`DRAIN_TEST_AMQP_URL`, default 127.0.0.1:5672) it writes the reason instead.
 
@@ -34,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use bench_support::order::round_order;
 use bench_support::stats::{self, Spread, rounded};
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
@@ -60,6 +63,12 @@ const MODES: [&str; 9] = [
     "tick_redis_c1",
     "tick_redis_c8",
 ];
+/// The modes compared with one another, measured next to one another in each round
+/// (indexes into [`MODES`]): the source with the bare consume loop, and each tick
+/// with the bare forward loop at its concurrency. The machine's speed drifts over
+/// seconds; a ratio of two rounds taken one after the other meets less of that drift
+/// than one of rounds taken a whole pass apart.
+const GROUPS: [[usize; 3]; 3] = [[0, 1, 2], [3, 5, 7], [4, 6, 8]];
 
 /// How long the bench runs: `ci` (the default, inside the gate's budget) or `full`.
 struct Length {
@@ -74,7 +83,7 @@ impl Length {
     fn from_args() -> Length {
         let only = bench_support::only();
         if bench_support::full() {
-            Length { name: "full", messages: 10_000, rounds: 9, only }
+            Length { name: "full", messages: 20_000, rounds: 9, only }
         } else {
             Length { name: "ci", messages: 1_000, rounds: 3, only }
         }
@@ -146,10 +155,8 @@ async fn run(broker: &Broker, len: &Length) -> Value {
     let started = Instant::now();
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     for round in 0..len.rounds {
-        for (i, mode) in MODES.iter().enumerate() {
-            if !len.only.is_empty() && !len.only.iter().any(|m| m == mode) {
-                continue;
-            }
+        for i in round_modes(round, &len.only) {
+            let mode = MODES[i];
             let setup = Setup {
                 base,
                 source_q: &source_q,
@@ -183,30 +190,50 @@ async fn run(broker: &Broker, len: &Length) -> Value {
     report(len, &rates, started.elapsed())
 }
 
+/// The modes of round `round` (indexes into [`MODES`]), group by group, each group
+/// in the order [`round_order`] gives it for this round (so no mode always follows
+/// the same one), leaving out those not named in `only` (when it names any).
+fn round_modes(round: usize, only: &[String]) -> Vec<usize> {
+    let wanted = |i: &usize| only.is_empty() || only.iter().any(|m| m == MODES[*i]);
+    GROUPS
+        .iter()
+        .flat_map(|group| round_order(round, group.len()).into_iter().map(|k| group[k]))
+        .filter(wanted)
+        .collect()
+}
+
 /// The median of `v` (0 for a mode that did not run).
 fn median(v: &[f64]) -> f64 {
     stats::median(v).unwrap_or(0.0)
 }
 
 /// The per-round ratios `a / b`: their median and spread (interquartile range over
-/// the median), and their full range (zeros when either did not run).
-fn ratio(rates: &[Vec<f64>], a: &str, b: &str) -> Spread {
+/// the median), and their full range; `None` when either did not run (a run of
+/// named modes only).
+fn ratio(rates: &[Vec<f64>], a: &str, b: &str) -> Option<Spread> {
     let at = |m: &str| MODES.iter().position(|x| *x == m).expect("a mode");
-    stats::spread(&stats::ratios(&rates[at(a)], &rates[at(b)])).unwrap_or_default()
+    stats::spread(&stats::ratios(&rates[at(a)], &rates[at(b)]))
 }
 
+/// The table and the JSON of the modes that ran; a run of every mode (`ci`,
+/// `--full`) always writes every key.
 fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> Value {
     println!("{:<16} {:>10}", "mode", "msg/s");
     let mut msg_per_sec = Map::new();
-    for (mode, all) in MODES.iter().zip(rates) {
+    for (mode, all) in MODES.iter().zip(rates).filter(|(_, all)| !all.is_empty()) {
         let shown: Vec<String> = all.iter().map(|r| format!("{r:.0}")).collect();
         println!("{mode:<16} {:>10.0}   rounds: {}", median(all), shown.join(" "));
         msg_per_sec.insert((*mode).to_owned(), json!(median(all).round() as u64));
     }
     // The source's overhead on the bare consume loop, as before: 1 - ratio.
-    let c1 = (1.0 - ratio(rates, "source_c1", "bare_fe2o3").median) * 100.0;
-    let c8 = (1.0 - ratio(rates, "source_c8", "bare_fe2o3").median) * 100.0;
-    println!("adapter overhead vs bare loop: c1 {c1:.1} %, c8 {c8:.1} %");
+    let mut overhead = Map::new();
+    for (c, mode) in [("c1", "source_c1"), ("c8", "source_c8")] {
+        if let Some(s) = ratio(rates, mode, "bare_fe2o3") {
+            let pct = (1.0 - s.median) * 100.0;
+            println!("adapter overhead vs bare loop, {c}: {pct:.1} %");
+            overhead.insert(mode.to_owned(), json!(rounded(pct, 1)));
+        }
+    }
     let pairs = [
         ("tick_c1", "bare_forward_c1"),
         ("tick_c8", "bare_forward_c8"),
@@ -219,7 +246,7 @@ fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> Value {
     ];
     let mut ratios = Map::new();
     for (a, b) in pairs {
-        let s = ratio(rates, a, b);
+        let Some(s) = ratio(rates, a, b) else { continue };
         let (m, lo, hi) = (s.median, s.min, s.max);
         println!("{a} / {b}: {m:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})", s.iqr_over_median * 100.0);
         ratios.insert(
@@ -243,7 +270,7 @@ fn report(len: &Length, rates: &[Vec<f64>], took: Duration) -> Value {
         "rounds": len.rounds,
         "seconds": rounded(took.as_secs_f64(), 1),
         "msg_per_sec": msg_per_sec,
-        "overhead_pct": {"source_c1": rounded(c1, 1), "source_c8": rounded(c8, 1)},
+        "overhead_pct": overhead,
         "ratios": ratios,
     })
 }
