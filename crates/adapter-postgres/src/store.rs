@@ -20,9 +20,10 @@ use crate::schema::check_schema;
 /// A statement (picked from the prepared ones) and its parameters.
 pub(crate) type Query<'a> = (fn(&Statements) -> &tokio_postgres::Statement, &'a [&'a (dyn ToSql + Sync)]);
 
-/// drain-core's store ports on PostgreSQL: [`LeaseStore`], [`ClaimStore`],
+/// drain-core's store ports on PostgreSQL: [`LeaseStore`], [`ClaimStore`](drain_core::ports::ClaimStore),
 /// [`OwnerClaims`] and [`ReleaseWake`](drain_core::ports::ReleaseWake), each
-/// operation one call of one of drain's functions (one round trip).
+/// operation one round trip: one call of one of drain's functions (the tick's
+/// `settle_then_claim`: two, pipelined).
 ///
 /// Cloning is cheap: clones share the connections.
 #[derive(Clone)]
