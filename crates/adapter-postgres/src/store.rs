@@ -124,10 +124,12 @@ impl PostgresStore {
 
     /// Run the statements of `queries` in order on one connection, pipelined: all
     /// are sent before any answer is awaited, so the server runs them one after the
-    /// other (each in a transaction of its own) and the whole costs one round trip,
-    /// bounded as [`Self::call`] is. One answer per statement: a statement the
-    /// server refuses does not stop the ones after it; a broken connection or the
-    /// response timeout fails them all.
+    /// other (each in a transaction of its own) and the whole costs one round trip.
+    /// Bounded as [`Self::call`] is, with the response timeout once per statement:
+    /// the server gives each its own `statement_timeout`, so two statements held up
+    /// by a lock answer after twice that, as two calls would. One answer per
+    /// statement: a statement the server refuses does not stop the ones after it; a
+    /// broken connection or the response timeout fails them all.
     pub(crate) async fn call_pipelined<const N: usize>(
         &self,
         op: &'static str,
@@ -143,7 +145,7 @@ impl PostgresStore {
             Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect))),
         };
         let start = Instant::now();
-        let limit = inner.config.response_timeout;
+        let limit = inner.config.response_timeout.saturating_mul(u32::try_from(N).unwrap_or(u32::MAX));
         let sent = queries.map(|(stmt, params)| conn.client.query(stmt(&conn.stmts), params));
         let result = tokio::time::timeout(limit, futures::future::join_all(sent)).await;
         if let Some(observer) = &self.observer {
