@@ -9,6 +9,7 @@ use drain_core::ports::{
 };
 use drain_core::{LeaseToken, PortError};
 use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use crate::store::{PostgresStore, get, micros};
 
@@ -25,15 +26,8 @@ impl ClaimStore for PostgresStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let (types, bytes) = id_parts(ids.iter().cloned());
-        let ttl = micros(pending_ttl);
-        let rows = self
-            .call(
-                op,
-                |s| &s.claim_batch,
-                &[&self.prefix(), &queue, &types, &bytes, &token.as_str(), &token.holder(), &ttl],
-            )
-            .await?;
+        let args = ClaimArgs::new(self.prefix(), queue, ids, token, pending_ttl);
+        let rows = self.call(op, |s| &s.claim_batch, &args.params()).await?;
         self.claim_states(op, &rows, ids.len())
     }
 
@@ -48,12 +42,8 @@ impl ClaimStore for PostgresStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        let (types, bytes) = id_parts(settlements.iter().map(|s| s.id.clone()));
-        let done = marks_done(settlements);
-        let ttl = micros(done_ttl);
-        let rows = self
-            .call(op, |s| &s.settle_batch, &[&self.prefix(), &queue, &types, &bytes, &done, &token.as_str(), &ttl])
-            .await?;
+        let args = SettleArgs::new(self.prefix(), queue, settlements, token, done_ttl);
+        let rows = self.call(op, |s| &s.settle_batch, &args.params()).await?;
         self.settle_results(op, &rows, settlements.len())
     }
 
@@ -74,17 +64,11 @@ impl ClaimStore for PostgresStore {
         if settlements.is_empty() || ids.is_empty() {
             return drain_core::ports::settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
         }
-        let (s_types, s_bytes) = id_parts(settlements.iter().map(|s| s.id.clone()));
-        let done = marks_done(settlements);
-        let (c_types, c_bytes) = id_parts(ids.iter().cloned());
-        let (done_ttl, pending_ttl) = (micros(ttls.done), micros(ttls.pending));
-        let (prefix, token_text, holder) = (self.prefix(), token.as_str(), token.holder());
-        let settle: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-            [&prefix, &queue, &s_types, &s_bytes, &done, &token_text, &done_ttl];
-        let claim: [&(dyn tokio_postgres::types::ToSql + Sync); 7] =
-            [&prefix, &queue, &c_types, &c_bytes, &token_text, &holder, &pending_ttl];
-        let [settled, claimed] =
-            self.call_pipelined(op, [(|s| &s.settle_batch, &settle), (|s| &s.claim_batch, &claim)]).await;
+        let settle = SettleArgs::new(self.prefix(), queue, settlements, token, ttls.done);
+        let claim = ClaimArgs::new(self.prefix(), queue, ids, token, ttls.pending);
+        let [settled, claimed] = self
+            .call_pipelined(op, [(|s| &s.settle_batch, &settle.params()), (|s| &s.claim_batch, &claim.params())])
+            .await;
         SettledThenClaimed {
             settled: settled.and_then(|rows| self.settle_results(op, &rows, settlements.len())),
             claimed: claimed.and_then(|rows| self.claim_states(op, &rows, ids.len())),
@@ -123,9 +107,50 @@ impl PostgresStore {
     }
 }
 
-/// Per settlement: whether it marks the claim done (otherwise it frees it).
-fn marks_done(settlements: &[Settlement]) -> Vec<bool> {
-    settlements.iter().map(|s| s.action == SettleAction::MarkDone).collect()
+/// `claim_batch()`'s arguments, in the function's order (`schema_v1.sql`).
+struct ClaimArgs<'a> {
+    prefix: &'a str,
+    queue: &'a str,
+    types: Vec<&'static str>,
+    ids: Vec<Vec<u8>>,
+    token: &'a str,
+    holder: &'a str,
+    ttl_us: i64,
+}
+
+impl<'a> ClaimArgs<'a> {
+    fn new(prefix: &'a str, queue: &'a str, ids: &[MessageId], token: &'a LeaseToken, ttl: Duration) -> Self {
+        let (types, ids) = id_parts(ids.iter().cloned());
+        ClaimArgs { prefix, queue, types, ids, token: token.as_str(), holder: token.holder(), ttl_us: micros(ttl) }
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+        [&self.prefix, &self.queue, &self.types, &self.ids, &self.token, &self.holder, &self.ttl_us]
+    }
+}
+
+/// `settle_batch()`'s arguments, in the function's order (`schema_v1.sql`): per
+/// settlement, whether it marks the claim done (otherwise it frees it).
+struct SettleArgs<'a> {
+    prefix: &'a str,
+    queue: &'a str,
+    types: Vec<&'static str>,
+    ids: Vec<Vec<u8>>,
+    done: Vec<bool>,
+    token: &'a str,
+    done_us: i64,
+}
+
+impl<'a> SettleArgs<'a> {
+    fn new(prefix: &'a str, queue: &'a str, settlements: &[Settlement], token: &'a LeaseToken, ttl: Duration) -> Self {
+        let (types, ids) = id_parts(settlements.iter().map(|s| s.id.clone()));
+        let done = settlements.iter().map(|s| s.action == SettleAction::MarkDone).collect();
+        SettleArgs { prefix, queue, types, ids, done, token: token.as_str(), done_us: micros(ttl) }
+    }
+
+    fn params(&self) -> [&(dyn ToSql + Sync); 7] {
+        [&self.prefix, &self.queue, &self.types, &self.ids, &self.done, &self.token, &self.done_us]
+    }
 }
 
 /// A message id as the claims table keys it: its type and its bytes.
