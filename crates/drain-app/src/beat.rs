@@ -255,7 +255,7 @@ pub(crate) async fn run(rt: Arc<Runtime>, mut shutdown: watch::Receiver<bool>, r
                     }
                     held.lock().remove(&id);
                     log_report(&report, false);
-                    rt.after_tick(&report);
+                    rt.after_tick(&report, &token);
                     drop(permit);
                 });
             }
@@ -362,7 +362,7 @@ async fn resident_loop(rt: Arc<Runtime>, stop: Arc<AtomicBool>, mut shutdown: wa
         let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
         let report = watched_tick(&rt, &cfg, &token, &stop, "resident batch").await;
         log_report(&report, true);
-        rt.after_tick(&report);
+        rt.after_tick(&report, &token);
         if report.error.is_some() {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

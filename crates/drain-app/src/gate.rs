@@ -7,15 +7,19 @@
 //! dead-letters it). After a jittered, exponential, capped back-off one caller
 //! probes the store (`probe_claims`: one claim of a key no message has, released
 //! again); an answer opens the gate, a failure waits longer. Each back-off step is
-//! one log line; skipped beats are logged at debug only. While the gate is closed
-//! the source is parked: the process holds no message until it receives again.
+//! one log line; skipped beats are logged at debug only. A probe that answered first
+//! releases the claims failed ticks' calls may have taken late (a frozen store runs a
+//! timed-out call when it thaws), so that no redelivery finds them held. While the
+//! gate is closed the source is parked: the process holds no message until it
+//! receives again.
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use drain_core::LeaseToken;
 use drain_core::event::{Event, TickKind, TickOutcome};
-use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims};
+use drain_core::ports::ClaimStore;
+use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims, release_stale_claims};
+use drain_core::{LeaseToken, PortError};
 
 use crate::compose::Runtime;
 
@@ -47,7 +51,10 @@ impl Runtime {
     pub(crate) async fn probe(&self) -> bool {
         let token = LeaseToken::generate(&self.config.instance_id, &mut rand::rng());
         let result = match &self.claims {
-            Some(claims) => probe_claims(&self.tick, &**claims, &token).await,
+            Some(claims) => match probe_claims(&self.tick, &**claims, &token).await {
+                Ok(()) => self.release_stale(&**claims).await,
+                Err(e) => Err(e),
+            },
             // The gate closes only on a claim store's failure; without one it is open.
             None => Ok(()),
         };
@@ -81,6 +88,24 @@ impl Runtime {
         }
     }
 
+    /// After a probe answered, before receiving: release the claims failed ticks'
+    /// calls may have taken late (the store ran them before it answered the probe),
+    /// group by group, each forgotten once released. The first failure is the probe's.
+    async fn release_stale(&self, claims: &dyn ClaimStore) -> Result<(), PortError> {
+        let stale = self.claim_gate.outage().stale();
+        for group in stale {
+            release_stale_claims(&self.tick, claims, &group).await?;
+            self.claim_gate.outage().stale_released(&group.token);
+            tracing::info!(
+                queue = %self.tick.queue,
+                claims = group.ids.len(),
+                "released {} claims a timed-out call may have taken after its tick gave the messages back",
+                group.ids.len()
+            );
+        }
+        Ok(())
+    }
+
     /// While the gate is closed nothing is received: give the source's credit back,
     /// and the messages that arrived on it, so that the process holds no message
     /// through the outage (on Service Bus a lock that ran out would count a delivery,
@@ -105,12 +130,14 @@ impl Runtime {
         });
     }
 
-    /// Feed a finished tick's claim health to the gate.
-    pub(crate) fn after_tick(&self, report: &TickReport) {
+    /// Feed a finished tick's claim health to the gate, with the claims its failed
+    /// call may still take under `token` (released after the next probe answers).
+    pub(crate) fn after_tick(&self, report: &TickReport, token: &LeaseToken) {
         if !self.tick.atomic_claim.enforces() {
             return;
         }
         let mut outage = self.claim_gate.outage();
+        outage.keep_stale(token, report.stale_claims.clone());
         match report.claims {
             ClaimHealth::Failed => {
                 if let Some(step) = outage.tick_failed(self.clock.now(), &mut rand::rng()) {

@@ -117,6 +117,7 @@ mod tests {
             stopped: false,
             error: None,
             claims: ClaimHealth::Answered,
+            stale_claims: Vec::new(),
         }
     }
 

@@ -66,6 +66,19 @@ impl ErrorKind {
         }
     }
 
+    /// Whether a call that failed with this kind may still have been carried out by
+    /// the store: it got no answer in time or its connection broke (a request is not
+    /// withdrawn by a client's timeout, and a frozen server runs it when it thaws), or
+    /// the answer came but could not be read. A refusal (unavailable, redirected, no
+    /// right, bad credentials, no such entity) ran nothing.
+    #[must_use]
+    pub fn may_have_run(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Timeout | ErrorKind::Connection | ErrorKind::Protocol | ErrorKind::WrongType | ErrorKind::Other
+        )
+    }
+
     /// A short stable name, used in logs and metric labels.
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -18,7 +18,8 @@ use drain_core::ports::{
 };
 use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{
-    ClaimHealth, LeaseStatus, PROBE_ID, TickPorts, TickProgress, probe_claims, run_tick_with_progress,
+    ClaimHealth, LeaseStatus, PROBE_ID, StaleClaims, TickPorts, TickProgress, probe_claims, release_stale_claims,
+    run_tick, run_tick_with_progress,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
@@ -254,6 +255,134 @@ impl LeaseStore for SlowRenew {
     async fn peek(&self, k: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.inner.peek(k).await
     }
+}
+
+// ---------------------------------------------------------------------------------
+// A claim call that timed out may still run
+// ---------------------------------------------------------------------------------
+
+/// The in-memory store whose claim call number `late` (counting from 1) runs but
+/// answers `kind`, as a frozen Redis runs a timed-out call when it thaws; every other
+/// call passes through.
+struct LateClaims {
+    inner: Arc<MemoryStore>,
+    late: u32,
+    kind: ErrorKind,
+    calls: std::sync::atomic::AtomicU32,
+}
+
+impl LateClaims {
+    fn new(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Self {
+        LateClaims { inner, late, kind, calls: std::sync::atomic::AtomicU32::new(0) }
+    }
+}
+
+#[async_trait]
+impl ClaimStore for LateClaims {
+    async fn claim_batch(
+        &self,
+        q: &str,
+        ids: &[MessageId],
+        t: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        let answer = self.inner.claim_batch(q, ids, t, ttl).await;
+        if self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == self.late {
+            return Err(PortError::new(self.kind, "no answer within the response timeout"));
+        }
+        answer
+    }
+    async fn settle_batch(
+        &self,
+        q: &str,
+        s: &[Settlement],
+        t: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        self.inner.settle_batch(q, s, t, ttl).await
+    }
+}
+
+/// A claim call that timed out but ran took `pending` claims with the tick's token
+/// for messages the tick gave back: the report names them, the release frees them,
+/// and the next tick submits them (before, every redelivery found them held
+/// elsewhere until the pending TTL). An id the tick submitted earlier, whose `done`
+/// mark never landed, is not named: its pending claim stands for that submit, and
+/// its redelivered copy is not submitted again.
+#[test]
+fn claims_a_timed_out_call_took_are_named_released_and_then_taken() {
+    let mut h = Harness::new();
+    h.cfg.singleflight = Switch::Off;
+    h.cfg.batch = 2;
+    h.feed(&["a", "b", "b", "c"]);
+    let late = LateClaims::new(h.store.clone(), 2, ErrorKind::Timeout);
+    let (store, target) = (h.store.clone(), h.target.clone());
+    let token = h.token();
+    let ports = TickPorts::new(&*h.source, &*target, &*h.clock, &h.observer).leases(&*store).claims(&late);
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token));
+    assert_eq!(stats(&r), (4, 2, 0, 2, 0), "[a, b] submitted, [b, c] given back: {r:?}");
+    assert_eq!(r.claims, ClaimHealth::Failed);
+    assert_eq!(r.stale_claims, [MessageId::from("c")], "b holds the first batch's claim for its submit");
+    let pending = |id: &str| matches!(h.claim(id), Some(StoredClaim::Pending { .. }));
+    assert!(pending("b") && pending("c"), "both pending with our token: the late call ran");
+
+    let stale = StaleClaims { token, ids: r.stale_claims.clone() };
+    block_on(&h.clock, release_stale_claims(&h.cfg, &*h.store, &stale)).expect("released");
+    assert_eq!(h.claim("c"), None, "released");
+    assert!(pending("b"), "untouched");
+
+    let r = h.tick();
+    assert_eq!(stats(&r), (2, 1, 0, 1, 0), "c submitted, b's copy waits for the first claim: {r:?}");
+    assert_eq!(target.attempts(), 3, "a, b and c, each once");
+    assert!(r.stale_claims.is_empty());
+}
+
+/// A release compares the token: a claim another holder took, or `done`, is left
+/// alone, and so is an id whose late call never ran.
+#[test]
+fn the_release_of_stale_claims_touches_only_its_own() {
+    let mut h = Harness::new();
+    let token = h.token();
+    h.put_claim("theirs", StoredClaim::Pending { token: "other:1".into() });
+    h.put_claim("done", StoredClaim::Done { token: token.as_str().to_owned() });
+    let ids = ["theirs", "done", "never"].map(MessageId::from).to_vec();
+    block_on(&h.clock, release_stale_claims(&h.cfg, &*h.store, &StaleClaims { token, ids })).expect("answered");
+    assert_eq!(h.claim("theirs"), Some(StoredClaim::Pending { token: "other:1".into() }));
+    assert!(matches!(h.claim("done"), Some(StoredClaim::Done { .. })));
+    assert_eq!(h.claim("never"), None);
+    h.store.set_failing(Some(ErrorKind::Timeout));
+    let stale = StaleClaims { token: h.token(), ids: vec![MessageId::from("x")] };
+    let e = block_on(&h.clock, release_stale_claims(&h.cfg, &*h.store, &stale)).expect_err("down");
+    assert_eq!(e.kind, ErrorKind::Timeout);
+}
+
+/// Only a failure that may still have run names its claims: a refusal (the store
+/// is unavailable, a right is missing) ran nothing, and neither did a call the
+/// tick did not make because the store was known down.
+#[test]
+fn only_a_call_that_may_have_run_names_stale_claims() {
+    for (kind, named) in [
+        (ErrorKind::Timeout, true),
+        (ErrorKind::Connection, true),
+        (ErrorKind::Unavailable, false),
+        (ErrorKind::Permission, false),
+    ] {
+        let mut h = Harness::new();
+        h.cfg.singleflight = Switch::Off;
+        h.feed(&["a", "b"]);
+        let late = LateClaims::new(h.store.clone(), 1, kind);
+        let (store, target) = (h.store.clone(), h.target.clone());
+        let r = h.tick_on(&*store, &late, &*target);
+        assert_eq!(r.claims, ClaimHealth::Failed, "{kind}");
+        let expected = if named { ["a", "b"].map(MessageId::from).to_vec() } else { Vec::new() };
+        assert_eq!(r.stale_claims, expected, "{kind}");
+    }
+    let mut h = Harness::new();
+    h.feed(&["a"]);
+    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let target = h.target.clone();
+    let r = h.tick_on(&frozen, &frozen, &*target);
+    assert!(r.stale_claims.is_empty(), "the acquire timed out: no claim call was made");
 }
 
 // ---------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ pub(super) struct DrainOutcome {
     pub(super) stats: DrainStats,
     pub(super) error: Option<String>,
     pub(super) claims: ClaimHealth,
+    pub(super) stale_claims: Vec<MessageId>,
 }
 
 /// Everything one drain needs, borrowed.
@@ -178,23 +179,23 @@ impl Drain<'_> {
         // One batch waits while the settler works on another: a source slow to settle
         // slows the receiving instead of piling up held messages.
         let (to_source, settled) = mpsc::channel(0);
-        let ((error, mut claims), ()) =
+        let ((error, mut claims, stale_claims), ()) =
             futures::join!(self.pipeline(to_source, &stats), self.settle_at_source_in_turn(settled, &stats));
         if self.health.claims_failed() {
             claims = ClaimHealth::Failed;
         }
         let stats = stats.into_inner().unwrap_or_else(PoisonError::into_inner);
-        DrainOutcome { stats, error, claims }
+        DrainOutcome { stats, error, claims, stale_claims }
     }
 
     /// Receive, claim and submit batch after batch; each batch, once its claims are
-    /// settled, goes to `to_source`. The receive error that ended it, if any, and
-    /// how the claim store fared.
+    /// settled, goes to `to_source`. The receive error that ended it, if any, how
+    /// the claim store fared, and the claims a failed call may still take.
     async fn pipeline(
         &self,
         mut to_source: mpsc::Sender<Submitted>,
         stats: &Mutex<DrainStats>,
-    ) -> (Option<String>, ClaimHealth) {
+    ) -> (Option<String>, ClaimHealth, Vec<MessageId>) {
         let mut batches = 0u32;
         let mut claims = ClaimHealth::NotAsked;
         // Batches submitted whose claims are not settled yet, oldest first: settled in
@@ -257,9 +258,33 @@ impl Drain<'_> {
         let settlements = settlements_of(&unsettled);
         let answer = self.settle_then_claim(&settlements, &[]).await;
         let settled = self.settled(&settlements, answer.settled, stats);
+        let stale = self.stale_claims(&settlements);
         drop(settlements);
         claims = claims.max(self.hand_over(unsettled, settled, &mut to_source).await);
-        (error, claims)
+        (error, claims, stale)
+    }
+
+    /// The claims a failed call may still take, once each, to be released with this
+    /// tick's token when the store answers again; `last` is the tick's last
+    /// settlements. An id this tick submitted whose `done` mark is among them is left
+    /// out: it holds the pending claim of an earlier call, which stands for the submit
+    /// until its mark lands or the pending TTL ends, and releasing it would let a
+    /// redelivered copy be submitted a second time. (The `done` marks sent in the failed
+    /// call itself run before its claims, so a late claim of such an id finds `done`.)
+    fn stale_claims(&self, last: &[Settlement]) -> Vec<MessageId> {
+        let ids = self.health.take_maybe_claimed();
+        if ids.is_empty() {
+            return ids;
+        }
+        let mut keep: HashSet<&MessageId> =
+            last.iter().filter(|s| s.action == SettleAction::MarkDone).map(|s| &s.id).collect();
+        let mut stale: Vec<MessageId> = Vec::with_capacity(ids.len());
+        for id in &ids {
+            if keep.insert(id) {
+                stale.push(id.clone());
+            }
+        }
+        stale
     }
 
     /// Receiving more is not wanted: cancelled, the claim store failed, or the
@@ -661,6 +686,16 @@ impl Drain<'_> {
         } else {
             store.settle_then_claim(queue, settlements, ids, token, ttls).await
         };
+        // A claim call that failed may still run (a frozen store thaws and runs it),
+        // taking pending claims with our token for messages given back: the caller
+        // releases them once the store answers again (see `TickReport::stale_claims`).
+        let may_have_claimed = match &answer.claimed {
+            Ok(states) => states.len() != ids.len(),
+            Err(e) => e.kind.may_have_run(),
+        };
+        if may_have_claimed {
+            self.health.maybe_claimed(ids);
+        }
         SettledThenClaimed {
             settled: of_length(answer.settled, settlements.len(), "settlements"),
             claimed: of_length(answer.claimed, ids.len(), "claims"),

@@ -12,13 +12,20 @@
 //!   receiving: what it holds is abandoned, and receiving more could only abandon
 //!   more, each abandon costing the message a delivery at the broker.
 //!
+//! * A claim call that failed in a way that may still have run (it timed out, its
+//!   connection broke, its answer could not be read: [`ErrorKind::may_have_run`])
+//!   may take its claims late, with this tick's token, for messages the tick gave
+//!   back: their ids are kept for the report's `stale_claims`.
+//!
 //! When the lease store and the claim store are the same object (one store serving
 //! both ports, as drain's binary composes them), what is learnt about one holds for
 //! the other.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::error::{ErrorKind, PortError};
+use crate::ports::MessageId;
 use crate::tick::TickPorts;
 
 #[derive(Debug, Default)]
@@ -28,6 +35,8 @@ pub(super) struct Health {
     lease_down: AtomicBool,
     claims_down: AtomicBool,
     claims_failed: AtomicBool,
+    /// Ids of claim calls that failed but may still have run.
+    maybe_claimed: Mutex<Vec<MessageId>>,
 }
 
 impl Health {
@@ -55,6 +64,16 @@ impl Health {
                 set(&self.lease_down);
             }
         }
+    }
+
+    /// A claim call for `ids` failed in a way that may still take its claims.
+    pub(super) fn maybe_claimed(&self, ids: &[MessageId]) {
+        self.maybe_claimed.lock().unwrap_or_else(PoisonError::into_inner).extend_from_slice(ids);
+    }
+
+    /// The ids of every claim call that failed but may still have run, in call order.
+    pub(super) fn take_maybe_claimed(&self) -> Vec<MessageId> {
+        std::mem::take(&mut *self.maybe_claimed.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// A lease call timed out in this tick: make no further one (but see the module docs).

@@ -36,7 +36,7 @@ use futures::FutureExt;
 use futures::future::{Either, select};
 
 pub use drain::MISSING_ID_REASON;
-pub use outage::{Gate, Outage, OutagePolicy, Step};
+pub use outage::{Gate, MAX_STALE_IDS, Outage, OutagePolicy, StaleClaims, Step};
 pub use report::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
 
 use crate::error::{ErrorKind, PortError};
@@ -337,6 +337,7 @@ pub async fn run_tick_with_progress(
         stopped: stop.load(Ordering::Acquire),
         error: outcome.error,
         claims: outcome.claims,
+        stale_claims: outcome.stale_claims,
     }
 }
 
@@ -362,6 +363,32 @@ pub async fn probe_claims(cfg: &TickConfig, claims: &dyn ClaimStore, token: &Lea
         }
         [_] => Ok(()),
         other => Err(PortError::new(ErrorKind::Protocol, format!("{} answers to one claim", other.len()))),
+    }
+}
+
+/// Release the claims a failed call of one tick may have taken late (see
+/// [`TickReport::stale_claims`]): one settlement call releasing each id with the
+/// tick's token. A claim the call never took, or that another holder has, is left
+/// alone (the release compares the token). Call it after [`probe_claims`] answered and
+/// before receiving again.
+///
+/// # Errors
+/// The claim store's error, or a `Protocol` error for an answer of the wrong length.
+pub async fn release_stale_claims(
+    cfg: &TickConfig,
+    claims: &dyn ClaimStore,
+    stale: &StaleClaims,
+) -> Result<(), PortError> {
+    if stale.ids.is_empty() {
+        return Ok(());
+    }
+    let releases: Vec<Settlement> =
+        stale.ids.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::Release }).collect();
+    let answers = claims.settle_batch(&cfg.queue, &releases, &stale.token, cfg.claim_done_ttl).await?;
+    if answers.len() == releases.len() {
+        Ok(())
+    } else {
+        Err(PortError::new(ErrorKind::Protocol, format!("{} answers to {} releases", answers.len(), releases.len())))
     }
 }
 

@@ -23,12 +23,41 @@
 //! probe that succeeds lets ticks run again, but the strikes are kept until a tick's
 //! claims are answered ([`Outage::tick_succeeded`]): a store that answers the probe
 //! but fails real claims backs off further instead of costing a delivery a second.
+//!
+//! **Late claims.** A claim call that timed out is not withdrawn: a frozen store runs
+//! it when it thaws, taking `pending` claims with the failed tick's token for messages
+//! that tick gave back. Each redelivery would then find them held elsewhere until the
+//! pending TTL, and a broker with a maximum delivery count dead-letters them. So the
+//! outage also keeps those ids ([`Outage::keep_stale`], from
+//! [`crate::tick::TickReport::stale_claims`]), and the caller releases them with their
+//! tick's token ([`crate::tick::release_stale_claims`]) after a probe answered and
+//! before it reports [`Outage::probe_succeeded`]: the probe's answer comes after the
+//! store ran what it held from before, so the release follows the late claims. A
+//! release compares the token, so an id whose call never ran is left alone. At most
+//! [`MAX_STALE_IDS`] ids are kept (the oldest go first; their claims end with the
+//! pending TTL).
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::{Rng, RngExt};
 
+use crate::ports::MessageId;
 use crate::time::Time;
+use crate::token::LeaseToken;
+
+/// The most message ids an [`Outage`] keeps for release (a failed tick adds at most
+/// the batches it had in hand).
+pub const MAX_STALE_IDS: usize = 4_096;
+
+/// Claims a failed call of one tick may still take, with that tick's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaleClaims {
+    /// The tick's token: the claims' holder, if the call ran.
+    pub token: LeaseToken,
+    /// The ids the call claimed.
+    pub ids: Vec<MessageId>,
+}
 
 /// The back-off of an [`Outage`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -92,13 +121,48 @@ enum State {
 pub struct Outage {
     policy: OutagePolicy,
     state: State,
+    /// Claims to release before receiving again, oldest first.
+    stale: VecDeque<StaleClaims>,
 }
 
 impl Outage {
     /// No outage known.
     #[must_use]
     pub fn new(policy: OutagePolicy) -> Self {
-        Outage { policy, state: State::Up { strikes: 0 } }
+        Outage { policy, state: State::Up { strikes: 0 }, stale: VecDeque::new() }
+    }
+
+    /// Keep the claims a failed tick's call may still take (its report's
+    /// `stale_claims`, with its token), for release before receiving again. Beyond
+    /// [`MAX_STALE_IDS`] the oldest are dropped.
+    pub fn keep_stale(&mut self, token: &LeaseToken, ids: Vec<MessageId>) {
+        if ids.is_empty() {
+            return;
+        }
+        self.stale.push_back(StaleClaims { token: token.clone(), ids });
+        let mut total: usize = self.stale.iter().map(|s| s.ids.len()).sum();
+        while total > MAX_STALE_IDS {
+            let Some(oldest) = self.stale.front_mut() else { break };
+            let over = total - MAX_STALE_IDS;
+            if oldest.ids.len() <= over {
+                total -= oldest.ids.len();
+                self.stale.pop_front();
+            } else {
+                oldest.ids.drain(..over);
+                total -= over;
+            }
+        }
+    }
+
+    /// The claims to release (oldest first) before [`Outage::probe_succeeded`].
+    #[must_use]
+    pub fn stale(&self) -> Vec<StaleClaims> {
+        self.stale.iter().cloned().collect()
+    }
+
+    /// The claims of `token` were released: forget them.
+    pub fn stale_released(&mut self, token: &LeaseToken) {
+        self.stale.retain(|s| &s.token != token);
     }
 
     /// Whether the claim store is known to be down (ticks must not receive).
@@ -234,6 +298,26 @@ mod tests {
         assert_eq!(o.probe_failed(at(0), &mut rng), None);
         o.tick_succeeded();
         assert_eq!(o.gate(at(0)), Gate::Run);
+    }
+
+    #[test]
+    fn stale_claims_are_kept_by_token_bounded_and_forgotten_once_released() {
+        let (t1, t2) = (LeaseToken::from_random("a", [1; 16]), LeaseToken::from_random("b", [2; 16]));
+        let ids = |prefix: &str, n: usize| (0..n).map(|i| MessageId::from(format!("{prefix}{i}"))).collect::<Vec<_>>();
+        let mut o = Outage::new(POLICY);
+        o.keep_stale(&t1, Vec::new());
+        assert!(o.stale().is_empty(), "nothing to keep");
+        o.keep_stale(&t1, ids("x", 3));
+        o.keep_stale(&t2, ids("y", MAX_STALE_IDS));
+        let stale = o.stale();
+        assert_eq!(stale.len(), 1, "the oldest go first");
+        assert_eq!(stale[0], StaleClaims { token: t2.clone(), ids: ids("y", MAX_STALE_IDS) });
+        o.keep_stale(&t1, ids("z", 2));
+        let stale = o.stale();
+        assert_eq!(stale.iter().map(|s| s.ids.len()).sum::<usize>(), MAX_STALE_IDS);
+        assert_eq!(stale[0].ids.first(), Some(&MessageId::from("y2")), "cut from the front");
+        o.stale_released(&t2);
+        assert_eq!(o.stale(), [StaleClaims { token: t1, ids: ids("z", 2) }]);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! What a tick did, as plain data. Its JSON form (the `drain` binary's
 //! `run --once` output) belongs to the binary, not to the domain.
 
+use crate::ports::MessageId;
+
 /// How the tick related to the single-flight lease.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaseStatus {
@@ -86,6 +88,15 @@ pub struct TickReport {
     pub error: Option<String>,
     /// How the claim store fared.
     pub claims: ClaimHealth,
+    /// Ids whose claim call failed in a way that may still have run (it timed out,
+    /// or its connection broke): a frozen store runs such a call when it thaws, taking
+    /// `pending` claims with this tick's token for messages the tick gave back, and
+    /// every redelivery would then find them held elsewhere until the pending TTL,
+    /// each costing a delivery. Release them with the tick's token once the store
+    /// answers again and before receiving ([`crate::tick::Outage::keep_stale`],
+    /// [`crate::tick::release_stale_claims`]); the release compares the token, so an
+    /// id whose call never ran is left alone. Empty unless a claim call failed.
+    pub stale_claims: Vec<MessageId>,
 }
 
 impl TickReport {
@@ -102,6 +113,7 @@ impl TickReport {
             stopped: false,
             error: None,
             claims: ClaimHealth::NotAsked,
+            stale_claims: Vec::new(),
         }
     }
 
