@@ -8,6 +8,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::config::PostgresConfig;
 use crate::error::{map_error, timeout};
+use crate::orphans::{Backend, END_BACKENDS, THIS_BACKEND};
 use crate::schema;
 
 /// drain's statements, prepared once per connection: each call is then one
@@ -26,13 +27,16 @@ pub(crate) struct Statements {
     pub(crate) release_and_wake: Statement,
     pub(crate) wake_channel: Statement,
     pub(crate) purge_expired: Statement,
+    pub(crate) end_backends: Statement,
 }
 
-/// One connected client and its statements.
+/// One connected client, its statements, and the server backend it talks to (`None`
+/// when the server does not show it).
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) client: Client,
     pub(crate) stmts: Statements,
+    pub(crate) backend: Option<Backend>,
 }
 
 /// A connection that is made on first use and made again after it broke.
@@ -119,11 +123,22 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT released, woke FROM {s}.release_and_wake($1, $2, $3, $4)"),
         format!("SELECT {s}.wake_channel($1, $2)"),
         format!("SELECT {s}.purge_expired($1, $2)"),
+        END_BACKENDS.to_owned(),
     ];
-    // Prepared at once: the client pipelines them.
-    let prepared = futures::future::try_join_all(sql.iter().map(|q| client.prepare(q)))
-        .await
-        .map_err(|e| map_error(&e, "preparing drain's statements", &endpoint))?;
+    // Prepared at once, beside the question of which backend this is: the client
+    // pipelines them.
+    let (prepared, this) = futures::future::try_join(
+        futures::future::try_join_all(sql.iter().map(|q| client.prepare(q))),
+        client.simple_query(THIS_BACKEND),
+    )
+    .await
+    .map_err(|e| map_error(&e, "preparing drain's statements", &endpoint))?;
+    let backend = this.iter().find_map(|m| match m {
+        tokio_postgres::SimpleQueryMessage::Row(row) => {
+            Some(Backend { pid: row.get(0)?.parse().ok()?, started: row.get(1)?.to_owned() })
+        }
+        _ => None,
+    });
     let Ok(
         [
             acquire,
@@ -138,8 +153,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             release_and_wake,
             wake_channel,
             purge_expired,
+            end_backends,
         ],
-    ) = <[Statement; 12]>::try_from(prepared)
+    ) = <[Statement; 13]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -160,6 +176,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         release_and_wake,
         wake_channel,
         purge_expired,
+        end_backends,
     };
-    Ok(Conn { client, stmts })
+    Ok(Conn { client, stmts, backend })
 }

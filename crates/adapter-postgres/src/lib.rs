@@ -58,7 +58,12 @@
 //! round robin over a few clients does. A connection that broke or timed out is
 //! replaced by the next call on its slot: the caller sees one failed call (a
 //! temporary error), never a hang; every call is bounded by
-//! [`PostgresConfig::operation_deadline`].
+//! [`PostgresConfig::operation_deadline`]. The statement of a call that timed out
+//! still runs on the old connection's backend, so the next call first ends that
+//! backend (`pg_terminate_backend`, waiting for it to go within what is left of the
+//! connect timeout; one round trip more, after a timeout only) and fails as a
+//! timeout while it cannot: a claim call that timed out never lands after what the
+//! caller sends next.
 //!
 //! ## Errors
 //!
@@ -72,6 +77,7 @@ mod config;
 mod conn;
 mod error;
 mod inspect;
+mod orphans;
 mod releases;
 mod schema;
 mod store;

@@ -14,6 +14,7 @@ use tokio_postgres::types::ToSql;
 use crate::config::PostgresConfig;
 use crate::conn::{Conn, Slot, Statements};
 use crate::error::{breaks_connection, map_error, protocol, timeout};
+use crate::orphans::Orphans;
 use crate::releases::ReleaseCounters;
 use crate::schema::check_schema;
 
@@ -38,6 +39,8 @@ pub(crate) struct Inner {
     slots: Vec<Slot>,
     next: AtomicUsize,
     pub(crate) counters: Arc<ReleaseCounters>,
+    /// Backends of connections given up while a call may still run there.
+    orphans: Orphans,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -68,6 +71,7 @@ impl PostgresStore {
             slots,
             next: AtomicUsize::new(0),
             counters: Arc::new(ReleaseCounters::default()),
+            orphans: Orphans::default(),
         });
         inner.slots[0].get(&inner.config, true).await?;
         Ok(PostgresStore { inner, observer: None })
@@ -111,7 +115,9 @@ impl PostgresStore {
 
     /// Run `stmt` with `params` on the next connection: one round trip, bounded by
     /// the connect timeout (when a connection must be made) plus the response
-    /// timeout. A connection that broke or timed out is replaced by the next call.
+    /// timeout. A connection that broke or timed out is replaced by the next call,
+    /// which first ends its backend (one more round trip, only then: see
+    /// `orphans.rs`).
     pub(crate) async fn call(
         &self,
         op: &'static str,
@@ -139,11 +145,22 @@ impl PostgresStore {
         let slot = &inner.slots[inner.next.fetch_add(1, Ordering::Relaxed) % inner.slots.len()];
         // Waiting for another caller's reconnect counts against the connect timeout too.
         let connect = inner.config.connect_timeout;
+        let connecting = Instant::now();
         let conn: Arc<Conn> = match tokio::time::timeout(connect, slot.get(&inner.config, false)).await {
             Ok(Ok(conn)) => conn,
             Ok(Err(e)) => return std::array::from_fn(|_| Err(e.clone())),
             Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect))),
         };
+        // A call that timed out earlier may still run on its old backend: end it first,
+        // within what is left of the connect timeout (it readies the connection).
+        let left = connect.saturating_sub(connecting.elapsed());
+        if let Err((e, give_up)) = inner.orphans.end(&conn, op, &inner.endpoint, left).await {
+            if give_up {
+                slot.discard(&conn);
+                inner.orphans.add(&conn);
+            }
+            return std::array::from_fn(|_| Err(e.clone()));
+        }
         let start = Instant::now();
         let limit = inner.config.response_timeout.saturating_mul(u32::try_from(N).unwrap_or(u32::MAX));
         let sent = queries.map(|(stmt, params)| conn.client.query(stmt(&conn.stmts), params));
@@ -154,6 +171,7 @@ impl PostgresStore {
         let Ok(answers) = result else {
             // The answers may still come; a fresh connection does not wait behind them.
             slot.discard(&conn);
+            inner.orphans.add(&conn);
             return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, limit)));
         };
         let mut answers = answers.into_iter();
@@ -162,6 +180,7 @@ impl PostgresStore {
             Some(Err(e)) => {
                 if conn.client.is_closed() || breaks_connection(&e) {
                     slot.discard(&conn);
+                    inner.orphans.add(&conn);
                 }
                 Err(map_error(&e, op, &inner.endpoint))
             }

@@ -437,6 +437,13 @@ pub struct Freezer {
 }
 
 impl Freezer {
+    /// One process of a private server by its pid, without its children: say one
+    /// PostgreSQL backend, read from `pg_stat_activity`.
+    #[must_use]
+    pub fn process(pid: u32) -> Freezer {
+        Freezer { pids: vec![pid], tree: false }
+    }
+
     /// Freeze every process.
     pub fn freeze(&self) {
         for &pid in &self.pids {

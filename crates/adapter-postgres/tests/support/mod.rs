@@ -58,9 +58,14 @@ pub fn token(instance: &str, seed: u64) -> LeaseToken {
 
 /// Calls per statement of drain's schema `schema` from pg_stat_statements, keyed by
 /// the function called (`acquire`, `claim_batch`, …; `other` for anything else).
+/// Left out: these reads themselves, and the question a new connection asks once
+/// (which backend it is), which is its setup, not an operation's.
 pub fn calls_in(pg: &PostgresServer, schema: &str) -> BTreeMap<String, u64> {
     let rows = pg
-        .sql("SELECT query, calls FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%'")
+        .sql(
+            "SELECT query, calls FROM pg_stat_statements WHERE query NOT ILIKE '%pg_stat_statements%' \
+             AND query NOT ILIKE '%pid = pg_backend_pid()%'",
+        )
         .expect("read pg_stat_statements");
     let mut out = BTreeMap::new();
     for row in rows {
