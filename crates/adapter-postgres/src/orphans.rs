@@ -66,7 +66,7 @@ impl Orphans {
         let started: Vec<&str> = taken.iter().map(|b| b.started.as_str()).collect();
         // pg_terminate_backend does not wait at all when told 0 ms.
         let wait = (budget / 2).max(Duration::from_millis(1));
-        let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX).max(1);
+        let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&pids, &started, &wait_ms];
         let call = conn.client.query(&conn.stmts.end_backends, &params);
         let bound = budget.max(wait.saturating_mul(2));

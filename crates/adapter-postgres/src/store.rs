@@ -43,6 +43,16 @@ pub(crate) struct Inner {
     orphans: Orphans,
 }
 
+impl Inner {
+    /// `conn` is of no further use (it broke or timed out), and a call may still run
+    /// on its backend: the next call on `slot` connects anew, and the next call of
+    /// any slot first ends that backend.
+    fn give_up(&self, slot: &Slot, conn: &Arc<Conn>) {
+        slot.discard(conn);
+        self.orphans.add(conn);
+    }
+}
+
 impl std::fmt::Debug for PostgresStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStore").field("config", &self.inner.config).finish_non_exhaustive()
@@ -156,8 +166,7 @@ impl PostgresStore {
         let left = connect.saturating_sub(connecting.elapsed());
         if let Err((e, give_up)) = inner.orphans.end(&conn, op, &inner.endpoint, left).await {
             if give_up {
-                slot.discard(&conn);
-                inner.orphans.add(&conn);
+                inner.give_up(slot, &conn);
             }
             return std::array::from_fn(|_| Err(e.clone()));
         }
@@ -170,8 +179,7 @@ impl PostgresStore {
         }
         let Ok(answers) = result else {
             // The answers may still come; a fresh connection does not wait behind them.
-            slot.discard(&conn);
-            inner.orphans.add(&conn);
+            inner.give_up(slot, &conn);
             return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, limit)));
         };
         let mut answers = answers.into_iter();
@@ -179,8 +187,7 @@ impl PostgresStore {
             Some(Ok(rows)) => Ok(rows),
             Some(Err(e)) => {
                 if conn.client.is_closed() || breaks_connection(&e) {
-                    slot.discard(&conn);
-                    inner.orphans.add(&conn);
+                    inner.give_up(slot, &conn);
                 }
                 Err(map_error(&e, op, &inner.endpoint))
             }

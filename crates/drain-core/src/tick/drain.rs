@@ -276,11 +276,12 @@ impl Drain<'_> {
         if ids.is_empty() {
             return ids;
         }
-        let mut keep: HashSet<&MessageId> =
+        // Ids not to name: those marked done, and each one named already.
+        let mut skip: HashSet<&MessageId> =
             last.iter().filter(|s| s.action == SettleAction::MarkDone).map(|s| &s.id).collect();
         let mut stale: Vec<MessageId> = Vec::with_capacity(ids.len());
         for id in &ids {
-            if keep.insert(id) {
+            if skip.insert(id) {
                 stale.push(id.clone());
             }
         }
@@ -713,7 +714,7 @@ fn settlements_of(batches: &[Submitted]) -> Cow<'_, [Settlement]> {
 }
 
 /// `answer` when it has `n` entries, else a protocol error.
-fn of_length<T>(answer: Result<Vec<T>, PortError>, n: usize, what: &str) -> Result<Vec<T>, PortError> {
+pub(super) fn of_length<T>(answer: Result<Vec<T>, PortError>, n: usize, what: &str) -> Result<Vec<T>, PortError> {
     match answer {
         Ok(v) if v.len() == n => Ok(v),
         Ok(v) => Err(PortError::new(ErrorKind::Protocol, format!("{} answers to {n} {what}", v.len()))),
