@@ -9,7 +9,8 @@
 //! (`pg_terminate_backend`, waiting for each to be gone) on its own connection. A
 //! backend still running its statement then rolls it back; one that committed already
 //! did so before anything sent after. A backend that cannot be ended in time fails the
-//! call as a timeout: nothing else is sent while an earlier call may still run.
+//! call as a timeout: nothing else is sent while an earlier call may still run (the
+//! calls beside the one ending it wait for it, then try again themselves).
 //! Backends are told apart by pid and start time, so a reused pid is never ended.
 
 use std::sync::{Mutex, PoisonError};
@@ -31,6 +32,9 @@ pub(crate) struct Backend {
 #[derive(Debug, Default)]
 pub(crate) struct Orphans {
     backends: Mutex<Vec<Backend>>,
+    /// One caller ends them at a time; the others wait for it, then see what is left
+    /// (as `Slot` makes one connection at a time).
+    ending: tokio::sync::Mutex<()>,
 }
 
 impl Orphans {
@@ -58,12 +62,21 @@ impl Orphans {
         endpoint: &str,
         budget: Duration,
     ) -> Result<(), (PortError, bool)> {
-        let taken = std::mem::take(&mut *self.lock());
-        if taken.is_empty() {
+        if self.lock().is_empty() {
             return Ok(());
         }
-        let pids: Vec<i32> = taken.iter().map(|b| b.pid).collect();
-        let started: Vec<&str> = taken.iter().map(|b| b.started.as_str()).collect();
+        let waited = std::time::Instant::now();
+        let Ok(_one) = tokio::time::timeout(budget, self.ending.lock()).await else {
+            return Err((timeout(op, endpoint, budget), false));
+        };
+        let budget = budget.saturating_sub(waited.elapsed());
+        // Noted until ended: a call beside this one waits above, then ends what is left.
+        let noted = self.lock().clone();
+        if noted.is_empty() {
+            return Ok(());
+        }
+        let pids: Vec<i32> = noted.iter().map(|b| b.pid).collect();
+        let started: Vec<&str> = noted.iter().map(|b| b.started.as_str()).collect();
         // pg_terminate_backend does not wait at all when told 0 ms.
         let wait = (budget / 2).max(Duration::from_millis(1));
         let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
@@ -72,21 +85,25 @@ impl Orphans {
         let bound = budget.max(wait.saturating_mul(2));
         let rows = match tokio::time::timeout(bound, call).await {
             Ok(Ok(rows)) => rows,
-            Ok(Err(e)) if breaks_connection(&e) => {
-                self.lock().extend(taken);
-                return Err((map_error(&e, op, endpoint), true));
+            Ok(Err(e)) if breaks_connection(&e) => return Err((map_error(&e, op, endpoint), true)),
+            Ok(Err(_)) => {
+                self.lock().retain(|b| !noted.contains(b));
+                return Ok(());
             }
-            Ok(Err(_)) => return Ok(()),
-            Err(_) => {
-                self.lock().extend(taken);
-                return Err((timeout(op, endpoint, bound), true));
-            }
+            Err(_) => return Err((timeout(op, endpoint, bound), true)),
         };
-        let alive: Vec<i32> = rows.iter().filter(|r| !r.get::<_, bool>(1)).map(|r| r.get::<_, i32>(0)).collect();
+        // A row whose answer cannot be read counts as a backend still there.
+        let alive: Vec<i32> = rows
+            .iter()
+            .filter_map(|r| match (r.try_get::<_, i32>(0), r.try_get::<_, bool>(1)) {
+                (Ok(_), Ok(true)) | (Err(_), _) => None,
+                (Ok(pid), _) => Some(pid),
+            })
+            .collect();
+        self.lock().retain(|b| !noted.contains(b) || alive.contains(&b.pid));
         if alive.is_empty() {
             return Ok(());
         }
-        self.lock().extend(taken.into_iter().filter(|b| alive.contains(&b.pid)));
         let e = PortError::new(
             drain_core::ErrorKind::Timeout,
             format!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use adapter_postgres::PostgresStore;
 use drain_core::ErrorKind;
-use drain_core::ports::{ClaimState, ClaimStore, MessageId};
+use drain_core::ports::{ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId};
 use drain_core::tick::{StaleClaims, TickConfig, probe_claims, release_stale_claims};
 use test_servers::Freezer;
 
@@ -60,4 +60,35 @@ async fn a_frozen_backend_is_ended_before_the_probe_so_its_late_claims_are_relea
     assert!(seen.iter().all(|s| *s == ClaimState::Claimed), "a late claim survived the release: {seen:?}");
     let left = pg.sql(&format!("SELECT count(*) FROM pg_stat_activity WHERE pid = {pid}")).expect("activity");
     assert_eq!(left[0][0].as_deref(), Some("0"), "the frozen backend was ended");
+}
+
+/// While a backend that timed out cannot be ended, no call goes through, also when
+/// several are made at once: each waits for the one ending it, then fails as a
+/// timeout (before, the calls beside the one ending it were sent at once).
+#[tokio::test]
+async fn no_call_goes_through_beside_the_one_ending_a_frozen_backend() {
+    let Some(pg) = server() else { return };
+    let timeout = Duration::from_millis(300);
+    let store =
+        PostgresStore::connect(config(&pg.url()).connections(1).timeouts(timeout, timeout)).await.expect("connect");
+    let lease = LeaseName::queue("q");
+    store.peek(&lease).await.expect("healthy");
+    let rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'drain'").expect("backends");
+    let [row] = rows.as_slice() else { panic!("one backend of the store: {rows:?}") };
+    let pid: u32 = row[0].as_deref().and_then(|p| p.parse().ok()).expect("a pid");
+    let backend = Freezer::process(pid);
+
+    backend.freeze();
+    let e = store.peek(&lease).await.expect_err("frozen");
+    assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    let (a, b, c) = futures::join!(store.peek(&lease), store.peek(&lease), store.peek(&lease));
+    backend.thaw();
+    for answer in [a, b, c] {
+        let e = answer.expect_err("nothing goes through while the frozen backend runs");
+        assert_eq!(e.kind, ErrorKind::Timeout, "{e}");
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while let Err(e) = store.peek(&lease).await {
+        assert!(tokio::time::Instant::now() < deadline, "no answer after the thaw: {e}");
+    }
 }
