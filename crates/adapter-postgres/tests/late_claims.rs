@@ -12,22 +12,28 @@ use adapter_postgres::PostgresStore;
 use drain_core::ErrorKind;
 use drain_core::ports::{ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId};
 use drain_core::tick::{StaleClaims, TickConfig, probe_claims, release_stale_claims};
-use test_servers::Freezer;
+use test_servers::{Freezer, PostgresServer};
 
 use support::{config, server, token};
+
+/// A store on one connection with 300 ms timeouts (it connects at once), the pid of
+/// its backend, and what freezes that backend alone.
+async fn one_backend(pg: &PostgresServer) -> (PostgresStore, u32, Freezer) {
+    let timeout = Duration::from_millis(300);
+    let store =
+        PostgresStore::connect(config(&pg.url()).connections(1).timeouts(timeout, timeout)).await.expect("connect");
+    let rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'drain'").expect("backends");
+    let [row] = rows.as_slice() else { panic!("one backend of the store: {rows:?}") };
+    let pid: u32 = row[0].as_deref().and_then(|p| p.parse().ok()).expect("a pid");
+    (store, pid, Freezer::process(pid))
+}
 
 #[tokio::test]
 async fn a_frozen_backend_is_ended_before_the_probe_so_its_late_claims_are_released() {
     let Some(pg) = server() else { return };
-    let timeout = Duration::from_millis(300);
-    let store =
-        PostgresStore::connect(config(&pg.url()).connections(1).timeouts(timeout, timeout)).await.expect("connect");
+    let (store, pid, backend) = one_backend(&pg).await;
     let cfg = TickConfig::new("requests");
     probe_claims(&cfg, &store, &token("warm", 1)).await.expect("healthy");
-    let rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'drain'").expect("backends");
-    let [row] = rows.as_slice() else { panic!("one backend of the store: {rows:?}") };
-    let pid: u32 = row[0].as_deref().and_then(|p| p.parse().ok()).expect("a pid");
-    let backend = Freezer::process(pid);
 
     backend.freeze();
     let ids: Vec<MessageId> = (0..8).map(|i| MessageId::from(format!("m{i}"))).collect();
@@ -68,15 +74,9 @@ async fn a_frozen_backend_is_ended_before_the_probe_so_its_late_claims_are_relea
 #[tokio::test]
 async fn no_call_goes_through_beside_the_one_ending_a_frozen_backend() {
     let Some(pg) = server() else { return };
-    let timeout = Duration::from_millis(300);
-    let store =
-        PostgresStore::connect(config(&pg.url()).connections(1).timeouts(timeout, timeout)).await.expect("connect");
+    let (store, _, backend) = one_backend(&pg).await;
     let lease = LeaseName::queue("q");
     store.peek(&lease).await.expect("healthy");
-    let rows = pg.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'drain'").expect("backends");
-    let [row] = rows.as_slice() else { panic!("one backend of the store: {rows:?}") };
-    let pid: u32 = row[0].as_deref().and_then(|p| p.parse().ok()).expect("a pid");
-    let backend = Freezer::process(pid);
 
     backend.freeze();
     let e = store.peek(&lease).await.expect_err("frozen");
