@@ -41,10 +41,12 @@ impl Held {
     }
 }
 
-/// Run one tick with a fresh token.
-pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> TickReport {
+/// Run one tick with a fresh token: its report, and the token (the holder of any
+/// claims its failed claim call may still take).
+pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> (TickReport, LeaseToken) {
     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-    run_tick_with_progress(&rt.tick, &rt.ports(), &token, stop, &TickProgress::default()).await
+    let report = run_tick_with_progress(&rt.tick, &rt.ports(), &token, stop, &TickProgress::default()).await;
+    (report, token)
 }
 
 /// Run a tick of `cfg`, logging its progress every [`PROGRESS_EVERY`] while it runs.

@@ -18,10 +18,18 @@ use std::time::Duration;
 
 use drain_core::event::{Event, TickKind, TickOutcome};
 use drain_core::ports::ClaimStore;
-use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims, release_stale_claims};
+use drain_core::tick::{
+    ClaimHealth, Gate, Outage, OutagePolicy, StaleClaims, TickReport, probe_claims, release_stale_claims,
+};
 use drain_core::{LeaseToken, PortError};
 
 use crate::compose::Runtime;
+
+/// How long `drain run --once` keeps probing a claim store that does not answer, to
+/// release the claims its tick's timed-out call may have taken, before it exits.
+const LAST_RELEASE_BOUND: Duration = Duration::from_secs(10);
+/// The pause between those probes (each is bounded by the store's own timeout).
+const LAST_RELEASE_PAUSE: Duration = Duration::from_millis(500);
 
 /// The process's claim-store outage state.
 pub(crate) struct ClaimGate {
@@ -104,6 +112,56 @@ impl Runtime {
             );
         }
         Ok(())
+    }
+
+    /// `drain run --once` ends with its tick, so no later probe releases the claims
+    /// its failed claim call may still take (`TickReport::stale_claims`); left, they
+    /// would hold their messages for `SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS`, and
+    /// every run meanwhile would give them back, a delivery each where the source
+    /// cannot release. So probe the store now and release them once it answers,
+    /// probing again for up to [`LAST_RELEASE_BOUND`]; then say what is left.
+    pub(crate) async fn release_before_exit(&self, report: &TickReport, token: &LeaseToken) {
+        let (Some(claims), false) = (&self.claims, report.stale_claims.is_empty()) else { return };
+        let group = StaleClaims { token: token.clone(), ids: report.stale_claims.clone() };
+        let n = group.ids.len();
+        let until = tokio::time::Instant::now() + LAST_RELEASE_BOUND;
+        loop {
+            let probe = LeaseToken::generate(&self.config.instance_id, &mut rand::rng());
+            let result = match probe_claims(&self.tick, &**claims, &probe).await {
+                Ok(()) => release_stale_claims(&self.tick, &**claims, &group).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(()) => {
+                    tracing::info!(
+                        queue = %self.tick.queue,
+                        claims = n,
+                        "released {n} claims the tick's timed-out call may have taken after it gave the messages back"
+                    );
+                    return;
+                }
+                Err(e) if tokio::time::Instant::now() + LAST_RELEASE_PAUSE < until => {
+                    tracing::info!(
+                        queue = %self.tick.queue,
+                        claims = n,
+                        "claim store not answering yet ({e}); probing again to release {n} claims before exiting"
+                    );
+                    tokio::time::sleep(LAST_RELEASE_PAUSE).await;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        queue = %self.tick.queue,
+                        claims = n,
+                        "{n} claims the tick's timed-out call may have taken stay pending until \
+                         SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS ({} s) ends them: the claim store did not \
+                         answer within {} s ({e}); their messages are given back until then",
+                        self.tick.claim_pending_ttl.as_secs(),
+                        LAST_RELEASE_BOUND.as_secs()
+                    );
+                    return;
+                }
+            }
+        }
     }
 
     /// While the gate is closed nothing is received: give the source's credit back,
