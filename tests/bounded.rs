@@ -61,12 +61,7 @@ fn a_once_tick_releases_the_claims_its_timed_out_call_took_late() {
     let Some(server) = redis() else { return };
     drain_bin();
     let proxy = LateClaims::start(format!("127.0.0.1:{}", server.port()), Duration::from_millis(1200));
-    let mut cmd = drain();
-    cmd.args(["run", "--once"])
-        .env("DRAIN_REDIS_URL", format!("redis://127.0.0.1:{}", proxy.port))
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "off")
-        .env("DRAIN_LOG", "info");
-    let out = output(cmd, LIMIT);
+    let out = output(once_through(&proxy), LIMIT);
     assert!(out.status.success(), "{}", text(&out));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
     assert_eq!(r["claim_store"], "failed", "the claim call timed out: {r}");
@@ -86,12 +81,7 @@ fn a_once_tick_stops_probing_a_store_that_stays_silent() {
     let Some(mut server) = redis() else { return };
     drain_bin();
     let proxy = LateClaims::start(format!("127.0.0.1:{}", server.port()), Duration::from_secs(2));
-    let mut cmd = drain();
-    cmd.args(["run", "--once"])
-        .env("DRAIN_REDIS_URL", format!("redis://127.0.0.1:{}", proxy.port))
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "off")
-        .env("DRAIN_LOG", "info");
-    let mut run = Running::spawn(cmd);
+    let mut run = Running::spawn(once_through(&proxy));
     assert!(proxy.holding_within(LIMIT), "the tick's claim call reached the proxy");
     server.pause();
     let status = run.wait_exit(LIMIT);
@@ -100,6 +90,17 @@ fn a_once_tick_stops_probing_a_store_that_stays_silent() {
     assert!(run.count("probing again to release") >= 2, "{}", run.log());
     assert_eq!(run.count("stay pending until SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS"), 1, "{}", run.log());
     assert_eq!(run.count("released"), 0, "{}", run.log());
+}
+
+/// `drain run --once` on the demo queue with the claim on and the lease off (so the
+/// tick's first store call is its claim call), its Redis through `proxy`.
+fn once_through(proxy: &LateClaims) -> std::process::Command {
+    let mut cmd = drain();
+    cmd.args(["run", "--once"])
+        .env("DRAIN_REDIS_URL", format!("redis://127.0.0.1:{}", proxy.port))
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "off")
+        .env("DRAIN_LOG", "info");
+    cmd
 }
 
 /// How many keys of `server` hold a `pending:` claim.
