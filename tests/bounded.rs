@@ -70,7 +70,11 @@ fn a_once_tick_releases_the_claims_its_timed_out_call_took_late() {
     assert!(proxy.late_call_answered(LIMIT), "the held claim call reached Redis and was answered");
     let pending = pending_claims(&server);
     assert_eq!(pending, 0, "claims the late call took are left pending:\n{}", text(&out));
-    assert!(text(&out).contains("claims the tick's timed-out call may have taken"), "{}", text(&out));
+    assert!(
+        text(&out).contains("claims a timed-out call may have taken after its tick gave the messages back"),
+        "{}",
+        text(&out)
+    );
 }
 
 /// The same, with Redis frozen (SIGSTOP) from the moment the claim call is held: the

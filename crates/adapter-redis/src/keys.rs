@@ -77,9 +77,7 @@ impl LeaseKeyArg<'_> {
     pub(crate) fn plain_len(&self) -> usize {
         self.prefix.len() + self.kind.len() + self.name.len() + 4
     }
-}
 
-impl LeaseKeyArg<'_> {
     /// The key in `buf` when it fits and no byte of the name needs escaping (the
     /// usual case): a few slice copies, where writing piece by piece into the
     /// command cost several times as many instructions per key (benches/lease_cycle.rs).

@@ -18,9 +18,7 @@ use std::time::Duration;
 
 use drain_core::event::{Event, TickKind, TickOutcome};
 use drain_core::ports::ClaimStore;
-use drain_core::tick::{
-    ClaimHealth, Gate, Outage, OutagePolicy, StaleClaims, TickReport, probe_claims, release_stale_claims,
-};
+use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims, release_stale_claims};
 use drain_core::{LeaseToken, PortError};
 
 use crate::compose::Runtime;
@@ -57,12 +55,8 @@ impl Runtime {
 
     /// Probe the claim store after a `Gate::Probe`; whether it answered.
     pub(crate) async fn probe(&self) -> bool {
-        let token = LeaseToken::generate(&self.config.instance_id, &mut rand::rng());
         let result = match &self.claims {
-            Some(claims) => match probe_claims(&self.tick, &**claims, &token).await {
-                Ok(()) => self.release_stale(&**claims).await,
-                Err(e) => Err(e),
-            },
+            Some(claims) => self.probe_then_release(&**claims).await,
             // The gate closes only on a claim store's failure; without one it is open.
             None => Ok(()),
         };
@@ -96,6 +90,14 @@ impl Runtime {
         }
     }
 
+    /// One probe of the claim store and, once it answered, the release of the stale
+    /// claims kept; the first failure.
+    async fn probe_then_release(&self, claims: &dyn ClaimStore) -> Result<(), PortError> {
+        let token = LeaseToken::generate(&self.config.instance_id, &mut rand::rng());
+        probe_claims(&self.tick, claims, &token).await?;
+        self.release_stale(claims).await
+    }
+
     /// After a probe answered, before receiving: release the claims failed ticks'
     /// calls may have taken late (the store ran them before it answered the probe),
     /// group by group, each forgotten once released. The first failure is the probe's.
@@ -118,28 +120,20 @@ impl Runtime {
     /// its failed claim call may still take (`TickReport::stale_claims`); left, they
     /// would hold their messages for `SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS`, and
     /// every run meanwhile would give them back, a delivery each where the source
-    /// cannot release. So probe the store now and release them once it answers,
-    /// probing again for up to [`LAST_RELEASE_BOUND`]; then say what is left.
+    /// cannot release. So keep them as a failed tick of the beat does and probe the
+    /// store now, releasing them once it answers, probing again for up to
+    /// [`LAST_RELEASE_BOUND`]; then say what is left.
     pub(crate) async fn release_before_exit(&self, report: &TickReport, token: &LeaseToken) {
-        let (Some(claims), false) = (&self.claims, report.stale_claims.is_empty()) else { return };
-        let group = StaleClaims { token: token.clone(), ids: report.stale_claims.clone() };
-        let n = group.ids.len();
+        let Some(claims) = &self.claims else { return };
+        let n = report.stale_claims.len();
+        if !self.tick.atomic_claim.enforces() || n == 0 {
+            return;
+        }
+        self.claim_gate.outage().keep_stale(token, report.stale_claims.clone());
         let until = tokio::time::Instant::now() + LAST_RELEASE_BOUND;
         loop {
-            let probe = LeaseToken::generate(&self.config.instance_id, &mut rand::rng());
-            let result = match probe_claims(&self.tick, &**claims, &probe).await {
-                Ok(()) => release_stale_claims(&self.tick, &**claims, &group).await,
-                Err(e) => Err(e),
-            };
-            match result {
-                Ok(()) => {
-                    tracing::info!(
-                        queue = %self.tick.queue,
-                        claims = n,
-                        "released {n} claims the tick's timed-out call may have taken after it gave the messages back"
-                    );
-                    return;
-                }
+            match self.probe_then_release(&**claims).await {
+                Ok(()) => return,
                 Err(e) if tokio::time::Instant::now() + LAST_RELEASE_PAUSE < until => {
                     tracing::info!(
                         queue = %self.tick.queue,

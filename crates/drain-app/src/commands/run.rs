@@ -111,9 +111,7 @@ fn plan(rt: &Runtime, args: &RunArgs, switches: &[(&'static str, drain_core::Swi
 async fn once(rt: &Runtime) -> ExitCode {
     let (report, token) = beat::tick_once(rt, &AtomicBool::new(false)).await;
     crate::out::outln!("{}", crate::report::to_json(&report));
-    if rt.tick.atomic_claim.enforces() {
-        rt.release_before_exit(&report, &token).await;
-    }
+    rt.release_before_exit(&report, &token).await;
     ExitCode::SUCCESS
 }
 
