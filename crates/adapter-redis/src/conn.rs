@@ -65,7 +65,8 @@ impl Conn {
     /// One command, one round trip. A server error reply is an `Err`.
     pub(crate) async fn cmd(&self, cmd: &Cmd) -> RedisResult<Value> {
         let value = match self {
-            Conn::Single(s) => s.handle().req_packed_command(cmd).await,
+            // The manager's own method: the `ConnectionLike` one boxes its future.
+            Conn::Single(s) => s.handle().send_packed_command(cmd).await,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await,
         }?;
         match value {
@@ -79,7 +80,7 @@ impl Conn {
     pub(crate) async fn pipe(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
         let n = pipe.len();
         let values = match self {
-            Conn::Single(s) => s.handle().req_packed_commands(pipe, 0, n).await,
+            Conn::Single(s) => s.handle().send_packed_commands(pipe, 0, n).await,
             Conn::Cluster(c) => c.clone().req_packed_commands(pipe, 0, n).await,
         }?;
         values

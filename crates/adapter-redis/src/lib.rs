@@ -87,6 +87,7 @@ mod releases;
 mod reply;
 pub mod rights;
 mod scripts;
+mod spare;
 mod store;
 mod wake;
 

@@ -17,6 +17,7 @@ use crate::error::{deadline_error, map_error, shape_error};
 use crate::keys::KeySpace;
 use crate::reply;
 use crate::scripts::{LuaScript, SCRIPTS};
+use crate::spare::SpareCmd;
 
 /// drain-core's [`LeaseStore`](drain_core::ports::LeaseStore) and
 /// [`ClaimStore`](drain_core::ports::ClaimStore) on Redis, standalone or Cluster.
@@ -310,10 +311,10 @@ impl RedisStore {
     ) -> Result<Value, PortError> {
         // Sized up front: growing the command's buffers argument by argument cost
         // several reallocations per call, a tenth of a lease cycle's client time
-        // at 16 tasks (benches/lease_cycle.rs).
+        // at 16 tasks (benches/lease_cycle.rs); small commands reuse a kept buffer.
         // Room for the verb, the key count and the callers' few arguments (a token, a TTL).
         let build = |verb: &str, body: &str| {
-            let mut cmd = Cmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
+            let mut cmd = SpareCmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
             cmd.arg(verb).arg(body).arg(keys.len()).arg(keys);
             args(&mut cmd);
             cmd
