@@ -22,8 +22,9 @@
 //! per-round ratios, with its spread: the interquartile range of those ratios over
 //! their median (and their full range). `ci` length (the default): 5 rounds of 3
 //! slices of 20 ms; `--full`: 20 rounds (a multiple of 2n for the five clients) of
-//! 12 slices of 30 ms. `hand_written / rslock` is reported too: what the fence
-//! costs, the adapter's code aside.
+//! 24 slices of 20 ms (on a noisy machine 24 short slices kept the spreads of the
+//! per-round ratios under 10 %, where 12 of 30 ms did not). `hand_written /
+//! rslock` is reported too: what the fence costs, the adapter's code aside.
 //!
 //! Each slice's CPU time, the bench process's and the redis-server's (from
 //! `schedstat`, `crates/bench-support/src/cpu.rs`), is charged to its client:
@@ -35,7 +36,7 @@
 //!
 //! Writes `<target>/bench/redis.json` and prints a table. Runs on a
 //! current-thread Tokio runtime (one client core; the server gets the other): about
-//! 10 s in all at the `ci` length, 2 minutes at `--full`.
+//! 10 s in all at the `ci` length, 2.5 minutes at `--full`.
 
 use std::time::Duration;
 
@@ -56,7 +57,7 @@ const WARMUP: Duration = Duration::from_millis(5);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 const CI: Length = Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) };
-const FULL: Length = Length { name: "full", rounds: 20, slices: 12, run: Duration::from_millis(30) };
+const FULL: Length = Length { name: "full", rounds: 20, slices: 24, run: Duration::from_millis(20) };
 
 #[derive(Clone)]
 enum Client {
