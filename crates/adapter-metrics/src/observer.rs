@@ -74,6 +74,10 @@ pub(crate) fn describe() {
     describe_gauge!("drain_owner_queue_depth", "Owners waiting to launch.");
     describe_gauge!("drain_owner_retry_timers", "Pending owner retry timers.");
     describe_histogram!("drain_tick_duration_seconds", Unit::Seconds, "Duration of a tick, by kind (beat, resident).");
-    describe_histogram!("drain_redis_op_duration_seconds", Unit::Seconds, "Duration of one Redis round trip, by op.");
+    describe_histogram!(
+        "drain_redis_op_duration_seconds",
+        Unit::Seconds,
+        "Duration of one store round trip (Redis or PostgreSQL), by op."
+    );
     describe_gauge!("drain_switch_mode", "1 for each switch's effective position, 0 for the others.");
 }
