@@ -528,9 +528,55 @@ fn claim_off_and_shadow_neither_dead_letter_nor_abandon_repeated_ids() {
                 assert_eq!(h.target.attempts(), 4, "{mode:?}");
                 let expected = usize::from(mode == Switch::Shadow);
                 assert_eq!(shadowed(MessageOutcome::DeadLettered), expected, "{mode:?}");
-                assert_eq!(shadowed(MessageOutcome::ClaimedElsewhere), expected, "{mode:?}");
+                // On completes the second a as a duplicate: its first copy was submitted.
+                assert_eq!(shadowed(MessageOutcome::Duplicate), expected, "{mode:?}");
+                assert_eq!(shadowed(MessageOutcome::ClaimedElsewhere), 0, "{mode:?}");
             }
         }
+    }
+}
+
+/// Shadow counts the decision On takes for a repeated id, not a guess made before
+/// the first copy's fate is known: a later copy of an id in the same batch, or in
+/// the next batch (its claim pending, ours), is a duplicate once the first copy was
+/// submitted and claimed elsewhere when that submit failed. Each case runs under On
+/// and under Shadow, and Shadow's `mode="shadow"` counts equal On's, while Shadow
+/// still submits every copy.
+#[test]
+fn shadow_counts_what_on_decides_for_repeated_ids() {
+    let decided = |h: &Harness, mode: Switch, outcome: MessageOutcome| {
+        h.count(|e| matches!(e, Event::Message { outcome: o, mode: m, .. } if *o == outcome && *m == mode))
+    };
+    // (case, batch size, ids fed, the id whose submit fails)
+    let cases: [(&str, usize, &[&str], Option<&str>); 4] = [
+        ("same batch, first submitted", 3, &["a", "a", "b"], None),
+        ("same batch, first failed", 3, &["a", "a", "b"], Some("a")),
+        ("next batch, first submitted", 2, &["a", "b", "a", "c"], None),
+        ("next batch, first failed", 2, &["a", "b", "a", "c"], Some("a")),
+    ];
+    for (case, batch, ids, fail) in cases {
+        let mut counts = Vec::new();
+        for mode in [Switch::On, Switch::Shadow] {
+            let mut h = Harness::new();
+            h.cfg.singleflight = Switch::Off;
+            h.cfg.atomic_claim = mode;
+            h.cfg.batch = batch;
+            h.cfg.max_batches = Some(ids.len() as u32 / batch as u32);
+            if let Some(id) = fail {
+                h.target.fail_id(id);
+            }
+            h.feed(ids);
+            h.tick();
+            if mode == Switch::Shadow {
+                assert_eq!(h.target.attempts(), ids.len() as u64, "{case}: shadow submits every copy");
+            }
+            counts.push((
+                decided(&h, mode, MessageOutcome::Duplicate),
+                decided(&h, mode, MessageOutcome::ClaimedElsewhere),
+            ));
+        }
+        assert_eq!(counts[1], counts[0], "{case}: shadow's (duplicates, claimed elsewhere) against on's");
+        assert_eq!(counts[0].0 + counts[0].1, 1, "{case}: on decided the copy once: {counts:?}");
     }
 }
 

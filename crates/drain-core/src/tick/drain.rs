@@ -93,6 +93,12 @@ struct Claimed {
     /// Later copies of an id seen earlier in the batch (claim On): decided by what
     /// becomes of the first copy.
     repeats: Vec<(DeliveryHandle, MessageId)>,
+    /// Claim Shadow: what On would do with each message of `work` (which Shadow
+    /// submits as Off does), counted in `submit`; empty in the other modes.
+    would: Vec<Plan>,
+    /// Claim Shadow: the ids of the later copies Shadow submits anyway; each counts
+    /// what On would decide once the first copy's fate is known.
+    shadow_repeats: Vec<MessageId>,
     /// How the claim store fared with the batch's claims.
     health: ClaimHealth,
 }
@@ -103,9 +109,10 @@ impl Claimed {
     /// yet settled) has submitted such a message, this batch's copy is a duplicate,
     /// completed after the claims are settled; a copy whose earlier submit failed
     /// goes back for a later receive.
+    /// Shadow's `would` meets them as On's plans do.
     fn meet_own_claims(&mut self, earlier: &[Submitted]) {
         let busy = Plan::Abandon(MessageOutcome::ClaimedElsewhere);
-        if !self.plans.contains(&busy) {
+        if !self.plans.contains(&busy) && !self.would.contains(&busy) {
             return;
         }
         let submitted: HashSet<&MessageId> = earlier
@@ -114,9 +121,11 @@ impl Claimed {
             .filter(|s| s.action == SettleAction::MarkDone)
             .map(|s| &s.id)
             .collect();
-        for (plan, (_, id)) in self.plans.iter_mut().zip(&self.work) {
-            if *plan == busy && id.as_ref().is_some_and(|id| submitted.contains(id)) {
-                *plan = Plan::CompleteDuplicate;
+        for plans in [&mut self.plans, &mut self.would] {
+            for (plan, (_, id)) in plans.iter_mut().zip(&self.work) {
+                if *plan == busy && id.as_ref().is_some_and(|id| submitted.contains(id)) {
+                    *plan = Plan::CompleteDuplicate;
+                }
             }
         }
     }
@@ -400,6 +409,7 @@ impl Drain<'_> {
         let mut seen = HashSet::new();
         let mut work: Vec<(Delivery, Option<MessageId>)> = Vec::with_capacity(received);
         let mut repeats: Vec<(DeliveryHandle, MessageId)> = Vec::new();
+        let mut shadow_repeats: Vec<MessageId> = Vec::new();
         for d in batch {
             match d.message.message_id.clone() {
                 None if mode.enforces() => {
@@ -423,7 +433,7 @@ impl Drain<'_> {
                         repeats.push((d.handle, id));
                     } else {
                         if mode == Switch::Shadow {
-                            self.observe(MessageOutcome::ClaimedElsewhere, mode);
+                            shadow_repeats.push(id);
                         }
                         work.push((d, None));
                     }
@@ -433,8 +443,8 @@ impl Drain<'_> {
         }
 
         // 2. Claims: one call for the whole batch, which first settles the previous one's.
-        let (plans, health, settled) = self.plan(&work, mode, settlements, stats).await;
-        (Claimed { received, work, plans, repeats, health }, settled)
+        let (plans, would, health, settled) = self.plan(&work, mode, settlements, stats).await;
+        (Claimed { received, work, plans, repeats, would, shadow_repeats, health }, settled)
     }
 
     /// Step 3: submit, bounded by the concurrency: each message's fate, and the
@@ -442,7 +452,16 @@ impl Drain<'_> {
     /// `completed` is told when the first message of the batch completes (submitted,
     /// or a duplicate of one done), and dropped unsent when none does.
     async fn submit(&self, claimed: Claimed, completed: oneshot::Sender<()>) -> Submitted {
-        let Claimed { received, work, plans, repeats, health } = claimed;
+        let Claimed { received, work, plans, repeats, would, shadow_repeats, health } = claimed;
+        for plan in &would {
+            match plan {
+                Plan::CompleteDuplicate => self.observe(MessageOutcome::Duplicate, Switch::Shadow),
+                Plan::Abandon(MessageOutcome::ClaimedElsewhere) => {
+                    self.observe(MessageOutcome::ClaimedElsewhere, Switch::Shadow);
+                }
+                _ => {}
+            }
+        }
         let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
         let jobs: Vec<(usize, Plan)> = plans.iter().copied().enumerate().collect();
         let work_ref = &work;
@@ -492,6 +511,7 @@ impl Drain<'_> {
             .filter(|(_, f)| matches!(f, Fate::Complete(_)))
             .filter_map(|(i, _)| work[*i].1.as_ref())
             .collect();
+        self.count_shadow_repeats(&shadow_repeats, &would, &work, &results);
         let mut fates: Vec<(DeliveryHandle, Fate)> = repeats
             .into_iter()
             .map(|(handle, id)| {
@@ -506,6 +526,36 @@ impl Drain<'_> {
         fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
         let (abandons, completes) = fates.into_iter().partition(|(_, f)| matches!(f, Fate::Abandon(_)));
         Submitted { received, settlements, abandons, completes, health }
+    }
+
+    /// Claim Shadow: count what On would decide for each later copy of an id in the
+    /// batch (`shadow_repeats`): a duplicate when On would have completed the first
+    /// copy (its claim was done, or it was claimed and Shadow's submit of it
+    /// succeeded), claimed elsewhere otherwise.
+    fn count_shadow_repeats(
+        &self,
+        shadow_repeats: &[MessageId],
+        would: &[Plan],
+        work: &[(Delivery, Option<MessageId>)],
+        results: &[(usize, Fate)],
+    ) {
+        if shadow_repeats.is_empty() {
+            return;
+        }
+        let completed: HashSet<&MessageId> = results
+            .iter()
+            .filter(|(i, fate)| match would.get(*i) {
+                Some(Plan::CompleteDuplicate) => true,
+                Some(Plan::Submit { .. }) => matches!(fate, Fate::Complete(_)),
+                _ => false,
+            })
+            .filter_map(|(i, _)| work[*i].1.as_ref())
+            .collect();
+        for id in shadow_repeats {
+            let outcome =
+                if completed.contains(id) { MessageOutcome::Duplicate } else { MessageOutcome::ClaimedElsewhere };
+            self.observe(outcome, Switch::Shadow);
+        }
     }
 
     /// Step 5: settle messages at the source, once their claims are settled
@@ -604,23 +654,24 @@ impl Drain<'_> {
     }
 
     /// Settle the previous batch's claims and decide each message's plan from its
-    /// claim state (one store call), per switch: the plans, how the claims fared,
-    /// how the settlements fared.
+    /// claim state (one store call), per switch: the plans, what On would plan
+    /// (Shadow only; empty otherwise), how the claims fared, how the settlements fared.
     async fn plan(
         &self,
         work: &[(Delivery, Option<MessageId>)],
         mode: Switch,
         settlements: &[Settlement],
         stats: &Mutex<DrainStats>,
-    ) -> (Vec<Plan>, ClaimHealth, ClaimHealth) {
+    ) -> (Vec<Plan>, Vec<Plan>, ClaimHealth, ClaimHealth) {
         let mut plans = vec![Plan::Submit { claimed: false }; work.len()];
+        let mut would = if mode == Switch::Shadow { plans.clone() } else { Vec::new() };
         let claimed: Vec<usize> =
             if mode.computes() { (0..work.len()).filter(|&i| work[i].1.is_some()).collect() } else { Vec::new() };
         let ids: Vec<MessageId> = claimed.iter().filter_map(|&i| work[i].1.clone()).collect();
         let answer = self.settle_then_claim(settlements, &ids).await;
         let settled = self.settled(settlements, answer.settled, stats);
         if claimed.is_empty() {
-            return (plans, ClaimHealth::NotAsked, settled);
+            return (plans, would, ClaimHealth::NotAsked, settled);
         }
         let states = match answer.claimed {
             Ok(states) => states,
@@ -632,29 +683,33 @@ impl Drain<'_> {
                         plans[i] = Plan::Abandon(MessageOutcome::ClaimError);
                     }
                 } else {
-                    for _ in &claimed {
+                    for &i in &claimed {
                         self.observe(MessageOutcome::ClaimError, Switch::Shadow);
+                        would[i] = Plan::Abandon(MessageOutcome::ClaimError);
                     }
                 }
-                return (plans, ClaimHealth::Failed, settled);
+                return (plans, would, ClaimHealth::Failed, settled);
             }
         };
         for (&i, state) in claimed.iter().zip(states) {
-            plans[i] = match (state, mode.enforces()) {
-                (ClaimState::Claimed, _) => Plan::Submit { claimed: true },
-                (ClaimState::Done, true) => Plan::CompleteDuplicate,
-                (ClaimState::PendingElsewhere { .. }, true) => Plan::Abandon(MessageOutcome::ClaimedElsewhere),
-                (ClaimState::Done, false) => {
-                    self.observe(MessageOutcome::Duplicate, Switch::Shadow);
-                    Plan::Submit { claimed: false }
-                }
-                (ClaimState::PendingElsewhere { .. }, false) => {
-                    self.observe(MessageOutcome::ClaimedElsewhere, Switch::Shadow);
-                    Plan::Submit { claimed: false }
-                }
+            let on = match state {
+                ClaimState::Claimed => Plan::Submit { claimed: true },
+                ClaimState::Done => Plan::CompleteDuplicate,
+                ClaimState::PendingElsewhere { .. } => Plan::Abandon(MessageOutcome::ClaimedElsewhere),
             };
+            // Shadow submits as Off does, settling only the claims it took; what On
+            // would do is counted in `submit`, after a pending claim of our own
+            // earlier batch has been met (`Claimed::meet_own_claims`).
+            plans[i] = if mode.enforces() || on == (Plan::Submit { claimed: true }) {
+                on
+            } else {
+                Plan::Submit { claimed: false }
+            };
+            if let Some(w) = would.get_mut(i) {
+                *w = on;
+            }
         }
-        (plans, ClaimHealth::Answered, settled)
+        (plans, would, ClaimHealth::Answered, settled)
     }
 
     /// Settle `settlements`, then take the claims of `ids`: one store call (none when
