@@ -85,6 +85,12 @@ fn count(stats: &Mutex<DrainStats>) -> MutexGuard<'_, DrainStats> {
     stats.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// A later copy of an id in a batch: a duplicate once the first copy `completed`,
+/// claimed elsewhere (given back, uncounted where the source can) otherwise.
+fn repeat_outcome(completed: &HashSet<&MessageId>, id: &MessageId) -> MessageOutcome {
+    if completed.contains(id) { MessageOutcome::Duplicate } else { MessageOutcome::ClaimedElsewhere }
+}
+
 /// A received batch with its claims taken.
 struct Claimed {
     received: usize,
@@ -506,19 +512,27 @@ impl Drain<'_> {
         // A later copy of an id in this batch follows the first: a duplicate once that
         // completed (it is completed after the batch's claims are settled), released
         // otherwise (the first copy's claim, pending or released, decides it later).
+        // Shadow, which submitted every copy, counts the same for its later copies,
+        // from what On would have done with the first: completed it as a duplicate,
+        // given it back, or submitted it as Shadow did.
         let completed: HashSet<&MessageId> = results
             .iter()
-            .filter(|(_, f)| matches!(f, Fate::Complete(_)))
+            .filter(|(i, fate)| match would.get(*i) {
+                Some(Plan::CompleteDuplicate) => true,
+                Some(Plan::Abandon(_)) => false,
+                Some(Plan::Submit { .. }) | None => matches!(fate, Fate::Complete(_)),
+            })
             .filter_map(|(i, _)| work[*i].1.as_ref())
             .collect();
-        self.count_shadow_repeats(&shadow_repeats, &would, &work, &results);
+        for id in &shadow_repeats {
+            self.observe(repeat_outcome(&completed, id), Switch::Shadow);
+        }
         let mut fates: Vec<(DeliveryHandle, Fate)> = repeats
             .into_iter()
             .map(|(handle, id)| {
-                let fate = if completed.contains(&id) {
-                    Fate::Complete(MessageOutcome::Duplicate)
-                } else {
-                    Fate::Abandon(MessageOutcome::ClaimedElsewhere)
+                let fate = match repeat_outcome(&completed, &id) {
+                    MessageOutcome::Duplicate => Fate::Complete(MessageOutcome::Duplicate),
+                    other => Fate::Abandon(other),
                 };
                 (handle, fate)
             })
@@ -526,36 +540,6 @@ impl Drain<'_> {
         fates.extend(results.into_iter().map(|(i, fate)| (work[i].0.handle, fate)));
         let (abandons, completes) = fates.into_iter().partition(|(_, f)| matches!(f, Fate::Abandon(_)));
         Submitted { received, settlements, abandons, completes, health }
-    }
-
-    /// Claim Shadow: count what On would decide for each later copy of an id in the
-    /// batch (`shadow_repeats`): a duplicate when On would have completed the first
-    /// copy (its claim was done, or it was claimed and Shadow's submit of it
-    /// succeeded), claimed elsewhere otherwise.
-    fn count_shadow_repeats(
-        &self,
-        shadow_repeats: &[MessageId],
-        would: &[Plan],
-        work: &[(Delivery, Option<MessageId>)],
-        results: &[(usize, Fate)],
-    ) {
-        if shadow_repeats.is_empty() {
-            return;
-        }
-        let completed: HashSet<&MessageId> = results
-            .iter()
-            .filter(|(i, fate)| match would.get(*i) {
-                Some(Plan::CompleteDuplicate) => true,
-                Some(Plan::Submit { .. }) => matches!(fate, Fate::Complete(_)),
-                _ => false,
-            })
-            .filter_map(|(i, _)| work[*i].1.as_ref())
-            .collect();
-        for id in shadow_repeats {
-            let outcome =
-                if completed.contains(id) { MessageOutcome::Duplicate } else { MessageOutcome::ClaimedElsewhere };
-            self.observe(outcome, Switch::Shadow);
-        }
     }
 
     /// Step 5: settle messages at the source, once their claims are settled
