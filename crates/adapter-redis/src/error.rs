@@ -21,16 +21,24 @@ pub fn map_error(err: &RedisError, endpoint: &str) -> PortError {
             "LOADING" => (ErrorKind::Unavailable, format!("{at} is loading its dataset into memory; retry shortly")),
             "BUSY" => (
                 ErrorKind::Unavailable,
-                format!("{at} is busy running a script or function (BUSY); if it persists, check SLOWLOG and SCRIPT KILL"),
+                format!(
+                    "{at} is busy running a script or function (BUSY); if it persists, check SLOWLOG and SCRIPT KILL"
+                ),
             ),
-            "TRYAGAIN" => (ErrorKind::Unavailable, format!("{at} asked to try again (TRYAGAIN): a slot is being resharded")),
+            "TRYAGAIN" => {
+                (ErrorKind::Unavailable, format!("{at} asked to try again (TRYAGAIN): a slot is being resharded"))
+            }
             "CLUSTERDOWN" => (
                 ErrorKind::Unavailable,
-                format!("the Redis Cluster at {endpoint} is down (CLUSTERDOWN): check `CLUSTER INFO` for failed nodes or unassigned slots"),
+                format!(
+                    "the Redis Cluster at {endpoint} is down (CLUSTERDOWN): check `CLUSTER INFO` for failed nodes or unassigned slots"
+                ),
             ),
             "READONLY" => (
                 ErrorKind::Unavailable,
-                format!("{at} is a read-only replica (READONLY): point DRAIN_REDIS_URL at the primary, or wait for the failover to finish"),
+                format!(
+                    "{at} is a read-only replica (READONLY): point DRAIN_REDIS_URL at the primary, or wait for the failover to finish"
+                ),
             ),
             "MASTERDOWN" => (
                 ErrorKind::Unavailable,
@@ -60,18 +68,25 @@ pub fn map_error(err: &RedisError, endpoint: &str) -> PortError {
                 ErrorKind::Auth,
                 format!("{at} requires authentication (NOAUTH): put user:password in DRAIN_REDIS_URL"),
             ),
+            // The detail names the key when a drain script knows it (a fence that is
+            // not a counter).
             "WRONGTYPE" => (
                 ErrorKind::WrongType,
-                "a key under DRAIN_KEY_PREFIX holds a value of another type (WRONGTYPE): another program writes there; choose another DRAIN_KEY_PREFIX or delete the key"
-                    .to_owned(),
+                format!(
+                    "a key under DRAIN_KEY_PREFIX holds a value of another type (WRONGTYPE {detail}): another program writes there; choose another DRAIN_KEY_PREFIX or delete the key"
+                ),
             ),
             "CROSSSLOT" => (
                 ErrorKind::Protocol,
-                format!("one call touched keys of several hash slots (CROSSSLOT {detail}): a bug in drain's key layout, please report it"),
+                format!(
+                    "one call touched keys of several hash slots (CROSSSLOT {detail}): a bug in drain's key layout, please report it"
+                ),
             ),
             "NOSCRIPT" => (
                 ErrorKind::Protocol,
-                format!("{at} does not know a drain script even after EVAL (NOSCRIPT): is scripting restricted on this server?"),
+                format!(
+                    "{at} does not know a drain script even after EVAL (NOSCRIPT): is scripting restricted on this server?"
+                ),
             ),
             _ => return generic_server_error(&code, &detail, &at),
         };

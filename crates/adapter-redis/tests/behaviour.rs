@@ -142,6 +142,7 @@ async fn a_foreign_type_is_a_permanent_wrong_type_and_claims_nothing() {
     redis.command(&["SET", &l2_keys.fence, "not-a-number"]).expect("set");
     let e = store.acquire(&l2, &me, Duration::from_secs(5)).await.expect_err("bad fence");
     assert_eq!(e.kind, ErrorKind::WrongType, "{e}");
+    assert!(e.message.contains(&l2_keys.fence), "names the fence key: {e}");
     assert_eq!(redis.command(&["EXISTS", &l2_keys.lease]).expect("exists"), Reply::Int(0), "no lease left behind");
     redis.command(&["SET", &l2_keys.lease, "x:1", "PX", "5000"]).expect("set");
     let e = store.peek(&l2).await.expect_err("bad fence");

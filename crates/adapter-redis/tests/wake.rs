@@ -145,6 +145,26 @@ async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
     assert_eq!(store.release_counters().received(), 2, "b once, c once");
 }
 
+/// A registering acquire whose fence key is not a counter answers `WrongType` and
+/// leaves neither a claim without a fence nor a registration behind.
+#[tokio::test]
+async fn a_registering_acquire_with_a_broken_fence_leaves_nothing_behind() {
+    let Some(redis) = RedisServer::start() else { return };
+    let store = connect_prefixed(&redis.url(), "wf").await;
+    let keys = store.keys().clone();
+    let o = owner("o{2}");
+    let claim = keys.lease(&LeaseName::owner(o.as_str()));
+    let waiters = keys.owner_waiters(o.as_str());
+    redis.command(&["SET", &claim.fence, "not-a-number"]).expect("SET");
+
+    let e = store.acquire_or_wait(&o, &token("a", 1), Duration::from_secs(30), &waiter("a")).await;
+    let e = e.expect_err("a fence that is not a counter");
+    assert_eq!(e.kind, drain_core::ErrorKind::WrongType, "{e}");
+    assert!(e.message.contains(&claim.fence), "names the fence key: {e}");
+    assert_eq!(redis.command(&["EXISTS", &claim.lease]).expect("EXISTS"), Reply::Int(0), "no claim left behind");
+    assert!(list(&redis, &waiters).is_empty(), "not registered");
+}
+
 #[tokio::test]
 async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek_owners() {
     let Some(redis) = RedisServer::start() else { return };

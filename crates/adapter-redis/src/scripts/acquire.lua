@@ -8,10 +8,12 @@
 -- When the fence key cannot be incremented (another
 -- type, not a counter, no right to INCR) the lease just written is deleted again
 -- before the error is returned: the script is atomic, so nobody ever sees a lease
--- without a fence, and an error never leaves a lease behind.
+-- without a fence, and an error never leaves a lease behind. The INCR answers a
+-- number or an error table; `tonumber` tells them apart for less than `type`
+-- (which builds its answer, a type name, as a string on every call).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then
+  if not tonumber(fence) then
     redis.call('DEL', KEYS[1])
     if fence.err and string.find(fence.err, 'not an integer', 1, true) then
       fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err

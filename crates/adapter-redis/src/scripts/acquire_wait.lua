@@ -9,7 +9,7 @@
 -- longer needs must not take a wake from another waiter).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) == 'table' then
+  if not tonumber(fence) then
     redis.call('DEL', KEYS[1])
     if fence.err and string.find(fence.err, 'not an integer', 1, true) then
       fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err
