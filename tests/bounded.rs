@@ -1,6 +1,7 @@
 //! Bounded waits through the `drain` binary (docs/reliability.md): a tick on a frozen
 //! Redis pays one timeout and receives nothing it could not claim; `--once` releases
-//! what its tick's timed-out claim call took late before it exits; a broker that is
+//! what its tick's timed-out claim call took late before it exits, and keeps nothing
+//! to release when every call was refused before it was sent; a broker that is
 //! down when `drain run` starts is retried, each attempt logged, until it answers;
 //! only a permanent error (authentication, a port that is not AMQP) exits 2.
 
@@ -94,6 +95,32 @@ fn a_once_tick_stops_probing_a_store_that_stays_silent() {
     assert!(run.count("probing again to release") >= 2, "{}", run.log());
     assert_eq!(run.count("stay pending until SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS"), 1, "{}", run.log());
     assert_eq!(run.count("released"), 0, "{}", run.log());
+}
+
+/// `drain run --once` with the claim on and nothing listening on Redis's port: every
+/// store call is refused before it is sent, so no claim can be taken late and
+/// nothing is kept to release. The tick gives its messages back and the process
+/// exits at once, without probing or warning about pending claims. Before, a refused
+/// connection counted as a call that may have run: `--once` probed for 10 s and then
+/// warned that claims nobody could have taken stayed pending.
+#[test]
+fn a_once_tick_on_a_refused_store_keeps_no_claims_to_release() {
+    drain_bin();
+    let port = free_port();
+    let mut cmd = drain();
+    cmd.args(["run", "--once"])
+        .env("DRAIN_REDIS_URL", format!("redis://127.0.0.1:{port}"))
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "off")
+        .env("DRAIN_LOG", "info");
+    let out = output(cmd, LIMIT);
+    assert!(out.status.success(), "{}", text(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)));
+    assert_eq!(r["claim_store"], "failed", "{r}");
+    assert_eq!(r["submitted"], 0, "nothing submitted without a claim: {r}");
+    let log = text(&out);
+    assert!(log.contains("refused the connection"), "{log}");
+    assert!(!log.contains("probing again to release"), "nothing to release:\n{log}");
+    assert!(!log.contains("stay pending"), "no claim can be pending:\n{log}");
 }
 
 /// `drain run --once` on the demo queue with the claim on and the lease off (so the

@@ -156,10 +156,11 @@ impl PostgresStore {
         // Waiting for another caller's reconnect counts against the connect timeout too.
         let connect = inner.config.connect_timeout;
         let connecting = Instant::now();
+        // Until the statements go out below, a failure sent nothing: it ran nothing.
         let conn: Arc<Conn> = match tokio::time::timeout(connect, slot.get(&inner.config, false)).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return std::array::from_fn(|_| Err(e.clone())),
-            Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect))),
+            Ok(Err(e)) => return std::array::from_fn(|_| Err(e.clone().unsent())),
+            Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect).unsent())),
         };
         // A call that timed out earlier may still run on its old backend: end it first,
         // within what is left of the connect timeout (it readies the connection).
@@ -168,7 +169,7 @@ impl PostgresStore {
             if give_up {
                 inner.give_up(slot, &conn);
             }
-            return std::array::from_fn(|_| Err(e.clone()));
+            return std::array::from_fn(|_| Err(e.clone().unsent()));
         }
         let start = Instant::now();
         let limit = inner.config.response_timeout.saturating_mul(u32::try_from(N).unwrap_or(u32::MAX));

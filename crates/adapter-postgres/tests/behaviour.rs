@@ -84,6 +84,28 @@ async fn a_terminated_backend_costs_at_most_one_failed_call() {
     assert_eq!(held.holder, "me");
 }
 
+/// Once the server is gone, a call whose connection cannot be made sent nothing and
+/// says so (`may_have_run` is false), so a tick does not keep its claims to release
+/// later; the call that met the broken connection may have run.
+#[tokio::test]
+async fn a_call_that_cannot_connect_ran_nothing() {
+    let Some(mut pg) = server() else { return };
+    let store = PostgresStore::connect(config(&pg.url()).connections(1)).await.expect("connect");
+    let lease = LeaseName::queue("q");
+    let me = token("me", 1);
+    store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire");
+    pg.kill();
+    let mut unsent = 0;
+    for _ in 0..3 {
+        let e = store.peek(&lease).await.expect_err("the server is gone");
+        assert!(e.is_temporary(), "{e}");
+        if !e.may_have_run() {
+            unsent += 1;
+        }
+    }
+    assert!(unsent >= 2, "the calls after the broken one could not connect: {unsent} of 3 said so");
+}
+
 #[tokio::test]
 async fn a_frozen_server_answers_timeout_and_the_store_recovers() {
     let Some(mut pg) = server() else { return };

@@ -102,12 +102,14 @@ pub fn map_error(err: &RedisError, endpoint: &str) -> PortError {
             ErrorKind::Config,
             format!("the Redis configuration is invalid: {detail}; check DRAIN_REDIS_URL"),
         ),
+        // Nothing was sent: there is no connection to send it on.
         RedisKind::ClusterConnectionNotFound => PortError::new(
             ErrorKind::Connection,
             format!(
                 "no connection to the Redis Cluster node for this key ({at}): the cluster topology is changing; retry"
             ),
-        ),
+        )
+        .unsent(),
         RedisKind::Parse | RedisKind::UnexpectedReturnType | RedisKind::RESP3NotSupported => PortError::new(
             ErrorKind::Protocol,
             format!(
@@ -172,11 +174,14 @@ fn io_error(err: &RedisError, at: &str) -> PortError {
             ),
         );
     }
+    // A refused connection or a name that does not resolve: no request was sent.
+    // (A broken connection or a TLS error may come after one was.)
     if err.is_connection_refusal() {
         return PortError::new(
             ErrorKind::Connection,
             format!("{at} refused the connection: is redis-server running and DRAIN_REDIS_URL right?"),
-        );
+        )
+        .unsent();
     }
     if err.is_connection_dropped() {
         return PortError::new(
@@ -190,7 +195,8 @@ fn io_error(err: &RedisError, at: &str) -> PortError {
         return PortError::new(
             ErrorKind::Connection,
             format!("cannot resolve the host of {at} ({text}): check the host name in DRAIN_REDIS_URL"),
-        );
+        )
+        .unsent();
     }
     if lower.contains("certificate") || lower.contains("tls") {
         return PortError::new(
@@ -350,6 +356,19 @@ mod tests {
             Temporary,
             "topology",
         );
+    }
+
+    /// Only an error that comes before any request was sent says the call ran
+    /// nothing; one that may come after it (a reset, a timeout) may have run.
+    #[test]
+    fn a_refused_connection_ran_nothing() {
+        use io::ErrorKind as Io;
+        assert!(!map_error(&io(Io::ConnectionRefused), "127.0.0.1:6380").may_have_run());
+        let cluster = RedisError::from((RedisKind::ClusterConnectionNotFound, "no connection"));
+        assert!(!map_error(&cluster, "127.0.0.1:6380").may_have_run());
+        for kind in [Io::ConnectionReset, Io::BrokenPipe, Io::UnexpectedEof, Io::TimedOut, Io::Other] {
+            assert!(map_error(&io(kind), "127.0.0.1:6380").may_have_run(), "{kind:?}");
+        }
     }
 
     #[test]

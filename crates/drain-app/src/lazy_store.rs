@@ -80,7 +80,8 @@ impl<C: Connect> LazyStore<C> {
         }
     }
 
-    /// The connected store, connecting now if due.
+    /// The connected store, connecting now if due. Its error is the connect's,
+    /// marked unsent: the operation that asked was never sent.
     pub(crate) async fn store(&self) -> Result<C::Store, PortError> {
         let mut s = self.state.lock().await;
         if let Some(store) = &s.store {
@@ -88,7 +89,8 @@ impl<C: Connect> LazyStore<C> {
         }
         let due = s.last_attempt.is_none_or(|t| t.elapsed() >= self.retry_every);
         if !due {
-            return Err(s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected")));
+            let e = s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected"));
+            return Err(e.unsent());
         }
         let attempt = self.config.connect(self.observer.clone()).await;
         // From the end of the attempt: a connect that waited out its timeout is not
@@ -107,7 +109,7 @@ impl<C: Connect> LazyStore<C> {
                     tracing::warn!(store = %self.shown, "{} unavailable ({e}); leases fail open, claims fail closed, retrying", C::NAME);
                 }
                 s.last_error = Some(e.clone());
-                Err(e)
+                Err(e.unsent())
             }
         }
     }

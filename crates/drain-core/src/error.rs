@@ -70,7 +70,8 @@ impl ErrorKind {
     /// the store: it got no answer in time or its connection broke (a request is not
     /// withdrawn by a client's timeout, and a frozen server runs it when it thaws), or
     /// the answer came but could not be read. A refusal (unavailable, redirected, no
-    /// right, bad credentials, no such entity) ran nothing.
+    /// right, bad credentials, no such entity) ran nothing. A request that was never
+    /// sent ran nothing whatever its kind: ask [`PortError::may_have_run`].
     #[must_use]
     pub fn may_have_run(self) -> bool {
         matches!(
@@ -120,12 +121,30 @@ pub struct PortError {
     pub persistence: Persistence,
     /// What happened and what to do, for a human.
     pub message: String,
+    /// The request never reached the store: no connection could be made (refused,
+    /// a name that does not resolve, a failed TLS handshake, a store not connected
+    /// yet), or the call was not made at all. Whatever the kind, it cannot have run.
+    pub unsent: bool,
 }
 
 impl PortError {
     /// An error of `kind` with that kind's default persistence.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        PortError { kind, persistence: kind.default_persistence(), message: message.into() }
+        PortError { kind, persistence: kind.default_persistence(), message: message.into(), unsent: false }
+    }
+
+    /// Mark the request as never sent (see [`PortError::unsent`]).
+    #[must_use]
+    pub fn unsent(mut self) -> Self {
+        self.unsent = true;
+        self
+    }
+
+    /// Whether the store may still have carried the failed call out: its kind says
+    /// it may ([`ErrorKind::may_have_run`]) and the request was sent.
+    #[must_use]
+    pub fn may_have_run(&self) -> bool {
+        !self.unsent && self.kind.may_have_run()
     }
 
     /// Override the persistence.
@@ -172,5 +191,17 @@ mod tests {
         let e = PortError::new(ErrorKind::Other, "boom").with_persistence(Persistence::Temporary);
         assert!(e.is_temporary());
         assert_eq!(e.to_string(), "other (temporary): boom");
+    }
+
+    #[test]
+    fn an_unsent_request_ran_nothing_whatever_its_kind() {
+        for kind in [ErrorKind::Timeout, ErrorKind::Connection, ErrorKind::Protocol, ErrorKind::Other] {
+            let e = PortError::new(kind, "x");
+            assert!(e.may_have_run(), "{kind}");
+            let e = e.unsent();
+            assert!(!e.may_have_run(), "{kind}");
+            assert_eq!(e.persistence, kind.default_persistence(), "{kind}");
+        }
+        assert!(!PortError::new(ErrorKind::Unavailable, "x").may_have_run());
     }
 }

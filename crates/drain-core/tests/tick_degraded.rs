@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome};
 use drain_core::memory::{ManualClock, MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release, Renew,
-    SettleResult, Settlement, SubmitContext, Submitter,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
+    Renew, SettleAction, SettleResult, Settlement, SubmitContext, Submitter, settle_then_claim_in_two_calls,
 };
 use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{
@@ -268,12 +268,19 @@ struct LateClaims {
     inner: Arc<MemoryStore>,
     late: u32,
     kind: ErrorKind,
+    /// The failing call never reaches the store (and says so) instead of running late.
+    unsent: bool,
     calls: std::sync::atomic::AtomicU32,
 }
 
 impl LateClaims {
     fn new(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Self {
-        LateClaims { inner, late, kind, calls: std::sync::atomic::AtomicU32::new(0) }
+        LateClaims { inner, late, kind, unsent: false, calls: std::sync::atomic::AtomicU32::new(0) }
+    }
+
+    fn unsent(mut self) -> Self {
+        self.unsent = true;
+        self
     }
 }
 
@@ -286,11 +293,14 @@ impl ClaimStore for LateClaims {
         t: &LeaseToken,
         ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        let answer = self.inner.claim_batch(q, ids, t, ttl).await;
         if self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == self.late {
+            if self.unsent {
+                return Err(PortError::new(self.kind, "refused the connection").unsent());
+            }
+            self.inner.claim_batch(q, ids, t, ttl).await?;
             return Err(PortError::new(self.kind, "no answer within the response timeout"));
         }
-        answer
+        self.inner.claim_batch(q, ids, t, ttl).await
     }
     async fn settle_batch(
         &self,
@@ -356,26 +366,82 @@ fn the_release_of_stale_claims_touches_only_its_own() {
     assert_eq!(e.kind, ErrorKind::Timeout);
 }
 
+/// A claim store whose settle times out (and runs).
+struct TimedOutSettles {
+    inner: Arc<MemoryStore>,
+}
+
+#[async_trait]
+impl ClaimStore for TimedOutSettles {
+    async fn claim_batch(
+        &self,
+        q: &str,
+        ids: &[MessageId],
+        t: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<ClaimState>, PortError> {
+        self.inner.claim_batch(q, ids, t, ttl).await
+    }
+    async fn settle_batch(
+        &self,
+        q: &str,
+        s: &[Settlement],
+        t: &LeaseToken,
+        ttl: Duration,
+    ) -> Result<Vec<SettleResult>, PortError> {
+        self.inner.settle_batch(q, s, t, ttl).await?;
+        Err(PortError::new(ErrorKind::Timeout, "no answer within the response timeout"))
+    }
+}
+
+/// The claims the default `settle_then_claim` did not ask for, because the
+/// settlements before them failed, are an error that ran nothing: before, they
+/// carried the settle's timeout, and a tick named them as claims a late call might
+/// take.
+#[test]
+fn claims_never_asked_for_did_not_run() {
+    let mut h = Harness::new();
+    let store = TimedOutSettles { inner: h.store.clone() };
+    let token = h.token();
+    let ttls = ClaimTtls { pending: Duration::from_secs(300), done: Duration::from_secs(600) };
+    let settle = [Settlement { id: MessageId::from("a"), action: SettleAction::Release }];
+    let ids = [MessageId::from("b")];
+    let answer = block_on(&h.clock, settle_then_claim_in_two_calls(&store, &h.cfg.queue, &settle, &ids, &token, ttls));
+    let settled = answer.settled.expect_err("the settle timed out");
+    assert!(settled.may_have_run(), "{settled}");
+    let claimed = answer.claimed.expect_err("not asked");
+    assert_eq!(claimed.kind, ErrorKind::Timeout, "{claimed}");
+    assert!(!claimed.may_have_run(), "{claimed}");
+    assert_eq!(h.claim("b"), None);
+}
+
 /// Only a failure that may still have run names its claims: a refusal (the store
-/// is unavailable, a right is missing) ran nothing, and neither did a call the
-/// tick did not make because the store was known down.
+/// is unavailable, a right is missing) ran nothing, nor did a request that never
+/// reached the store (a connection refused: before, a `Connection` error named its
+/// claims whatever happened, and `drain run --once` probed for 10 s to release
+/// claims nobody could have taken), nor a call the tick did not make because the
+/// store was known down.
 #[test]
 fn only_a_call_that_may_have_run_names_stale_claims() {
-    for (kind, named) in [
-        (ErrorKind::Timeout, true),
-        (ErrorKind::Connection, true),
-        (ErrorKind::Unavailable, false),
-        (ErrorKind::Permission, false),
+    for (kind, unsent, named) in [
+        (ErrorKind::Timeout, false, true),
+        (ErrorKind::Connection, false, true),
+        (ErrorKind::Connection, true, false),
+        (ErrorKind::Timeout, true, false),
+        (ErrorKind::Unavailable, false, false),
+        (ErrorKind::Permission, false, false),
     ] {
         let mut h = Harness::new();
         h.cfg.singleflight = Switch::Off;
         h.feed(&["a", "b"]);
         let late = LateClaims::new(h.store.clone(), 1, kind);
+        let late = if unsent { late.unsent() } else { late };
         let (store, target) = (h.store.clone(), h.target.clone());
         let r = h.tick_on(&*store, &late, &*target);
         assert_eq!(r.claims, ClaimHealth::Failed, "{kind}");
         let expected = if named { ["a", "b"].map(MessageId::from).to_vec() } else { Vec::new() };
-        assert_eq!(r.stale_claims, expected, "{kind}");
+        assert_eq!(r.stale_claims, expected, "{kind}, unsent {unsent}");
+        assert_eq!(h.claim("a").is_some(), !unsent, "{kind}, unsent {unsent}: only a call that ran took claims");
     }
     let mut h = Harness::new();
     h.feed(&["a"]);

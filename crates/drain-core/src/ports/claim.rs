@@ -87,6 +87,7 @@ pub async fn settle_then_claim_in_two_calls<S: ClaimStore + ?Sized>(
     let claimed = match &settled {
         Err(e) => Err(PortError {
             message: format!("not asked, the settlements before them failed: {}", e.message),
+            unsent: true,
             ..e.clone()
         }),
         Ok(_) if ids.is_empty() => Ok(Vec::new()),

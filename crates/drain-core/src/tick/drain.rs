@@ -708,7 +708,7 @@ impl Drain<'_> {
             return SettledThenClaimed::failed(PortError::new(ErrorKind::Config, "no claim store configured"));
         };
         if self.health.claims_down() {
-            let e = PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick");
+            let e = PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick").unsent();
             return SettledThenClaimed::failed(e);
         }
         let (queue, token) = (self.cfg.queue.as_str(), self.token);
@@ -731,7 +731,7 @@ impl Drain<'_> {
         // releases them once the store answers again (see `TickReport::stale_claims`).
         let may_have_claimed = match &answer.claimed {
             Ok(states) => states.len() != ids.len(),
-            Err(e) => e.kind.may_have_run(),
+            Err(e) => e.may_have_run(),
         };
         if may_have_claimed {
             self.health.maybe_claimed(ids);

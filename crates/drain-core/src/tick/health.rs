@@ -13,7 +13,7 @@
 //!   more, each abandon costing the message a delivery at the broker.
 //!
 //! * A claim call that failed in a way that may still have run (it timed out, its
-//!   connection broke, its answer could not be read: [`ErrorKind::may_have_run`])
+//!   connection broke, its answer could not be read: [`PortError::may_have_run`])
 //!   may take its claims late, with this tick's token, for messages the tick gave
 //!   back: their ids are kept for the report's `stale_claims`.
 //!
