@@ -515,6 +515,28 @@ fn leases_escapes_foreign_tokens_and_keeps_its_columns() {
     assert_eq!(v["leases"][0]["holder"], hostile.rsplit_once(':').expect(":").0, "the full holder: {v}");
 }
 
+/// `drain leases` that cannot list: a Redis that is down is a temporary failure,
+/// exit 1 (retrying may help), a wrong password a permanent one, exit 2 as every
+/// fatal setting. Before, both exited 2, so a script could not tell an outage from
+/// a setting to fix.
+#[test]
+fn leases_exits_1_when_redis_is_down_and_2_when_a_setting_is_wrong() {
+    let mut cmd = drain();
+    cmd.arg("leases").env("DRAIN_REDIS_URL", format!("redis://127.0.0.1:{}", free_port()));
+    let out = output(cmd, LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("refused the connection"), "{err}");
+
+    let Some(server) = RedisServer::start_with(&["--requirepass", "Right-Pw-3k"]) else { return };
+    let mut cmd = drain();
+    cmd.arg("leases").env("DRAIN_REDIS_URL", format!("redis://:Wrong-Pw@127.0.0.1:{}", server.port()));
+    let out = output(cmd, LIMIT);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(!err.contains("Wrong-Pw"), "no password in the message: {err}");
+}
+
 /// `drain simulate --svg` into a folder that does not exist fails at once, before
 /// simulating (before: after the whole simulation, its table already printed).
 #[test]

@@ -23,6 +23,17 @@ use crate::lazy_store::{LazyPostgres, LazyRedis};
 pub(crate) enum ComposeError {
     #[error("{0}")]
     Unavailable(String),
+    /// The store could not be used: `temporary` when retrying may help (it is down,
+    /// not answering), not when a setting or a right is wrong.
+    #[error("{message}")]
+    Store { message: String, temporary: bool },
+}
+
+impl ComposeError {
+    /// Whether retrying may help.
+    pub(crate) fn is_temporary(&self) -> bool {
+        matches!(self, ComposeError::Store { temporary: true, .. })
+    }
 }
 
 /// Where leases and claims live.
@@ -124,8 +135,9 @@ pub(crate) async fn connect_redis(config: &Config) -> Result<RedisStore, Compose
     let Some(url) = &config.redis_url else {
         return Err(ComposeError::Unavailable("DRAIN_REDIS_URL is not set".to_owned()));
     };
-    RedisStore::connect(redis_config(config, url)).await.map_err(|e| {
-        ComposeError::Unavailable(format!("cannot use Redis at {url}: {e} (check DRAIN_REDIS_URL and that Redis runs)"))
+    RedisStore::connect(redis_config(config, url)).await.map_err(|e| ComposeError::Store {
+        message: format!("cannot use Redis at {url}: {e} (check DRAIN_REDIS_URL and that Redis runs)"),
+        temporary: e.is_temporary(),
     })
 }
 

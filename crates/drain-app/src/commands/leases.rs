@@ -178,6 +178,13 @@ fn table(l: &Listing) -> String {
     out
 }
 
+/// The exit code of a listing that failed: 1 when the store is down or not
+/// answering (retrying may help), 2 when a setting or a right is wrong (as for every
+/// fatal setting).
+fn failed(temporary: bool) -> ExitCode {
+    ExitCode::from(if temporary { 1 } else { 2 })
+}
+
 /// `drain leases`.
 pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
     if let Some(url) = &loaded.config.postgres_url {
@@ -194,14 +201,14 @@ pub(crate) async fn main(args: &LeasesArgs, loaded: Loaded) -> ExitCode {
         Ok(s) => s,
         Err(e) => {
             eprintln!("drain leases: {e}");
-            return ExitCode::from(2);
+            return failed(e.is_temporary());
         }
     };
     let found = match store.scan().await {
         Ok(f) => f,
         Err(e) => {
             eprintln!("drain leases: scanning {}: {e}", store.endpoint());
-            return ExitCode::from(2);
+            return failed(e.is_temporary());
         }
     };
     let listing = classify(store.keys(), found);
@@ -220,7 +227,7 @@ async fn postgres(args: &LeasesArgs, config: &PostgresConfig, url: &Secret) -> E
         Ok(l) => l,
         Err(e) => {
             eprintln!("drain leases: listing PostgreSQL at {url}: {e}");
-            return ExitCode::from(2);
+            return failed(e.is_temporary());
         }
     };
     let listing = from_postgres(found);
