@@ -199,12 +199,13 @@ fn ignored(name: &str) -> bool {
 }
 
 /// The warning for an unknown variable `name` with one of drain's prefixes, naming
-/// the closest known setting; `None` for any other variable.
+/// the closest known setting; `None` for any other variable. Its value is not shown
+/// (a misspelt URL may hold a password), and not shown as empty either.
 pub(crate) fn unknown_variable(name: &str) -> Option<Warning> {
     if !PREFIXES.iter().any(|p| name.starts_with(p)) || ignored(name) {
         return None;
     }
-    Some(Warning::new(name, "", format!("not a setting of drain; ignored{}", closest_hint(name))))
+    Some(Warning::new(name, "<not shown>", format!("not a setting of drain; ignored{}", closest_hint(name))))
 }
 
 /// `"; did you mean NAME?"` for the closest registry name, when one is close enough.

@@ -296,6 +296,11 @@ fn an_unknown_variable_with_a_known_prefix_names_the_closest_setting() {
                 let w = w.unwrap_or_else(|| panic!("{name} is warned about"));
                 assert_eq!(w.variable, name);
                 assert!(w.message.contains(&format!("did you mean {h}?")), "{name}: {w}");
+                // Before, the value read `""`, as if the variable were set but blank.
+                assert_eq!(
+                    w.to_string().split_once(':').map(|(head, _)| head),
+                    Some(format!("{name}=\"<not shown>\"").as_str())
+                );
             }
         }
     };
