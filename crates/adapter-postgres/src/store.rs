@@ -159,8 +159,8 @@ impl PostgresStore {
         // Until the statements go out below, a failure sent nothing: it ran nothing.
         let conn: Arc<Conn> = match tokio::time::timeout(connect, slot.get(&inner.config, false)).await {
             Ok(Ok(conn)) => conn,
-            Ok(Err(e)) => return std::array::from_fn(|_| Err(e.clone().unsent())),
-            Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect).unsent())),
+            Ok(Err(e)) => return std::array::from_fn(|_| Err(e.clone().never_sent())),
+            Err(_) => return std::array::from_fn(|_| Err(timeout(op, &inner.endpoint, connect).never_sent())),
         };
         // A call that timed out earlier may still run on its old backend: end it first,
         // within what is left of the connect timeout (it readies the connection).
@@ -169,7 +169,7 @@ impl PostgresStore {
             if give_up {
                 inner.give_up(slot, &conn);
             }
-            return std::array::from_fn(|_| Err(e.clone().unsent()));
+            return std::array::from_fn(|_| Err(e.clone().never_sent()));
         }
         let start = Instant::now();
         let limit = inner.config.response_timeout.saturating_mul(u32::try_from(N).unwrap_or(u32::MAX));

@@ -109,7 +109,7 @@ pub fn map_error(err: &RedisError, endpoint: &str) -> PortError {
                 "no connection to the Redis Cluster node for this key ({at}): the cluster topology is changing; retry"
             ),
         )
-        .unsent(),
+        .never_sent(),
         RedisKind::Parse | RedisKind::UnexpectedReturnType | RedisKind::RESP3NotSupported => PortError::new(
             ErrorKind::Protocol,
             format!(
@@ -181,7 +181,7 @@ fn io_error(err: &RedisError, at: &str) -> PortError {
             ErrorKind::Connection,
             format!("{at} refused the connection: is redis-server running and DRAIN_REDIS_URL right?"),
         )
-        .unsent();
+        .never_sent();
     }
     if err.is_connection_dropped() {
         return PortError::new(
@@ -196,7 +196,7 @@ fn io_error(err: &RedisError, at: &str) -> PortError {
             ErrorKind::Connection,
             format!("cannot resolve the host of {at} ({text}): check the host name in DRAIN_REDIS_URL"),
         )
-        .unsent();
+        .never_sent();
     }
     if lower.contains("certificate") || lower.contains("tls") {
         return PortError::new(

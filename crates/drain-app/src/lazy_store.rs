@@ -90,7 +90,7 @@ impl<C: Connect> LazyStore<C> {
         let due = s.last_attempt.is_none_or(|t| t.elapsed() >= self.retry_every);
         if !due {
             let e = s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected"));
-            return Err(e.unsent());
+            return Err(e.never_sent());
         }
         let attempt = self.config.connect(self.observer.clone()).await;
         // From the end of the attempt: a connect that waited out its timeout is not
@@ -109,7 +109,7 @@ impl<C: Connect> LazyStore<C> {
                     tracing::warn!(store = %self.shown, "{} unavailable ({e}); leases fail open, claims fail closed, retrying", C::NAME);
                 }
                 s.last_error = Some(e.clone());
-                Err(e.unsent())
+                Err(e.never_sent())
             }
         }
     }

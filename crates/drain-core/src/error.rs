@@ -122,8 +122,8 @@ pub struct PortError {
     /// What happened and what to do, for a human.
     pub message: String,
     /// The request never reached the store: no connection could be made (refused,
-    /// a name that does not resolve, a failed TLS handshake, a store not connected
-    /// yet), or the call was not made at all. Whatever the kind, it cannot have run.
+    /// a name that does not resolve, a store not connected yet), or the call was not
+    /// made at all. Whatever the kind, it cannot have run.
     pub unsent: bool,
 }
 
@@ -135,7 +135,7 @@ impl PortError {
 
     /// Mark the request as never sent (see [`PortError::unsent`]).
     #[must_use]
-    pub fn unsent(mut self) -> Self {
+    pub fn never_sent(mut self) -> Self {
         self.unsent = true;
         self
     }
@@ -198,7 +198,7 @@ mod tests {
         for kind in [ErrorKind::Timeout, ErrorKind::Connection, ErrorKind::Protocol, ErrorKind::Other] {
             let e = PortError::new(kind, "x");
             assert!(e.may_have_run(), "{kind}");
-            let e = e.unsent();
+            let e = e.never_sent();
             assert!(!e.may_have_run(), "{kind}");
             assert_eq!(e.persistence, kind.default_persistence(), "{kind}");
         }

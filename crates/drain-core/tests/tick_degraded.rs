@@ -278,7 +278,7 @@ impl LateClaims {
         LateClaims { inner, late, kind, unsent: false, calls: std::sync::atomic::AtomicU32::new(0) }
     }
 
-    fn unsent(mut self) -> Self {
+    fn never_sent(mut self) -> Self {
         self.unsent = true;
         self
     }
@@ -295,7 +295,7 @@ impl ClaimStore for LateClaims {
     ) -> Result<Vec<ClaimState>, PortError> {
         if self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == self.late {
             if self.unsent {
-                return Err(PortError::new(self.kind, "refused the connection").unsent());
+                return Err(PortError::new(self.kind, "refused the connection").never_sent());
             }
             self.inner.claim_batch(q, ids, t, ttl).await?;
             return Err(PortError::new(self.kind, "no answer within the response timeout"));
@@ -435,7 +435,7 @@ fn only_a_call_that_may_have_run_names_stale_claims() {
         h.cfg.singleflight = Switch::Off;
         h.feed(&["a", "b"]);
         let late = LateClaims::new(h.store.clone(), 1, kind);
-        let late = if unsent { late.unsent() } else { late };
+        let late = if unsent { late.never_sent() } else { late };
         let (store, target) = (h.store.clone(), h.target.clone());
         let r = h.tick_on(&*store, &late, &*target);
         assert_eq!(r.claims, ClaimHealth::Failed, "{kind}");

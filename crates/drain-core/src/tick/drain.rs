@@ -708,7 +708,7 @@ impl Drain<'_> {
             return SettledThenClaimed::failed(PortError::new(ErrorKind::Config, "no claim store configured"));
         };
         if self.health.claims_down() {
-            let e = PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick").unsent();
+            let e = PortError::new(ErrorKind::Timeout, "the claim store timed out earlier in this tick").never_sent();
             return SettledThenClaimed::failed(e);
         }
         let (queue, token) = (self.cfg.queue.as_str(), self.token);
