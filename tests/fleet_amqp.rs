@@ -443,7 +443,10 @@ fn a_broker_restarted_under_load_loses_nothing_and_sends_twice_only_what_failed_
         seen.iter().filter(|(_, n)| **n > 1).take(10).collect::<Vec<_>>(),
         logs.lines().filter(|l| l.contains("WARN") || l.contains("ERROR")).take(40).collect::<Vec<_>>().join("\n")
     );
-    assert!(reconnects >= 2 * RESTARTS as usize, "each restart cut both processes' links: {reconnects} reconnects");
+    // With the lease on, only the holder keeps a receiver link, and a process's
+    // sender notices a cut only when it sends again: a process that drains nothing
+    // after a restart may never log one. Each restart cut the draining process's links.
+    assert!(reconnects >= RESTARTS as usize, "each restart cut the draining process's links: {reconnects} reconnects");
     eprintln!(
         "{N} messages through 2 processes and {RESTARTS} broker restarts in {:.1} s, {reconnects} links reconnected, \
          {failed_sends} sends failed, {expired_claims} claims expired, {extra} second copies in the target",
