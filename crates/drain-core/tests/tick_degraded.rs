@@ -366,34 +366,6 @@ fn the_release_of_stale_claims_touches_only_its_own() {
     assert_eq!(e.kind, ErrorKind::Timeout);
 }
 
-/// A claim store whose settle times out (and runs).
-struct TimedOutSettles {
-    inner: Arc<MemoryStore>,
-}
-
-#[async_trait]
-impl ClaimStore for TimedOutSettles {
-    async fn claim_batch(
-        &self,
-        q: &str,
-        ids: &[MessageId],
-        t: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.inner.claim_batch(q, ids, t, ttl).await
-    }
-    async fn settle_batch(
-        &self,
-        q: &str,
-        s: &[Settlement],
-        t: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.inner.settle_batch(q, s, t, ttl).await?;
-        Err(PortError::new(ErrorKind::Timeout, "no answer within the response timeout"))
-    }
-}
-
 /// The claims the default `settle_then_claim` did not ask for, because the
 /// settlements before them failed, are an error that ran nothing: before, they
 /// carried the settle's timeout, and a tick named them as claims a late call might
@@ -401,12 +373,13 @@ impl ClaimStore for TimedOutSettles {
 #[test]
 fn claims_never_asked_for_did_not_run() {
     let mut h = Harness::new();
-    let store = TimedOutSettles { inner: h.store.clone() };
     let token = h.token();
+    h.store.set_failing(Some(ErrorKind::Timeout));
     let ttls = ClaimTtls { pending: Duration::from_secs(300), done: Duration::from_secs(600) };
     let settle = [Settlement { id: MessageId::from("a"), action: SettleAction::Release }];
     let ids = [MessageId::from("b")];
-    let answer = block_on(&h.clock, settle_then_claim_in_two_calls(&store, &h.cfg.queue, &settle, &ids, &token, ttls));
+    let answer =
+        block_on(&h.clock, settle_then_claim_in_two_calls(&*h.store, &h.cfg.queue, &settle, &ids, &token, ttls));
     let settled = answer.settled.expect_err("the settle timed out");
     assert!(settled.may_have_run(), "{settled}");
     let claimed = answer.claimed.expect_err("not asked");
