@@ -116,10 +116,12 @@ impl redis::ToRedisArgs for LeaseKeyArg<'_> {
 }
 
 /// The kinds of a lease's two keys, the token's and the fence's: `lease` and
-/// `fence` for a queue, `claim` and `claim-fence` for an owner.
+/// `fence` for a queue, `claim` and `claim-fence` for an owner, `job` and `job-fence`
+/// for a job.
 fn lease_kinds(lease: &LeaseName) -> (&'static str, &'static str) {
     match lease.kind() {
         LeaseKind::Owner => ("claim", "claim-fence"),
+        LeaseKind::Job => ("job", "job-fence"),
         _ => ("lease", "fence"),
     }
 }
@@ -294,6 +296,8 @@ impl KeySpace {
             ("claim", "") => Some(KeyKind::OwnerClaim { owner: name }),
             ("claim-fence", "") => Some(KeyKind::OwnerFence { owner: name }),
             ("waiters", "") => Some(KeyKind::OwnerWaiters { owner: name }),
+            ("job", "") => Some(KeyKind::Job { job: name }),
+            ("job-fence", "") => Some(KeyKind::JobFence { job: name }),
             ("msg", tail) => {
                 let id = decode_id(tail.strip_prefix(':')?)?;
                 Some(KeyKind::MessageClaim { queue: name, message_id: id })
@@ -344,6 +348,16 @@ pub enum KeyKind {
     OwnerWaiters {
         /// Owner name bytes.
         owner: Vec<u8>,
+    },
+    /// A job's lease.
+    Job {
+        /// Job name bytes.
+        job: Vec<u8>,
+    },
+    /// A job lease's fencing counter.
+    JobFence {
+        /// Job name bytes.
+        job: Vec<u8>,
     },
     /// A per-message claim.
     MessageClaim {

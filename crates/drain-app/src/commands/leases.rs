@@ -99,7 +99,13 @@ fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
                     None => entry.done += 1,
                 }
             }
-            Some(KeyKind::OwnerFence { .. } | KeyKind::OwnerWaiters { .. }) | None => {}
+            Some(
+                KeyKind::OwnerFence { .. }
+                | KeyKind::OwnerWaiters { .. }
+                | KeyKind::Job { .. }
+                | KeyKind::JobFence { .. },
+            )
+            | None => {}
         }
     }
     out.leases = leases.into_values().collect();

@@ -14,6 +14,9 @@ pub enum LeaseKind {
     Queue,
     /// One owner's work: the claim an owner turn takes, which admission peeks.
     Owner,
+    /// Work of your own that must not run twice at once (a nightly job, a
+    /// migration): the lease a lease guard takes.
+    Job,
 }
 
 impl LeaseKind {
@@ -23,6 +26,7 @@ impl LeaseKind {
         match self {
             LeaseKind::Queue => "queue",
             LeaseKind::Owner => "owner",
+            LeaseKind::Job => "job",
         }
     }
 }
@@ -51,6 +55,12 @@ impl LeaseName {
         LeaseName { kind: LeaseKind::Owner, name: owner.into() }
     }
 
+    /// The lease of a job of your own named `job`.
+    #[must_use]
+    pub fn job(job: impl Into<String>) -> Self {
+        LeaseName { kind: LeaseKind::Job, name: job.into() }
+    }
+
     /// What it guards.
     #[must_use]
     pub fn kind(&self) -> LeaseKind {
@@ -67,6 +77,44 @@ impl LeaseName {
 impl fmt::Display for LeaseName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{} {}", self.kind.as_str(), self.name)
+    }
+}
+
+/// A fencing token: the number a store handed out with a lease, and that lease.
+///
+/// Every acquire of a lease hands out a larger fence than the one before, so a
+/// resource that remembers the highest fence it accepted can refuse a holder that
+/// lost the lease and does not know it yet (a pause past its time to live). Fences
+/// count per lease and per store: moving a lease to another store starts them again.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    lease: LeaseName,
+    number: u64,
+}
+
+impl Fence {
+    /// Fence `number` of `lease`.
+    #[must_use]
+    pub fn new(lease: LeaseName, number: u64) -> Self {
+        Fence { lease, number }
+    }
+
+    /// The lease it came with.
+    #[must_use]
+    pub fn lease(&self) -> &LeaseName {
+        &self.lease
+    }
+
+    /// The number: larger for every later holder of the lease.
+    #[must_use]
+    pub fn number(&self) -> u64 {
+        self.number
+    }
+}
+
+impl fmt::Display for Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fence {} of {}", self.number, self.lease)
     }
 }
 

@@ -31,7 +31,7 @@ pub use claim::{
     settle_then_claim_in_two_calls,
 };
 pub use clock::Clock;
-pub use lease::{Acquire, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
+pub use lease::{Acquire, Fence, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
 pub use observer::{NoopObserver, Observer};
 pub use owners::{OwnerClaim, OwnerClaims};
 pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, PropertyValue};
