@@ -13,7 +13,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
@@ -25,7 +25,7 @@ use drain_core::ports::{
     Submitter,
 };
 use drain_core::testkit::{RecordingObserver, TestRng};
-use drain_core::tick::{DrainStats, TickConfig, TickPorts, TickReport, run_tick_until};
+use drain_core::tick::{DrainStats, TickConfig, TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use drain_e2e::rabbit::{Broker, Queue, block_on};
 use drain_e2e::{TokioClock, redis};
@@ -149,11 +149,11 @@ impl ClaimStore for Claims {
 }
 
 /// Ticks of `cfg` one after another until one receives nothing (or `stop`).
-async fn ticks(cfg: &TickConfig, ports: &TickPorts<'_>, seeds: &AtomicU64, stop: &AtomicBool) -> Vec<TickReport> {
+async fn ticks(cfg: &TickConfig, ports: &TickPorts<'_>, seeds: &AtomicU64, stop: &TickControl) -> Vec<TickReport> {
     let mut reports = Vec::new();
-    while !stop.load(Relaxed) {
+    while !stop.is_stopped() {
         let token = LeaseToken::generate("claim-amqp", &mut TestRng::new(seeds.fetch_add(1, Relaxed)));
-        let report = run_tick_until(cfg, ports, &token, stop).await;
+        let report = run_tick(cfg, ports, &token, stop).await;
         let empty = report.error.is_none() && report.stats.is_some_and(|s| s.received == 0);
         reports.push(report);
         if empty {
@@ -233,7 +233,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
 
     // Rounds of 4 beat-tick loops and the resident loop at once, until a round in
     // which every tick received nothing.
-    let (seeds, stop) = (AtomicU64::new(1), AtomicBool::new(false));
+    let (seeds, stop) = (AtomicU64::new(1), TickControl::default());
     let started = Instant::now();
     let (mut beat_reports, mut resident_reports, mut rounds) = (Vec::new(), Vec::new(), 0);
     block_on(async {
@@ -245,7 +245,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
                 let received = sum(&r).received + b.iter().map(|b| sum(b).received).sum::<u64>();
                 beat_reports.extend(b.into_iter().flatten());
                 resident_reports.extend(r);
-                if received == 0 || stop.load(Relaxed) {
+                if received == 0 || stop.is_stopped() {
                     break;
                 }
             }
@@ -254,7 +254,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
         tokio::select! {
             () = &mut work => {}
             () = tokio::time::sleep(BOUND) => {
-                stop.store(true, Relaxed);
+                stop.stop();
                 tokio::time::timeout(STOP_BOUND, work).await.expect("the ticks did not stop");
             }
         }
@@ -281,7 +281,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
     );
     let counts = broker.counts(&source_q.name);
     assert!(
-        !stop.load(Relaxed),
+        !stop.is_stopped(),
         "not drained within {BOUND:?}: {sent} of {N} submitted, source (ready, unacked) {counts:?}"
     );
     // Nothing is left unsettled: nothing ready and nothing held by the open link.

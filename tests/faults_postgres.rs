@@ -31,8 +31,8 @@ use std::time::{Duration, Instant};
 
 use adapter_postgres::PostgresStore;
 use drain_core::event::{Event, LeaseOp, MessageOutcome};
+use drain_core::guard::LeaseStatus;
 use drain_core::ports::LeaseStore;
-use drain_core::tick::LeaseStatus;
 use test_servers::PostgresServer;
 
 use faults::postgres::{Server, World, config};

@@ -296,7 +296,7 @@ async fn tick(s: &Setup<'_>, redis: Option<&RedisStore>, concurrency: usize) -> 
     let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&memory).claims(claims);
     let token = LeaseToken::generate("bench", &mut TestRng::new(s.run as u64));
     let start = Instant::now();
-    let report = run_tick(&cfg, &ports, &token).await;
+    let report = run_tick(&cfg, &ports, &token, &Default::default()).await;
     // The last, empty receive waits max_wait: not part of the drain.
     let took = start.elapsed().saturating_sub(cfg.max_wait);
     assert_eq!(report.stats.map(|st| st.submitted), Some(s.n as u64), "{:?}", report.error);

@@ -23,13 +23,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::guard::LeaseStatus;
 use drain_core::memory::MemorySource;
 use drain_core::ports::{
     Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
     Renew, SettleResult, SettledThenClaimed, Settlement, SubmitContext, Submitter,
 };
 use drain_core::testkit::{RecordingObserver, TestRng, message};
-use drain_core::tick::{LeaseStatus, TickConfig, TickPorts, TickReport, run_tick};
+use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
 use drain_core::{LeaseToken, PortError, Switch};
 use drain_e2e::TokioClock;
 
@@ -98,7 +99,7 @@ impl Submitter for Target {
             self.clock.sleep_until(self.clock.now() + self.delay).await;
         }
         let id = message.message_id.as_ref().map(ToString::to_string).unwrap_or_default();
-        lock(&self.accepted).push((id, ctx.fence));
+        lock(&self.accepted).push((id, ctx.fence.map(drain_core::ports::Fence::number)));
         Ok(())
     }
 }
@@ -180,7 +181,7 @@ impl<S: FaultStore, V: FaultServer> World<S, V> {
         self.last_token = Some(token.clone());
         let ports =
             TickPorts::new(&*self.source, &*self.target, &*self.clock, &*self.observer).leases(leases).claims(claims);
-        tokio::time::timeout(TICK_BOUND, run_tick(&self.cfg, &ports, &token))
+        tokio::time::timeout(TICK_BOUND, run_tick(&self.cfg, &ports, &token, &Default::default()))
             .await
             .unwrap_or_else(|_| panic!("a tick MUST end: still running after {TICK_BOUND:?}"))
     }

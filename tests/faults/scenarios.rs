@@ -10,8 +10,9 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
+use drain_core::guard::{LeaseStatus, Loss};
 use drain_core::testkit::message;
-use drain_core::tick::{ClaimHealth, LeaseStatus, TickReport};
+use drain_core::tick::{ClaimHealth, TickReport};
 
 use super::{FaultServer, FaultStore, KillDuring, Op, World, answered, lock, stats};
 
@@ -158,9 +159,10 @@ pub(crate) async fn killed_while_the_release_is_in_flight<S: FaultStore, V: Faul
 }
 
 /// SIGSTOP from the first submit for 2 s, twice the 1 s lease TTL (25 messages in
-/// one batch, 120 ms a submit): renewals fail while it is frozen; once it thaws the
-/// next renewal reports `Lost`, the drain is cancelled (the rest abandoned) and the
-/// release is `NotOwner`. Then a tick while it is frozen fails open and receives
+/// one batch, 120 ms a submit): no renewal is confirmed while it is frozen, so the
+/// lease is lost at its deadline (0.9 s after the acquire) without waiting for the
+/// store, the drain is cancelled (the rest abandoned) and the release, once the store
+/// thaws, is `NotOwner`. Then a tick while it is frozen fails open and receives
 /// nothing, and the same store drains everything exactly once.
 pub(crate) async fn frozen_past_the_ttl<S: FaultStore, V: FaultServer>(mut w: World<S, V>) {
     given(&w, 25, Duration::from_millis(120));
@@ -182,11 +184,14 @@ pub(crate) async fn frozen_past_the_ttl<S: FaultStore, V: FaultServer>(mut w: Wo
     let r = w.tick().await;
     w.join();
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert!(r.lease_lost, "the renewal found the lease gone: {r:?}");
-    assert!(w.lease_ops(LeaseOp::Renew, "error") >= 1, "renewals while frozen fail and are counted");
-    assert_eq!(w.lease_ops(LeaseOp::Renew, "lost"), 1);
+    assert!(r.lease_lost, "the deadline passed with no renewal confirmed: {r:?}");
+    assert_eq!(w.lease_ops(LeaseOp::Renew, "renewed"), 0, "no renewal is confirmed while frozen");
+    assert_eq!(w.count(|e| matches!(e, Event::LeaseLost { loss: Loss::Expired, .. })), 1);
     assert_eq!(w.count(|e| matches!(e, Event::LeaseLost { .. })), 1);
-    assert_eq!(w.lease_ops(LeaseOp::Release, "not_owner"), 1, "nothing of anyone else's is deleted");
+    // The release comes after the settlement, which may time out on the frozen store
+    // (then the release is skipped, counted as an error, and the TTL frees the lease).
+    assert_eq!(w.lease_ops(LeaseOp::Release, "released"), 0, "nothing of anyone else's is deleted");
+    assert_eq!(w.lease_ops(LeaseOp::Release, "not_owner") + w.lease_ops(LeaseOp::Release, "error"), 1);
     let (received, submitted, _, abandoned) = stats(&r);
     assert_eq!((received, submitted + abandoned), (25, 25));
     assert!(abandoned >= 1 && w.messages(MessageOutcome::Cancelled) as u64 == abandoned, "{r:?}");

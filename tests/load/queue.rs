@@ -187,7 +187,7 @@ impl Submitter for Target {
             Some(MessageId::Ulong(n)) => n,
             _ => 0,
         };
-        match ctx.fence {
+        match ctx.fence.map(drain_core::ports::Fence::number) {
             Some(f) => {
                 if self.fences[q].fetch_max(f, Ordering::Relaxed) > f {
                     self.stale_fence.fetch_add(1, Ordering::Relaxed);

@@ -132,7 +132,7 @@ impl TickPath {
                         let token = LeaseToken::generate(&instance, &mut rng);
                         let ports =
                             TickPorts::new(&*queue, &*target, &*clock, &*observer).leases(&store).claims(&store);
-                        let report = run_tick(&cfg, &ports, &token).await;
+                        let report = run_tick(&cfg, &ports, &token, &Default::default()).await;
                         reports.ticks.fetch_add(1, Ordering::Relaxed);
                         if report.lease_lost {
                             reports.lease_lost.fetch_add(1, Ordering::Relaxed);

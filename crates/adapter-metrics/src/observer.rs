@@ -64,7 +64,10 @@ pub(crate) fn describe() {
         "Ticks by queue, outcome (ran, skipped_locked, fail_open), mode and kind (beat, resident)."
     );
     describe_counter!("drain_lease_ops_total", "Single-flight lease operations by op, result and mode.");
-    describe_counter!("drain_lease_lost_total", "Renewals that found the lease gone; the drain was cancelled.");
+    describe_counter!(
+        "drain_lease_lost_total",
+        "Held leases lost (a renewal found the lease gone, or none was confirmed by its deadline); the work under it was stopped."
+    );
     describe_counter!("drain_owner_skipped_total", "Owner launches deferred by admission, by reason.");
     describe_counter!("drain_owner_claim_busy_backoff_total", "Claim-busy turns put on a jittered retry timer.");
     describe_counter!("drain_owner_retry_overflow_total", "Retry timers beyond the cap, handed back to the caller.");

@@ -40,7 +40,7 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
     o.observe(&tick(TickOutcome::Ran, Switch::Off, TickKind::Resident));
     o.observe(&Event::LeaseOp { op: LeaseOp::Acquire, result: "acquired", mode: Switch::On });
     o.observe(&Event::LeaseOp { op: LeaseOp::Renew, result: "error", mode: Switch::Shadow });
-    o.observe(&Event::LeaseLost { queue: "requests" });
+    o.observe(&Event::LeaseLost { lease: "requests", loss: drain_core::guard::Loss::Lost });
     o.observe(&Event::Message { queue: "requests", outcome: MessageOutcome::Duplicate, mode: Switch::On });
     o.observe(&Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode: Switch::Shadow });
     o.observe(&Event::ClaimBusyBackoff { mode: Switch::On });

@@ -39,7 +39,7 @@ async fn the_claims_of_a_call_that_timed_out_are_released_before_the_next_receiv
 
     redis.pause();
     let first = token("first", 2);
-    let r = run_tick(&cfg, &ports, &first).await;
+    let r = run_tick(&cfg, &ports, &first, &Default::default()).await;
     redis.resume();
     assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(target.attempts(), 0, "fail closed");
@@ -61,7 +61,7 @@ async fn the_claims_of_a_call_that_timed_out_are_released_before_the_next_receiv
     let stale = StaleClaims { token: first, ids: r.stale_claims.clone() };
     release_stale_claims(&cfg, &store, &stale).await.expect("released");
 
-    let r = run_tick(&cfg, &ports, &token("second", 5)).await;
+    let r = run_tick(&cfg, &ports, &token("second", 5), &Default::default()).await;
     assert_eq!(r.claims, ClaimHealth::Answered, "{r:?}");
     let mut submitted = target.submitted_ids();
     submitted.sort();

@@ -199,7 +199,7 @@ async fn tick((from, to): (Endpoint, Endpoint), n: usize, concurrency: usize) ->
     let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency as u64));
     let start = Instant::now();
-    let report = run_tick(&cfg, &ports, &token).await;
+    let report = run_tick(&cfg, &ports, &token, &Default::default()).await;
     // The last, empty receive waits max_wait: not part of the drain.
     let took = start.elapsed().saturating_sub(cfg.max_wait);
     assert_eq!(report.stats.map(|s| s.submitted), Some(n as u64), "{:?}", report.error);

@@ -176,7 +176,7 @@ impl Submitter for AmqpSubmitter {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
         let mut amqp = convert::to_amqp(message);
         if let (Some(name), Some(fence)) = (&self.fence_property, ctx.fence) {
-            convert::set_fence(&mut amqp, name, fence);
+            convert::set_fence(&mut amqp, name, fence.number());
         }
         let (reply, rx) = oneshot::channel();
         let cmd = Command::Send { message: Box::new(Sendable::from(amqp)), reply };

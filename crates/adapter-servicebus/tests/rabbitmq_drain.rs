@@ -71,7 +71,7 @@ impl Drain {
     async fn tick(&self, source: &AmqpSource, target: &AmqpSubmitter, n: u64) -> TickReport {
         let ports = TickPorts::new(source, target, &*self.clock, &NoopObserver).leases(&self.store).claims(&self.store);
         let token = LeaseToken::generate("drain-test", &mut TestRng::new(n));
-        run_tick(&self.cfg, &ports, &token).await
+        run_tick(&self.cfg, &ports, &token, &Default::default()).await
     }
 }
 

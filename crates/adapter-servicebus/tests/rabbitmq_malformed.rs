@@ -218,7 +218,7 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
     cfg.max_wait = Duration::from_millis(500);
     let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("drain-test", &mut TestRng::new(6));
-    let report = step("run the tick", run_tick(&cfg, &ports, &token)).await;
+    let report = step("run the tick", run_tick(&cfg, &ports, &token, &Default::default())).await;
     eprintln!("{report:?}");
     assert_eq!(report.error, None);
     let stats = report.stats.expect("stats");

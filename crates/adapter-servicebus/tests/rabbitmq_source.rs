@@ -252,7 +252,8 @@ async fn the_fence_rides_along_as_an_application_property_when_asked() {
     let options = SubmitterOptions { fence_property: Some("drain-fence".into()), ..SubmitterOptions::default() };
     let fenced = AmqpSubmitter::connect(r.endpoint(&q.name, None), options).await.expect("submitter");
     let plain = AmqpSubmitter::connect(r.endpoint(&q.name, None), SubmitterOptions::default()).await.expect("plain");
-    let held = SubmitContext { queue: "test", fence: Some(42) };
+    let fence = drain_core::ports::Fence::new(drain_core::ports::LeaseName::queue("test"), 42);
+    let held = SubmitContext { queue: "test", fence: Some(&fence) };
     fenced.submit(&message("fenced"), &held).await.expect("submit");
     fenced.submit(&message("no-lease"), &CTX).await.expect("submit");
     plain.submit(&message("plain"), &held).await.expect("submit");

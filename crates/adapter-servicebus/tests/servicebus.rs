@@ -424,7 +424,7 @@ async fn a_claim_busy_message_is_released_by_the_tick_and_never_counted() {
         local.broker.send("requests", b"free", Some(&format!("free-{n}")));
         let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).claims(&store);
         let token = LeaseToken::generate("me", &mut TestRng::new(n + 2));
-        let report = run_tick(&cfg, &ports, &token).await;
+        let report = run_tick(&cfg, &ports, &token, &Default::default()).await;
         let stats = report.stats.expect("stats");
         assert!(stats.submitted >= 1 && stats.abandoned >= 1, "tick {n}: {stats:?}");
         // Between ticks, as `drain run` with the lease: the released copies that came

@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drain_core::event::TickKind;
+use drain_core::guard::LeaseStatus;
 use drain_core::ports::LeaseName;
-use drain_core::tick::{ClaimHealth, Gate, TickProgress, TickReport, run_tick_with_progress};
+use drain_core::tick::{ClaimHealth, Gate, TickControl, TickReport, run_tick};
 use drain_core::{LeaseToken, Switch};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
@@ -43,9 +44,9 @@ impl Held {
 
 /// Run one tick with a fresh token: its report, and the token (the holder of any
 /// claims its failed claim call may still take).
-pub(crate) async fn tick_once(rt: &Runtime, stop: &AtomicBool) -> (TickReport, LeaseToken) {
+pub(crate) async fn tick_once(rt: &Runtime) -> (TickReport, LeaseToken) {
     let token = LeaseToken::generate(&rt.config.instance_id, &mut rand::rng());
-    let report = run_tick_with_progress(&rt.tick, &rt.ports(), &token, stop, &TickProgress::default()).await;
+    let report = run_tick(&rt.tick, &rt.ports(), &token, &TickControl::default()).await;
     (report, token)
 }
 
@@ -54,12 +55,12 @@ async fn watched_tick(
     rt: &Runtime,
     cfg: &drain_core::tick::TickConfig,
     token: &LeaseToken,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     what: &'static str,
 ) -> TickReport {
-    let progress = TickProgress::default();
+    let progress = TickControl::stopped_by(stop.clone());
     let ports = rt.ports();
-    let tick = run_tick_with_progress(cfg, &ports, token, stop, &progress);
+    let tick = run_tick(cfg, &ports, token, &progress);
     futures::pin_mut!(tick);
     let started = tokio::time::Instant::now();
     let mut every = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
@@ -90,7 +91,7 @@ fn problems(report: &TickReport) -> String {
         }
         out.push_str(&what);
     };
-    if report.lease == Some(drain_core::tick::LeaseStatus::FailOpen) {
+    if report.lease == Some(LeaseStatus::FailOpen) {
         add("the lease store failed on acquire: drained without the lease (fail-open)".to_owned());
     }
     if let Some(s) = report.stats {

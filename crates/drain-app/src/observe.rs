@@ -33,8 +33,8 @@ impl Observer for LogObserver {
             Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. } => {
                 tracing::warn!("lease renewal failed; retrying next period");
             }
-            Event::LeaseLost { queue } => {
-                tracing::debug!(queue, "lease lost while draining (expired or taken); drain cancelled");
+            Event::LeaseLost { lease, loss } => {
+                tracing::debug!(lease, why = loss.as_str(), "{loss}; the work under it was stopped");
             }
             Event::Message { queue, outcome, mode } if outcome != MessageOutcome::Submitted => {
                 tracing::debug!(queue, outcome = outcome.as_str(), mode = mode.as_str(), "message settled");

@@ -10,7 +10,8 @@
 //! A tick whose claim store failed adds `"claim_store":"failed"`, and the counts of
 //! what went wrong (`claim_errors`, `submit_failures`, `claims_expired`, …).
 
-use drain_core::tick::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
+use drain_core::guard::LeaseStatus;
+use drain_core::tick::{ClaimHealth, DrainStats, TickReport};
 use serde::Serialize;
 
 /// One JSON line for `report` (no trailing newline).

@@ -183,7 +183,7 @@ fn tick_skip() -> (f64, f64) {
     let ports = TickPorts::new(&source, &target, &*clock, &NoopObserver).leases(&store).claims(&store);
     let token = LeaseToken::generate("bench", &mut rng);
     let tick = || {
-        let report = ready(run_tick(&cfg, &ports, &token));
+        let report = ready(run_tick(&cfg, &ports, &token, &Default::default()));
         assert!(report.is_skipped(), "{report:?}");
         black_box(report);
     };

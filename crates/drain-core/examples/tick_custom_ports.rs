@@ -97,13 +97,13 @@ fn main() {
     for id in [MessageId::Ulong(42), MessageId::from("42"), MessageId::from("order-7")] {
         queue.ready.lock().unwrap().push_back(message(id));
     }
-    let first = block_on(&clock, run_tick(&cfg, &ports, &token(1)));
+    let first = block_on(&clock, run_tick(&cfg, &ports, &token(1), &Default::default()));
     let stats = first.stats.expect("the tick ran");
     assert_eq!((stats.received, stats.submitted, stats.duplicates), (3, 3, 0), "{first:?}");
 
     // The broker redelivers one (its completion was lost): the done claim suppresses it.
     queue.ready.lock().unwrap().push_back(message(MessageId::Ulong(42)));
-    let second = block_on(&clock, run_tick(&cfg, &ports, &token(2)));
+    let second = block_on(&clock, run_tick(&cfg, &ports, &token(2), &Default::default()));
     let stats = second.stats.expect("the tick ran");
     assert_eq!((stats.received, stats.submitted, stats.duplicates), (1, 0, 1), "{second:?}");
 

@@ -248,10 +248,13 @@ pub enum Event<'a> {
         /// but a held lease does not skip the tick).
         mode: Switch,
     },
-    /// A renewal found the lease gone; the drain was cancelled.
+    /// A held lease was lost: a renewal found it gone, or no renewal was confirmed
+    /// by its deadline. The work under it was stopped (in shadow, only counted).
     LeaseLost {
-        /// Queue name.
-        queue: &'a str,
+        /// The lease's name (a queue's, an owner's, a job's).
+        lease: &'a str,
+        /// Why.
+        loss: crate::guard::Loss,
     },
     /// A message was processed.
     Message {

@@ -54,6 +54,7 @@
 pub mod admission;
 pub mod error;
 pub mod event;
+pub mod guard;
 pub mod ports;
 pub mod settings;
 pub mod switch;

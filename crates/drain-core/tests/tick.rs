@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
+use drain_core::guard::{LeaseStatus, Loss};
 use drain_core::memory::{MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
     Acquire, Capabilities, ClaimState, ClaimStore, Delivery, DeliveryHandle, Holding, LeaseName, LeaseStore, Message,
     MessageId, MessageSource, Release, Renew, SettleResult, Settlement, SubmitContext, Submitter,
 };
 use drain_core::testkit::{RecordingSubmitter, TestRng, message};
-use drain_core::tick::{LeaseStatus, TickPorts, TickReport, run_tick};
+use drain_core::tick::{TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
 
@@ -276,7 +277,7 @@ fn a_claim_busy_message_goes_back_uncounted_where_the_source_can() {
             let source = CountsEveryReturn(h.source.clone());
             let token = h.token();
             let ports = TickPorts::new(&source, &*h.target, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
-            block_on(&h.clock, run_tick(&h.cfg, &ports, &token))
+            block_on(&h.clock, run_tick(&h.cfg, &ports, &token, &Default::default()))
         };
         assert_eq!(stats(&r), (2, 1, 0, 1, 0), "release={release}: {r:?}");
         assert_eq!(h.messages(MessageOutcome::ClaimedElsewhere), 1);
@@ -491,16 +492,22 @@ fn lease_is_renewed_every_third_of_the_ttl() {
     assert_eq!(h.lease_value(), None);
 }
 
+/// Without renewal the lease lasts its time to live, so the drain stops at the
+/// deadline (TTL less a tenth) instead of draining on under a lease another tick may
+/// have taken.
 #[test]
-fn without_renewal_a_long_drain_loses_the_lease_to_the_ttl() {
+fn without_renewal_the_drain_stops_at_the_deadline() {
     let mut h = Harness::with_delay(Duration::from_secs(10));
     h.cfg.lease_ttl = Duration::from_secs(30);
     h.cfg.renew = Switch::Off;
     h.feed(&["a", "b", "c", "d", "e", "f"]);
     let r = h.tick();
-    assert_eq!(stats(&r).1, 6);
+    assert!(r.lease_lost, "{r:?}");
+    assert_eq!(h.target.submitted_ids(), ["a", "b", "c"], "submits start at 0, 10 and 20 s; the deadline is 27 s");
     assert_eq!(h.store.calls().get("renew"), None);
-    assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })), 1);
+    assert_eq!(h.count(|e| matches!(e, Event::LeaseLost { loss: Loss::Expired, .. })), 1);
+    let s = r.stats.unwrap();
+    assert_eq!(s.received, s.submitted + s.abandoned, "every received message is settled");
 }
 
 /// Steals the lease (as a later tick would after our TTL) when it sees message `steal`.
@@ -702,7 +709,7 @@ fn off_claim_submits_everything() {
 
 /// Sets the shutdown flag when it sees message `stop`.
 struct Stopper<'a> {
-    flag: &'a std::sync::atomic::AtomicBool,
+    control: &'a TickControl,
     inner: RecordingSubmitter,
 }
 
@@ -710,7 +717,7 @@ struct Stopper<'a> {
 impl Submitter for Stopper<'_> {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
         if message.message_id == Some(MessageId::from("stop")) {
-            self.flag.store(true, std::sync::atomic::Ordering::Release);
+            self.control.stop();
         }
         self.inner.submit(message, ctx).await
     }
@@ -720,12 +727,12 @@ impl Submitter for Stopper<'_> {
 fn a_stop_request_abandons_the_rest_settles_and_releases() {
     let mut h = Harness::new();
     h.cfg.batch = 4;
-    let flag = std::sync::atomic::AtomicBool::new(false);
-    let stopper = Stopper { flag: &flag, inner: RecordingSubmitter::new(h.clock.clone()) };
+    let control = TickControl::default();
+    let stopper = Stopper { control: &control, inner: RecordingSubmitter::new(h.clock.clone()) };
     h.feed(&["a", "stop", "c", "d", "e", "f"]);
     let token = h.token();
     let ports = TickPorts::new(&*h.source, &stopper, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
-    let r = block_on(&h.clock, drain_core::tick::run_tick_until(&h.cfg, &ports, &token, &flag));
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token, &control));
     assert!(r.stopped);
     assert_eq!(stopper.inner.submitted_ids(), ["a", "stop"]);
     assert_eq!(stats(&r), (4, 2, 0, 2, 0), "one batch received; the two not yet submitted are abandoned");
@@ -749,7 +756,7 @@ fn ports_a_configuration_does_not_use_are_not_required() {
     let target = h.target.clone();
     let ports = TickPorts::new(&*h.source, &*target, &*h.clock, &h.observer);
     assert!(ports.missing(&h.cfg).is_empty());
-    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token));
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token, &Default::default()));
     assert_eq!((r.lease, stats(&r), r.error.clone()), (Some(LeaseStatus::Off), (2, 2, 0, 0, 0), None));
 
     h.cfg.singleflight = Switch::On;
@@ -758,7 +765,7 @@ fn ports_a_configuration_does_not_use_are_not_required() {
     assert_eq!(ports.missing(&h.cfg), ["lease store", "claim store"]);
     assert_eq!(ports.claims(&*h.store).missing(&h.cfg), ["lease store"]);
     h.feed(&["c"]);
-    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token));
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token, &Default::default()));
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen), "no lease store: the lease fails open");
     assert_eq!(stats(&r), (1, 0, 0, 1, 0), "no claim store: claims fail closed, nothing submitted");
     assert_eq!(r.error.as_deref(), Some("no lease store and no claim store configured"));

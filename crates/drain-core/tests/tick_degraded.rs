@@ -6,11 +6,11 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome};
+use drain_core::guard::LeaseStatus;
 use drain_core::memory::{ManualClock, MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
     Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
@@ -18,8 +18,7 @@ use drain_core::ports::{
 };
 use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{
-    ClaimHealth, LeaseStatus, PROBE_ID, StaleClaims, TickPorts, TickProgress, probe_claims, release_stale_claims,
-    run_tick, run_tick_with_progress,
+    ClaimHealth, PROBE_ID, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
@@ -329,7 +328,7 @@ fn claims_a_timed_out_call_took_are_named_released_and_then_taken() {
     let (store, target) = (h.store.clone(), h.target.clone());
     let token = h.token();
     let ports = TickPorts::new(&*h.source, &*target, &*h.clock, &h.observer).leases(&*store).claims(&late);
-    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token));
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token, &Default::default()));
     assert_eq!(stats(&r), (4, 2, 0, 2, 0), "[a, b] submitted, [b, c] given back: {r:?}");
     assert_eq!(r.claims, ClaimHealth::Failed);
     assert_eq!(r.stale_claims, [MessageId::from("c")], "b holds the first batch's claim for its submit");
@@ -454,10 +453,9 @@ fn progress_counts_what_the_tick_did() {
     h.cfg.batch = 2;
     h.feed(&["a", "b", "c"]);
     let token = h.token();
-    let progress = TickProgress::default();
+    let progress = TickControl::default();
     let ports = TickPorts::new(&*h.source, &*h.target, &*h.clock, &h.observer).leases(&*h.store).claims(&*h.store);
-    let stop = AtomicBool::new(false);
-    let r = block_on(&h.clock, run_tick_with_progress(&h.cfg, &ports, &token, &stop, &progress));
+    let r = block_on(&h.clock, run_tick(&h.cfg, &ports, &token, &progress));
     assert_eq!((progress.received(), progress.submitted()), (3, 3));
     assert_eq!(stats(&r).0, 3);
 }
@@ -619,8 +617,9 @@ fn shadow_counts_what_on_decides_for_repeated_ids() {
     }
 }
 
-/// `SERVICEBUS_DRAIN_LEASE_RENEW=shadow` behaves as Off: it never extends the lease
-/// (a long drain loses it to the TTL, exactly as with renewal off).
+/// `SERVICEBUS_DRAIN_LEASE_RENEW=shadow` behaves as Off: it never extends the lease,
+/// so a long drain stops at the lease's deadline (TTL less a tenth), exactly as with
+/// renewal off.
 #[test]
 fn renew_shadow_never_extends_the_lease() {
     for renew in [Switch::Shadow, Switch::Off] {
@@ -629,7 +628,8 @@ fn renew_shadow_never_extends_the_lease() {
         h.cfg.renew = renew;
         h.feed(&["a", "b", "c", "d", "e", "f"]);
         let r = h.tick();
-        assert_eq!(stats(&r).1, 6);
+        assert_eq!(stats(&r).1, 3, "{renew:?}: submits start at 0, 10 and 20 s; the deadline is 27 s");
+        assert!(r.lease_lost, "{renew:?}");
         assert_eq!(h.store.calls().get("renew"), None, "{renew:?}: no renewal call");
         assert_eq!(
             h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Release, result: "not_owner", .. })),

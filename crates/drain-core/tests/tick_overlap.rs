@@ -164,7 +164,7 @@ fn the_next_batch_is_received_and_claimed_while_one_is_submitted() {
     cfg.max_wait = Duration::from_millis(100);
     let ports = TickPorts::new(&source, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(1));
-    let report = block_on(clock, run_tick(&cfg, &ports, &token));
+    let report = block_on(clock, run_tick(&cfg, &ports, &token, &Default::default()));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((12, 12)), "{report:?}");
     let ids: Vec<String> = (0..12).map(|i| format!("m{i}")).collect();
     assert_eq!(target.inner.submitted_ids(), ids);
@@ -222,7 +222,7 @@ fn a_store_without_the_one_call_settles_then_claims_in_two() {
     cfg.batch = 2;
     let ports = TickPorts::new(&memory, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(2));
-    let report = block_on(clock, run_tick(&cfg, &ports, &token));
+    let report = block_on(clock, run_tick(&cfg, &ports, &token, &Default::default()));
     assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((6, 6)), "{report:?}");
     let order: Vec<&str> = log.0.lock().unwrap().iter().map(|(n, ..)| *n).collect();
     // Batch 0's claims; batch 1's; batch 0 settled, then batch 2 claimed; batches 1

@@ -2,7 +2,6 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 
 use adapter_metrics::{Known, KnownTicks};
 use clap::Args;
@@ -109,7 +108,7 @@ fn plan(rt: &Runtime, args: &RunArgs, switches: &[(&'static str, drain_core::Swi
 }
 
 async fn once(rt: &Runtime) -> ExitCode {
-    let (report, token) = beat::tick_once(rt, &AtomicBool::new(false)).await;
+    let (report, token) = beat::tick_once(rt).await;
     crate::out::outln!("{}", crate::report::to_json(&report));
     rt.release_before_exit(&report, &token).await;
     ExitCode::SUCCESS

@@ -214,7 +214,7 @@ pub(crate) fn run(sc: &Scenario, seed: u64, lease: Switch) -> TickFigures {
             let src = TickSource { inner: source, tick: id, shared };
             let ports = TickPorts::new(&src, target, &**clock, &NoopObserver).leases(store).claims(store);
             let token = LeaseToken::generate("sim", &mut StdRng::seed_from_u64(seed ^ id.wrapping_mul(0x9E37)));
-            let report = run_tick(cfg, &ports, &token).await;
+            let report = run_tick(cfg, &ports, &token, &Default::default()).await;
             lock(shared).active.remove(&id);
             (start, clock.now(), report)
         }

@@ -1,16 +1,16 @@
 use async_trait::async_trait;
 
 use crate::error::PortError;
-use crate::ports::Message;
+use crate::ports::{Fence, Message};
 
 /// What the tick tells the target about the submit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SubmitContext<'a> {
     /// The queue the message was drained from.
     pub queue: &'a str,
-    /// The fencing number of the lease this tick holds, when it holds one; a
-    /// downstream store can reject writes carrying a fence older than one it has seen.
-    pub fence: Option<u64>,
+    /// The fence of the lease this tick holds, when it holds one: hand it to a
+    /// resource that refuses stale fences, or carry it on the message.
+    pub fence: Option<&'a Fence>,
 }
 
 /// Where drained messages are resubmitted.

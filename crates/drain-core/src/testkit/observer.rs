@@ -58,7 +58,7 @@ impl Observer for RecordingObserver {
             Event::Tick { queue, outcome, mode, kind, duration } => {
                 Event::Tick { queue: self.intern(queue), outcome, mode, kind, duration }
             }
-            Event::LeaseLost { queue } => Event::LeaseLost { queue: self.intern(queue) },
+            Event::LeaseLost { lease, loss } => Event::LeaseLost { lease: self.intern(lease), loss },
             Event::Message { queue, outcome, mode } => Event::Message { queue: self.intern(queue), outcome, mode },
             Event::LeaseOp { op, result, mode } => Event::LeaseOp { op, result, mode },
             Event::OwnerSkipped { reason, mode } => Event::OwnerSkipped { reason, mode },

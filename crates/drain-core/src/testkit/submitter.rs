@@ -105,7 +105,7 @@ impl Submitter for RecordingSubmitter {
         if s.fail_all || failing {
             return Err(PortError::new(ErrorKind::Connection, format!("recording submitter: told to fail {id}")));
         }
-        s.submitted.push((message.clone(), ctx.fence));
+        s.submitted.push((message.clone(), ctx.fence.map(crate::ports::Fence::number)));
         Ok(())
     }
 }

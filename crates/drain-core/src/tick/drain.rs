@@ -22,7 +22,6 @@
 
 use std::borrow::Cow;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use futures::SinkExt;
@@ -31,13 +30,14 @@ use futures::stream::{self, StreamExt};
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, MessageOutcome};
+use crate::guard::Held;
 use crate::ports::{
     ClaimState, ClaimTtls, Delivery, DeliveryHandle, MessageId, SettleAction, SettleResult, SettledThenClaimed,
     Settlement, SubmitContext,
 };
 use crate::switch::Switch;
 use crate::tick::health::Health;
-use crate::tick::{ClaimHealth, DrainStats, TickConfig, TickPorts, TickProgress};
+use crate::tick::{ClaimHealth, DrainStats, TickConfig, TickControl, TickPorts};
 use crate::token::LeaseToken;
 
 /// Reason given when dead-lettering a message that has no message id.
@@ -57,15 +57,13 @@ pub(super) struct Drain<'a> {
     pub(super) cfg: &'a TickConfig,
     pub(super) ports: &'a TickPorts<'a>,
     pub(super) token: &'a LeaseToken,
-    /// Passed to the submitter; `None` unless single-flight is On and we hold the lease.
-    pub(super) fence: Option<u64>,
-    pub(super) cancel: &'a AtomicBool,
-    /// Set from outside (shutdown).
-    pub(super) stop: &'a AtomicBool,
+    /// The lease, as the guard keeps it: its fence goes to the submitter (`None`
+    /// unless single-flight is On and we hold the lease), its loss stops the drain.
+    pub(super) held: &'a Held,
+    /// A stop from outside (shutdown), and counts so far for whoever watches the tick.
+    pub(super) control: &'a TickControl,
     /// What this tick learnt about its stores.
     pub(super) health: &'a Health,
-    /// Counts so far, for whoever watches the tick.
-    pub(super) progress: &'a TickProgress,
 }
 
 /// What to do with one message once its claim state is known.
@@ -179,7 +177,7 @@ enum Fate {
 
 impl Drain<'_> {
     fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Acquire) || self.stop.load(Ordering::Acquire)
+        self.held.is_lost() || self.control.is_stopped()
     }
 
     /// Receiving more cannot succeed: the claim store failed (or is known down)
@@ -393,7 +391,7 @@ impl Drain<'_> {
         }
         let received = batch.len() as u64;
         count(stats).received += received;
-        self.progress.add_received(received);
+        self.control.add_received(received);
         Ok(Some(batch))
     }
 
@@ -468,7 +466,7 @@ impl Drain<'_> {
                 _ => {}
             }
         }
-        let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.fence };
+        let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.held.fence() };
         let jobs: Vec<(usize, Plan)> = plans.iter().copied().enumerate().collect();
         let work_ref = &work;
         let ctx_ref = &ctx;
@@ -597,7 +595,7 @@ impl Drain<'_> {
                 self.observe(MessageOutcome::SettleFailed, mode);
             }
         }
-        self.progress.add_submitted(st.submitted - submitted_before);
+        self.control.add_submitted(st.submitted - submitted_before);
     }
 
     /// Step 4: what became of the claims we held (marked done after a submit,

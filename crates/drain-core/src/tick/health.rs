@@ -5,7 +5,7 @@
 //!   that path that would wait out another timeout (a frozen store otherwise costs
 //!   one timeout per operation: acquire, claim, settle, release). The one exception
 //!   is the best-effort release of an acquire that timed out (see
-//!   `run_tick_with_progress`). Renewals run beside the drain, never delay it, and
+//!   `run_tick`). Renewals run beside the drain, never delay it, and
 //!   mark nothing. Other errors (refused, reset, a missing right) fail at once and
 //!   mark nothing down: the next call may well succeed.
 //! * **Any** claim-store error (or a claim store known down) means the tick stops
@@ -44,14 +44,12 @@ impl Health {
         Health { shared: same_object(ports), ..Health::default() }
     }
 
-    /// The lease store answered `e`.
-    pub(super) fn lease_error(&self, e: &PortError) {
-        if e.kind == ErrorKind::Timeout {
-            set(&self.lease_down);
-            if self.shared {
-                set(&self.claims_down);
-                set(&self.claims_failed);
-            }
+    /// The lease store's acquire timed out.
+    pub(super) fn lease_timed_out(&self) {
+        set(&self.lease_down);
+        if self.shared {
+            set(&self.claims_down);
+            set(&self.claims_failed);
         }
     }
 

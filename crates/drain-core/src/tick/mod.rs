@@ -28,22 +28,21 @@ mod health;
 mod outage;
 mod report;
 
-use std::panic::{AssertUnwindSafe, resume_unwind};
+use std::panic::resume_unwind;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::FutureExt;
-use futures::future::{Either, select};
-
 pub use drain::MISSING_ID_REASON;
 pub use outage::{Gate, MAX_STALE_IDS, Outage, OutagePolicy, StaleClaims, Step};
-pub use report::{ClaimHealth, DrainStats, LeaseStatus, TickReport};
+pub use report::{ClaimHealth, DrainStats, TickReport};
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, LeaseOp, TickKind, TickOutcome};
+use crate::guard::{Ended, LeaseGuard, LeaseStatus, Start};
 use crate::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, LeaseName, LeaseStore, MessageId, MessageSource, Observer, Release, Renew,
-    SettleAction, Settlement, Submitter,
+    ClaimState, ClaimStore, Clock, Fence, LeaseName, LeaseStore, MessageId, MessageSource, Observer, SettleAction,
+    Settlement, Submitter,
 };
 use crate::switch::Switch;
 use crate::tick::health::Health;
@@ -175,37 +174,127 @@ impl<'a> TickPorts<'a> {
 const NO_LEASE_STORE: &str = "lease store";
 const NO_CLAIM_STORE: &str = "claim store";
 
-/// Run one tick. `token` must be fresh for this tick ([`LeaseToken::generate`]).
+/// Run one tick with `token` (fresh for this tick: [`LeaseToken::generate`]), under
+/// `control` (a stop flag for shutdown, and counts to read while it runs; pass
+/// `&TickControl::default()` when nothing watches).
+///
+/// The single-flight lease is a [`LeaseGuard`] of [`LeaseName::queue`] failing open
+/// and telling the drain of a loss: a lost lease (a renewal found it gone, or none
+/// was confirmed by its deadline) stops the drain before its next receive or submit.
+/// Once `control` is stopped (a shutdown past its grace period), no further receive or
+/// submit starts, the messages of the current batch that were not submitted are
+/// abandoned, claims are settled, the lease is released, and the report says
+/// `"stopped":true`.
 ///
 /// Never returns an error: every failure is a decision in the report (fail open on
 /// the lease, fail closed on claims, a source error ends the drain early). A panic
 /// in a port is re-raised after the lease is released.
-pub async fn run_tick(cfg: &TickConfig, ports: &TickPorts<'_>, token: &LeaseToken) -> TickReport {
-    run_tick_until(cfg, ports, token, &AtomicBool::new(false)).await
-}
-
-/// [`run_tick`] that also stops cooperatively once `stop` is set (a shutdown past its
-/// grace period): no further receive or submit starts, the messages of the current
-/// batch that were not submitted are abandoned, claims are settled and the lease is
-/// released, and the report says `"stopped":true`.
-pub async fn run_tick_until(
+pub async fn run_tick(
     cfg: &TickConfig,
     ports: &TickPorts<'_>,
     token: &LeaseToken,
-    stop: &AtomicBool,
+    control: &TickControl,
 ) -> TickReport {
-    run_tick_with_progress(cfg, ports, token, stop, &TickProgress::default()).await
+    let start = ports.clock.now();
+    let health = Health::new(ports);
+    let mode = cfg.singleflight;
+    let finish = |outcome: TickOutcome| {
+        let duration = ports.clock.now().saturating_since(start);
+        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, kind: cfg.kind, duration });
+    };
+    let mut guard = LeaseGuard::over(ports.leases, ports.clock, LeaseName::queue(cfg.queue.as_str()), cfg.lease_ttl)
+        .observer(ports.observer)
+        .mode(mode)
+        .fail_open()
+        .tell_on_loss();
+    if !cfg.renew.enforces() {
+        guard = guard.without_renewal();
+    }
+
+    let begun = match guard.begin(token).await {
+        Start::Run(begun) => begun,
+        Start::Skipped { .. } => {
+            finish(TickOutcome::SkippedLocked);
+            return TickReport::skipped_locked(&cfg.queue);
+        }
+        // The guard fails open: an acquire error runs the drain without the lease.
+        Start::Refused { .. } => unreachable!("a fail-open guard never refuses"),
+    };
+    if begun.timed_out {
+        health.lease_timed_out();
+    }
+    let drain = drain::Drain { cfg, ports, token, held: &begun.held, control, health: &health };
+    let (ended, loss) = guard.keep_while(&begun, token, drain.run()).await;
+
+    // After a timed-out acquire, a best-effort release with this tick's token: if the
+    // acquire landed late, the lease no tick holds is freed now instead of skipping
+    // every tick until its TTL; if it did not, the compare-and-delete touches nothing.
+    // It is the one call made to a store that timed out in this tick: a slow store
+    // runs it after the late acquire, which frees the lease; a frozen one costs it one
+    // more timeout. A lease we hold on a store that timed out later is left to its TTL.
+    if begun.timed_out || (begun.acquired && !health.lease_down()) {
+        guard.release(token).await;
+    } else if begun.acquired {
+        lease_op(cfg, ports, LeaseOp::Release, "error");
+    }
+
+    let mut outcome = match ended {
+        Ended::Done(outcome) => outcome,
+        Ended::Panicked(panic) => resume_unwind(panic),
+        Ended::Stopped(..) => unreachable!("the tick's guard tells the drain of a loss"),
+    };
+    let missing = ports.missing(cfg);
+    if !missing.is_empty() && outcome.error.is_none() {
+        outcome.error = Some(format!("no {} configured", missing.join(" and no ")));
+    }
+    let tick_outcome = match begun.status {
+        LeaseStatus::FailOpen => TickOutcome::FailOpen,
+        LeaseStatus::ShadowWouldSkip => TickOutcome::SkippedLocked,
+        _ => TickOutcome::Ran,
+    };
+    finish(tick_outcome);
+    TickReport {
+        queue: cfg.queue.clone(),
+        skipped: None,
+        lease: Some(begun.status),
+        fence: begun.held.fence().map(Fence::number),
+        stats: Some(outcome.stats),
+        lease_lost: loss.is_some(),
+        stopped: control.is_stopped(),
+        error: outcome.error,
+        claims: outcome.claims,
+        stale_claims: outcome.stale_claims,
+    }
 }
 
-/// Counts of a running tick, readable while it runs (the binary logs the progress
-/// of a long tick).
+/// Stops a running tick from outside, and counts what it received and submitted so
+/// far (the binary logs the progress of a long tick).
 #[derive(Debug, Default)]
-pub struct TickProgress {
+pub struct TickControl {
+    stop: Arc<AtomicBool>,
     received: AtomicU64,
     submitted: AtomicU64,
 }
 
-impl TickProgress {
+impl TickControl {
+    /// A control stopped by `stop`, which several ticks may share (a shutdown stops
+    /// them all).
+    #[must_use]
+    pub fn stopped_by(stop: Arc<AtomicBool>) -> Self {
+        TickControl { stop, ..TickControl::default() }
+    }
+
+    /// Ask the tick to stop: no further receive or submit starts.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    /// Whether [`TickControl::stop`] was called.
+    #[must_use]
+    pub fn is_stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
     /// Messages received so far.
     #[must_use]
     pub fn received(&self) -> u64 {
@@ -224,120 +313,6 @@ impl TickProgress {
 
     fn add_submitted(&self, n: u64) {
         self.submitted.fetch_add(n, Ordering::Relaxed);
-    }
-}
-
-/// [`run_tick_until`] that also counts what it received and submitted into
-/// `progress` as it goes.
-pub async fn run_tick_with_progress(
-    cfg: &TickConfig,
-    ports: &TickPorts<'_>,
-    token: &LeaseToken,
-    stop: &AtomicBool,
-    progress: &TickProgress,
-) -> TickReport {
-    let start = ports.clock.now();
-    let health = Health::new(ports);
-    let key = LeaseName::queue(cfg.queue.as_str());
-    let mode = cfg.singleflight;
-    let finish = |outcome: TickOutcome| {
-        let duration = ports.clock.now().saturating_since(start);
-        ports.observer.observe(&Event::Tick { queue: &cfg.queue, outcome, mode, kind: cfg.kind, duration });
-    };
-
-    // `timed_out`: the acquire got no answer in time, so it may still have taken the
-    // lease with our token (a request is not withdrawn by a client timeout).
-    let (status, fence, acquired, timed_out) = match mode {
-        Switch::Off => (LeaseStatus::Off, None, false, false),
-        Switch::On | Switch::Shadow => match acquire(ports.leases, &key, token, cfg.lease_ttl).await {
-            Ok(Acquire::Acquired { fence }) => {
-                lease_op(cfg, ports, LeaseOp::Acquire, "acquired");
-                let status = if mode.enforces() { LeaseStatus::Held } else { LeaseStatus::ShadowAcquired };
-                (status, Some(fence), true, false)
-            }
-            Ok(Acquire::Held { .. }) => {
-                lease_op(cfg, ports, LeaseOp::Acquire, "held");
-                if mode.enforces() {
-                    finish(TickOutcome::SkippedLocked);
-                    return TickReport::skipped_locked(&cfg.queue);
-                }
-                (LeaseStatus::ShadowWouldSkip, None, false, false)
-            }
-            Err(e) => {
-                lease_op(cfg, ports, LeaseOp::Acquire, "error");
-                health.lease_error(&e);
-                (LeaseStatus::FailOpen, None, false, e.kind == ErrorKind::Timeout)
-            }
-        },
-    };
-
-    let cancel = AtomicBool::new(false);
-    let lost = AtomicBool::new(false);
-    let drain = drain::Drain {
-        cfg,
-        ports,
-        token,
-        fence: if mode.enforces() { fence } else { None },
-        cancel: &cancel,
-        stop,
-        health: &health,
-        progress,
-    };
-    let drain_fut = AssertUnwindSafe(drain.run()).catch_unwind();
-    // Shadow renewal behaves as Off: it must not extend the lease. (On renews every
-    // TTL/3 unconditionally; there is no decision for Shadow to compute.)
-    let result = if let Some(leases) = ports.leases.filter(|_| acquired && cfg.renew.enforces()) {
-        let renew_fut = renew_loop(cfg, &key, leases, ports, token, &cancel, &lost);
-        futures::pin_mut!(drain_fut, renew_fut);
-        match select(drain_fut, renew_fut).await {
-            Either::Left((result, _)) => result,
-            Either::Right(((), drain_fut)) => drain_fut.await,
-        }
-    } else {
-        drain_fut.await
-    };
-
-    // After a timed-out acquire, a best-effort release with this tick's token: if the
-    // acquire landed late, the lease no tick holds is freed now instead of skipping
-    // every tick until its TTL; if it did not, the compare-and-delete touches nothing.
-    // It is the one call made to a store that timed out in this tick: a slow store
-    // runs it after the late acquire, which frees the lease; a frozen one costs it one
-    // more timeout. A lease we hold on a store that timed out later is left to its TTL.
-    if let Some(leases) = ports.leases.filter(|_| timed_out || (acquired && !health.lease_down())) {
-        match leases.release(&key, token).await {
-            Ok(Release::Released) => lease_op(cfg, ports, LeaseOp::Release, "released"),
-            Ok(Release::NotOwner) => lease_op(cfg, ports, LeaseOp::Release, "not_owner"),
-            Err(_) => lease_op(cfg, ports, LeaseOp::Release, "error"),
-        }
-    } else if acquired {
-        lease_op(cfg, ports, LeaseOp::Release, "error");
-    }
-
-    let mut outcome = match result {
-        Ok(outcome) => outcome,
-        Err(panic) => resume_unwind(panic),
-    };
-    let missing = ports.missing(cfg);
-    if !missing.is_empty() && outcome.error.is_none() {
-        outcome.error = Some(format!("no {} configured", missing.join(" and no ")));
-    }
-    let tick_outcome = match status {
-        LeaseStatus::FailOpen => TickOutcome::FailOpen,
-        LeaseStatus::ShadowWouldSkip => TickOutcome::SkippedLocked,
-        _ => TickOutcome::Ran,
-    };
-    finish(tick_outcome);
-    TickReport {
-        queue: cfg.queue.clone(),
-        skipped: None,
-        lease: Some(status),
-        fence: if mode.enforces() { fence } else { None },
-        stats: Some(outcome.stats),
-        lease_lost: lost.load(Ordering::Acquire),
-        stopped: stop.load(Ordering::Acquire),
-        error: outcome.error,
-        claims: outcome.claims,
-        stale_claims: outcome.stale_claims,
     }
 }
 
@@ -388,57 +363,6 @@ pub async fn release_stale_claims(
     drain::of_length(answers, releases.len(), "releases").map(|_| ())
 }
 
-/// Acquire through the lease store, or fail as an unreachable store would when there
-/// is none.
-async fn acquire(
-    leases: Option<&dyn LeaseStore>,
-    key: &LeaseName,
-    token: &LeaseToken,
-    ttl: Duration,
-) -> Result<Acquire, PortError> {
-    match leases {
-        Some(store) => store.acquire(key, token, ttl).await,
-        None => Err(PortError::new(ErrorKind::Config, format!("no {NO_LEASE_STORE} configured"))),
-    }
-}
-
 fn lease_op(cfg: &TickConfig, ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
     ports.observer.observe(&Event::LeaseOp { op, result, mode: cfg.singleflight });
-}
-
-/// Renew every TTL/3 until the lease is lost. With single-flight On, a loss cancels
-/// the drain cooperatively (it stops before the next submit or receive); otherwise
-/// the loss is only counted. A store error is counted and the next period tries
-/// again: a blip is not a loss, and the TTL still runs. Renewals run beside the
-/// drain and never delay the tick's end (the loop is dropped when the drain ends),
-/// so a timed-out renewal marks nothing down: the next one may find the lease lost,
-/// which must still cancel the drain.
-async fn renew_loop(
-    cfg: &TickConfig,
-    key: &LeaseName,
-    leases: &dyn LeaseStore,
-    ports: &TickPorts<'_>,
-    token: &LeaseToken,
-    cancel: &AtomicBool,
-    lost: &AtomicBool,
-) {
-    let period = (cfg.lease_ttl / 3).max(Duration::from_millis(1));
-    let mut next = ports.clock.now() + period;
-    loop {
-        ports.clock.sleep_until(next).await;
-        next = ports.clock.now() + period;
-        match leases.renew(key, token, cfg.lease_ttl).await {
-            Ok(Renew::Renewed) => lease_op(cfg, ports, LeaseOp::Renew, "renewed"),
-            Ok(Renew::Lost) => {
-                lease_op(cfg, ports, LeaseOp::Renew, "lost");
-                ports.observer.observe(&Event::LeaseLost { queue: &cfg.queue });
-                lost.store(true, Ordering::Release);
-                if cfg.singleflight.enforces() {
-                    cancel.store(true, Ordering::Release);
-                }
-                return;
-            }
-            Err(_) => lease_op(cfg, ports, LeaseOp::Renew, "error"),
-        }
-    }
 }

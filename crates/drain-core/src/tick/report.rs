@@ -3,21 +3,6 @@
 
 use crate::ports::MessageId;
 
-/// How the tick related to the single-flight lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseStatus {
-    /// Single-flight is off; the lease store was not touched.
-    Off,
-    /// We held the lease for the drain.
-    Held,
-    /// The store failed on acquire; we drained without a lease.
-    FailOpen,
-    /// Shadow mode: we took the lease (and released it), but would have drained anyway.
-    ShadowAcquired,
-    /// Shadow mode: another holder had the lease; On would have skipped. We drained.
-    ShadowWouldSkip,
-}
-
 /// How the claim store fared in a tick (ordered: a tick that both got answers and
 /// failed has failed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
@@ -75,12 +60,13 @@ pub struct TickReport {
     /// `"locked"` when the tick was skipped because another holder had the lease.
     pub skipped: Option<&'static str>,
     /// How the tick related to the lease; absent on a skipped tick.
-    pub lease: Option<LeaseStatus>,
+    pub lease: Option<crate::guard::LeaseStatus>,
     /// The fencing number of the lease we held.
     pub fence: Option<u64>,
     /// Counts; absent on a skipped tick.
     pub stats: Option<DrainStats>,
-    /// The renewal found the lease gone and the drain stopped early.
+    /// The lease was lost while draining (a renewal found it gone, or none was
+    /// confirmed by its deadline) and the drain stopped early.
     pub lease_lost: bool,
     /// A shutdown stopped the drain before the queue was empty.
     pub stopped: bool,

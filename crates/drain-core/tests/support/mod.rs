@@ -67,7 +67,7 @@ impl Harness {
     pub fn tick_on(&mut self, leases: &dyn LeaseStore, claims: &dyn ClaimStore, target: &dyn Submitter) -> TickReport {
         let token = self.token();
         let ports = TickPorts::new(&*self.source, target, &*self.clock, &self.observer).leases(leases).claims(claims);
-        block_on(&self.clock, run_tick(&self.cfg, &ports, &token))
+        block_on(&self.clock, run_tick(&self.cfg, &ports, &token, &Default::default()))
     }
 
     pub fn lease_key(&self) -> LeaseName {
