@@ -14,7 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use drain_core::LeaseToken;
 use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, SchedulerConfig, TurnOutcome, drive};
-use drain_core::ports::{Acquire, LeaseName, LeaseStore, Release};
+use drain_core::ports::{Acquire, LeaseName, LeaseStore, Release, Waiter};
 use drain_core::testkit::TestRng;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
@@ -77,7 +77,7 @@ struct Work {
 
 #[async_trait]
 impl OwnerWork for Work {
-    async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
+    async fn turn(&self, owner: &OwnerId, _entry: Entry, _waiter: Option<&Waiter>) -> TurnOutcome {
         bump(&self.turns.turns);
         let key = LeaseName::owner(owner.as_str());
         let token = LeaseToken::generate(&self.instance, &mut *lock(&self.rng));

@@ -320,4 +320,9 @@ impl OwnerClaims for PostgresStore {
         let rows = self.call(op, |s| &s.peek_owners, &[&self.prefix(), &names]).await?;
         owner_answers(self, op, &rows, owners.len())
     }
+
+    /// The release wake-up of `src/wake.rs`: a waiters table and `NOTIFY`.
+    fn release_wake(&self) -> Option<&dyn drain_core::ports::ReleaseWake> {
+        Some(self)
+    }
 }

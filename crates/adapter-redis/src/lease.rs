@@ -87,6 +87,11 @@ impl OwnerClaims for RedisStore {
         let read = self.read_keys("peek_owners", &keys).await?;
         Ok(read.into_iter().map(reply::owner_claim).collect())
     }
+
+    /// The release wake-up of `src/wake.rs`: waiter lists and pub/sub.
+    fn release_wake(&self) -> Option<&dyn drain_core::ports::ReleaseWake> {
+        Some(self)
+    }
 }
 
 impl RedisStore {

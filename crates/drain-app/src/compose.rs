@@ -39,7 +39,7 @@ impl ComposeError {
 /// Where leases and claims live.
 pub(crate) enum Backend {
     /// In this process only (no `DRAIN_STORE_URL` or `DRAIN_REDIS_URL`).
-    Embedded,
+    Embedded(Arc<MemoryStore>),
     /// Redis, standalone or Cluster, connected on first use.
     Redis(Arc<LazyRedis>),
     /// PostgreSQL, connected on first use.
@@ -120,7 +120,7 @@ impl Runtime {
     /// A human name for the store in logs.
     pub(crate) fn store_name(&self) -> String {
         match &self.backend {
-            Backend::Embedded => "embedded in-memory store (single process)".to_owned(),
+            Backend::Embedded(_) => "embedded in-memory store (single process)".to_owned(),
             Backend::Redis(r) => format!("redis at {}", r.shown()),
             Backend::Postgres(p) => format!("postgres at {}", p.shown()),
             Backend::Unused => {
@@ -254,7 +254,7 @@ pub(crate) async fn compose(
     let ((leases, claims, owner_claims), backend) = match (&config.redis_url, &config.postgres_url) {
         (None, None) => {
             let store = Arc::new(MemoryStore::new(clock.clone()));
-            (stores(store.clone(), store.clone(), store), Backend::Embedded)
+            (stores(store.clone(), store.clone(), store.clone()), Backend::Embedded(store))
         }
         // Nothing enabled uses a store: Off never touches it, and no port is filled.
         _ if !used => ((None, None, None), Backend::Unused),
@@ -358,7 +358,7 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let backend = match rt.backend {
-            Backend::Embedded => "embedded",
+            Backend::Embedded(_) => "embedded",
             Backend::Redis(_) => "redis",
             Backend::Postgres(_) => "postgres",
             Backend::Unused => "unused",

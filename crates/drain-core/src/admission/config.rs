@@ -27,9 +27,8 @@ pub struct SchedulerConfig {
     /// claim retry timer leaves it at once and is peeked again. [`Switch::Shadow`]
     /// reports what it would wake and changes nothing; [`Switch::Off`] ignores
     /// releases. It only acts when `claim_aware` is On (no claim timer exists
-    /// otherwise), and only when the driver delivers releases
-    /// ([`drive_with_releases`](super::drive_with_releases), fed from a
-    /// [`ReleaseWake`](crate::ports::ReleaseWake) subscription).
+    /// otherwise), and only when the driver hears releases (it subscribes by itself
+    /// when the store offers the wake-up: see [`drive`](super::drive)).
     pub release_wake: Switch,
     /// Turn slots: owners running or being peeked at the same time (at least 1).
     pub workers: usize,
@@ -44,6 +43,16 @@ pub struct SchedulerConfig {
     pub failure_base: Duration,
     /// The largest failure backoff ceiling.
     pub failure_cap: Duration,
+}
+
+impl SchedulerConfig {
+    /// How long a release wake-up registration lives: well past the retry window
+    /// (twice its upper bound, at least 30 s), whose timer is the backstop of a
+    /// lost wake-up.
+    #[must_use]
+    pub fn waiter_ttl(&self) -> Duration {
+        self.backoff_max.max(self.backoff_min).saturating_mul(2).max(Duration::from_secs(30))
+    }
 }
 
 impl Default for SchedulerConfig {

@@ -3,8 +3,13 @@
 //! events to the [`Observer`]. Spawns nothing: turns run concurrently inside the one
 //! future [`drive`] returns, at most `workers` at a time.
 //!
-//! [`drive_with_releases`] also feeds release notifications (an owner's claim was
-//! released elsewhere) to [`Scheduler::on_release`]; [`drive`] is it with none.
+//! With release wake-up on (claim-aware On, release wake not Off), a store that offers
+//! the wake-up ([`OwnerClaims::release_wake`]) and work that names its instance
+//! ([`OwnerWork::instance`]), the driver subscribes to the instance's release
+//! notifications and feeds them to [`Scheduler::on_release`], its peeks register the
+//! instance as a waiter on every claim found held, and each turn is told so it can
+//! register on a lost race ([`OwnerTurns`](super::OwnerTurns) does). Nothing to wire.
+//! [`drive_with_releases`] also feeds releases you hear of yourself.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -18,28 +23,44 @@ use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use super::{Action, Entry, OwnerId, OwnerState, PeekResult, Scheduler, TurnOutcome, Woken};
 use crate::error::{ErrorKind, PortError};
 use crate::event::Event;
-use crate::ports::{Clock, Observer, OwnerClaim, OwnerClaims};
+use crate::ports::{Clock, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter};
+use crate::switch::Switch;
 use crate::time::Time;
 
-/// The owner's drain work, supplied by the embedder.
+/// The owner's drain work. [`OwnerTurns`](super::OwnerTurns) is the ready-made one
+/// around a work function; implement this trait only to take claims your own way.
 #[async_trait]
 pub trait OwnerWork: Send + Sync {
     /// Run one turn for `owner`: take the owner's claim (a lost race is
-    /// [`TurnOutcome::ClaimBusy`]), do a bounded amount of work, release the claim,
-    /// and say whether more remains.
-    async fn turn(&self, owner: &OwnerId, entry: Entry) -> TurnOutcome;
+    /// [`TurnOutcome::ClaimBusy`]; with `waiter`, register it as a waiter in the same
+    /// step, [`ReleaseWake::acquire_or_wait`]), do a bounded amount of work, release the
+    /// claim, and say whether more remains.
+    async fn turn(&self, owner: &OwnerId, entry: Entry, waiter: Option<&Waiter>) -> TurnOutcome;
 
     /// The scheduler could not keep this intent (timer cap reached, or shutting
     /// down): serve it in the next pass. Called, never dropped.
     fn hand_off(&self, owner: OwnerId);
+
+    /// Whether the driver must stop, as on shutdown: a permanent error that retrying
+    /// cannot mend. Asked after every turn.
+    fn must_stop(&self) -> bool {
+        false
+    }
+
+    /// This instance's id, under which the driver subscribes to release wake-ups
+    /// (`None`: it does not).
+    fn instance(&self) -> Option<&str> {
+        None
+    }
 }
 
 /// The ports the driver uses.
 #[derive(Clone, Copy)]
 pub struct DriverPorts<'a> {
     /// Read-only peeks at the owners' claims (one [`OwnerClaims::peek_owners`] per
-    /// batch). Needed only while claim-aware admission computes; without it every
-    /// peek counts as an error and the owner is admitted.
+    /// batch; [`ReleaseWake::peek_and_wait`] while this instance waits for releases).
+    /// Needed only while claim-aware admission computes; without it every peek counts
+    /// as an error and the owner is admitted.
     pub claims: Option<&'a dyn OwnerClaims>,
     /// The turns.
     pub work: &'a dyn OwnerWork,
@@ -94,7 +115,7 @@ pub async fn drive_with_releases<R, S, L, F>(
     scheduler: &mut Scheduler<R>,
     ports: DriverPorts<'_>,
     mut requests: S,
-    mut releases: L,
+    releases: L,
     shutdown: F,
 ) where
     R: rand::Rng + Send,
@@ -102,6 +123,8 @@ pub async fn drive_with_releases<R, S, L, F>(
     L: Stream<Item = OwnerId> + Unpin + Send,
     F: Future<Output = ()> + Send,
 {
+    let (wake, waiter, heard) = subscribe(scheduler, ports).await;
+    let mut releases = futures::stream::select(releases.boxed(), heard);
     let mut shutdown = Some(Box::pin(shutdown));
     let mut input_open = true;
     let mut releases_open = true;
@@ -116,17 +139,24 @@ pub async fn drive_with_releases<R, S, L, F>(
         scheduler.handle_timeout(now);
         while let Some(action) = scheduler.poll_action(now) {
             match action {
-                Action::Peek(owners) => peeks.push(Box::pin(async move {
-                    let r = match ports.claims {
-                        Some(claims) => claims.peek_owners(&owners).await,
-                        None => Err(PortError::new(ErrorKind::Config, "no owner claims to peek at")),
-                    };
-                    (owners, r)
-                })),
-                Action::Launch { owner, entry } => turns.push(Box::pin(async move {
-                    let outcome = ports.work.turn(&owner, entry).await;
-                    (owner, outcome)
-                })),
+                Action::Peek(owners) => {
+                    let waiter = waiter.as_ref();
+                    peeks.push(Box::pin(async move {
+                        let r = match (ports.claims, wake.zip(waiter)) {
+                            (Some(_), Some((wake, waiter))) => wake.peek_and_wait(&owners, waiter).await,
+                            (Some(claims), None) => claims.peek_owners(&owners).await,
+                            (None, _) => Err(PortError::new(ErrorKind::Config, "no owner claims to peek at")),
+                        };
+                        (owners, r)
+                    }));
+                }
+                Action::Launch { owner, entry } => {
+                    let waiter = waiter.as_ref();
+                    turns.push(Box::pin(async move {
+                        let outcome = ports.work.turn(&owner, entry, waiter).await;
+                        (owner, outcome)
+                    }));
+                }
             }
         }
         while let Some(event) = scheduler.poll_event() {
@@ -203,6 +233,14 @@ pub async fn drive_with_releases<R, S, L, F>(
                 if early.remove(&owner) {
                     release(scheduler, ports, now, &owner);
                 }
+                if ports.work.must_stop() && !scheduler.is_closed() {
+                    // A permanent error: stop as on shutdown (running turns finish).
+                    shutdown = None;
+                    input_open = false;
+                    for owner in scheduler.close() {
+                        ports.work.hand_off(owner);
+                    }
+                }
             }
             Wake::Peeked((owners, result)) => {
                 let results: Vec<(OwnerId, PeekResult)> = match result {
@@ -242,6 +280,28 @@ pub async fn drive_with_releases<R, S, L, F>(
             }
             Wake::Timer => timer = None,
         }
+    }
+}
+
+/// The store's release wake-up when the driver uses it (claim-aware On, release wake not
+/// Off, a store that offers it, work that names its instance), with this instance as a
+/// waiter and the releases it hears; a subscription that fails leaves the instance
+/// unregistered (the retry window still serves).
+async fn subscribe<'a, R: rand::Rng>(
+    scheduler: &Scheduler<R>,
+    ports: DriverPorts<'a>,
+) -> (Option<&'a dyn ReleaseWake>, Option<Waiter>, Releases) {
+    let cfg = scheduler.config();
+    let none = || -> Releases { Box::pin(futures::stream::empty()) };
+    let wake = ports.claims.and_then(|c| c.release_wake());
+    let (Some(wake), Some(instance), Switch::On, true) =
+        (wake, ports.work.instance(), cfg.claim_aware, cfg.release_wake != Switch::Off)
+    else {
+        return (wake, None, none());
+    };
+    match wake.subscribe(instance).await {
+        Ok(heard) => (Some(wake), Some(Waiter { instance: instance.to_owned(), ttl: cfg.waiter_ttl() }), heard),
+        Err(_) => (Some(wake), None, none()),
     }
 }
 

@@ -87,6 +87,7 @@ mod config;
 mod driver;
 mod owner;
 mod scheduler;
+mod turns;
 mod types;
 
 #[cfg(test)]
@@ -96,4 +97,5 @@ pub use config::SchedulerConfig;
 pub use driver::{DriverPorts, OwnerWork, drive, drive_with_releases};
 pub use owner::OwnerId;
 pub use scheduler::Scheduler;
+pub use turns::{OwnerTurns, Worked};
 pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};

@@ -276,6 +276,10 @@ impl OwnerClaims for MemoryStore {
         }
         self.call("peek_owners", |s, now| Ok(owners.iter().map(|o| owner_claim(s, now, o)).collect()))
     }
+
+    fn release_wake(&self) -> Option<&dyn ReleaseWake> {
+        Some(self)
+    }
 }
 
 #[async_trait]

@@ -45,4 +45,11 @@ pub trait OwnerClaims: Send + Sync {
     /// time above zero and at most the claim's time to live (rule `owners.held`); a
     /// free, released or expired claim MUST be `Free` (rule `owners.free`).
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError>;
+
+    /// The release wake-up, when this store offers it (the same store's
+    /// [`ReleaseWake`](crate::ports::ReleaseWake)): admission's driver then registers
+    /// waiters by itself. `None` by default.
+    fn release_wake(&self) -> Option<&dyn crate::ports::ReleaseWake> {
+        None
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::admission::{Entry, OwnerId, OwnerWork, TurnOutcome};
-use crate::ports::{Acquire, Clock, LeaseName, LeaseStore};
+use crate::ports::{Acquire, Clock, LeaseName, LeaseStore, Waiter};
 use crate::token::LeaseToken;
 
 /// Clock time a turn that lost the claim race costs.
@@ -97,7 +97,7 @@ impl BacklogWork {
 
 #[async_trait]
 impl OwnerWork for BacklogWork {
-    async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
+    async fn turn(&self, owner: &OwnerId, _entry: Entry, _waiter: Option<&Waiter>) -> TurnOutcome {
         let seq = {
             let mut s = self.lock();
             s.turns += 1;

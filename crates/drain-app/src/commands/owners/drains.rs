@@ -25,25 +25,21 @@
 //! (waiters, one wake per release).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use adapter_redis::RedisStore;
-use async_trait::async_trait;
-use drain_core::admission::{DriverPorts, Entry, OwnerId, OwnerWork, Scheduler, TurnOutcome, drive_with_releases};
-use drain_core::ports::Acquire;
-use drain_core::{LeaseToken, PortError};
-use futures::StreamExt;
-use futures::stream::BoxStream;
-use rand::RngExt;
+use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
+use drain_core::{PortError, Switch};
+use rand::rngs::{SmallRng, StdRng};
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
 pub(crate) use super::keys::{OwnerKeys, seed};
-use super::wake::{Claims, Peeks, WakeCounter, wake_side};
+use super::wake::{Counted, Peeks, wake_allowed};
 use crate::compose::Runtime;
 
 /// The workload's shape.
@@ -120,13 +116,8 @@ pub(crate) struct Report {
 struct Counters {
     processed: AtomicU64,
     recovered: AtomicU64,
-    turns: AtomicU64,
-    claim_busy: AtomicU64,
-    productive: AtomicU64,
-    done: AtomicU64,
-    failed: AtomicU64,
-    handed_off: AtomicU64,
     passes: AtomicU64,
+    handed_off: AtomicU64,
     last_item_unix_ms: AtomicU64,
 }
 
@@ -134,20 +125,16 @@ fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-struct RedisOwnerWork {
-    instance: String,
+/// The work of one turn on an owner's Redis lists, run by drain-core's `OwnerTurns`
+/// while the turn holds the owner's claim.
+struct Batches {
     owner_keys: OwnerKeys,
-    claims: Claims,
     store: RedisStore,
     options: Options,
     counters: Arc<Counters>,
-    /// Intents the scheduler handed back, for the next pass.
-    handed: Arc<Mutex<BTreeSet<OwnerId>>>,
-    /// The first permanent error: it stops the run.
-    fatal: watch::Sender<Option<String>>,
 }
 
-impl RedisOwnerWork {
+impl Batches {
     /// Take a batch (or the one a failed turn left in flight), work it, record it;
     /// how many items it held. On an error the batch stays in the in-flight list for
     /// the owner's next turn.
@@ -178,66 +165,22 @@ impl RedisOwnerWork {
             .fetch_max(u64::try_from(now.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
         Ok(n)
     }
-}
 
-#[async_trait]
-impl OwnerWork for RedisOwnerWork {
-    async fn turn(&self, owner: &OwnerId, _entry: Entry) -> TurnOutcome {
-        bump(&self.counters.turns, 1);
-        let token = LeaseToken::generate(&self.instance, &mut rand::rng());
-        match self.claims.acquire(owner, &token, self.options.claim_ttl).await {
-            Ok(Acquire::Acquired { .. }) => {}
-            Ok(Acquire::Held { .. }) => {
-                bump(&self.counters.claim_busy, 1);
-                return TurnOutcome::ClaimBusy;
-            }
+    /// One turn's work, as `OwnerTurns` wants it: a full batch may have left items,
+    /// a short one emptied the list. A failure is logged here (the turn fails; a
+    /// permanent one stops the run, and no item is lost either way).
+    async fn turn(&self, owner: &OwnerId) -> Result<Worked, PortError> {
+        match self.work(owner).await {
+            Ok(n) => Ok(Worked { items: n as u64, more: n >= self.options.batch }),
             Err(e) => {
-                tracing::warn!(owner = %owner, "owner claim failed: {e}");
-                bump(&self.counters.failed, 1);
-                return TurnOutcome::Failed;
-            }
-        }
-        let worked = self.work(owner).await;
-        // A full batch may have left items; a short one emptied the list.
-        let more = matches!(worked, Ok(n) if n >= self.options.batch);
-        // Unless this process continues at once, the release wakes one waiter.
-        if let Err(e) = self.claims.release(owner, &token, more).await {
-            tracing::warn!(owner = %owner, "owner claim release failed ({e}); its TTL frees it");
-        }
-        match worked {
-            Ok(0) => {
-                bump(&self.counters.done, 1);
-                TurnOutcome::Done
-            }
-            Ok(_) => {
-                bump(&self.counters.productive, 1);
-                TurnOutcome::Productive { more }
-            }
-            Err(e) => {
-                bump(&self.counters.failed, 1);
                 if e.is_temporary() {
                     tracing::warn!(owner = %owner, "owner turn failed (its batch stays in flight for the next turn): {e}");
                 } else {
                     tracing::error!(owner = %owner, "owner turn failed permanently; stopping (no item is lost): {e}");
-                    self.fatal.send_if_modified(|first| {
-                        let new = first.is_none();
-                        if new {
-                            *first = Some(e.to_string());
-                        }
-                        new
-                    });
                 }
-                TurnOutcome::Failed
+                Err(e)
             }
         }
-    }
-
-    /// The timer cap is reached: the intent goes to the next pass, never straight
-    /// back into the scheduler (which would peek, find the claim held and hand it
-    /// back again at once, a round trip per turn of that loop).
-    fn hand_off(&self, owner: OwnerId) {
-        bump(&self.counters.handed_off, 1);
-        self.handed.lock().unwrap_or_else(PoisonError::into_inner).insert(owner);
     }
 }
 
@@ -250,34 +193,34 @@ pub(crate) async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Report {
     let c = &rt.config;
-    let cfg = c.scheduler_config();
-    let seed: u64 = rand::rng().random();
-    let mut scheduler = Scheduler::new(cfg, <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(seed));
+    let mut cfg = c.scheduler_config();
+    let wake = wake_allowed(&rt, &store).await;
+    if !wake {
+        cfg.release_wake = Switch::Off;
+    }
+    let mut scheduler = Scheduler::new(cfg, rand::make_rng::<SmallRng>());
     let counters = Arc::new(Counters::default());
     let owner_keys = OwnerKeys::new(rt.keys.clone());
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
-    let handed = Arc::new(Mutex::new(BTreeSet::new()));
-    let (fatal_tx, mut fatal_rx) = watch::channel(None::<String>);
-    let (wake, releases) = wake_side(&rt, &store).await;
-    let heard = releases.as_ref().map(|_| store.release_counters());
-    let releases: BoxStream<'static, OwnerId> = match releases {
-        Some(r) => r,
-        None => futures::stream::empty().boxed(),
-    };
-    let claims = Claims { leases: Arc::new(store.clone()), wake: wake.clone() };
-    let work = RedisOwnerWork {
-        instance: c.instance_id.clone(),
-        owner_keys: owner_keys.clone(),
-        claims,
-        store: store.clone(),
-        options,
-        counters: counters.clone(),
-        handed: handed.clone(),
-        fatal: fatal_tx,
-    };
-    let peeks = Peeks::new(Arc::new(store.clone()), wake.clone());
-    let observer = WakeCounter { inner: rt.observer.clone(), wakes: AtomicU64::new(0) };
-    let ports = DriverPorts { claims: Some(&peeks), work: &work, clock: &*rt.clock, observer: &observer };
+    let heard = wake.then(|| store.release_counters());
+    let batches = Batches { owner_keys: owner_keys.clone(), store: store.clone(), options, counters: counters.clone() };
+    let mut turns = OwnerTurns::new(
+        &store,
+        &*rt.clock,
+        c.instance_id.clone(),
+        options.claim_ttl,
+        rand::make_rng::<StdRng>(),
+        |owner, _| {
+            let batches = &batches;
+            async move { batches.turn(&owner).await }
+        },
+    );
+    if !wake {
+        turns = turns.without_wake();
+    }
+    let peeks = Peeks::new(store.clone());
+    let observer = Counted::new(rt.observer.clone());
+    let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.clock, observer: &observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,
@@ -306,7 +249,10 @@ pub(crate) async fn run(
                 // The driver stops now; nothing more to request.
                 std::future::pending::<()>().await;
             }
-            let handed_off = std::mem::take(&mut *handed.lock().unwrap_or_else(PoisonError::into_inner));
+            // An intent the scheduler handed back (its retry timers are at the cap)
+            // waits for this pass, never straight back into the scheduler.
+            let handed_off: BTreeSet<OwnerId> = turns.take_handed_off().into_iter().collect();
+            bump(&counters.handed_off, handed_off.len() as u64);
             let mut wanted: Vec<&OwnerId> = owners
                 .iter()
                 .zip(lengths.chunks(2))
@@ -325,46 +271,47 @@ pub(crate) async fn run(
         tokio::select! {
             _ = empty_rx.wait_for(|e| *e) => complete.store(true, Ordering::Relaxed),
             _ = shutdown.wait_for(|s| *s) => {}
-            _ = fatal_rx.wait_for(Option::is_some) => {}
         }
     };
     tracing::info!(
         owners = options.owners,
         claim_aware = c.claim_aware.as_str(),
         release_wake = c.release_wake.as_str(),
-        waiter = wake.as_ref().is_some_and(|w| w.waiter.is_some()),
+        waiter = wake,
         batch = options.batch,
         "owner drains on Redis started"
     );
     let start = Instant::now();
     tokio::select! {
-        () = drive_with_releases(&mut scheduler, ports, requests, releases, stop) => {}
+        () = drive(&mut scheduler, ports, requests, stop) => {}
         () = pass_loop => {}
     }
     let drain_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    // What the scheduler handed back at its close, too.
+    let handed_off = load(&counters.handed_off) + turns.take_handed_off().len() as u64;
     Report {
         claim_aware: c.claim_aware.as_str(),
         release_wake: c.release_wake.as_str(),
         owners: options.owners,
         processed: load(&counters.processed),
         recovered: load(&counters.recovered),
-        turns: load(&counters.turns),
-        claim_busy: load(&counters.claim_busy),
-        productive: load(&counters.productive),
-        done: load(&counters.done),
-        failed: load(&counters.failed),
+        turns: (0..4).map(|i| load(&observer.turns[i])).sum(),
+        claim_busy: observer.turns(TurnOutcome::ClaimBusy),
+        productive: observer.turns(TurnOutcome::Productive { more: false }),
+        done: observer.turns(TurnOutcome::Done),
+        failed: observer.turns(TurnOutcome::Failed),
         peeks: load(&peeks.owners),
         peek_round_trips: load(&peeks.batches),
         releases_heard: heard.as_ref().map_or(0, adapter_redis::ReleaseCounters::received),
         release_wakes: load(&observer.wakes),
-        wakes_sent: wake.as_ref().map_or(0, |w| load(&w.sent)),
+        wakes_sent: turns.wakes_sent(),
         subscriber_reconnects: heard.as_ref().map_or(0, adapter_redis::ReleaseCounters::reconnects),
         passes: load(&counters.passes),
-        handed_off: load(&counters.handed_off),
+        handed_off,
         drain_ms,
         last_item_unix_ms: load(&counters.last_item_unix_ms),
         complete: complete.load(Ordering::Relaxed),
-        error: fatal_rx.borrow().clone(),
+        error: turns.fatal().map(|e| e.to_string()),
     }
 }

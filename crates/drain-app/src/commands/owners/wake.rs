@@ -1,17 +1,9 @@
-//! Release wake-up for `drain owners` (`PROJECTION_DRAIN_RELEASE_WAKE`): the store's
-//! side of `Scheduler::on_release`, through drain-core's `ReleaseWake` port.
-//!
-//! With the wake active (claim-aware On, release wake On or Shadow), a turn takes the
-//! owner's claim with `ReleaseWake::acquire_or_wait` (a lost race registers this
-//! process as a waiter in the same round trip), admission's batched peek is
-//! `ReleaseWake::peek_and_wait` (a held claim registers the same way, still one round
-//! trip for K owners), and the release is `ReleaseWake::release_and_wake`: unless the
-//! turn continues at once (`more`), it notifies one waiter. The process subscribes to
-//! its own notifications (`ReleaseWake::subscribe`) and the driver feeds what it hears
-//! to `Scheduler::on_release`. On Redis the waiters are a list per owner and the
-//! notifications pub/sub messages (adapter-redis' `wake` module); the rights they
-//! need are probed first. A subscription that cannot be made is logged and the
-//! process does not register as a waiter (it still wakes others); nothing fails.
+//! Release wake-up for `drain owners` (`PROJECTION_DRAIN_RELEASE_WAKE`): drain-core's
+//! `OwnerTurns` and admission driver use the store's `ReleaseWake` by themselves (the
+//! driver subscribes, its peeks and the turns' lost races register this process as a
+//! waiter, a release wakes one). What stays here is Redis' side of the decision: the
+//! rights the wake-up needs are probed first, and a user without them runs without
+//! it (a warning says so); and counting, for `drain owners`' report.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,76 +11,17 @@ use std::time::Duration;
 
 use adapter_redis::RedisStore;
 use async_trait::async_trait;
-use drain_core::admission::OwnerId;
-use drain_core::event::Event;
-use drain_core::ports::{
-    Acquire, LeaseName, LeaseStore, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter,
-};
+use drain_core::admission::{OwnerId, TurnOutcome};
+use drain_core::event::{Event, TurnLabel};
+use drain_core::ports::{Acquire, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter, WakeRelease};
 use drain_core::{LeaseToken, PortError, Switch};
 
 use crate::compose::Runtime;
 
-/// The wake-up's side for one process.
-pub(crate) struct WakeSide {
-    pub(crate) wake: Arc<dyn ReleaseWake>,
-    /// This process as a waiter; `None` when it could not subscribe (it then never
-    /// registers, but its releases still wake others).
-    pub(crate) waiter: Option<Waiter>,
-    /// Releases of this process that notified a waiter.
-    pub(crate) sent: AtomicU64,
-}
-
-impl WakeSide {
-    /// How long a registration lives: well past the retry window, whose timer is
-    /// the backstop of a lost wake-up.
-    pub(crate) fn waiter_ttl(backoff_max: Duration) -> Duration {
-        backoff_max.saturating_mul(2).max(Duration::from_secs(30))
-    }
-}
-
-/// An owner's claim as a turn takes and releases it.
-pub(crate) struct Claims {
-    pub(crate) leases: Arc<dyn LeaseStore>,
-    pub(crate) wake: Option<Arc<WakeSide>>,
-}
-
-impl Claims {
-    pub(crate) async fn acquire(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Acquire, PortError> {
-        if let Some(w) = &self.wake
-            && let Some(waiter) = &w.waiter
-        {
-            return w.wake.acquire_or_wait(owner, token, ttl, waiter).await;
-        }
-        self.leases.acquire(&LeaseName::owner(owner.as_str()), token, ttl).await
-    }
-
-    /// Release; wake one waiter unless the holder continues at once (`more`).
-    pub(crate) async fn release(&self, owner: &OwnerId, token: &LeaseToken, more: bool) -> Result<(), PortError> {
-        match &self.wake {
-            Some(w) => {
-                let done = w.wake.release_and_wake(owner, token, !more).await?;
-                if done.woke {
-                    w.sent.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            None => {
-                self.leases.release(&LeaseName::owner(owner.as_str()), token).await?;
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Admission's peeks: counted, and registering this process as a waiter on every
-/// held claim when the wake is active.
+/// Admission's peeks through the store, counted (owners and round trips) for the
+/// report; it offers the store's wake-up, counting its peeks too.
 pub(crate) struct Peeks {
-    pub(crate) inner: Arc<dyn OwnerClaims>,
-    pub(crate) wake: Option<Arc<WakeSide>>,
+    pub(crate) store: RedisStore,
     /// Owners peeked.
     pub(crate) owners: AtomicU64,
     /// Peek round trips (batches).
@@ -96,90 +29,128 @@ pub(crate) struct Peeks {
 }
 
 impl Peeks {
-    pub(crate) fn new(inner: Arc<dyn OwnerClaims>, wake: Option<Arc<WakeSide>>) -> Self {
-        Peeks { inner, wake, owners: AtomicU64::new(0), batches: AtomicU64::new(0) }
+    pub(crate) fn new(store: RedisStore) -> Self {
+        Peeks { store, owners: AtomicU64::new(0), batches: AtomicU64::new(0) }
+    }
+
+    fn count(&self, owners: &[OwnerId]) {
+        self.owners.fetch_add(owners.len() as u64, Ordering::Relaxed);
+        self.batches.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 #[async_trait]
 impl OwnerClaims for Peeks {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
-        self.owners.fetch_add(owners.len() as u64, Ordering::Relaxed);
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        if let Some(w) = &self.wake
-            && let Some(waiter) = &w.waiter
-        {
-            return w.wake.peek_and_wait(owners, waiter).await;
-        }
-        self.inner.peek_owners(owners).await
+        self.count(owners);
+        self.store.peek_owners(owners).await
+    }
+
+    fn release_wake(&self) -> Option<&dyn ReleaseWake> {
+        Some(self)
     }
 }
 
-/// The app's observer, counting the driver's release wake-ups (not a kept metric:
-/// they go to `drain owners`' report).
-pub(crate) struct WakeCounter {
-    pub(crate) inner: Arc<dyn Observer>,
-    pub(crate) wakes: AtomicU64,
+#[async_trait]
+impl ReleaseWake for Peeks {
+    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
+        self.store.subscribe(instance).await
+    }
+    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
+        self.count(owners);
+        self.store.peek_and_wait(owners, waiter).await
+    }
+    async fn acquire_or_wait(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: &Waiter,
+    ) -> Result<Acquire, PortError> {
+        self.store.acquire_or_wait(owner, token, ttl, waiter).await
+    }
+    async fn release_and_wake(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        self.store.release_and_wake(owner, token, wake).await
+    }
 }
 
-impl Observer for WakeCounter {
+/// The app's observer, counting turn outcomes and the driver's release wake-ups for
+/// `drain owners`' report (the wake-ups are not a kept metric).
+pub(crate) struct Counted {
+    pub(crate) inner: Arc<dyn Observer>,
+    pub(crate) wakes: AtomicU64,
+    /// Turns by outcome: claim-busy, productive, done, failed.
+    pub(crate) turns: [AtomicU64; 4],
+}
+
+impl Counted {
+    pub(crate) fn new(inner: Arc<dyn Observer>) -> Self {
+        Counted { inner, wakes: AtomicU64::new(0), turns: Default::default() }
+    }
+
+    /// Turns that ended `outcome`'s way (`Productive` counts both kinds).
+    pub(crate) fn turns(&self, outcome: TurnOutcome) -> u64 {
+        let i = match outcome {
+            TurnOutcome::ClaimBusy => 0,
+            TurnOutcome::Productive { .. } => 1,
+            TurnOutcome::Done => 2,
+            TurnOutcome::Failed => 3,
+        };
+        self.turns[i].load(Ordering::Relaxed)
+    }
+}
+
+impl Observer for Counted {
     fn observe(&self, event: &Event<'_>) {
-        if let Event::ReleaseWake { .. } = event {
-            self.wakes.fetch_add(1, Ordering::Relaxed);
+        match event {
+            Event::ReleaseWake { .. } => {
+                self.wakes.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::OwnerTurn { outcome } => {
+                let i = match outcome {
+                    TurnLabel::ClaimBusy => 0,
+                    TurnLabel::ProductiveMore | TurnLabel::ProductiveDone => 1,
+                    TurnLabel::Done => 2,
+                    TurnLabel::Failed => 3,
+                };
+                self.turns[i].fetch_add(1, Ordering::Relaxed);
+            }
+            _ => {}
         }
         self.inner.observe(event);
     }
 }
 
-/// The wake-up's side and this process's release subscription, when the wake acts
-/// (claim-aware On, release wake On or Shadow); see this module.
-pub(crate) async fn wake_side(rt: &Runtime, store: &RedisStore) -> (Option<Arc<WakeSide>>, Option<Releases>) {
+/// Whether the release wake-up may act for this process: claim-aware On, release
+/// wake not Off, and a Redis user that may run its commands (a user without them, an
+/// ACL from before the wake-up, would fail every turn's claim: run without it, and
+/// say so).
+pub(crate) async fn wake_allowed(rt: &Runtime, store: &RedisStore) -> bool {
     let c = &rt.config;
     if c.claim_aware != Switch::On || c.release_wake == Switch::Off {
-        return (None, None);
+        return false;
     }
-    // A user without the wake's rights (an ACL from before it) would fail every
-    // turn's script: run without the wake instead, and say so.
     let probe = format!("drain-owners.{}", c.instance_id);
     let rights = store
         .missing_wake_rights(&rt.keys.owner_waiters(&probe), &rt.keys.wake_channel(&format!("{probe}.probe")))
         .await;
     match rights {
-        Ok(missing) if missing.is_empty() => {}
+        Ok(missing) if missing.is_empty() => true,
         Ok(missing) => {
             tracing::warn!(
                 "release wake-up off: the Redis user may not run {} (docs/operations.md)",
                 missing.join(" ")
             );
-            return (None, None);
+            false
         }
         Err(e) => {
             tracing::warn!("release wake-up off: its rights could not be checked ({e})");
-            return (None, None);
+            false
         }
-    }
-    let wake: Arc<dyn ReleaseWake> = Arc::new(store.clone());
-    let (waiter, releases) = match wake.subscribe(&c.instance_id).await {
-        Ok(r) => (Some(Waiter { instance: c.instance_id.clone(), ttl: WakeSide::waiter_ttl(c.backoff_max) }), Some(r)),
-        Err(e) => {
-            tracing::warn!(
-                instance = %c.instance_id,
-                "cannot subscribe to release notifications ({e}): this process will not be woken by releases (the retry window still applies)"
-            );
-            (None, None)
-        }
-    };
-    let side = WakeSide { wake, waiter, sent: AtomicU64::new(0) };
-    (Some(Arc::new(side)), releases)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_registration_outlives_the_retry_window() {
-        assert_eq!(WakeSide::waiter_ttl(Duration::from_secs(15)), Duration::from_secs(30));
-        assert_eq!(WakeSide::waiter_ttl(Duration::from_secs(40)), Duration::from_secs(80));
     }
 }
