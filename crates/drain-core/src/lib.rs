@@ -25,8 +25,9 @@
 //!   [`ports::Release`], [`ports::Renew`], [`ports::Holding`]),
 //!   [`ports::ClaimStore`] ([`ports::ClaimState`], [`ports::Settlement`],
 //!   [`ports::SettleAction`], [`ports::SettleResult`]), [`ports::OwnerClaims`]
-//!   ([`ports::OwnerClaim`]) and the optional [`ports::ReleaseWake`]
-//!   ([`ports::Waiter`], [`ports::WakeRelease`], [`ports::Releases`]); the queue and
+//!   ([`ports::OwnerClaim`]), the optional [`ports::ReleaseWake`]
+//!   ([`ports::Waiter`], [`ports::WakeRelease`], [`ports::Releases`]) and
+//!   [`ports::FenceMarks`] ([`ports::FenceVerdict`], [`ports::Fence`]); the queue and
 //!   the target [`ports::MessageSource`] and [`ports::Submitter`]
 //!   ([`ports::Message`], [`ports::MessageId`], [`ports::PropertyValue`],
 //!   [`ports::Delivery`], [`ports::DeliveryHandle`], [`ports::Capabilities`],
@@ -40,7 +41,7 @@
 //!   `MemorySource`, `ManualClock`, `block_on`.
 //! * `testkit` (feature, implies `memory`): the contract suites
 //!   (`testkit::contract`: `lease_store`, `claim_store`, `owner_claims`,
-//!   `release_wake`, `message_source`, with `ContractEnv`, `Outage`, `Checked`,
+//!   `release_wake`, `fence_marks`, `message_source`, with `ContractEnv`, `Outage`, `Checked`,
 //!   `Violation`, `Rule`, `Port`), the broken stores (`testkit::broken`:
 //!   `BrokenStore`, `Defect`), `RecordingObserver`, `RecordingSubmitter`,
 //!   `BacklogWork`, `TestRng`, `message`.
