@@ -33,6 +33,9 @@
 //!   [`ports::Delivery`], [`ports::DeliveryHandle`], [`ports::Capabilities`],
 //!   [`ports::SubmitContext`]); [`ports::Clock`]; [`ports::Observer`] (and
 //!   [`ports::NoopObserver`]). Implement them with [`macro@async_trait`].
+//! * Check fences where writes land: [`fence::FenceCheck`] ([`fence::FenceDecision`],
+//!   [`fence::Refusal`]) refuses the messages of a holder that lost its lease, over
+//!   any [`ports::FenceMarks`].
 //! * Errors: [`PortError`], [`ErrorKind`], [`Persistence`].
 //! * Decisions as data, for an observer: [`Event`] and its labels in [`event`].
 //! * Values: [`Switch`] (off / shadow / on), [`Time`], [`LeaseToken`] (and
@@ -55,6 +58,7 @@
 pub mod admission;
 pub mod error;
 pub mod event;
+pub mod fence;
 pub mod ports;
 pub mod settings;
 pub mod switch;
