@@ -169,3 +169,23 @@ async fn a_version_1_schema_is_upgraded_on_connect_or_named_when_it_may_not_be()
     assert_eq!(rows, vec![vec![Some("1".to_owned())], vec![Some("2".to_owned())]]);
     assert_eq!(store.admit("r", 1).await.expect("admit"), FenceVerdict::Accepted);
 }
+
+/// The seed docs/reliability.md gives for moving a lease onto PostgreSQL: a lease
+/// row inserted with the old store's last fence makes the next acquire's fence
+/// larger than every mark it left.
+#[tokio::test]
+async fn a_lease_seeded_with_the_old_store_s_fence_hands_out_larger_ones() {
+    let Some(pg) = server() else { return };
+    let store = connect(&pg.url()).await;
+    pg.sql(
+        "INSERT INTO drain.leases (prefix, kind, name, fence) VALUES ('drain', 'job', 'nightly', 41) \
+         ON CONFLICT (prefix, kind, name) DO UPDATE SET fence = greatest(drain.leases.fence, excluded.fence)",
+    )
+    .expect("seed");
+    assert_eq!(store.admit("report", 41).await.expect("the old holder's mark"), FenceVerdict::Accepted);
+    let f = fence_of(
+        store.acquire(&LeaseName::job("nightly"), &token("a", 1), Duration::from_secs(30)).await.expect("acquire"),
+    );
+    assert_eq!(f, 42);
+    assert_eq!(store.admit("report", f).await.expect("admit"), FenceVerdict::Accepted);
+}

@@ -183,3 +183,43 @@ async fn fenced_writes_run_under_the_documented_acl() {
     assert_eq!(e.kind, ErrorKind::Permission, "{e}");
     assert_eq!(redis.command(&["EXISTS", "drain:mark:{elsewhere}:elsewhere"]).expect("EXISTS"), Reply::Int(0));
 }
+
+/// Fences belong to one store: a lease moved to a fresh store starts at fence 1, and
+/// the resource's mark refuses it. Seeding the new store's counter with the old
+/// mark (docs/reliability.md, "Fencing") makes the next holder's fence larger.
+#[tokio::test]
+async fn a_lease_moved_to_a_store_seeded_above_the_old_mark_writes_on() {
+    use drain_core::ports::{Acquire, LeaseStore};
+
+    let Some(old) = RedisServer::start() else { return };
+    let Some(new) = RedisServer::start() else { return };
+    let (old_store, new_store) = (connect(&old.url()).await, connect(&new.url()).await);
+    let job = LeaseName::job("nightly");
+    let acquire = async |store: &adapter_redis::RedisStore, seed: u64| {
+        let token = support::token("me", seed);
+        match store.acquire(&job, &token, Duration::from_secs(30)).await.expect("acquire") {
+            Acquire::Acquired { fence } => {
+                store.release(&job, &token).await.expect("release");
+                Fence::new(job.clone(), fence)
+            }
+            held => panic!("{held:?}"),
+        }
+    };
+    // The resource's marks live in the old store (the marks do not move).
+    for seed in 0..5 {
+        let f = acquire(&old_store, seed).await;
+        assert_eq!(old_store.fenced_write("report", &f, set(b"old")).await.expect("write"), FenceVerdict::Accepted);
+    }
+    let moved = acquire(&new_store, 9).await;
+    assert_eq!(moved.number(), 1);
+    assert_eq!(
+        old_store.fenced_write("report", &moved, set(b"new")).await.expect("write"),
+        FenceVerdict::Stale { mark: 5 },
+        "a restarted fence is refused by the mark"
+    );
+    // The documented seed: SET the new store's fence counter to the old mark.
+    assert_eq!(new.command(&["SET", "drain:job-fence:{nightly}", "5"]).expect("SET"), Reply::Simple("OK".into()));
+    let seeded = acquire(&new_store, 10).await;
+    assert_eq!(seeded.number(), 6);
+    assert_eq!(old_store.fenced_write("report", &seeded, set(b"new")).await.expect("write"), FenceVerdict::Accepted);
+}
