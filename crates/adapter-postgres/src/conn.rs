@@ -27,6 +27,7 @@ pub(crate) struct Statements {
     pub(crate) release_and_wake: Statement,
     pub(crate) wake_channel: Statement,
     pub(crate) purge_expired: Statement,
+    pub(crate) admit_fence: Statement,
     pub(crate) end_backends: Statement,
 }
 
@@ -123,6 +124,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT released, woke FROM {s}.release_and_wake($1, $2, $3, $4)"),
         format!("SELECT {s}.wake_channel($1, $2)"),
         format!("SELECT {s}.purge_expired($1, $2)"),
+        format!("SELECT accepted, mark FROM {s}.admit_fence($1, $2, $3)"),
         END_BACKENDS.to_owned(),
     ];
     // Prepared at once, beside the question of which backend this is: the client
@@ -153,9 +155,10 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             release_and_wake,
             wake_channel,
             purge_expired,
+            admit_fence,
             end_backends,
         ],
-    ) = <[Statement; 13]>::try_from(prepared)
+    ) = <[Statement; 14]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -176,6 +179,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         release_and_wake,
         wake_channel,
         purge_expired,
+        admit_fence,
         end_backends,
     };
     Ok(Conn { client, stmts, backend })

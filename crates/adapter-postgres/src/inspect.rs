@@ -31,6 +31,9 @@ pub mod functions {
     pub const LISTING: &[&str] = &["list_leases", "list_claims"];
     /// Purging expired rows.
     pub const PURGE: &[&str] = &["purge_expired"];
+    /// Fences checked where the writes land (schema version 2): the lease check
+    /// of `PostgresStore::fenced` and the marks of `FenceMarks`.
+    pub const FENCES: &[&str] = &["current_fence", "fence_is_current", "admit_fence"];
 }
 
 /// drain's schema as [`inspect`] found it.

@@ -5,8 +5,9 @@
 //! [`PostgresStore`] implements [`LeaseStore`](drain_core::ports::LeaseStore),
 //! [`ClaimStore`](drain_core::ports::ClaimStore),
 //! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
-//! [`ReleaseWake`](drain_core::ports::ReleaseWake) over drain's schema
-//! (`src/schema_v1.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
+//! [`ReleaseWake`](drain_core::ports::ReleaseWake) and
+//! [`FenceMarks`](drain_core::ports::FenceMarks) over drain's schema
+//! (`src/schema_v1.sql` and `src/schema_v2.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
 //! keep their fence when the lease is released or expires (so fences only grow,
 //! across restarts too), a table of claims, a table of waiters, a `schema_version`
 //! table, and one plpgsql function per operation. Every row carries
@@ -28,6 +29,8 @@
 //! | `claim_batch` (N ids) | `claim_batch()` over arrays (rows locked in id order: no deadlock) | 1 |
 //! | `settle_batch` (N) | `settle_batch()` over arrays | 1 |
 //! | `settle_then_claim` | `settle_batch()` and `claim_batch()`, pipelined on one connection | 1 |
+//! | `admit` ([`FenceMarks`](drain_core::ports::FenceMarks)) | `admit_fence()` (an upsert that raises the resource's mark unless it is above the fence) | 1 |
+//! | [`PostgresStore::check_fence`] | `current_fence()` in your transaction (the lease's row held `FOR SHARE` until it ends) | 1 |
 //!
 //! Expired claims and lapsed waiter registrations stay as rows (answering as free)
 //! until [`PostgresStore::purge_expired`] deletes them, in one call.
@@ -36,6 +39,19 @@
 //! schema: [`inspect`] (server, role, schema version, the role's rights on each of
 //! drain's functions, for `drain doctor`) and [`list`] (the leases and live claims
 //! of a prefix, two calls, for `drain leases`).
+//!
+//! ## Fences checked where the writes land
+//!
+//! A lease alone cannot stop a holder that paused past its time to live. Schema
+//! version 2 (`src/schema_v2.sql`) checks fences in the database:
+//! [`PostgresStore::fenced`] runs your statements in one transaction on a client of
+//! yours only while your fence is the lease's current one (the check holds the
+//! lease's row, so no new acquire completes before your commit), answering
+//! [`Fenced::Stale`] otherwise; [`PostgresStore::check_fence`] is the same check
+//! inside a transaction you manage, and `<schema>.fence_is_current(prefix, kind,
+//! name, fence)` is it for your own SQL. For a resource that does not live beside
+//! drain's lease rows, [`FenceMarks`](drain_core::ports::FenceMarks) keeps its mark
+//! (the highest fence accepted) in the `fence_marks` table.
 //!
 //! The release wake-up's operations are one call each too; a subscription
 //! `LISTEN`s on a dedicated connection and listens again after it broke.
@@ -76,6 +92,7 @@ mod claims;
 mod config;
 mod conn;
 mod error;
+mod fenced;
 mod inspect;
 mod orphans;
 mod releases;
@@ -88,6 +105,7 @@ pub use config::{
     PostgresConfig, redact_url,
 };
 pub use error::map_error;
+pub use fenced::{Fenced, FencedError};
 pub use inspect::{
     Inspection, ListedLease, Listing, PendingClaim, QueueClaims, SchemaState, check_url, functions, inspect, list,
 };

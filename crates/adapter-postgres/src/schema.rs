@@ -7,21 +7,25 @@ use tokio_postgres::Client;
 use crate::config::PostgresConfig;
 use crate::error::map_error;
 
-/// The schema version this crate writes and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+/// The schema version this crate writes and reads: 2 adds the fence checks
+/// (`src/schema_v2.sql`). A store that finds version 1 upgrades it as it would create
+/// it (the SQL is idempotent).
+pub const SCHEMA_VERSION: i32 = 2;
 
 const SCHEMA_V1: &str = include_str!("schema_v1.sql");
+const SCHEMA_V2: &str = include_str!("schema_v2.sql");
 
-/// The SQL that creates drain's schema `schema` (tables, functions, version row),
-/// idempotent: run it as a role that may create the schema when drain's own role
-/// may not (`drain doctor` prints it), then [`grant_sql`].
+/// The SQL that creates drain's schema `schema` (tables, functions, version rows),
+/// or upgrades an older version of it, idempotent: run it as a role that may create
+/// the schema when drain's own role may not (`drain doctor` prints it), then
+/// [`grant_sql`] (again after an upgrade: it grants the functions that exist).
 ///
 /// # Errors
 /// `Config` when `schema` is not a plain identifier (lower-case ASCII letters,
 /// digits and `_`, not starting with a digit, 1 to 63 bytes).
 pub fn schema_sql(schema: &str) -> Result<String, PortError> {
     check_schema(schema)?;
-    Ok(SCHEMA_V1.replace("@SCHEMA@", schema))
+    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}").replace("@SCHEMA@", schema))
 }
 
 /// The SQL that lets `role` run drain on schema `schema` and nothing more: `USAGE`
@@ -63,24 +67,28 @@ pub(crate) async fn ensure(client: &Client, config: &PostgresConfig) -> Result<(
     let endpoint = config.endpoint();
     let schema = &config.schema;
     let version_sql = format!("SELECT {schema}.schema_version()");
-    match client.query_one(version_sql.as_str(), &[]).await {
-        Ok(row) => return check_version(row.try_get::<_, Option<i32>>(0).ok().flatten(), schema),
+    let state = match client.query_one(version_sql.as_str(), &[]).await {
+        Ok(row) => match row.try_get::<_, Option<i32>>(0).ok().flatten() {
+            // Older: upgrade it below, as a missing one is created.
+            Some(v) if v < SCHEMA_VERSION => format!("at version {v} (this drain needs {SCHEMA_VERSION})"),
+            version => return check_version(version, schema),
+        },
         Err(e) => {
             let code = e.code().map(|c| c.code().to_owned()).unwrap_or_default();
             match code.as_str() {
                 // No schema, or no version function in it: create it below.
-                "3F000" | "42883" => {}
+                "3F000" | "42883" => "missing".to_owned(),
                 "42501" => return Err(no_execute(client, schema, &endpoint).await),
                 _ => return Err(map_error(&e, "checking drain's schema", &endpoint)),
             }
         }
-    }
+    };
     if !config.create_schema {
         return Err(PortError::new(
             ErrorKind::Config,
             format!(
-                "drain's schema {schema} is missing in the database at {endpoint} and creating it is off: \
-                 run the SQL of adapter_postgres::schema_sql (drain doctor prints it) as an owner"
+                "drain's schema {schema} is {state} in the database at {endpoint} and creating it is off: \
+                 run the SQL of adapter_postgres::schema_sql (drain doctor prints it) as an owner, then grant_sql"
             ),
         ));
     }
@@ -97,8 +105,9 @@ pub(crate) async fn ensure(client: &Client, config: &PostgresConfig) -> Result<(
             return Err(PortError::new(
                 ErrorKind::Permission,
                 format!(
-                    "role {role} may not create drain's schema {schema} in the database at {endpoint} \
-                     (it needs CREATE on the database): have an owner run the SQL of \
+                    "role {role} may not create or upgrade drain's schema {schema} ({state}) in the \
+                     database at {endpoint} (it needs CREATE on the database, and to own the schema to \
+                     upgrade it): have an owner run the SQL of \
                      adapter_postgres::schema_sql, then adapter_postgres::grant_sql for {role} (drain doctor prints both)"
                 ),
             ));

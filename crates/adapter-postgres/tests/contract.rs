@@ -31,6 +31,15 @@ async fn passes_the_claim_contract() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_fence_marks_contract() {
+    let Some(pg) = server() else { return };
+    let store = connect(&pg.url()).await;
+    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let env = env(&clock, "").outage(&outage);
+    all_checked("fence", contract::fence_marks(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_owner_claims_and_release_wake_contracts() {
     let Some(pg) = server() else { return };
     let store = connect(&pg.url()).await;
@@ -47,14 +56,15 @@ async fn every_suite_at_once_on_one_store() {
     let Some(pg) = server() else { return };
     let store = connect(&pg.url()).await;
     let clock = TokioClock::new();
-    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-")];
-    let (lease, claim, owners, wake) = tokio::join!(
+    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")];
+    let (lease, claim, owners, wake, fence) = tokio::join!(
         contract::lease_store(&store, &envs[0]),
         contract::claim_store(&store, &envs[1]),
         contract::owner_claims(&store, &envs[2]),
         contract::release_wake(&store, &envs[3]),
+        contract::fence_marks(&store, &envs[4]),
     );
-    for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake)] {
+    for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence)] {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
 }

@@ -105,3 +105,39 @@ async fn every_operation_is_one_function_call() {
     assert!(got.expect("empty").is_empty());
     assert_eq!((d, n), (calls(&[]), 0));
 }
+
+/// An admit is one call of `admit_fence()`; a fenced transaction adds one call of
+/// `current_fence()` to the embedder's own statements (its `BEGIN`, its writes and
+/// its `COMMIT`, or the `ROLLBACK` of a stale one), nothing else.
+#[tokio::test]
+async fn an_admit_is_one_call_and_a_fenced_transaction_adds_one() {
+    use drain_core::ports::{Fence, FenceMarks};
+
+    let Some(pg) = server() else { return };
+    let (store, obs) = observed(connect(&pg.url()).await);
+    pg.sql("CREATE TABLE report (n int)").expect("table");
+    for fence in [3, 2] {
+        let (got, d, n) = measure(&pg, &obs, store.admit("orders", fence)).await;
+        got.expect("admit");
+        assert_eq!((d, n), (calls(&[("admit_fence", 1)]), 1), "admit {fence} = one call");
+    }
+    let job = LeaseName::job("j");
+    let token = token("me", 1);
+    let Ok(drain_core::ports::Acquire::Acquired { fence }) = store.acquire(&job, &token, Duration::from_secs(30)).await
+    else {
+        panic!("acquire")
+    };
+    let mut client = store.connect_client().await.expect("client");
+    for (number, statements) in [(fence, 3), (fence + 1, 2)] {
+        reset_stats(&pg);
+        let done = store
+            .fenced(&mut client, &Fence::new(job.clone(), number), async |tx| {
+                tx.execute("INSERT INTO report (n) VALUES (1)", &[]).await
+            })
+            .await
+            .expect("fenced");
+        let d = calls_in(&pg, "drain");
+        assert_eq!(d.get("current_fence"), Some(&1), "fence {number} ({done:?}): {d:?}");
+        assert_eq!(d.get("other"), Some(&statements), "fence {number} ({done:?}): {d:?}");
+    }
+}

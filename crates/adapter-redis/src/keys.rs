@@ -7,6 +7,7 @@
 //! | an owner's waiters (release wake-up) | `<prefix>:waiters:{<owner>}`, a list of wake channels |
 //! | a message's claim | `<prefix>:msg:{<queue>}:<id>` holds `pending:<token>` or `done:<token>` |
 //! | an instance's wake channel (pub/sub, not a key) | `<prefix>:wake:<instance>` |
+//! | a resource's fence mark ([`KeySpace::mark`]) | `<prefix>:mark:{<tag>}:<resource>`, in the resource key's hash slot |
 //!
 //! A string message id appears as itself (encoded); an id of another type carries
 //! its type, `ulong:<n>`, `uuid:<32 hex>` or `binary:<encoded bytes>`: an encoded
@@ -22,6 +23,7 @@
 use std::fmt::Write as _;
 
 use drain_core::ports::{LeaseKind, LeaseName, MessageId};
+use redis::cluster_routing::Slot;
 
 /// Encode a queue, owner or message name for use inside a key.
 ///
@@ -306,6 +308,34 @@ impl KeySpace {
         }
     }
 
+    /// The fence mark of `resource` (a key the embedder writes with
+    /// [`RedisStore::fenced_write`](crate::RedisStore::fenced_write), or any name
+    /// given to [`FenceMarks::admit`](drain_core::ports::FenceMarks::admit)):
+    /// `<prefix>:mark:{<tag>}:<resource>`, the resource as it is.
+    ///
+    /// The tag puts the mark into the hash slot of `resource` taken as a key, so one
+    /// script can check the mark and write the key on a Cluster: the key's own hash
+    /// tag when it has one (`orders:{42}` gives `{42}`); else the whole key when it
+    /// holds no `}` and is not empty (a Cluster hashes such a key whole:
+    /// `orders:42` gives `{orders:42}`); else (a key that a `}` keeps from being a
+    /// tag, the empty key) the smallest decimal number in the key's slot. The
+    /// resource follows the tag whole, so distinct resources never share a mark
+    /// (the tag ends at the first `}`, and the tags hold none). Marks stay under the
+    /// prefix, inside the ACL's `~<prefix>:*`; a prefix holding `{` or `}` would put
+    /// every mark into the prefix's slot (the fenced operations refuse it on a
+    /// Cluster).
+    #[must_use]
+    pub fn mark(&self, resource: &str) -> String {
+        let tag = slot_tag(resource);
+        let mut key = String::with_capacity(self.prefix.len() + tag.len() + resource.len() + 9);
+        key.push_str(&self.prefix);
+        key.push_str(":mark:{");
+        key.push_str(&tag);
+        key.push_str("}:");
+        key.push_str(resource);
+        key
+    }
+
     /// A SCAN pattern matching every key of this prefix (`*` and friends escaped).
     #[must_use]
     pub fn scan_pattern(&self) -> String {
@@ -421,6 +451,26 @@ pub fn hash_tag(key: &str) -> &str {
         return &key[open + 1..open + 1 + len];
     }
     key
+}
+
+/// A hash tag in `key`'s slot, holding no `}` and not empty (see [`KeySpace::mark`]).
+fn slot_tag(key: &str) -> std::borrow::Cow<'_, str> {
+    let tag = hash_tag(key);
+    // A key with a tag of its own is longer than the tag (by its braces at least).
+    if tag.len() < key.len() || (!key.is_empty() && !key.contains('}')) {
+        return std::borrow::Cow::Borrowed(tag);
+    }
+    // Decimal numbers cover every slot below 200,000 (a test checks it): about 16,000
+    // tries for such a key.
+    let slot = Slot::for_key(key);
+    let mut n = 0u64;
+    loop {
+        let tag = n.to_string();
+        if Slot::for_key(&tag) == slot {
+            return std::borrow::Cow::Owned(tag);
+        }
+        n += 1;
+    }
 }
 
 #[cfg(test)]
@@ -539,6 +589,39 @@ mod tests {
         {
             assert_eq!(ks.parse(&format!("d:msg:{{q}}:{bad}")), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_mark_shares_its_resource_s_slot_and_no_other_resource_s_mark() {
+        let ks = KeySpace::new("drain");
+        let check = |resource: &str, mark: &str| {
+            assert_eq!(ks.mark(resource), mark, "{resource:?}");
+            assert_eq!(Slot::for_key(mark), Slot::for_key(resource), "{resource:?}");
+            assert_eq!(ks.parse(mark), None, "a mark is no key drain leases lists");
+        };
+        check("orders:{42}", "drain:mark:{42}:orders:{42}");
+        check("orders:42", "drain:mark:{orders:42}:orders:42");
+        check("a{b", "drain:mark:{a{b}:a{b");
+        check("{}x", &format!("drain:mark:{{{}}}:{{}}x", slot_tag("{}x")));
+        for odd in ["a}b", "}", "{}", "a{}b{c}", "", "x{}", "\u{e9}}"] {
+            let mark = ks.mark(odd);
+            let tag = slot_tag(odd);
+            assert!(tag.bytes().all(|b| b.is_ascii_digit()), "{odd:?}: {tag}");
+            check(odd, &mark);
+        }
+        // Resources that share a slot (or a tag) still have marks of their own.
+        let resources = ["abc", "{abc}", "x{abc}", "{abc}x", "a}b", "b}a", "", "}", "abc:fence"];
+        let marks: std::collections::BTreeSet<String> = resources.iter().map(|r| ks.mark(r)).collect();
+        assert_eq!(marks.len(), resources.len());
+    }
+
+    #[test]
+    fn decimal_tags_cover_every_slot() {
+        let mut seen = std::collections::HashSet::new();
+        for n in 0..200_000u64 {
+            seen.insert(Slot::for_key(n.to_string()));
+        }
+        assert_eq!(seen.len(), 16_384);
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! [`RedisStore`] implements [`LeaseStore`](drain_core::ports::LeaseStore),
 //! [`ClaimStore`](drain_core::ports::ClaimStore),
 //! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
-//! [`ReleaseWake`](drain_core::ports::ReleaseWake). The key layout is this crate's
+//! [`ReleaseWake`](drain_core::ports::ReleaseWake) and
+//! [`FenceMarks`](drain_core::ports::FenceMarks); [`RedisStore::fenced_write`]
+//! writes an embedder's key only while the writer's fence is not below the key's
+//! mark. The key layout is this crate's
 //! ([`KeySpace`], the [`keys`] module): every key starts with
 //! [`RedisConfig::key_prefix`].
 //!
@@ -21,6 +24,8 @@
 //! | `claim_batch` | `EVALSHA claims` over the batch's keys | 1 (one queue, one hash slot) |
 //! | `settle_batch` | `EVALSHA claims` over the batch's keys | 1 |
 //! | `settle_then_claim` | `EVALSHA claims`: one batch's settlements, then the next batch's claims | 1 |
+//! | [`RedisStore::fenced_write`] | `EVALSHA fence`: the key's mark checked, the write (`SET`, `SET PX`, `HSET`, `DEL`), the mark raised | 1 |
+//! | `admit` ([`FenceMarks`](drain_core::ports::FenceMarks)) | `EVALSHA fence`: the mark checked and raised | 1 |
 //!
 //! The release wake-up's operations are one round trip each too (see the `wake`
 //! module's table). Besides the ports, a few list and hash operations serve an
@@ -79,6 +84,7 @@ mod claim;
 mod config;
 mod conn;
 mod error;
+mod fenced;
 pub mod keys;
 mod lease;
 mod lists;
@@ -95,6 +101,7 @@ pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url,
 };
 pub use error::map_error;
+pub use fenced::FencedWrite;
 pub use keys::{KeySpace, LeaseKeys};
 pub use lists::Batch;
 pub use owners::KeyedClaims;

@@ -31,11 +31,12 @@ pub(crate) struct Scripts {
     pub(crate) release_wake: LuaScript,
     pub(crate) take_batch: LuaScript,
     pub(crate) record_batch: LuaScript,
+    pub(crate) fence: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 9] {
+    pub(crate) fn all(&self) -> [&LuaScript; 10] {
         [
             &self.acquire,
             &self.release,
@@ -46,6 +47,7 @@ impl Scripts {
             &self.release_wake,
             &self.take_batch,
             &self.record_batch,
+            &self.fence,
         ]
     }
 }
@@ -61,6 +63,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     release_wake: LuaScript::new("release_wake", include_str!("scripts/release_wake.lua")),
     take_batch: LuaScript::new("take_batch", include_str!("scripts/take_batch.lua")),
     record_batch: LuaScript::new("record_batch", include_str!("scripts/record_batch.lua")),
+    fence: LuaScript::new("fence", include_str!("scripts/fence.lua")),
 });
 
 #[cfg(test)]

@@ -33,6 +33,15 @@ async fn standalone_passes_the_claim_contract() {
 }
 
 #[tokio::test]
+async fn standalone_passes_the_fence_marks_contract() {
+    let Some(redis) = RedisServer::start() else { return };
+    let store = connect(&redis.url()).await;
+    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let env = env(&clock, "").outage(&outage);
+    all_checked("fence", contract::fence_marks(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+}
+
+#[tokio::test]
 async fn standalone_passes_the_owner_claims_and_release_wake_contracts() {
     let Some(redis) = RedisServer::start() else { return };
     let store = connect(&redis.url()).await;
@@ -50,14 +59,15 @@ async fn cluster_passes_every_store_contract() {
     let Some(cluster) = RedisCluster::start(3) else { return };
     let store = connect_cluster(&cluster.urls()).await;
     let clock = TokioClock::new();
-    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-")];
-    let (lease, claim, owners, wake) = tokio::join!(
+    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")];
+    let (lease, claim, owners, wake, fence) = tokio::join!(
         contract::lease_store(&store, &envs[0]),
         contract::claim_store(&store, &envs[1]),
         contract::owner_claims(&store, &envs[2]),
         contract::release_wake(&store, &envs[3]),
+        contract::fence_marks(&store, &envs[4]),
     );
-    for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake)] {
+    for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence)] {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
     // The error rules, one suite at a time, with every node frozen.
@@ -67,6 +77,7 @@ async fn cluster_passes_every_store_contract() {
     all_checked("claim", contract::claim_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("owners", contract::owner_claims(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("wake", contract::release_wake(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("fence", contract::fence_marks(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 
     for node in cluster.nodes() {
         let errors = node.info("errorstats").expect("INFO errorstats");

@@ -20,7 +20,7 @@ use support::{calls, connect, connect_cluster, delta, observed, round_trips, slo
 
 /// Commands the drain scripts run inside Redis: `INFO commandstats` counts them
 /// too, but they cost no round trip.
-const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire"];
+const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire", "hset"];
 
 /// What the client itself sent during a script-only measurement: the deltas
 /// without the scripts' inner commands (which must be nothing but those).
@@ -229,4 +229,39 @@ fn slot_matches_redis() {
     assert_eq!(slot("{a}x"), 15495);
     assert_eq!(slot("foo"), 12182);
     assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+}
+
+#[tokio::test]
+async fn a_fenced_write_and_an_admit_cost_one_round_trip_each() {
+    use adapter_redis::FencedWrite;
+    use drain_core::ports::{Fence, FenceMarks};
+
+    let Some(redis) = RedisServer::start() else { return };
+    let (store, obs) = observed(connect(&redis.url()).await);
+    let stats = || redis.command_calls().expect("INFO commandstats");
+    let fence = Fence::new(LeaseName::job("j"), 3);
+    let fields: &[(&[u8], &[u8])] = &[(b"a", b"1"), (b"b", b"2")];
+    for (what, write) in [
+        ("SET", FencedWrite::Set { value: b"v", ttl: None }),
+        ("SET PX", FencedWrite::Set { value: b"v", ttl: Some(Duration::from_secs(9)) }),
+        ("HSET", FencedWrite::HSet { fields }),
+        ("DEL", FencedWrite::Del),
+    ] {
+        let key = if what == "HSET" { "h" } else { "k" };
+        let (d, n) = measure(stats, &obs, async {
+            store.fenced_write(key, &fence, write).await.expect("fenced write");
+        })
+        .await;
+        assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "a fenced {what} = one EVALSHA");
+    }
+    let (d, n) = measure(stats, &obs, async {
+        store.admit("k", 2).await.expect("admit");
+    })
+    .await;
+    assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "a stale admit = one EVALSHA");
+    let (d, n) = measure(stats, &obs, async {
+        store.admit("k", 4).await.expect("admit");
+    })
+    .await;
+    assert_eq!((d, n), (calls(&[("evalsha", 1), ("get", 1), ("set", 1)]), 1), "an admit that raises the mark");
 }

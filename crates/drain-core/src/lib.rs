@@ -25,13 +25,17 @@
 //!   [`ports::Release`], [`ports::Renew`], [`ports::Holding`]),
 //!   [`ports::ClaimStore`] ([`ports::ClaimState`], [`ports::Settlement`],
 //!   [`ports::SettleAction`], [`ports::SettleResult`]), [`ports::OwnerClaims`]
-//!   ([`ports::OwnerClaim`]) and the optional [`ports::ReleaseWake`]
-//!   ([`ports::Waiter`], [`ports::WakeRelease`], [`ports::Releases`]); the queue and
+//!   ([`ports::OwnerClaim`]), the optional [`ports::ReleaseWake`]
+//!   ([`ports::Waiter`], [`ports::WakeRelease`], [`ports::Releases`]) and
+//!   [`ports::FenceMarks`] ([`ports::FenceVerdict`], [`ports::Fence`]); the queue and
 //!   the target [`ports::MessageSource`] and [`ports::Submitter`]
 //!   ([`ports::Message`], [`ports::MessageId`], [`ports::PropertyValue`],
 //!   [`ports::Delivery`], [`ports::DeliveryHandle`], [`ports::Capabilities`],
 //!   [`ports::SubmitContext`]); [`ports::Clock`]; [`ports::Observer`] (and
 //!   [`ports::NoopObserver`]). Implement them with [`macro@async_trait`].
+//! * Check fences where writes land: [`fence::FenceCheck`] ([`fence::FenceDecision`],
+//!   [`fence::Refusal`]) refuses the messages of a holder that lost its lease, over
+//!   any [`ports::FenceMarks`].
 //! * Errors: [`PortError`], [`ErrorKind`], [`Persistence`].
 //! * Decisions as data, for an observer: [`Event`] and its labels in [`event`].
 //! * Values: [`Switch`] (off / shadow / on), [`Time`], [`LeaseToken`] (and
@@ -40,7 +44,7 @@
 //!   `MemorySource`, `ManualClock`, `block_on`.
 //! * `testkit` (feature, implies `memory`): the contract suites
 //!   (`testkit::contract`: `lease_store`, `claim_store`, `owner_claims`,
-//!   `release_wake`, `message_source`, with `ContractEnv`, `Outage`, `Checked`,
+//!   `release_wake`, `fence_marks`, `message_source`, with `ContractEnv`, `Outage`, `Checked`,
 //!   `Violation`, `Rule`, `Port`), the broken stores (`testkit::broken`:
 //!   `BrokenStore`, `Defect`), `RecordingObserver`, `RecordingSubmitter`,
 //!   `BacklogWork`, `TestRng`, `message`.
@@ -54,6 +58,7 @@
 pub mod admission;
 pub mod error;
 pub mod event;
+pub mod fence;
 pub mod guard;
 pub mod ports;
 pub mod settings;

@@ -19,7 +19,8 @@ where
     S: drain_core::ports::LeaseStore
         + drain_core::ports::ClaimStore
         + drain_core::ports::OwnerClaims
-        + drain_core::ports::ReleaseWake,
+        + drain_core::ports::ReleaseWake
+        + drain_core::ports::FenceMarks,
 {
     let mut all = Checked::default();
     for checked in [
@@ -27,6 +28,7 @@ where
         contract::claim_store(store, env).await?,
         contract::owner_claims(store, env).await?,
         contract::release_wake(store, env).await?,
+        contract::fence_marks(store, env).await?,
     ] {
         all.checked.extend(checked.checked);
         all.skipped.extend(checked.skipped);
@@ -66,6 +68,7 @@ fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
         "claim.settle.error",
         "owners.error",
         "wake.error",
+        "fence.error",
     ]
     .into_iter()
     .collect();

@@ -1,7 +1,8 @@
 //! In-memory ports and virtual time (feature `memory`).
 //!
-//! * [`MemoryStore`]: leases with fences, per-message claims, owner-claim peeks and
-//!   the release wake-up, with real expiry on any [`Clock`](crate::ports::Clock).
+//! * [`MemoryStore`]: leases with fences, per-message claims, fence marks,
+//!   owner-claim peeks and the release wake-up, with real expiry on any
+//!   [`Clock`](crate::ports::Clock).
 //! * [`MemorySource`]: a peek-lock queue (and a [`Submitter`](crate::ports::Submitter)
 //!   that enqueues).
 //! * [`ManualClock`] and [`block_on`]: time that moves only when told to, and an

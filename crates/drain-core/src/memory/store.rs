@@ -8,8 +8,9 @@ use futures::channel::mpsc;
 use crate::admission::OwnerId;
 use crate::error::{ErrorKind, PortError};
 use crate::ports::{
-    Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
-    Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, Settlement, Waiter, WakeRelease,
+    Acquire, ClaimState, ClaimStore, Clock, FenceMarks, FenceVerdict, Holding, LeaseName, LeaseStore, MessageId,
+    OwnerClaim, OwnerClaims, Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, Settlement, Waiter,
+    WakeRelease,
 };
 use crate::time::Time;
 use crate::token::{LeaseToken, holder_of};
@@ -58,13 +59,16 @@ pub(crate) struct State {
     pub(crate) claims: HashMap<(String, MessageId), (StoredClaim, Time)>,
     pub(crate) waiters: HashMap<String, WaiterList>,
     pub(crate) subscribers: HashMap<String, Vec<mpsc::UnboundedSender<OwnerId>>>,
+    /// Fence marks by resource: the highest fence accepted, and when it was raised
+    /// (the broken stores of the testkit let marks lapse by it).
+    pub(crate) marks: HashMap<String, (u64, Time)>,
     calls: BTreeMap<&'static str, u64>,
     pub(crate) failing: Option<ErrorKind>,
     fail_next: u32,
 }
 
-/// An in-memory [`LeaseStore`], [`ClaimStore`], [`OwnerClaims`] and [`ReleaseWake`]
-/// with real expiry on any [`Clock`] (virtual in tests and simulations, real in the
+/// An in-memory [`LeaseStore`], [`ClaimStore`], [`OwnerClaims`], [`ReleaseWake`] and
+/// [`FenceMarks`] with real expiry on any [`Clock`] (virtual in tests and simulations, real in the
 /// embedded single-process default).
 ///
 /// Every call counts as one round trip ([`MemoryStore::calls`]); faults can be
@@ -142,6 +146,12 @@ impl MemoryStore {
         self.lock().leases.get(lease).and_then(|row| row.holder(now)).map(|(t, _)| t.to_owned())
     }
 
+    /// The fence mark of `resource`: the highest fence it accepted, if any.
+    #[must_use]
+    pub fn mark(&self, resource: &str) -> Option<u64> {
+        self.lock().marks.get(resource).map(|(mark, _)| *mark)
+    }
+
     /// Put a claim on message `id` of `queue` for `ttl`.
     pub fn put_claim(&self, queue: &str, id: &MessageId, claim: StoredClaim, ttl: Duration) {
         let until = self.clock.now() + ttl;
@@ -189,6 +199,17 @@ pub(crate) fn acquire(s: &mut State, now: Time, lease: &LeaseName, token: &Lease
     row.fence += 1;
     row.held = Some((token.as_str().to_owned(), now + ttl));
     Acquire::Acquired { fence: row.fence }
+}
+
+/// Admit `fence` to `resource`'s mark (see [`FenceMarks::admit`]).
+pub(crate) fn admit(s: &mut State, now: Time, resource: &str, fence: u64) -> FenceVerdict {
+    match s.marks.get(resource) {
+        Some(&(mark, _)) if mark > fence => FenceVerdict::Stale { mark },
+        _ => {
+            s.marks.insert(resource.to_owned(), (fence, now));
+            FenceVerdict::Accepted
+        }
+    }
 }
 
 pub(crate) fn release(s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken) -> Release {
@@ -265,6 +286,13 @@ impl LeaseStore for MemoryStore {
 
     async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
         self.call("peek", |s, now| Ok(peek(s, now, lease)))
+    }
+}
+
+#[async_trait]
+impl FenceMarks for MemoryStore {
+    async fn admit(&self, resource: &str, fence: u64) -> Result<FenceVerdict, PortError> {
+        self.call("admit", |s, now| Ok(admit(s, now, resource, fence)))
     }
 }
 

@@ -6,6 +6,7 @@
 //! | [`ClaimStore`] | the per-message claim | when the atomic claim computes |
 //! | [`OwnerClaims`] | read-only peeks at owners' claims | when claim-aware admission computes |
 //! | [`ReleaseWake`] | the release wake-up (optional capability) | when the release wake is wanted |
+//! | [`FenceMarks`] | the highest fence each resource accepted, to refuse stale writers | where writes are checked against fences |
 //! | [`MessageSource`], [`Submitter`] | the queue and the target | for a tick |
 //! | [`Clock`], [`Observer`] | time and decisions | always |
 //!
@@ -20,6 +21,7 @@
 mod claim;
 mod clock;
 mod lease;
+mod marks;
 mod observer;
 mod owners;
 mod source;
@@ -32,6 +34,7 @@ pub use claim::{
 };
 pub use clock::Clock;
 pub use lease::{Acquire, Fence, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
+pub use marks::{FenceMarks, FenceVerdict};
 pub use observer::{NoopObserver, Observer};
 pub use owners::{OwnerClaim, OwnerClaims};
 pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, PropertyValue};

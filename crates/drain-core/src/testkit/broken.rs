@@ -123,7 +123,16 @@ defects! {
     WakeWithoutFlag => WakeReleaseQuiet: "a release asked not to wake still wakes a waiter";
     WakeBroadcast => WakeDeliverOwn: "a notification goes to every subscription";
     WakeErrorAsAnswer => WakeError: "a wake-up call the store cannot answer answers as if free";
+
+    NonAtomicAdmit => FenceExclusive: "admit reads the mark, then writes in a second step: a lower fence can land last";
+    EqualFenceRefused => FenceAccepts: "a fence equal to the mark is refused: the holder cannot write twice";
+    MarkNeverRaised => FenceStale: "a larger fence is accepted without raising the mark";
+    MarksExpire => FenceKeeps: "marks lapse 100 ms after they were raised, like a key with a time to live";
+    ResourcesShareMarks => FenceResources: "marks are keyed by the resource's letters and digits only: `r{a}` and `ra` share one";
+    AdmitErrorAsAccepted => FenceError: "an admit the store cannot answer answers Accepted";
 }
+
+mod fence;
 
 /// The in-memory store with one [`Defect`] (or none).
 pub struct BrokenStore {

@@ -29,6 +29,7 @@
 //! ```
 
 mod claim;
+mod fence;
 mod lease;
 mod owners;
 mod rules;
@@ -36,6 +37,7 @@ mod source;
 mod wake;
 
 pub use claim::claim_store;
+pub use fence::fence_marks;
 pub use lease::lease_store;
 pub use owners::owner_claims;
 pub use rules::{Port, Rule};

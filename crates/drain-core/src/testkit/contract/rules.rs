@@ -16,6 +16,8 @@ pub enum Port {
     Wake,
     /// [`MessageSource`](crate::ports::MessageSource).
     Source,
+    /// [`FenceMarks`](crate::ports::FenceMarks).
+    Fence,
 }
 
 impl Port {
@@ -29,6 +31,7 @@ impl Port {
             Port::Owners => "drain_core::ports::OwnerClaims",
             Port::Wake => "drain_core::ports::ReleaseWake",
             Port::Source => "drain_core::ports::MessageSource",
+            Port::Fence => "drain_core::ports::FenceMarks",
         }
     }
 }
@@ -132,6 +135,13 @@ rules! {
     SourceReleaseUncounted => Source, "source.release.uncounted";
     SourceDeadLetter => Source, "source.dead-letter";
     SourceRenewCapability => Source, "source.renew.capability";
+
+    FenceAccepts => Fence, "fence.accepts";
+    FenceStale => Fence, "fence.stale";
+    FenceExclusive => Fence, "fence.exclusive";
+    FenceKeeps => Fence, "fence.keeps";
+    FenceResources => Fence, "fence.resources";
+    FenceError => Fence, "fence.error";
 }
 
 #[cfg(test)]
@@ -151,6 +161,7 @@ mod tests {
         ("ports/submit.rs", include_str!("../../ports/submit.rs")),
         ("ports/clock.rs", include_str!("../../ports/clock.rs")),
         ("ports/observer.rs", include_str!("../../ports/observer.rs")),
+        ("ports/marks.rs", include_str!("../../ports/marks.rs")),
     ];
 
     /// The doc comments of a file as sentences, with the file's name.
@@ -224,6 +235,7 @@ mod tests {
                 Port::Owners => "owners.",
                 Port::Wake => "wake.",
                 Port::Source => "source.",
+                Port::Fence => "fence.",
             };
             assert!(r.id().starts_with(prefix), "{r:?}");
         }

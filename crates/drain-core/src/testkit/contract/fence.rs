@@ -1,0 +1,150 @@
+use futures::future::join_all;
+
+use super::{Checked, Rule, Suite, Violation};
+use crate::ports::{FenceMarks, FenceVerdict};
+
+/// A fence above 2^53, where a store that compares fences as floating-point numbers
+/// sees it equal to the one below.
+const HUGE: u64 = (1 << 53) + 1;
+
+/// The [`FenceMarks`] contract: fences not below the mark are accepted (equal ones
+/// too) and raise it, lower ones are refused with the mark, also above 2^53; many
+/// concurrent admits of different fences leave the mark at the largest; marks never
+/// lapse; resources with odd names keep marks of their own; and (with an outage
+/// hook) an outage answers `Err`, never `Accepted`.
+///
+/// Marks never expire: run the suite on a fresh store, or under a fresh
+/// [`ContractEnv::names`](super::ContractEnv::names) prefix each time.
+///
+/// # Errors
+/// The first rule the store broke.
+pub async fn fence_marks<S: FenceMarks + ?Sized>(
+    store: &S,
+    env: &super::ContractEnv<'_>,
+) -> Result<Checked, Violation> {
+    let mut s = Suite::new(env);
+    marks(&mut s, store).await?;
+    exclusion(&mut s, store).await?;
+    resources(&mut s, store).await?;
+    keeps(&mut s, store).await?;
+    errors(&mut s, store).await?;
+    Ok(s.finish())
+}
+
+async fn admit<S: FenceMarks + ?Sized>(
+    s: &mut Suite<'_>,
+    store: &S,
+    resource: &str,
+    fence: u64,
+) -> Result<FenceVerdict, Violation> {
+    s.answer("admit", store.admit(resource, fence).await)
+}
+
+/// One resource, one caller: equal and larger fences pass and raise the mark, lower
+/// ones are refused with the mark and change nothing.
+async fn marks<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+    let r = s.env.name("fence-marks");
+    for (fence, want) in [
+        (5, FenceVerdict::Accepted),
+        (5, FenceVerdict::Accepted),
+        (4, FenceVerdict::Stale { mark: 5 }),
+        (9, FenceVerdict::Accepted),
+        (9, FenceVerdict::Accepted),
+        (5, FenceVerdict::Stale { mark: 9 }),
+        (0, FenceVerdict::Stale { mark: 9 }),
+        (10, FenceVerdict::Accepted),
+    ] {
+        let got = admit(s, store, &r, fence).await?;
+        let rule = if want == FenceVerdict::Accepted { Rule::FenceAccepts } else { Rule::FenceStale };
+        s.ensure(got == want, rule, || format!("fence {fence} answered {got:?}, not {want:?}"))?;
+    }
+    let r = s.env.name("fence-marks-huge");
+    let got = admit(s, store, &r, HUGE).await?;
+    s.ensure(got == FenceVerdict::Accepted, Rule::FenceAccepts, || format!("fence {HUGE} answered {got:?}"))?;
+    let got = admit(s, store, &r, HUGE - 1).await?;
+    s.ensure(got == FenceVerdict::Stale { mark: HUGE }, Rule::FenceStale, || {
+        format!("fence {} after {HUGE} answered {got:?}", HUGE - 1)
+    })
+}
+
+/// Rounds of concurrent admits of different fences to one resource: the largest is
+/// accepted, every refusal names a mark above its fence, and the mark ends at the
+/// largest (a store that reads, then writes, lets a lower fence land last).
+async fn exclusion<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+    let callers = s.env.callers as u64;
+    for round in 0..s.env.rounds {
+        let r = s.env.name(&format!("fence-race-{round}"));
+        // The largest fence goes first and the smallest last, turning each round.
+        let fences: Vec<u64> = (0..callers).map(|i| callers - (i + round as u64) % callers).collect();
+        let answers = join_all(fences.iter().map(|&f| store.admit(&r, f))).await;
+        for (&fence, answer) in fences.iter().zip(answers) {
+            let got = s.answer("admit", answer)?;
+            let right = match got {
+                FenceVerdict::Accepted => true,
+                FenceVerdict::Stale { mark } => fence < callers && mark > fence && mark <= callers,
+            };
+            s.ensure(right, Rule::FenceExclusive, || {
+                format!("round {round}: fence {fence} of 1..={callers} admitted at once answered {got:?}")
+            })?;
+        }
+        let got = admit(s, store, &r, callers - 1).await?;
+        s.ensure(got == FenceVerdict::Stale { mark: callers }, Rule::FenceExclusive, || {
+            format!(
+                "round {round}: after fences 1..={callers} were admitted at once, fence {} answered {got:?}",
+                callers - 1
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Names a store must escape, the empty name, and names that differ only in such
+/// characters: each keeps a mark of its own.
+async fn resources<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+    let names: Vec<String> =
+        ["fence-res:a", "fence-res%3Aa", "fence-res{a}", "fence-resa", "fence res a}", "fence-rés-a", ""]
+            .iter()
+            .map(|n| s.env.name(n))
+            .collect();
+    // Each later name gets a lower fence: a mark shared with an earlier one refuses it.
+    for (i, name) in names.iter().enumerate() {
+        let fence = 100 - 10 * i as u64;
+        let got = admit(s, store, name, fence).await?;
+        s.ensure(got == FenceVerdict::Accepted, Rule::FenceResources, || {
+            format!("fence {fence} to the fresh resource {name:?} (after lower fences to others) answered {got:?}")
+        })?;
+    }
+    for (i, name) in names.iter().enumerate() {
+        let fence = 100 - 10 * i as u64;
+        let got = admit(s, store, name, fence).await?;
+        s.ensure(got == FenceVerdict::Accepted, Rule::FenceResources, || {
+            format!("fence {fence} to {name:?} again, after admits to other resources, answered {got:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// A mark outlasts any time to live the store may keep.
+async fn keeps<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+    let r = s.env.name("fence-keeps");
+    let got = admit(s, store, &r, 9).await?;
+    s.ensure(got == FenceVerdict::Accepted, Rule::FenceAccepts, || {
+        format!("fence 9 to a fresh resource answered {got:?}")
+    })?;
+    let wait = s.env.short_ttl * 3;
+    s.env.wait(wait).await;
+    let got = admit(s, store, &r, 8).await?;
+    s.ensure(got == FenceVerdict::Stale { mark: 9 }, Rule::FenceKeeps, || {
+        format!("fence 8, {wait:?} after fence 9 was accepted, answered {got:?}")
+    })
+}
+
+async fn errors<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+    let r = s.env.name("fence-error");
+    if let Some(outage) = s.begin_outage(&[Rule::FenceError]).await {
+        let got = store.admit(&r, 1).await;
+        outage.end().await;
+        s.must_fail(Rule::FenceError, "admit", &got)?;
+    }
+    Ok(())
+}
