@@ -106,6 +106,40 @@ fn every_broken_store_fails_the_rule_its_defect_breaks() {
     );
 }
 
+/// What each store suite on its own answers for a fresh store with `defect`.
+fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violation>)> {
+    let fresh = || {
+        let clock = Arc::new(ManualClock::new());
+        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
+        (clock, store)
+    };
+    let mut out = Vec::new();
+    let (clock, store) = fresh();
+    let env = ContractEnv::new(&*clock).outage(&store);
+    out.push(("lease", block_on(&clock, contract::lease_store(&store, &env))));
+    let (clock, store) = fresh();
+    let env = ContractEnv::new(&*clock).outage(&store);
+    out.push(("claim", block_on(&clock, contract::claim_store(&store, &env))));
+    let (clock, store) = fresh();
+    let env = ContractEnv::new(&*clock).outage(&store);
+    out.push(("owners", block_on(&clock, contract::owner_claims(&store, &env))));
+    let (clock, store) = fresh();
+    let env = ContractEnv::new(&*clock).outage(&store);
+    out.push(("wake", block_on(&clock, contract::release_wake(&store, &env))));
+    out
+}
+
+/// A store without a timeout of its own would hang each suite's error rules; each
+/// suite ends the wait at its deadline (virtual time here) and names the rule.
+#[test]
+fn every_store_suite_bounds_the_calls_it_makes_during_an_outage() {
+    for (suite, r) in each_suite_alone(Defect::HangsInOutage) {
+        let v = r.expect_err(suite);
+        assert_eq!(v.rule, Rule::StoreTimeout, "{suite}: {v}");
+        assert!(v.detail.contains("had not returned after 10s"), "{suite}: {v}");
+    }
+}
+
 #[test]
 fn every_store_rule_has_a_broken_store_that_breaks_it() {
     let broken: BTreeSet<Rule> = Defect::ALL.iter().map(|d| d.rule()).collect();

@@ -66,6 +66,7 @@ macro_rules! defects {
 
 defects! {
     Flaky => StoreAnswers: "fails one call in seven on a healthy store";
+    HangsInOutage => StoreTimeout: "calls never return while the store cannot answer (no timeout of its own)";
 
     NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
     FenceDoesNotMove => LeaseFenceIncreases: "every acquire hands out fence 1";
@@ -160,6 +161,14 @@ impl BrokenStore {
     /// Whether the store cannot answer right now, for the defects that hide it.
     fn failing(&self, d: Defect) -> bool {
         self.is(d) && self.inner.is_failing()
+    }
+
+    /// A call to a store without a timeout of its own: while the store cannot
+    /// answer, it never comes back.
+    async fn stall(&self) {
+        if self.failing(Defect::HangsInOutage) {
+            futures::future::pending::<()>().await;
+        }
     }
 
     /// Count the call; the flaky store fails one in seven.
@@ -349,6 +358,7 @@ impl Future for YieldNow {
 #[async_trait]
 impl LeaseStore for BrokenStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.stall().await;
         if self.failing(Defect::AcquireErrorAsHeld) {
             return Ok(Acquire::Held { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
         }
@@ -369,6 +379,7 @@ impl LeaseStore for BrokenStore {
     }
 
     async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        self.stall().await;
         if self.failing(Defect::ReleaseErrorAsNotOwner) {
             return Ok(Release::NotOwner);
         }
@@ -376,6 +387,7 @@ impl LeaseStore for BrokenStore {
     }
 
     async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.stall().await;
         if self.failing(Defect::RenewErrorAsLost) {
             return Ok(Renew::Lost);
         }
@@ -401,6 +413,7 @@ impl LeaseStore for BrokenStore {
     }
 
     async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.stall().await;
         if self.failing(Defect::PeekErrorAsFree) {
             return Ok(None);
         }
@@ -411,6 +424,7 @@ impl LeaseStore for BrokenStore {
 #[async_trait]
 impl OwnerClaims for BrokenStore {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        self.stall().await;
         if self.failing(Defect::OwnersErrorAsFree) {
             return Ok(vec![OwnerClaim::Free; owners.len()]);
         }
@@ -435,6 +449,7 @@ impl ClaimStore for BrokenStore {
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
+        self.stall().await;
         if self.failing(Defect::ClaimErrorAsPending) {
             return Ok(vec![ClaimState::PendingElsewhere { holder: "unknown".to_owned() }; ids.len()]);
         }
@@ -505,6 +520,7 @@ impl ClaimStore for BrokenStore {
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
+        self.stall().await;
         if self.failing(Defect::SettleErrorAsSettled) {
             return Ok(vec![SettleResult::Settled; settlements.len()]);
         }
@@ -566,11 +582,13 @@ impl ClaimStore for BrokenStore {
 #[async_trait]
 impl ReleaseWake for BrokenStore {
     async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
+        self.stall().await;
         self.flake()?;
         self.inner.subscribe(instance).await
     }
 
     async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
+        self.stall().await;
         if self.failing(Defect::WakeErrorAsAnswer) {
             return Ok(vec![OwnerClaim::Free; owners.len()]);
         }
@@ -598,6 +616,7 @@ impl ReleaseWake for BrokenStore {
         ttl: Duration,
         waiter: &Waiter,
     ) -> Result<Acquire, PortError> {
+        self.stall().await;
         if self.failing(Defect::WakeErrorAsAnswer) {
             return Ok(Acquire::Acquired { fence: 1 });
         }
@@ -619,6 +638,7 @@ impl ReleaseWake for BrokenStore {
         token: &LeaseToken,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
+        self.stall().await;
         if self.failing(Defect::WakeErrorAsAnswer) {
             return Ok(WakeRelease { release: Release::Released, woke: false });
         }

@@ -50,7 +50,7 @@ async fn claim<S: ClaimStore + ?Sized>(
     t: &LeaseToken,
     ttl: Duration,
 ) -> Result<Vec<ClaimState>, Violation> {
-    let got = s.answer("claim_batch", store.claim_batch(queue, ids, t, ttl).await)?;
+    let got = s.call("claim_batch", store.claim_batch(queue, ids, t, ttl)).await?;
     s.ensure(got.len() == ids.len(), Rule::ClaimOrder, || {
         format!("claim_batch of {} ids answered {} states: {got:?}", ids.len(), got.len())
     })?;
@@ -65,7 +65,7 @@ async fn settle_all<S: ClaimStore + ?Sized>(
     t: &LeaseToken,
     ttl: Duration,
 ) -> Result<Vec<SettleResult>, Violation> {
-    let got = s.answer("settle_batch", store.settle_batch(queue, settlements, t, ttl).await)?;
+    let got = s.call("settle_batch", store.settle_batch(queue, settlements, t, ttl)).await?;
     s.ensure(got.len() == settlements.len(), Rule::ClaimSettleOrder, || {
         format!("settle_batch of {} settlements answered {} results: {got:?}", settlements.len(), got.len())
     })?;
@@ -245,11 +245,18 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
                 b
             })
             .collect();
-        let answers =
-            join_all(tokens.iter().zip(&batches).map(|(t, ids)| store.claim_batch(queue, ids, t, LONG))).await;
+        let env = s.env;
+        let answers = join_all(
+            tokens
+                .iter()
+                .zip(&batches)
+                .map(|(t, ids)| env.within(env.deadline, store.claim_batch(queue, ids, t, LONG))),
+        )
+        .await;
         let mut claimed = vec![0usize; ids.len()];
         let mut owner = vec![None; ids.len()];
         for (i, a) in answers.into_iter().enumerate() {
+            let a = s.timely("claim_batch", a)?;
             let states = s.answer("claim_batch", a)?;
             s.ensure(states.len() == ids.len(), Rule::ClaimOrder, || format!("round {round}: answered {states:?}"))?;
             for (id, state) in batches[i].iter().zip(states) {
@@ -286,7 +293,7 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     let settlements =
         [settle(&m1, SettleAction::MarkDone), settle(&m2, SettleAction::Release), settle(&m3, SettleAction::MarkDone)];
     let ids = [m1.clone(), m2.clone(), m3.clone(), m4.clone()];
-    let got = store.settle_then_claim(queue, &settlements, &ids, &a, LONG_TTLS).await;
+    let got = s.bounded("settle_then_claim", store.settle_then_claim(queue, &settlements, &ids, &a, LONG_TTLS)).await?;
     let settled = s.answer("settle_then_claim", got.settled)?;
     let claimed = s.answer("settle_then_claim", got.claimed)?;
     s.ensure(
@@ -298,7 +305,7 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     s.ensure(claimed == want, Rule::ClaimSettleThenClaim, || {
         format!("after marking m1 done and releasing m2 in the same call, claims of m1..m4 answered {claimed:?}, not {want:?}")
     })?;
-    let got = store.settle_then_claim(queue, &[], &[], &a, LONG_TTLS).await;
+    let got = s.bounded("settle_then_claim", store.settle_then_claim(queue, &[], &[], &a, LONG_TTLS)).await?;
     s.ensure(got.settled == Ok(Vec::new()) && got.claimed == Ok(Vec::new()), Rule::ClaimSettleThenClaim, || {
         format!("an empty settle_then_claim answered {got:?}")
     })?;
@@ -312,11 +319,17 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     }
     let shared: Vec<MessageId> = (0..4).map(|i| s_id(&format!("stc-shared-{i}"))).collect();
     let settles: Vec<[Settlement; 1]> = own.iter().map(|id| [settle(id, SettleAction::Release)]).collect();
-    let answers =
-        join_all(tokens.iter().zip(&settles).map(|(t, st)| store.settle_then_claim(queue, st, &shared, t, LONG_TTLS)))
-            .await;
+    let env = s.env;
+    let answers = join_all(
+        tokens
+            .iter()
+            .zip(&settles)
+            .map(|(t, st)| env.within(env.deadline, store.settle_then_claim(queue, st, &shared, t, LONG_TTLS))),
+    )
+    .await;
     let mut taken = vec![Vec::new(); shared.len()];
     for (i, got) in answers.into_iter().enumerate() {
+        let got = s.timely("settle_then_claim", got)?;
         let settled = s.answer("settle_then_claim", got.settled)?;
         s.ensure(settled == [SettleResult::Settled], Rule::ClaimSettleThenClaim, || {
             format!("a concurrent caller's release of its own claim answered {settled:?}")
@@ -353,17 +366,27 @@ async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &st
     let a = token("alpha", 41);
     let id = s_id("outage");
     let Some(outage) = s.begin_outage(&[Rule::ClaimError, Rule::ClaimSettleError]).await else { return Ok(()) };
-    let claimed = store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG).await;
-    let settled = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
-    let both = store
-        .settle_then_claim(queue, &[settle(&id, SettleAction::Release)], std::slice::from_ref(&id), &a, LONG_TTLS)
+    let claimed = s.timed(store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG)).await;
+    let settled = s.timed(store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG)).await;
+    let both = s
+        .timed(store.settle_then_claim(
+            queue,
+            &[settle(&id, SettleAction::Release)],
+            std::slice::from_ref(&id),
+            &a,
+            LONG_TTLS,
+        ))
         .await;
     outage.end().await;
     s.must_fail(Rule::ClaimError, "claim_batch", &claimed)?;
     s.must_fail(Rule::ClaimSettleError, "settle_batch", &settled)?;
-    s.must_fail(Rule::ClaimSettleError, "settle_then_claim (its settlements)", &both.settled)?;
-    s.must_fail(Rule::ClaimError, "settle_then_claim (its claims)", &both.claimed)?;
+    let (both_settled, both_claimed) = match both {
+        Some(both) => (Some(both.settled), Some(both.claimed)),
+        None => (None, None),
+    };
+    s.must_fail(Rule::ClaimSettleError, "settle_then_claim (its settlements)", &both_settled)?;
+    s.must_fail(Rule::ClaimError, "settle_then_claim (its claims)", &both_claimed)?;
     // A timed-out claim may have landed once the store answered again.
-    let _ = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
+    let _ = s.timed(store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG)).await;
     Ok(())
 }

@@ -50,9 +50,9 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
     let lease = LeaseName::queue(s.env.name("contract-holders"));
     let (a, b) = (token("alpha", 1), token("beta", 2));
 
-    let got = s.answer("acquire", store.acquire(&lease, &a, LONG).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &a, LONG)).await?;
     let f1 = fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
-    let before = s.answer("peek", store.peek(&lease).await)?;
+    let before = s.call("peek", store.peek(&lease)).await?;
     s.ensure(
         before.as_ref().is_some_and(|h| h.holder == "alpha" && h.fence == f1 && fresh(h.remaining, LONG)),
         Rule::LeasePeekAgrees,
@@ -60,7 +60,7 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
     )?;
 
     for (who, t) in [("another token", &b), ("the holder's own token", &a)] {
-        let got = s.answer("acquire", store.acquire(&lease, t, LONG).await)?;
+        let got = s.call("acquire", store.acquire(&lease, t, LONG)).await?;
         let Acquire::Held { holder, remaining } = got else {
             return Err(Violation {
                 rule: Rule::LeaseAcquireExclusive,
@@ -73,7 +73,7 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
         s.ensure(fresh(remaining, LONG), Rule::LeaseHeldRemaining, || {
             format!("Held reported {remaining:?} left of a {LONG:?} lease taken just before")
         })?;
-        let peeked = s.answer("peek", store.peek(&lease).await)?;
+        let peeked = s.call("peek", store.peek(&lease)).await?;
         s.ensure(
             peeked.as_ref().is_some_and(|h| h.holder == "alpha" && h.remaining <= remaining + Duration::from_millis(5)),
             Rule::LeasePeekAgrees,
@@ -89,33 +89,33 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
         })?;
     }
 
-    let got = s.answer("renew", store.renew(&lease, &b, LONG).await)?;
+    let got = s.call("renew", store.renew(&lease, &b, LONG)).await?;
     s.ensure(got == Renew::Lost, Rule::LeaseRenewForeign, || format!("renew by another token answered {got:?}"))?;
-    let got = s.answer("release", store.release(&lease, &b).await)?;
+    let got = s.call("release", store.release(&lease, &b)).await?;
     s.ensure(got == Release::NotOwner, Rule::LeaseReleaseForeign, || {
         format!("release by another token answered {got:?}")
     })?;
-    let after = s.answer("peek", store.peek(&lease).await)?;
+    let after = s.call("peek", store.peek(&lease)).await?;
     s.ensure(after.as_ref().is_some_and(|h| h.holder == "alpha" && h.fence == f1), Rule::LeaseReleaseForeign, || {
         format!("after a stranger's renew and release the lease reads {after:?}")
     })?;
 
-    let got = s.answer("renew", store.renew(&lease, &a, LONG).await)?;
+    let got = s.call("renew", store.renew(&lease, &a, LONG)).await?;
     s.ensure(got == Renew::Renewed, Rule::LeaseRenewExtends, || format!("renew by the holder answered {got:?}"))?;
-    let got = s.answer("release", store.release(&lease, &a).await)?;
+    let got = s.call("release", store.release(&lease, &a)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))?;
-    let gone = s.answer("peek", store.peek(&lease).await)?;
+    let gone = s.call("peek", store.peek(&lease)).await?;
     s.ensure(gone.is_none(), Rule::LeaseReleaseFrees, || format!("after Released, peek answered {gone:?}"))?;
-    let got = s.answer("release", store.release(&lease, &a).await)?;
+    let got = s.call("release", store.release(&lease, &a)).await?;
     s.ensure(got == Release::NotOwner, Rule::LeaseReleaseExpired, || {
         format!("a second release of a released lease answered {got:?}")
     })?;
-    let got = s.answer("renew", store.renew(&lease, &a, LONG).await)?;
+    let got = s.call("renew", store.renew(&lease, &a, LONG)).await?;
     s.ensure(got == Renew::Lost, Rule::LeaseRenewExpired, || format!("renew of a released lease answered {got:?}"))?;
-    let got = s.answer("acquire", store.acquire(&lease, &b, LONG).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &b, LONG)).await?;
     let f2 = fence_of(&got, Rule::LeaseReleaseFrees, "an acquire after Released")?;
     s.ensure(f2 > f1, Rule::LeaseFenceIncreases, || format!("fence {f1}, then {f2} after a release"))?;
-    let got = s.answer("release", store.release(&lease, &b).await)?;
+    let got = s.call("release", store.release(&lease, &b)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))
 }
 
@@ -127,18 +127,18 @@ async fn expiry<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<
     let (a, b, c) = (token("alpha", 3), token("beta", 4), token("gamma", 5));
     let short = s.env.short_ttl;
 
-    let got = s.answer("acquire", store.acquire(&lease, &a, LONG).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &a, LONG)).await?;
     let f1 = fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
-    let got = s.answer("release", store.release(&lease, &a).await)?;
+    let got = s.call("release", store.release(&lease, &a)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))?;
-    let got = s.answer("acquire", store.acquire(&lease, &b, short).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &b, short)).await?;
     let f2 = fence_of(&got, Rule::LeaseReleaseFrees, "an acquire after Released")?;
     s.ensure(f2 > f1, Rule::LeaseFenceIncreases, || format!("fence {f1}, then {f2} after a release"))?;
 
     // Whether it expired is the acquire's to say; then peek must have agreed.
     s.env.wait(short * 3).await;
-    let peeked = s.answer("peek", store.peek(&lease).await)?;
-    let got = s.answer("acquire", store.acquire(&lease, &c, LONG).await)?;
+    let peeked = s.call("peek", store.peek(&lease)).await?;
+    let got = s.call("acquire", store.acquire(&lease, &c, LONG)).await?;
     s.ensure(matches!(got, Acquire::Acquired { .. }), Rule::LeaseExpires, || {
         format!("a {short:?} lease still answers {got:?} after {:?}", short * 3)
     })?;
@@ -147,37 +147,37 @@ async fn expiry<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<
         format!("a {short:?} lease that had expired after {:?} read {peeked:?}", short * 3)
     })?;
     s.ensure(f3 > f2, Rule::LeaseFenceIncreases, || format!("fence {f2}, then {f3} after the lease expired"))?;
-    let got = s.answer("release", store.release(&lease, &b).await)?;
+    let got = s.call("release", store.release(&lease, &b)).await?;
     s.ensure(got == Release::NotOwner, Rule::LeaseReleaseForeign, || {
         format!("the expired holder's release of the new lease answered {got:?}")
     })?;
-    let got = s.answer("renew", store.renew(&lease, &b, LONG).await)?;
+    let got = s.call("renew", store.renew(&lease, &b, LONG)).await?;
     s.ensure(got == Renew::Lost, Rule::LeaseRenewForeign, || {
         format!("the expired holder's renew of the new lease answered {got:?}")
     })?;
-    let peeked = s.answer("peek", store.peek(&lease).await)?;
+    let peeked = s.call("peek", store.peek(&lease)).await?;
     s.ensure(peeked.as_ref().is_some_and(|h| h.holder == "gamma" && h.fence == f3), Rule::LeaseReleaseForeign, || {
         format!("the new holder gamma's lease (fence {f3}) reads {peeked:?} after the stale holder's calls")
     })?;
-    let got = s.answer("release", store.release(&lease, &c).await)?;
+    let got = s.call("release", store.release(&lease, &c)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))?;
 
     // Our own expired lease, nobody else's yet: renew must not bring it back, and
     // release must not claim it.
     let own = LeaseName::queue(s.env.name("contract-expired-own"));
     let d = token("delta", 9);
-    let got = s.answer("acquire", store.acquire(&own, &d, short).await)?;
+    let got = s.call("acquire", store.acquire(&own, &d, short)).await?;
     fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
     s.env.wait(short * 3).await;
-    let got = s.answer("renew", store.renew(&own, &d, LONG).await)?;
+    let got = s.call("renew", store.renew(&own, &d, LONG)).await?;
     s.ensure(got == Renew::Lost, Rule::LeaseRenewExpired, || {
         format!("renew of our own expired lease answered {got:?}")
     })?;
-    let peeked = s.answer("peek", store.peek(&own).await)?;
+    let peeked = s.call("peek", store.peek(&own)).await?;
     s.ensure(peeked.is_none(), Rule::LeaseRenewExpired, || {
         format!("after a renew of our own expired lease, peek answered {peeked:?}")
     })?;
-    let got = s.answer("release", store.release(&own, &d).await)?;
+    let got = s.call("release", store.release(&own, &d)).await?;
     s.ensure(got == Release::NotOwner, Rule::LeaseReleaseExpired, || {
         format!("release of our own expired lease answered {got:?}")
     })
@@ -188,15 +188,15 @@ async fn short_first_lease<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S)
     let lease = LeaseName::queue(s.env.name("contract-short-first"));
     let (a, b) = (token("alpha", 6), token("beta", 7));
     let short = s.env.short_ttl;
-    let got = s.answer("acquire", store.acquire(&lease, &a, short).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &a, short)).await?;
     let f1 = fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
     s.env.wait(short * 3).await;
-    let got = s.answer("acquire", store.acquire(&lease, &b, LONG).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &b, LONG)).await?;
     let f2 = fence_of(&got, Rule::LeaseExpires, "an acquire after the first, short lease expired")?;
     s.ensure(f2 > f1, Rule::LeaseFenceIncreases, || {
         format!("fence {f1} of a first {short:?} lease, then {f2} after it expired")
     })?;
-    let got = s.answer("release", store.release(&lease, &b).await)?;
+    let got = s.call("release", store.release(&lease, &b)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))
 }
 
@@ -206,18 +206,18 @@ async fn renewal<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
     let lease = LeaseName::queue(s.env.name("contract-renew"));
     let a = token("alpha", 8);
     let short = s.env.short_ttl;
-    let got = s.answer("acquire", store.acquire(&lease, &a, short).await)?;
+    let got = s.call("acquire", store.acquire(&lease, &a, short)).await?;
     fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
-    let got = s.answer("renew", store.renew(&lease, &a, LONG).await)?;
+    let got = s.call("renew", store.renew(&lease, &a, LONG)).await?;
     s.ensure(got == Renew::Renewed, Rule::LeaseRenewExtends, || format!("renew by the holder answered {got:?}"))?;
     s.env.wait(short * 3).await;
-    let peeked = s.answer("peek", store.peek(&lease).await)?;
+    let peeked = s.call("peek", store.peek(&lease)).await?;
     s.ensure(peeked.as_ref().is_some_and(|h| h.holder == "alpha"), Rule::LeaseRenewExtends, || {
         format!("a {short:?} lease renewed for {LONG:?} reads {peeked:?} after {:?}", short * 3)
     })?;
-    let got = s.answer("renew", store.renew(&lease, &a, LONG).await)?;
+    let got = s.call("renew", store.renew(&lease, &a, LONG)).await?;
     s.ensure(got == Renew::Renewed, Rule::LeaseRenewExtends, || format!("a second renew answered {got:?}"))?;
-    let got = s.answer("release", store.release(&lease, &a).await)?;
+    let got = s.call("release", store.release(&lease, &a)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))
 }
 
@@ -230,9 +230,11 @@ async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Resu
     for round in 0..s.env.rounds {
         let tokens: Vec<LeaseToken> =
             (0..callers).map(|i| token(&format!("racer{i}"), (round * callers + i) as u64 + 100)).collect();
-        let answers = join_all(tokens.iter().map(|t| store.acquire(&lease, t, LONG))).await;
+        let env = s.env;
+        let answers = join_all(tokens.iter().map(|t| env.within(env.deadline, store.acquire(&lease, t, LONG)))).await;
         let mut winners = Vec::new();
         for (i, a) in answers.into_iter().enumerate() {
+            let a = s.timely("acquire", a)?;
             match s.answer("acquire", a)? {
                 Acquire::Acquired { fence } => winners.push((i, fence)),
                 Acquire::Held { .. } => {}
@@ -249,12 +251,12 @@ async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Resu
             format!("round {round}: fence {fence} after {last_fence} of the round before")
         })?;
         last_fence = fence;
-        let peeked = s.answer("peek", store.peek(&lease).await)?;
+        let peeked = s.call("peek", store.peek(&lease)).await?;
         let name = format!("racer{winner}");
         s.ensure(peeked.as_ref().is_some_and(|h| h.holder == name && h.fence == fence), Rule::LeasePeekAgrees, || {
             format!("round {round}: {name} won with fence {fence}, peek answered {peeked:?}")
         })?;
-        let got = s.answer("release", store.release(&lease, &tokens[winner]).await)?;
+        let got = s.call("release", store.release(&lease, &tokens[winner])).await?;
         s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || {
             format!("round {round}: the winner's release answered {got:?}")
         })?;
@@ -274,18 +276,18 @@ async fn names<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(
     }
     let tokens: Vec<LeaseToken> = (0..leases.len()).map(|i| token(&format!("n{i}"), 900 + i as u64)).collect();
     for (i, (lease, t)) in leases.iter().zip(&tokens).enumerate() {
-        let got = s.answer("acquire", store.acquire(lease, t, LONG).await)?;
+        let got = s.call("acquire", store.acquire(lease, t, LONG)).await?;
         s.ensure(matches!(got, Acquire::Acquired { .. }), Rule::LeaseNamesDistinct, || {
             format!("{lease:?}: a fresh lease answered {got:?} (taken before: {:?})", &leases[..i])
         })?;
     }
     for (lease, t) in leases.iter().zip(&tokens) {
-        let peeked = s.answer("peek", store.peek(lease).await)?;
+        let peeked = s.call("peek", store.peek(lease)).await?;
         let name = t.holder().to_owned();
         s.ensure(peeked.as_ref().is_some_and(|h| h.holder == name), Rule::LeaseNamesDistinct, || {
             format!("{lease:?} taken by {name} reads {peeked:?}")
         })?;
-        let got = s.answer("release", store.release(lease, t).await)?;
+        let got = s.call("release", store.release(lease, t)).await?;
         s.ensure(got == Release::Released, Rule::LeaseNamesDistinct, || {
             format!("{lease:?}: release answered {got:?}")
         })?;
@@ -300,14 +302,14 @@ async fn errors<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<
     let free = LeaseName::queue(s.env.name("contract-outage-free"));
     let (a, b) = (token("alpha", 10), token("beta", 11));
     if s.env.outage.is_some() {
-        let got = s.answer("acquire", store.acquire(&held, &a, LONG).await)?;
+        let got = s.call("acquire", store.acquire(&held, &a, LONG)).await?;
         fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
     }
     let Some(outage) = s.begin_outage(&rules).await else { return Ok(()) };
-    let acquired = store.acquire(&free, &b, LONG).await;
-    let renewed = store.renew(&held, &a, LONG).await;
-    let released = store.release(&held, &a).await;
-    let peeked = store.peek(&held).await;
+    let acquired = s.timed(store.acquire(&free, &b, LONG)).await;
+    let renewed = s.timed(store.renew(&held, &a, LONG)).await;
+    let released = s.timed(store.release(&held, &a)).await;
+    let peeked = s.timed(store.peek(&held)).await;
     outage.end().await;
     s.must_fail(Rule::LeaseAcquireError, "acquire", &acquired)?;
     s.must_fail(Rule::LeaseRenewError, "renew", &renewed)?;
@@ -315,7 +317,7 @@ async fn errors<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<
     s.must_fail(Rule::LeasePeekError, "peek", &peeked)?;
     // A timed-out request may have landed once the store answered again: release
     // with the same tokens, whatever the answers.
-    let _ = store.release(&free, &b).await;
-    let _ = store.release(&held, &a).await;
+    let _ = s.timed(store.release(&free, &b)).await;
+    let _ = s.timed(store.release(&held, &a)).await;
     Ok(())
 }

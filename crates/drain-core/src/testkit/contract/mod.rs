@@ -13,6 +13,9 @@
 //! such as drain-clock's `TokioClock` for real servers, with `short_ttl` around
 //! 300 ms), and optionally an [`Outage`] that makes the store unable to answer, so
 //! that the error rules are checked too (without one they are listed as skipped).
+//! Every call the suite makes is bounded by `ContractEnv::deadline` on that clock: a
+//! call that has not come back by then (a store without a timeout of its own, during
+//! an outage) is reported as rule `store.timeout`, never a suite that hangs.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -108,14 +111,26 @@ pub struct ContractEnv<'a> {
     pub rounds: usize,
     /// Makes the store unable to answer; `None` skips the error rules.
     pub outage: Option<&'a dyn Outage>,
+    /// How long the suite waits for any one call, on `clock`, before it reports rule
+    /// `store.timeout` instead of waiting for ever: longer than the store's own
+    /// timeout, which must end a call to a store that cannot answer.
+    pub deadline: Duration,
 }
 
 impl<'a> ContractEnv<'a> {
     /// Defaults: `short_ttl` 300 ms, no name prefix, 8 callers over 20 rounds, no
-    /// outage.
+    /// outage, a deadline of 10 s per call.
     #[must_use]
     pub fn new(clock: &'a dyn Clock) -> Self {
-        ContractEnv { clock, short_ttl: Duration::from_millis(300), names: "", callers: 8, rounds: 20, outage: None }
+        ContractEnv {
+            clock,
+            short_ttl: Duration::from_millis(300),
+            names: "",
+            callers: 8,
+            rounds: 20,
+            outage: None,
+            deadline: Duration::from_secs(10),
+        }
     }
 
     /// With this short time to live.
@@ -144,6 +159,13 @@ impl<'a> ContractEnv<'a> {
     #[must_use]
     pub fn outage(mut self, outage: &'a dyn Outage) -> Self {
         self.outage = Some(outage);
+        self
+    }
+
+    /// With this deadline per call (longer than the store's own timeout).
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
         self
     }
 
@@ -204,11 +226,6 @@ impl Tally {
         }
     }
 
-    /// Fail `rule` unless the call made during an outage failed.
-    fn must_fail<T: fmt::Debug>(&mut self, rule: Rule, what: &str, r: &Result<T, PortError>) -> Result<(), Violation> {
-        self.ensure(r.is_err(), rule, || format!("{what} answered {} while the store could not answer", shown(r)))
-    }
-
     fn finish(self) -> Checked {
         self.done
     }
@@ -238,6 +255,62 @@ impl<'a> Suite<'a> {
                 None
             }
         }
+    }
+
+    /// `fut`'s output, or a `store.timeout` violation when it did not return within
+    /// the deadline.
+    async fn bounded<F: Future>(&mut self, what: &str, fut: F) -> Result<F::Output, Violation> {
+        let out = self.env.within(self.env.deadline, fut).await;
+        self.timely(what, out)
+    }
+
+    /// The answer of a call to a healthy store, within the deadline.
+    async fn call<T>(&mut self, what: &str, fut: impl Future<Output = Result<T, PortError>>) -> Result<T, Violation> {
+        let r = self.bounded(what, fut).await?;
+        self.tally.answer(what, r)
+    }
+
+    /// What a call came back with, or `None` when it had not come back by the
+    /// deadline: for calls made during an outage ([`Suite::must_fail`] checks them
+    /// once it ended) and the clean-up after it.
+    async fn timed<F: Future>(&self, fut: F) -> Option<F::Output> {
+        self.env.within(self.env.deadline, fut).await
+    }
+
+    /// An output that came back within the deadline (`Some`), or a `store.timeout`
+    /// violation.
+    fn timely<T>(&mut self, what: &str, out: Option<T>) -> Result<T, Violation> {
+        let deadline = self.env.deadline;
+        match out {
+            Some(out) => {
+                self.tally.ensure(true, Rule::StoreTimeout, String::new)?;
+                Ok(out)
+            }
+            None => Err(Violation {
+                rule: Rule::StoreTimeout,
+                detail: format!("{what} had not returned after {deadline:?} on a healthy store"),
+            }),
+        }
+    }
+
+    /// Fail `rule` unless the call made during an outage failed, and
+    /// `store.timeout` when it did not come back at all.
+    fn must_fail<T: fmt::Debug>(
+        &mut self,
+        rule: Rule,
+        what: &str,
+        r: &Option<Result<T, PortError>>,
+    ) -> Result<(), Violation> {
+        let deadline = self.env.deadline;
+        let Some(r) = r else {
+            return Err(Violation {
+                rule: Rule::StoreTimeout,
+                detail: format!(
+                    "{what} had not returned after {deadline:?} while the store could not answer (a call needs a timeout of its own)"
+                ),
+            });
+        };
+        self.tally.ensure(r.is_err(), rule, || format!("{what} answered {} while the store could not answer", shown(r)))
     }
 
     fn finish(self) -> Checked {

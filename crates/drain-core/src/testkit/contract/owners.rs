@@ -29,19 +29,19 @@ where
     let (a, b) = (token("alpha", 51), token("beta", 52));
     let (o1, o2, o3, o4) = (owner("o1"), owner("o2"), owner("we{ird}: o3"), owner("o4"));
 
-    let got = s.answer("peek_owners", store.peek_owners(&[]).await)?;
+    let got = s.call("peek_owners", store.peek_owners(&[])).await?;
     s.ensure(got.is_empty(), Rule::OwnersOrder, || format!("an empty peek answered {got:?}"))?;
 
     take(&mut s, store, &o1, &a, LONG).await?;
     take(&mut s, store, &o3, &b, LONG).await?;
     // A queue lease of o2's name is not o2's claim.
     let queue_lease = LeaseName::queue(o2.as_str());
-    let got = s.answer("acquire", store.acquire(&queue_lease, &b, LONG).await)?;
+    let got = s.call("acquire", store.acquire(&queue_lease, &b, LONG)).await?;
     s.ensure(matches!(got, Acquire::Acquired { .. }), Rule::LeaseNamesDistinct, || {
         format!("a queue lease of an owner's name answered {got:?}")
     })?;
     let asked = [o1.clone(), o2.clone(), o3.clone(), o4.clone(), o1.clone()];
-    let got = s.answer("peek_owners", store.peek_owners(&asked).await)?;
+    let got = s.call("peek_owners", store.peek_owners(&asked)).await?;
     s.ensure(got.len() == asked.len(), Rule::OwnersOrder, || format!("a peek of 5 owners answered {got:?}"))?;
     s.ensure(held_by(&got[0], "alpha", LONG) && held_by(&got[4], "alpha", LONG), Rule::OwnersHeld, || {
         format!("alpha's claim on o1 answered {:?} and {:?}", got[0], got[4])
@@ -50,7 +50,7 @@ where
     s.ensure(got[1] == OwnerClaim::Free && got[3] == OwnerClaim::Free, Rule::OwnersFree, || {
         format!("o2 (only a queue lease of its name) and o4 (never taken) answered {:?} and {:?}", got[1], got[3])
     })?;
-    let got = s.answer("release", store.release(&queue_lease, &b).await)?;
+    let got = s.call("release", store.release(&queue_lease, &b)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
 
     // Order holds however the held and free owners mix.
@@ -59,7 +59,7 @@ where
     for (i, o) in many.iter().enumerate().filter(|(i, _)| i % 3 != 1) {
         take(&mut s, store, o, &tokens[i], LONG).await?;
     }
-    let got = s.answer("peek_owners", store.peek_owners(&many).await)?;
+    let got = s.call("peek_owners", store.peek_owners(&many)).await?;
     let right = got.len() == many.len()
         && got
             .iter()
@@ -67,17 +67,17 @@ where
             .all(|(i, c)| if i % 3 == 1 { *c == OwnerClaim::Free } else { held_by(c, &format!("h{i}"), LONG) });
     s.ensure(right, Rule::OwnersOrder, || format!("12 owners, every third free from the second, answered {got:?}"))?;
     for (i, o) in many.iter().enumerate().filter(|(i, _)| i % 3 != 1) {
-        let got = s.answer("release", store.release(&LeaseName::owner(o.as_str()), &tokens[i]).await)?;
+        let got = s.call("release", store.release(&LeaseName::owner(o.as_str()), &tokens[i])).await?;
         s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
     }
 
     // Released and expired claims are free.
-    let got = s.answer("release", store.release(&LeaseName::owner(o1.as_str()), &a).await)?;
+    let got = s.call("release", store.release(&LeaseName::owner(o1.as_str()), &a)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
     let short = s.env.short_ttl;
     take(&mut s, store, &o4, &a, short).await?;
     s.env.wait(short * 3).await;
-    let got = s.answer("peek_owners", store.peek_owners(&[o1.clone(), o4.clone(), o3.clone()]).await)?;
+    let got = s.call("peek_owners", store.peek_owners(&[o1.clone(), o4.clone(), o3.clone()])).await?;
     s.ensure(got.len() == 3 && got[0] == OwnerClaim::Free && got[1] == OwnerClaim::Free, Rule::OwnersFree, || {
         format!("a released and an expired claim answered {got:?}")
     })?;
@@ -86,11 +86,11 @@ where
     })?;
 
     if let Some(outage) = s.begin_outage(&[Rule::OwnersError]).await {
-        let peeked = store.peek_owners(std::slice::from_ref(&o3)).await;
+        let peeked = s.timed(store.peek_owners(std::slice::from_ref(&o3))).await;
         outage.end().await;
         s.must_fail(Rule::OwnersError, "peek_owners", &peeked)?;
     }
-    let got = s.answer("release", store.release(&LeaseName::owner(o3.as_str()), &b).await)?;
+    let got = s.call("release", store.release(&LeaseName::owner(o3.as_str()), &b)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
     Ok(s.finish())
 }
@@ -102,7 +102,7 @@ async fn take<S: LeaseStore + ?Sized>(
     t: &LeaseToken,
     ttl: Duration,
 ) -> Result<(), Violation> {
-    let got = s.answer("acquire", store.acquire(&LeaseName::owner(owner.as_str()), t, ttl).await)?;
+    let got = s.call("acquire", store.acquire(&LeaseName::owner(owner.as_str()), t, ttl)).await?;
     s.ensure(matches!(got, Acquire::Acquired { .. }), Rule::LeaseAcquireExclusive, || {
         format!("owner {owner}'s free claim answered {got:?}")
     })

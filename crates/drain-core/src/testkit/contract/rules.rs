@@ -71,6 +71,7 @@ macro_rules! rules {
 
 rules! {
     StoreAnswers => Store, "store.answers";
+    StoreTimeout => Store, "store.timeout";
 
     LeaseAcquireExclusive => Lease, "lease.acquire.exclusive";
     LeaseFenceIncreases => Lease, "lease.fence.increases";
