@@ -14,7 +14,7 @@ use drain_core::testkit::broken::{BrokenStore, Defect};
 use drain_core::testkit::contract::{self, Checked, ContractEnv, Port, Rule, Violation};
 
 /// Every store suite against `store`, in order, merging what they checked.
-async fn store_suites<S>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation>
+async fn store_suites<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
     S: drain_core::ports::LeaseStore
         + drain_core::ports::ClaimStore
@@ -77,18 +77,23 @@ fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
 fn the_sound_broken_store_passes_every_store_suite() {
     let clock = Arc::new(ManualClock::new());
     let store = BrokenStore::sound(clock.clone() as Arc<dyn Clock>);
-    let env = ContractEnv::new(&*clock).outage(&store);
+    let (b, c) = (store.instance(), store.instance());
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
 }
 
 /// The heart of the suite's own test: each defect is caught, by the rule it breaks.
+/// The suites get three instances of the store, as a fleet's processes would be.
 #[test]
 fn every_broken_store_fails_the_rule_its_defect_breaks() {
     let mut wrong = Vec::new();
     for &defect in Defect::ALL {
         let clock = Arc::new(ManualClock::new());
         let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
-        let env = ContractEnv::new(&*clock).outage(&store);
+        let (b, c) = (store.instance(), store.instance());
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
         match block_on(&clock, store_suites(&store, &env)) {
             Err(v) if v.rule == defect.rule() => {}
             Err(v) => {
@@ -104,6 +109,30 @@ fn every_broken_store_fails_the_rule_its_defect_breaks() {
         Defect::ALL.len(),
         wrong.join("\n")
     );
+}
+
+/// A store whose acquires and claims read, then write, but queue on one connection
+/// per instance, is caught only when the concurrent callers come through several
+/// instances: through one, they never interleave.
+#[test]
+fn a_one_connection_store_is_caught_only_through_several_instances() {
+    for (defect, rule) in [
+        (Defect::OneConnectionAcquire, Rule::LeaseAcquireExclusive),
+        (Defect::OneConnectionClaim, Rule::ClaimExclusive),
+    ] {
+        let clock = Arc::new(ManualClock::new());
+        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
+        let env = ContractEnv::new(&*clock).outage(&store);
+        block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{defect:?}, one instance: {v}"));
+
+        let clock = Arc::new(ManualClock::new());
+        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
+        let b = store.instance();
+        let all = [&store, &b];
+        let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+        let v = block_on(&clock, store_suites(&store, &env)).expect_err("two instances");
+        assert_eq!(v.rule, rule, "{defect:?}: {v}");
+    }
 }
 
 /// What each store suite on its own answers for a fresh store with `defect`.

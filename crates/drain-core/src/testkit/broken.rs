@@ -5,6 +5,10 @@
 //!
 //! Without a defect ([`BrokenStore::sound`]) the store is the in-memory store and
 //! passes every suite: a suite fails a broken store because of its defect.
+//!
+//! [`BrokenStore::instance`] makes another instance of the same store (the state
+//! shared, as a fleet's processes share a server), with a connection of its own:
+//! some defects show only when concurrent calls come through several instances.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,6 +19,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::channel::mpsc;
+use futures::lock::Mutex;
 
 use super::contract::{Outage, Rule};
 use crate::admission::OwnerId;
@@ -69,6 +74,7 @@ defects! {
     HangsInOutage => StoreTimeout: "calls never return while the store cannot answer (no timeout of its own)";
 
     NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
+    OneConnectionAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step, on one connection per instance: only calls through different instances interleave";
     FenceDoesNotMove => LeaseFenceIncreases: "every acquire hands out fence 1";
     FenceExpiresWithLease => LeaseFenceIncreases: "the fence lives as long as the lease: after an expiry it starts again";
     HeldBumpsFence => LeaseHeldUnchanged: "an acquire of a held lease still counts the fence up";
@@ -89,6 +95,7 @@ defects! {
     PeekErrorAsFree => LeasePeekError: "a peek the store cannot answer answers None";
 
     NonAtomicClaim => ClaimExclusive: "claims read, then write in a second step: concurrent claims all win";
+    OneConnectionClaim => ClaimExclusive: "claims read, then write in a second step, on one connection per instance: only calls through different instances interleave";
     ClaimOutOfOrder => ClaimOrder: "claim states come back in reverse order";
     ClaimRepeatTwice => ClaimRepeat: "an id twice in one call is claimed twice";
     DoneAnsweredClaimed => ClaimDone: "a done claim is taken again";
@@ -128,9 +135,12 @@ defects! {
 
 /// The in-memory store with one [`Defect`] (or none).
 pub struct BrokenStore {
-    inner: MemoryStore,
+    inner: Arc<MemoryStore>,
     defect: Option<Defect>,
-    calls: AtomicU64,
+    calls: Arc<AtomicU64>,
+    /// This instance's one connection: the one-connection defects queue their
+    /// calls on it, so that calls through one instance never interleave.
+    connection: Mutex<()>,
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -145,13 +155,34 @@ impl BrokenStore {
     /// A store with `defect`, reading time from `clock`.
     #[must_use]
     pub fn new(clock: Arc<dyn Clock>, defect: Defect) -> Self {
-        BrokenStore { inner: MemoryStore::new(clock), defect: Some(defect), calls: AtomicU64::new(0) }
+        Self::with(clock, Some(defect))
     }
 
     /// The same store without a defect: it passes every suite.
     #[must_use]
     pub fn sound(clock: Arc<dyn Clock>) -> Self {
-        BrokenStore { inner: MemoryStore::new(clock), defect: None, calls: AtomicU64::new(0) }
+        Self::with(clock, None)
+    }
+
+    fn with(clock: Arc<dyn Clock>, defect: Option<Defect>) -> Self {
+        BrokenStore {
+            inner: Arc::new(MemoryStore::new(clock)),
+            defect,
+            calls: Arc::new(AtomicU64::new(0)),
+            connection: Mutex::new(()),
+        }
+    }
+
+    /// Another instance of this store: the same leases and claims, the same defect,
+    /// a connection of its own.
+    #[must_use]
+    pub fn instance(&self) -> Self {
+        BrokenStore {
+            inner: Arc::clone(&self.inner),
+            defect: self.defect,
+            calls: Arc::clone(&self.calls),
+            connection: Mutex::new(()),
+        }
     }
 
     fn is(&self, d: Defect) -> bool {
@@ -362,7 +393,10 @@ impl LeaseStore for BrokenStore {
         if self.failing(Defect::AcquireErrorAsHeld) {
             return Ok(Acquire::Held { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
         }
-        if self.is(Defect::NonAtomicAcquire) {
+        if self.is(Defect::NonAtomicAcquire) || self.is(Defect::OneConnectionAcquire) {
+            // One connection per instance: its calls wait for each other.
+            let _connection =
+                if self.is(Defect::OneConnectionAcquire) { Some(self.connection.lock().await) } else { None };
             let free = self.call("acquire", |s, now| Ok(self.peek_in(s, now, lease).is_none()))?;
             YieldNow(false).await;
             return self.call("acquire", |s, now| {
@@ -476,7 +510,8 @@ impl ClaimStore for BrokenStore {
                 })
                 .collect()
         };
-        let non_atomic = self.is(Defect::NonAtomicClaim);
+        let non_atomic = self.is(Defect::NonAtomicClaim) || self.is(Defect::OneConnectionClaim);
+        let _connection = if self.is(Defect::OneConnectionClaim) { Some(self.connection.lock().await) } else { None };
         let before = if non_atomic {
             let before = self.call("claim_batch", |s, now| Ok(snapshot(s, now)))?;
             YieldNow(false).await;

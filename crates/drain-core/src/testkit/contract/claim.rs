@@ -30,7 +30,7 @@ fn pending(holder: &str) -> ClaimState {
 ///
 /// # Errors
 /// The first rule the store broke.
-pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation> {
+pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation> {
     let mut s = Suite::new(env);
     let queue = env.name("contract-q");
     lifecycle(&mut s, store, &queue).await?;
@@ -43,7 +43,7 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
 }
 
 async fn claim<S: ClaimStore + ?Sized>(
-    s: &mut Suite<'_>,
+    s: &mut Suite<'_, S>,
     store: &S,
     queue: &str,
     ids: &[MessageId],
@@ -58,7 +58,7 @@ async fn claim<S: ClaimStore + ?Sized>(
 }
 
 async fn settle_all<S: ClaimStore + ?Sized>(
-    s: &mut Suite<'_>,
+    s: &mut Suite<'_, S>,
     store: &S,
     queue: &str,
     settlements: &[Settlement],
@@ -74,7 +74,7 @@ async fn settle_all<S: ClaimStore + ?Sized>(
 
 /// Claim, pending elsewhere, settle, done suppresses, a released claim is free, and
 /// nobody settles a claim that is not their pending one.
-async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let (a, b, c) = (token("alpha", 11), token("beta", 12), token("gamma", 13));
     let (m1, m2) = (s_id("m1"), s_id("m2"));
 
@@ -131,7 +131,7 @@ async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
 
 /// A crashed holder's pending claim expires and a redelivery takes it; the crashed
 /// holder cannot settle the new claim; the dedup window ends.
-async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let (a, b, c) = (token("alpha", 21), token("beta", 22), token("gamma", 23));
     let short = s.env.short_ttl;
     let m3 = s_id("m{3}:x y");
@@ -170,7 +170,7 @@ async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &st
 
 /// A repeated id, ids of every type, another queue, and answers in order in mixed
 /// batches.
-async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let (a, b) = (token("alpha", 31), token("beta", 32));
     let (m4, m5) = (s_id("m4"), s_id("m5"));
     let got = claim(s, store, queue, std::slice::from_ref(&m5), &a, LONG).await?;
@@ -231,9 +231,11 @@ async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &st
 }
 
 /// Many callers claim the same messages at once, in different orders, round after
-/// round: each message is `Claimed` exactly once.
-async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+/// round, spread over the store's instances: each message is `Claimed` exactly once.
+async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let callers = s.env.callers;
+    let pool = s.env.pool(store);
+    let on = |i: usize| pool[i % pool.len()];
     for round in 0..s.env.rounds {
         let ids = [s_id(&format!("race-{round}-a")), s_id(&format!("race-{round}-b")), MessageId::Ulong(round as u64)];
         let tokens: Vec<LeaseToken> =
@@ -250,7 +252,8 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
             tokens
                 .iter()
                 .zip(&batches)
-                .map(|(t, ids)| env.within(env.deadline, store.claim_batch(queue, ids, t, LONG))),
+                .enumerate()
+                .map(|(i, (t, ids))| env.within(env.deadline, on(i).claim_batch(queue, ids, t, LONG))),
         )
         .await;
         let mut claimed = vec![0usize; ids.len()];
@@ -272,7 +275,7 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
         })?;
         for (k, id) in ids.iter().enumerate() {
             if let Some(i) = owner[k] {
-                let got = settle_all(s, store, queue, &[settle(id, SettleAction::Release)], &tokens[i], LONG).await?;
+                let got = settle_all(s, on(i), queue, &[settle(id, SettleAction::Release)], &tokens[i], LONG).await?;
                 s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
                     format!("round {round}: the winner's release answered {got:?}")
                 })?;
@@ -285,7 +288,11 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
 /// One call settles some claims and then takes others: the claims see the
 /// settlements (done answers `Done`, released is free again), another holder's
 /// claim stays theirs, and concurrent callers still take each free claim once.
-async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn settle_then_claim<S: ClaimStore + ?Sized>(
+    s: &mut Suite<'_, S>,
+    store: &S,
+    queue: &str,
+) -> Result<(), Violation> {
     let (a, b) = (token("alpha", 51), token("beta", 52));
     let [m1, m2, m3, m4] = ["stc-1", "stc-2", "stc-3", "stc-4"].map(s_id);
     claim(s, store, queue, &[m1.clone(), m2.clone()], &a, LONG).await?;
@@ -310,8 +317,10 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
         format!("an empty settle_then_claim answered {got:?}")
     })?;
 
-    // Concurrent callers, each settling a claim of its own and taking the same
-    // free ones: each free claim is taken once.
+    // Concurrent callers on the store's instances, each settling a claim of its own
+    // and taking the same free ones: each free claim is taken once.
+    let pool = s.env.pool(store);
+    let on = |i: usize| pool[i % pool.len()];
     let tokens: Vec<LeaseToken> = (0..6).map(|i| token(&format!("stc{i}"), 60 + i)).collect();
     let own: Vec<MessageId> = (0..tokens.len()).map(|i| s_id(&format!("stc-own-{i}"))).collect();
     for (t, id) in tokens.iter().zip(&own) {
@@ -320,13 +329,13 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     let shared: Vec<MessageId> = (0..4).map(|i| s_id(&format!("stc-shared-{i}"))).collect();
     let settles: Vec<[Settlement; 1]> = own.iter().map(|id| [settle(id, SettleAction::Release)]).collect();
     let env = s.env;
-    let answers = join_all(
-        tokens
-            .iter()
-            .zip(&settles)
-            .map(|(t, st)| env.within(env.deadline, store.settle_then_claim(queue, st, &shared, t, LONG_TTLS))),
-    )
-    .await;
+    let answers =
+        join_all(
+            tokens.iter().zip(&settles).enumerate().map(|(i, (t, st))| {
+                env.within(env.deadline, on(i).settle_then_claim(queue, st, &shared, t, LONG_TTLS))
+            }),
+        )
+        .await;
     let mut taken = vec![Vec::new(); shared.len()];
     for (i, got) in answers.into_iter().enumerate() {
         let got = s.timely("settle_then_claim", got)?;
@@ -362,7 +371,7 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
 
 /// While the store cannot answer, claims and settlements answer `Err`, also when
 /// asked in one call.
-async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let a = token("alpha", 41);
     let id = s_id("outage");
     let Some(outage) = s.begin_outage(&[Rule::ClaimError, Rule::ClaimSettleError]).await else { return Ok(()) };

@@ -20,7 +20,7 @@ const SLACK: Duration = Duration::from_secs(10);
 ///
 /// # Errors
 /// The first rule the store broke.
-pub async fn lease_store<S: LeaseStore + ?Sized>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation> {
+pub async fn lease_store<S: LeaseStore + ?Sized>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation> {
     let mut s = Suite::new(env);
     holders(&mut s, store).await?;
     expiry(&mut s, store).await?;
@@ -46,7 +46,7 @@ fn fresh(remaining: Duration, ttl: Duration) -> bool {
 
 /// Holder semantics on one long lease: `Held` names the holder and changes nothing,
 /// `peek` agrees, strangers can neither renew nor release, the holder can, once.
-async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let lease = LeaseName::queue(s.env.name("contract-holders"));
     let (a, b) = (token("alpha", 1), token("beta", 2));
 
@@ -122,7 +122,7 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
 /// A lease that expires is free: the next acquire takes it with a larger fence and
 /// peek says it is free; its holder can neither renew it (never revived) nor release
 /// it, and cannot disturb the next holder.
-async fn expiry<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn expiry<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let lease = LeaseName::queue(s.env.name("contract-expiry"));
     let (a, b, c) = (token("alpha", 3), token("beta", 4), token("gamma", 5));
     let short = s.env.short_ttl;
@@ -184,7 +184,7 @@ async fn expiry<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<
 }
 
 /// A fence must outlive a lease that expires early, also the very first one.
-async fn short_first_lease<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn short_first_lease<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let lease = LeaseName::queue(s.env.name("contract-short-first"));
     let (a, b) = (token("alpha", 6), token("beta", 7));
     let short = s.env.short_ttl;
@@ -202,7 +202,7 @@ async fn short_first_lease<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S)
 
 /// Renewal really extends: renewed long, a short lease outlives its first time to
 /// live.
-async fn renewal<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn renewal<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let lease = LeaseName::queue(s.env.name("contract-renew"));
     let a = token("alpha", 8);
     let short = s.env.short_ttl;
@@ -221,17 +221,22 @@ async fn renewal<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))
 }
 
-/// Many callers acquire one lease at once, round after round: exactly one wins,
-/// every other answer names the winner, and the fence grows from round to round.
-async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+/// Many callers acquire one lease at once, round after round, spread over the
+/// store's instances: exactly one wins, every other answer names the winner, and
+/// the fence grows from round to round.
+async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let lease = LeaseName::queue(s.env.name("contract-race"));
     let callers = s.env.callers;
+    let pool = s.env.pool(store);
+    let on = |i: usize| pool[i % pool.len()];
     let mut last_fence = 0;
     for round in 0..s.env.rounds {
         let tokens: Vec<LeaseToken> =
             (0..callers).map(|i| token(&format!("racer{i}"), (round * callers + i) as u64 + 100)).collect();
         let env = s.env;
-        let answers = join_all(tokens.iter().map(|t| env.within(env.deadline, store.acquire(&lease, t, LONG)))).await;
+        let answers =
+            join_all(tokens.iter().enumerate().map(|(i, t)| env.within(env.deadline, on(i).acquire(&lease, t, LONG))))
+                .await;
         let mut winners = Vec::new();
         for (i, a) in answers.into_iter().enumerate() {
             let a = s.timely("acquire", a)?;
@@ -256,7 +261,7 @@ async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Resu
         s.ensure(peeked.as_ref().is_some_and(|h| h.holder == name && h.fence == fence), Rule::LeasePeekAgrees, || {
             format!("round {round}: {name} won with fence {fence}, peek answered {peeked:?}")
         })?;
-        let got = s.call("release", store.release(&lease, &tokens[winner])).await?;
+        let got = s.call("release", on(winner).release(&lease, &tokens[winner])).await?;
         s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || {
             format!("round {round}: the winner's release answered {got:?}")
         })?;
@@ -266,7 +271,7 @@ async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Resu
 
 /// Names with characters a store must escape, the empty name, and a queue and an
 /// owner of one name are all different leases.
-async fn names<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn names<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let odd = ["we{ird}:name with spaces", "", "{", "}", "a:b", "ünïcødé/\\*?[]", "%7B", "contract-holders"];
     let mut leases: Vec<LeaseName> = Vec::new();
     for name in odd {
@@ -296,7 +301,7 @@ async fn names<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(
 }
 
 /// While the store cannot answer, every call answers `Err`.
-async fn errors<S: LeaseStore + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn errors<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let rules = [Rule::LeaseAcquireError, Rule::LeaseReleaseError, Rule::LeaseRenewError, Rule::LeasePeekError];
     let held = LeaseName::queue(s.env.name("contract-outage-held"));
     let free = LeaseName::queue(s.env.name("contract-outage-free"));

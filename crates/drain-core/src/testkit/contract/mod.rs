@@ -6,7 +6,10 @@
 //! `Ok(`[`Checked`]`)` with the rules it checked, or `Err(`[`Violation`]`)` naming the
 //! first rule it found broken. Mutual exclusion is checked the way it breaks: many
 //! callers at once, over many rounds. The calls of one round run concurrently on the
-//! caller's task, so a store that talks to a server sees them in parallel.
+//! caller's task, spread round robin over `ContractEnv::instances`: give the suite
+//! several instances of the store (as each process of a fleet has its own, with
+//! connections of its own), or a store that queues every call on one connection
+//! never has its acquires or claims interleaved, and a non-atomic one passes.
 //!
 //! A suite needs a [`ContractEnv`]: a [`Clock`] to let time to live run out
 //! (`memory::ManualClock` under `memory::block_on` for in-memory ports; a real clock
@@ -94,9 +97,8 @@ pub trait Outage: Send + Sync {
     async fn end(&self);
 }
 
-/// What a suite needs besides the implementation under test.
-#[derive(Clone, Copy)]
-pub struct ContractEnv<'a> {
+/// What a suite needs besides the implementation under test (a store of type `S`).
+pub struct ContractEnv<'a, S: ?Sized> {
     /// Waits for time to live to pass.
     pub clock: &'a dyn Clock,
     /// A time to live short enough to wait out, long enough that the store does not
@@ -115,11 +117,25 @@ pub struct ContractEnv<'a> {
     /// `store.timeout` instead of waiting for ever: longer than the store's own
     /// timeout, which must end a call to a store that cannot answer.
     pub deadline: Duration,
+    /// Instances of the store under test, as the processes of a fleet would each
+    /// have one (each with connections of its own): the concurrent callers of the
+    /// mutual-exclusion checks go round robin over them. Empty: the store given to
+    /// the suite serves them all, so a store that queues calls on one connection is
+    /// never interleaved.
+    pub instances: &'a [&'a S],
 }
 
-impl<'a> ContractEnv<'a> {
+impl<S: ?Sized> Clone for ContractEnv<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: ?Sized> Copy for ContractEnv<'_, S> {}
+
+impl<'a, S: ?Sized> ContractEnv<'a, S> {
     /// Defaults: `short_ttl` 300 ms, no name prefix, 8 callers over 20 rounds, no
-    /// outage, a deadline of 10 s per call.
+    /// outage, a deadline of 10 s per call, no further instances.
     #[must_use]
     pub fn new(clock: &'a dyn Clock) -> Self {
         ContractEnv {
@@ -130,6 +146,7 @@ impl<'a> ContractEnv<'a> {
             rounds: 20,
             outage: None,
             deadline: Duration::from_secs(10),
+            instances: &[],
         }
     }
 
@@ -167,6 +184,24 @@ impl<'a> ContractEnv<'a> {
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.deadline = deadline;
         self
+    }
+
+    /// With these instances of the store under test (the store given to the suite
+    /// among them, or not): several, each with connections of its own, so that
+    /// concurrent calls reach the store at once as a fleet's do.
+    #[must_use]
+    pub fn instances(mut self, instances: &'a [&'a S]) -> Self {
+        self.instances = instances;
+        self
+    }
+
+    /// The instances the concurrent callers go round robin over: the given ones,
+    /// or `store` alone.
+    fn pool<'s>(&self, store: &'s S) -> Vec<&'s S>
+    where
+        'a: 's,
+    {
+        if self.instances.is_empty() { vec![store] } else { self.instances.to_vec() }
     }
 
     fn name(&self, name: &str) -> String {
@@ -232,13 +267,13 @@ impl Tally {
 }
 
 /// A store suite: its environment and its tally.
-struct Suite<'a> {
-    env: ContractEnv<'a>,
+struct Suite<'a, S: ?Sized> {
+    env: ContractEnv<'a, S>,
     tally: Tally,
 }
 
-impl<'a> Suite<'a> {
-    fn new(env: &ContractEnv<'a>) -> Self {
+impl<'a, S: ?Sized> Suite<'a, S> {
+    fn new(env: &ContractEnv<'a, S>) -> Self {
         Suite { env: *env, tally: Tally::default() }
     }
 
@@ -318,14 +353,14 @@ impl<'a> Suite<'a> {
     }
 }
 
-impl std::ops::Deref for Suite<'_> {
+impl<S: ?Sized> std::ops::Deref for Suite<'_, S> {
     type Target = Tally;
     fn deref(&self) -> &Tally {
         &self.tally
     }
 }
 
-impl std::ops::DerefMut for Suite<'_> {
+impl<S: ?Sized> std::ops::DerefMut for Suite<'_, S> {
     fn deref_mut(&mut self) -> &mut Tally {
         &mut self.tally
     }

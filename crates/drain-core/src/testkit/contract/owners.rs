@@ -20,7 +20,7 @@ fn held_by(c: &OwnerClaim, holder: &str, ttl: Duration) -> bool {
 ///
 /// # Errors
 /// The first rule the store broke.
-pub async fn owner_claims<S>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation>
+pub async fn owner_claims<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
     S: LeaseStore + OwnerClaims + ?Sized,
 {
@@ -96,7 +96,7 @@ where
 }
 
 async fn take<S: LeaseStore + ?Sized>(
-    s: &mut Suite<'_>,
+    s: &mut Suite<'_, S>,
     store: &S,
     owner: &OwnerId,
     t: &LeaseToken,

@@ -28,7 +28,7 @@ struct Listeners {
 ///
 /// # Errors
 /// The first rule the store broke.
-pub async fn release_wake<S>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation>
+pub async fn release_wake<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
     S: LeaseStore + ReleaseWake + ?Sized,
 {
@@ -176,8 +176,8 @@ fn quiet(release: Release) -> WakeRelease {
     WakeRelease { release, woke: false }
 }
 
-async fn acquired(
-    s: &mut Suite<'_>,
+async fn acquired<S: ?Sized>(
+    s: &mut Suite<'_, S>,
     got: impl Future<Output = Result<Acquire, PortError>>,
     rule: Rule,
     who: &str,
@@ -189,7 +189,12 @@ async fn acquired(
 }
 
 /// Nobody hears anything within the wait.
-async fn expect_none(s: &mut Suite<'_>, l: &mut Listeners, rule: Rule, when: &str) -> Result<(), Violation> {
+async fn expect_none<S: ?Sized>(
+    s: &mut Suite<'_, S>,
+    l: &mut Listeners,
+    rule: Rule,
+    when: &str,
+) -> Result<(), Violation> {
     s.env.wait(l.wait).await;
     let heard = [("alpha", &mut l.alpha), ("beta", &mut l.beta), ("gamma", &mut l.gamma)]
         .into_iter()
@@ -198,8 +203,8 @@ async fn expect_none(s: &mut Suite<'_>, l: &mut Listeners, rule: Rule, when: &st
     s.ensure(heard.is_empty(), rule, || format!("{when}: {}", heard.join(", ")))
 }
 
-async fn expect_one(
-    s: &mut Suite<'_>,
+async fn expect_one<S: ?Sized>(
+    s: &mut Suite<'_, S>,
     l: &mut Listeners,
     who: &str,
     owner: &OwnerId,
@@ -209,8 +214,8 @@ async fn expect_one(
 }
 
 /// `who` hears `owner` (and nothing else), and nobody else hears anything.
-async fn expect_one_rule(
-    s: &mut Suite<'_>,
+async fn expect_one_rule<S: ?Sized>(
+    s: &mut Suite<'_, S>,
     l: &mut Listeners,
     who: &str,
     owner: &OwnerId,
@@ -241,7 +246,7 @@ async fn expect_one_rule(
 }
 
 /// While the store cannot answer, every call answers `Err`.
-async fn errors<S>(s: &mut Suite<'_>, store: &S, owner: &OwnerId, waiter: &Waiter) -> Result<(), Violation>
+async fn errors<S>(s: &mut Suite<'_, S>, store: &S, owner: &OwnerId, waiter: &Waiter) -> Result<(), Violation>
 where
     S: LeaseStore + ReleaseWake + ?Sized,
 {
