@@ -38,11 +38,27 @@ fn store_rules() -> BTreeSet<Rule> {
     Rule::ALL.iter().copied().filter(|r| r.port() != Port::Source).collect()
 }
 
+/// Three instances of a store with `defect` (or none), as a fleet's processes would
+/// have them: the second's own clock an hour ahead of the store's, the third's an
+/// hour behind (a sound store never reads them); virtual time starts a day in.
+fn fleet(defect: Option<Defect>) -> (Arc<ManualClock>, [BrokenStore; 3]) {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance(Duration::from_secs(24 * 3600));
+    let store = match defect {
+        Some(d) => BrokenStore::new(clock.clone() as Arc<dyn Clock>, d),
+        None => BrokenStore::sound(clock.clone() as Arc<dyn Clock>),
+    };
+    let (ahead, behind) = (store.instance().clock_skew(3_600_000), store.instance().clock_skew(-3_600_000));
+    (clock, [store, ahead, behind])
+}
+
 #[test]
 fn memory_store_passes_every_store_suite_and_checks_every_rule() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
-    let env = ContractEnv::new(&*clock).outage(&store);
+    // The memory store serves one process: each of its instances is the one store.
+    let all = [&store, &store, &store];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
     assert!(checked.skipped.is_empty(), "{:?}", checked.skipped);
     let seen: BTreeSet<Rule> = checked.checked.into_iter().collect();
@@ -50,8 +66,10 @@ fn memory_store_passes_every_store_suite_and_checks_every_rule() {
     assert!(missed.is_empty(), "rules no suite checked: {missed:?}");
 }
 
+/// Without an outage hook the error rules are skipped, and with one instance the
+/// rule that instances agree on expiry: reported, never passed.
 #[test]
-fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
+fn without_an_outage_hook_or_instances_the_rules_they_need_are_skipped_not_passed() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let env = ContractEnv::new(&*clock);
@@ -66,6 +84,7 @@ fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
         "claim.settle.error",
         "owners.error",
         "wake.error",
+        "store.one_clock",
     ]
     .into_iter()
     .collect();
@@ -75,12 +94,11 @@ fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
 
 #[test]
 fn the_sound_broken_store_passes_every_store_suite() {
-    let clock = Arc::new(ManualClock::new());
-    let store = BrokenStore::sound(clock.clone() as Arc<dyn Clock>);
-    let (b, c) = (store.instance(), store.instance());
+    let (clock, [store, b, c]) = fleet(None);
     let all = [&store, &b, &c];
     let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
-    block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    assert!(checked.skipped.is_empty(), "{:?}", checked.skipped);
 }
 
 /// The heart of the suite's own test: each defect is caught, by the rule it breaks.
@@ -89,9 +107,7 @@ fn the_sound_broken_store_passes_every_store_suite() {
 fn every_broken_store_fails_the_rule_its_defect_breaks() {
     let mut wrong = Vec::new();
     for &defect in Defect::ALL {
-        let clock = Arc::new(ManualClock::new());
-        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
-        let (b, c) = (store.instance(), store.instance());
+        let (clock, [store, b, c]) = fleet(Some(defect));
         let all = [&store, &b, &c];
         let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
         match block_on(&clock, store_suites(&store, &env)) {
@@ -135,27 +151,44 @@ fn a_one_connection_store_is_caught_only_through_several_instances() {
     }
 }
 
-/// What each store suite on its own answers for a fresh store with `defect`.
+/// What each store suite on its own answers for a fresh fleet of stores with
+/// `defect`, so that a rule several suites check is seen checked by each.
 fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violation>)> {
-    let fresh = || {
-        let clock = Arc::new(ManualClock::new());
-        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
-        (clock, store)
-    };
     let mut out = Vec::new();
-    let (clock, store) = fresh();
-    let env = ContractEnv::new(&*clock).outage(&store);
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     out.push(("lease", block_on(&clock, contract::lease_store(&store, &env))));
-    let (clock, store) = fresh();
-    let env = ContractEnv::new(&*clock).outage(&store);
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     out.push(("claim", block_on(&clock, contract::claim_store(&store, &env))));
-    let (clock, store) = fresh();
-    let env = ContractEnv::new(&*clock).outage(&store);
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     out.push(("owners", block_on(&clock, contract::owner_claims(&store, &env))));
-    let (clock, store) = fresh();
-    let env = ContractEnv::new(&*clock).outage(&store);
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     out.push(("wake", block_on(&clock, contract::release_wake(&store, &env))));
     out
+}
+
+/// Instances whose clocks disagree must agree on expiry: a store that judges it on
+/// each instance's clock fails the lease suite and the claim suite, each on its own;
+/// through one instance nothing shows it.
+#[test]
+fn expiry_on_each_instance_s_clock_fails_the_lease_and_claim_suites() {
+    for (suite, r) in each_suite_alone(Defect::ExpiryOnCallerClock) {
+        match suite {
+            "lease" | "claim" => assert_eq!(r.expect_err(suite).rule, Rule::StoreOneClock, "{suite}"),
+            _ => assert!(r.is_ok(), "{suite}: {r:?}"),
+        }
+    }
+    let (clock, [store, _, _]) = fleet(Some(Defect::ExpiryOnCallerClock));
+    let env = ContractEnv::new(&*clock).outage(&store);
+    let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(checked.skipped.iter().filter(|(r, _)| *r == Rule::StoreOneClock).count(), 2, "{:?}", checked.skipped);
 }
 
 /// A store without a timeout of its own would hang each suite's error rules; each

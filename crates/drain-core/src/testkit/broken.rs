@@ -7,8 +7,9 @@
 //! passes every suite: a suite fails a broken store because of its defect.
 //!
 //! [`BrokenStore::instance`] makes another instance of the same store (the state
-//! shared, as a fleet's processes share a server), with a connection of its own:
-//! some defects show only when concurrent calls come through several instances.
+//! shared, as a fleet's processes share a server), with a connection of its own and
+//! a clock of its own ([`BrokenStore::clock_skew`]): some defects show only when
+//! calls come through several instances.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -72,6 +73,7 @@ macro_rules! defects {
 defects! {
     Flaky => StoreAnswers: "fails one call in seven on a healthy store";
     HangsInOutage => StoreTimeout: "calls never return while the store cannot answer (no timeout of its own)";
+    ExpiryOnCallerClock => StoreOneClock: "each instance computes and judges expiry on its own clock, not the store's";
 
     NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
     OneConnectionAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step, on one connection per instance: only calls through different instances interleave";
@@ -141,6 +143,9 @@ pub struct BrokenStore {
     /// This instance's one connection: the one-connection defects queue their
     /// calls on it, so that calls through one instance never interleave.
     connection: Mutex<()>,
+    /// How far this instance's own clock reads ahead of the store's, in
+    /// milliseconds (behind when negative); only `ExpiryOnCallerClock` reads it.
+    skew_ms: i64,
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -170,6 +175,7 @@ impl BrokenStore {
             defect,
             calls: Arc::new(AtomicU64::new(0)),
             connection: Mutex::new(()),
+            skew_ms: 0,
         }
     }
 
@@ -182,7 +188,17 @@ impl BrokenStore {
             defect: self.defect,
             calls: Arc::clone(&self.calls),
             connection: Mutex::new(()),
+            skew_ms: 0,
         }
+    }
+
+    /// This instance with its own clock `ms` milliseconds ahead of the store's
+    /// (behind when negative), as the clocks of a fleet's machines disagree. A store
+    /// judges expiry on its own clock, so only `ExpiryOnCallerClock` notices.
+    #[must_use]
+    pub fn clock_skew(mut self, ms: i64) -> Self {
+        self.skew_ms = ms;
+        self
     }
 
     fn is(&self, d: Defect) -> bool {
@@ -217,7 +233,17 @@ impl BrokenStore {
         f: impl FnOnce(&mut State, Time) -> Result<T, PortError>,
     ) -> Result<T, PortError> {
         self.flake()?;
-        self.inner.call(op, f)
+        self.inner.call(op, |s, now| f(s, self.judged_at(now)))
+    }
+
+    /// The time expiry is computed and judged at: the store's, or with
+    /// `ExpiryOnCallerClock` this instance's own.
+    fn judged_at(&self, now: Time) -> Time {
+        if !self.is(Defect::ExpiryOnCallerClock) {
+            return now;
+        }
+        let ms = now.as_millis().saturating_add_signed(self.skew_ms);
+        Time::from_millis(ms)
     }
 
     /// The lease a name stands for (kinds merge with `KindsShareLeases`).

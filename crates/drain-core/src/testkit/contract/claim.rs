@@ -25,8 +25,9 @@ fn pending(holder: &str) -> ClaimState {
 /// answers in order, done suppresses, another's pending claim abandons, pending and
 /// done claims expire, settlements act only on our own pending claim, ids of
 /// different types and queues are different claims, a settlement and the next
-/// claims in one call answer as the two calls would, and (with an outage hook)
-/// errors never pass for states.
+/// claims in one call answer as the two calls would, expiry every instance agrees on
+/// (with several `ContractEnv::instances`), and (with an outage hook) errors never
+/// pass for states.
 ///
 /// # Errors
 /// The first rule the store broke.
@@ -36,6 +37,8 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
     lifecycle(&mut s, store, &queue).await?;
     expiry(&mut s, store, &queue).await?;
     shapes(&mut s, store, &queue).await?;
+    // Before the concurrent claims, which instances disagreeing on expiry break too.
+    super::clocks::claims(&mut s, store, &queue).await?;
     exclusion(&mut s, store, &queue).await?;
     settle_then_claim(&mut s, store, &queue).await?;
     errors(&mut s, store, &queue).await?;

@@ -15,8 +15,9 @@ const SLACK: Duration = Duration::from_secs(10);
 /// The [`LeaseStore`] contract: mutual exclusion under concurrent acquires, fences
 /// that increase across release, expiry and a short first lease, compare-and-delete
 /// release and compare-and-extend renewal that never revive an expired lease, `Held`
-/// and `peek` agreeing, independent names, and (with an outage hook) errors that
-/// never pass for answers.
+/// and `peek` agreeing, independent names, expiry every instance agrees on (with
+/// several `ContractEnv::instances`), and (with an outage hook) errors that never
+/// pass for answers.
 ///
 /// # Errors
 /// The first rule the store broke.
@@ -26,6 +27,8 @@ pub async fn lease_store<S: LeaseStore + ?Sized>(store: &S, env: &ContractEnv<'_
     expiry(&mut s, store).await?;
     short_first_lease(&mut s, store).await?;
     renewal(&mut s, store).await?;
+    // Before the concurrent acquires, which instances disagreeing on expiry break too.
+    super::clocks::leases(&mut s, store).await?;
     exclusion(&mut s, store).await?;
     names(&mut s, store).await?;
     errors(&mut s, store).await?;

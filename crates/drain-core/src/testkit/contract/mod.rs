@@ -29,12 +29,16 @@
 //!
 //! let clock = Arc::new(ManualClock::new());
 //! let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
-//! let env = ContractEnv::new(&*clock).outage(&store);
+//! // The memory store serves one process: each of its instances is the one store. A
+//! // store on a server gets several, each with connections of its own.
+//! let fleet = [&store, &store];
+//! let env = ContractEnv::new(&*clock).outage(&store).instances(&fleet);
 //! let checked = block_on(&clock, contract::lease_store(&store, &env)).unwrap();
 //! assert!(checked.skipped.is_empty());
 //! ```
 
 mod claim;
+mod clocks;
 mod lease;
 mod owners;
 mod rules;

@@ -72,6 +72,7 @@ macro_rules! rules {
 rules! {
     StoreAnswers => Store, "store.answers";
     StoreTimeout => Store, "store.timeout";
+    StoreOneClock => Store, "store.one_clock";
 
     LeaseAcquireExclusive => Lease, "lease.acquire.exclusive";
     LeaseFenceIncreases => Lease, "lease.fence.increases";
