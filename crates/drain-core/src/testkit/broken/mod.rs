@@ -19,121 +19,25 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::channel::mpsc;
 use futures::lock::Mutex;
 
-use super::contract::{Outage, Rule};
+use super::contract::Outage;
 use crate::admission::OwnerId;
 use crate::error::{ErrorKind, PortError};
 use crate::memory::MemoryStore;
 use crate::memory::store::{self as mem, State, StoredClaim};
 use crate::ports::{
     Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim,
-    OwnerClaims, Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
-    Waiter, WakeRelease, settle_then_claim_in_two_calls,
+    OwnerClaims, Release, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
+    settle_then_claim_in_two_calls,
 };
 use crate::time::Time;
 use crate::token::{LeaseToken, holder_of};
 
-macro_rules! defects {
-    ($($variant:ident => $rule:ident: $what:literal;)*) => {
-        /// One defect, the rule it breaks, and what it does.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum Defect {
-            $(
-                #[doc = $what]
-                $variant,
-            )*
-        }
+mod defect;
+mod wake;
 
-        impl Defect {
-            /// Every defect.
-            pub const ALL: &'static [Defect] = &[$(Defect::$variant),*];
-
-            /// The rule a suite must report for it.
-            #[must_use]
-            pub fn rule(self) -> Rule {
-                match self {
-                    $(Defect::$variant => Rule::$rule,)*
-                }
-            }
-
-            /// What is wrong with the store.
-            #[must_use]
-            pub fn describe(self) -> &'static str {
-                match self {
-                    $(Defect::$variant => $what,)*
-                }
-            }
-        }
-    };
-}
-
-defects! {
-    Flaky => StoreAnswers: "fails one call in seven on a healthy store";
-    HangsInOutage => StoreTimeout: "calls never return while the store cannot answer (no timeout of its own)";
-    ExpiryOnCallerClock => StoreOneClock: "each instance computes and judges expiry on its own clock, not the store's";
-
-    NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
-    OneConnectionAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step, on one connection per instance: only calls through different instances interleave";
-    FenceDoesNotMove => LeaseFenceIncreases: "every acquire hands out fence 1";
-    FenceExpiresWithLease => LeaseFenceIncreases: "the fence lives as long as the lease: after an expiry it starts again";
-    HeldBumpsFence => LeaseHeldUnchanged: "an acquire of a held lease still counts the fence up";
-    HeldWithoutRemaining => LeaseHeldRemaining: "Held reports no time left (zero)";
-    LeaseNeverExpires => LeaseExpires: "leases ignore their time to live";
-    KindsShareLeases => LeaseNamesDistinct: "a queue's lease and an owner's claim of one name are one lease";
-    AcquireErrorAsHeld => LeaseAcquireError: "an acquire the store cannot answer answers Held";
-    ReleaseIgnoresToken => LeaseReleaseForeign: "release deletes the lease whoever holds it";
-    ReleaseExpiredReleased => LeaseReleaseExpired: "release of our own expired lease answers Released";
-    ReleaseKeepsLease => LeaseReleaseFrees: "release answers Released and keeps the lease";
-    ReleaseErrorAsNotOwner => LeaseReleaseError: "a release the store cannot answer answers NotOwner";
-    RenewDoesNotExtend => LeaseRenewExtends: "renew answers Renewed and changes nothing";
-    RenewIgnoresToken => LeaseRenewForeign: "renew extends the lease whoever holds it";
-    RenewRevivesExpired => LeaseRenewExpired: "renew of our own expired lease takes it back";
-    RenewErrorAsLost => LeaseRenewError: "a renew the store cannot answer answers Lost";
-    PeekStaleFence => LeasePeekAgrees: "peek reports the fence before the holder's";
-    PeekShowsExpired => LeasePeekFree: "peek reports an expired lease as held";
-    PeekErrorAsFree => LeasePeekError: "a peek the store cannot answer answers None";
-
-    NonAtomicClaim => ClaimExclusive: "claims read, then write in a second step: concurrent claims all win";
-    OneConnectionClaim => ClaimExclusive: "claims read, then write in a second step, on one connection per instance: only calls through different instances interleave";
-    ClaimOutOfOrder => ClaimOrder: "claim states come back in reverse order";
-    ClaimRepeatTwice => ClaimRepeat: "an id twice in one call is claimed twice";
-    DoneAnsweredClaimed => ClaimDone: "a done claim is taken again";
-    PendingWithoutHolder => ClaimPending: "another's pending claim names no holder";
-    PendingNeverExpires => ClaimPendingExpires: "pending claims never expire";
-    IdTypesCollide => ClaimDistinct: "ids are keyed by their text, so the string 42 and the number 42 collide";
-    ClaimErrorAsPending => ClaimError: "a claim the store cannot answer answers PendingElsewhere";
-    SettleIgnoresToken => ClaimSettleOwner: "settlements act on any claim, whoever holds it";
-    DoneNeverExpires => ClaimDoneExpires: "done claims never expire";
-    ReleaseKeepsClaim => ClaimSettleRelease: "Release answers Settled and keeps the claim";
-    SettleOutOfOrder => ClaimSettleOrder: "settle results come back in reverse order";
-    SettleErrorAsSettled => ClaimSettleError: "a settlement the store cannot answer answers Settled";
-    ClaimsBeforeSettling => ClaimSettleThenClaim: "settle_then_claim takes the claims before it settles";
-
-    OwnersOutOfOrder => OwnersOrder: "owner peeks come back in reverse order";
-    OwnersMissHeld => OwnersHeld: "owner peeks answer Free for every claim";
-    OwnersSeeQueueLeases => OwnersFree: "owner peeks also see a queue lease of the owner's name";
-    OwnersShowExpired => OwnersFree: "owner peeks report expired claims as held";
-    OwnersErrorAsFree => OwnersError: "an owner peek the store cannot answer answers Free";
-
-    PeekDoesNotRegister => WakePeekRegisters: "a held peek never registers the waiter";
-    PeekRegistersFree => WakePeekRegisters: "a peek registers the waiter on free owners too";
-    PeekAndWaitAnswersFree => WakePeekAnswers: "a peek that registers answers Free for every owner";
-    AcquireDoesNotRegister => WakeAcquireRegisters: "a lost acquire never registers the waiter";
-    AcquireKeepsRegistration => WakeAcquireUnregisters: "a won acquire keeps the winner registered";
-    RegisterTwice => WakeRegisterOnce: "registering again adds a second registration";
-    RegistrationsNeverExpire => WakeRegisterExpires: "registrations never lapse";
-    WakeReleaseKeepsClaim => WakeReleaseFrees: "a release that wakes keeps the claim";
-    WakeEveryone => WakeReleaseOne: "a release wakes every waiter";
-    WakeNewest => WakeReleaseOne: "a release wakes the newest waiter";
-    WokeNeverReported => WakeReleaseReports: "a release never says it woke someone";
-    WakeOnForeignRelease => WakeReleaseQuiet: "a release that is not ours still wakes a waiter";
-    WakeWithoutFlag => WakeReleaseQuiet: "a release asked not to wake still wakes a waiter";
-    WakeBroadcast => WakeDeliverOwn: "a notification goes to every subscription";
-    WakeErrorAsAnswer => WakeError: "a wake-up call the store cannot answer answers as if free";
-}
+pub use defect::Defect;
 
 /// The in-memory store with one [`Defect`] (or none).
 pub struct BrokenStore {
@@ -353,47 +257,6 @@ impl BrokenStore {
             id.clone()
         };
         (queue.to_owned(), id)
-    }
-
-    fn register_in(&self, s: &mut State, now: Time, owner: &OwnerId, waiter: &Waiter) {
-        if self.is(Defect::RegisterTwice) {
-            let list = s.waiters.entry(owner.as_str().to_owned()).or_default();
-            list.instances.push(waiter.instance.clone());
-            list.until = now + waiter.ttl;
-        } else {
-            mem::register(s, now, owner, waiter);
-        }
-        if self.is(Defect::RegistrationsNeverExpire)
-            && let Some(list) = s.waiters.get_mut(owner.as_str())
-        {
-            list.until = now + FAR;
-        }
-    }
-
-    fn wake_in(&self, s: &mut State, owner: &OwnerId) -> bool {
-        let broadcast = self.is(Defect::WakeBroadcast);
-        let Some(list) = s.waiters.get_mut(owner.as_str()) else { return false };
-        let chosen: Vec<String> = if self.is(Defect::WakeEveryone) {
-            std::mem::take(&mut list.instances)
-        } else if self.is(Defect::WakeNewest) {
-            list.instances.pop().into_iter().collect()
-        } else if broadcast {
-            if list.instances.is_empty() { Vec::new() } else { vec![list.instances.remove(0)] }
-        } else {
-            return mem::wake_one(s, owner);
-        };
-        if chosen.is_empty() {
-            return false;
-        }
-        let targets: Vec<String> = if broadcast { s.subscribers.keys().cloned().collect() } else { chosen };
-        let mut woke = false;
-        for instance in targets {
-            if let Some(subs) = s.subscribers.get_mut(&instance) {
-                subs.retain(|tx: &mpsc::UnboundedSender<OwnerId>| tx.unbounded_send(owner.clone()).is_ok());
-                woke |= !subs.is_empty();
-            }
-        }
-        woke
     }
 }
 
@@ -637,85 +500,6 @@ impl ClaimStore for BrokenStore {
             return SettledThenClaimed { settled, claimed };
         }
         settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await
-    }
-}
-
-#[async_trait]
-impl ReleaseWake for BrokenStore {
-    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        self.stall().await;
-        self.flake()?;
-        self.inner.subscribe(instance).await
-    }
-
-    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
-        self.stall().await;
-        if self.failing(Defect::WakeErrorAsAnswer) {
-            return Ok(vec![OwnerClaim::Free; owners.len()]);
-        }
-        if owners.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.call("peek_and_wait", |s, now| {
-            let mut out = Vec::with_capacity(owners.len());
-            for owner in owners {
-                let claim = mem::owner_claim(s, now, owner);
-                let held = matches!(claim, OwnerClaim::Held { .. });
-                if (held && !self.is(Defect::PeekDoesNotRegister)) || self.is(Defect::PeekRegistersFree) {
-                    self.register_in(s, now, owner, waiter);
-                }
-                out.push(if self.is(Defect::PeekAndWaitAnswersFree) { OwnerClaim::Free } else { claim });
-            }
-            Ok(out)
-        })
-    }
-
-    async fn acquire_or_wait(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        ttl: Duration,
-        waiter: &Waiter,
-    ) -> Result<Acquire, PortError> {
-        self.stall().await;
-        if self.failing(Defect::WakeErrorAsAnswer) {
-            return Ok(Acquire::Acquired { fence: 1 });
-        }
-        self.call("acquire_or_wait", |s, now| {
-            let got = mem::acquire(s, now, &LeaseName::owner(owner.as_str()), token, ttl);
-            match got {
-                Acquire::Acquired { .. } if self.is(Defect::AcquireKeepsRegistration) => {}
-                Acquire::Acquired { .. } => mem::unregister(s, owner, &waiter.instance),
-                Acquire::Held { .. } if self.is(Defect::AcquireDoesNotRegister) => {}
-                Acquire::Held { .. } => self.register_in(s, now, owner, waiter),
-            }
-            Ok(got)
-        })
-    }
-
-    async fn release_and_wake(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        wake: bool,
-    ) -> Result<WakeRelease, PortError> {
-        self.stall().await;
-        if self.failing(Defect::WakeErrorAsAnswer) {
-            return Ok(WakeRelease { release: Release::Released, woke: false });
-        }
-        self.call("release_and_wake", |s, now| {
-            let lease = LeaseName::owner(owner.as_str());
-            let release = if self.is(Defect::WakeReleaseKeepsClaim) {
-                let ours = s.leases.get(&lease).and_then(|r| r.holder(now)).is_some_and(|(t, _)| t == token.as_str());
-                if ours { Release::Released } else { Release::NotOwner }
-            } else {
-                mem::release(s, now, &lease, token)
-            };
-            let may_wake = (wake || self.is(Defect::WakeWithoutFlag))
-                && (release == Release::Released || self.is(Defect::WakeOnForeignRelease));
-            let woke = may_wake && self.wake_in(s, owner);
-            Ok(WakeRelease { release, woke: woke && !self.is(Defect::WokeNeverReported) })
-        })
     }
 }
 
