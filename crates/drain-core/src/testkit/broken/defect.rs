@@ -74,6 +74,7 @@ defects! {
     IdTypesCollide => ClaimDistinct: "ids are keyed by their text, so the string 42 and the number 42 collide";
     ClaimErrorAsPending => ClaimError: "a claim the store cannot answer answers PendingElsewhere";
     SettleIgnoresToken => ClaimSettleOwner: "settlements act on any claim, whoever holds it";
+    SettleExpiredOwn => ClaimSettleExpired: "a settlement checks the token, not the expiry: our own expired pending claim is settled while nobody took it";
     DoneNeverExpires => ClaimDoneExpires: "done claims never expire";
     ReleaseKeepsClaim => ClaimSettleRelease: "Release answers Settled and keeps the claim";
     SettleOutOfOrder => ClaimSettleOrder: "settle results come back in reverse order";

@@ -11,6 +11,7 @@
 //! a clock of its own ([`BrokenStore::clock_skew`]): some defects show only when
 //! calls come through several instances.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -50,6 +51,9 @@ pub struct BrokenStore {
     /// How far this instance's own clock reads ahead of the store's, in
     /// milliseconds (behind when negative); only `ExpiryOnCallerClock` reads it.
     skew_ms: i64,
+    /// Each claim's last pending holder's token, kept as a row keeps it after its
+    /// time ran out; only `SettleExpiredOwn` reads it.
+    expired_rows: Arc<std::sync::Mutex<HashMap<(String, MessageId), String>>>,
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -80,6 +84,7 @@ impl BrokenStore {
             calls: Arc::new(AtomicU64::new(0)),
             connection: Mutex::new(()),
             skew_ms: 0,
+            expired_rows: Arc::default(),
         }
     }
 
@@ -93,6 +98,7 @@ impl BrokenStore {
             calls: Arc::clone(&self.calls),
             connection: Mutex::new(()),
             skew_ms: 0,
+            expired_rows: Arc::clone(&self.expired_rows),
         }
     }
 
@@ -138,6 +144,11 @@ impl BrokenStore {
     ) -> Result<T, PortError> {
         self.flake()?;
         self.inner.call(op, |s, now| f(s, self.judged_at(now)))
+    }
+
+    /// The rows `SettleExpiredOwn` keeps.
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<(String, MessageId), String>> {
+        self.expired_rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The time expiry is computed and judged at: the store's, or with
@@ -425,6 +436,9 @@ impl ClaimStore for BrokenStore {
                 };
                 let state = answer(found.as_ref());
                 if state == ClaimState::Claimed {
+                    if self.is(Defect::SettleExpiredOwn) {
+                        self.rows().insert(key.clone(), token.as_str().to_owned());
+                    }
                     s.claims.insert(key, (mine.clone(), now + pending_ttl));
                 }
                 out.push(state);
@@ -460,7 +474,10 @@ impl ClaimStore for BrokenStore {
                 let found = s.claims.get(&key).filter(|(_, until)| *until > now).map(|(c, _)| c.clone());
                 let ours = match &found {
                     Some(c) => *c == mine || self.is(Defect::SettleIgnoresToken),
-                    None => false,
+                    None => {
+                        self.is(Defect::SettleExpiredOwn)
+                            && self.rows().get(&key).is_some_and(|t| t.as_str() == token.as_str())
+                    }
                 };
                 if !ours {
                     out.push(SettleResult::NotOwner);

@@ -133,7 +133,8 @@ async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queu
 }
 
 /// A crashed holder's pending claim expires and a redelivery takes it; the crashed
-/// holder cannot settle the new claim; the dedup window ends.
+/// holder cannot settle the new claim, nor its own expired claim nobody took; the
+/// dedup window ends.
 async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let (a, b, c) = (token("alpha", 21), token("beta", 22), token("gamma", 23));
     let short = s.env.short_ttl;
@@ -165,6 +166,38 @@ async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
         format!("a claim done for {:?} answered {got:?} after {:?}", short * 3, short * 6)
     })?;
     let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::Release)], &c, LONG).await?;
+    s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
+        format!("the holder's release answered {got:?}")
+    })?;
+
+    // Our own pending claims that expired, nobody having taken them since: neither
+    // settlement is ours to make any more, and neither changes anything.
+    let (m6, m7) = (s_id("m6-expired"), s_id("m7-expired"));
+    let got = claim(s, store, queue, &[m6.clone(), m7.clone()], &a, short).await?;
+    s.ensure(got == [ClaimState::Claimed, ClaimState::Claimed], Rule::ClaimExclusive, || {
+        format!("claims of two free messages answered {got:?}")
+    })?;
+    s.env.wait(short * 3).await;
+    let got = settle_all(
+        s,
+        store,
+        queue,
+        &[settle(&m6, SettleAction::MarkDone), settle(&m7, SettleAction::Release)],
+        &a,
+        LONG,
+    )
+    .await?;
+    s.ensure(got == [SettleResult::NotOwner, SettleResult::NotOwner], Rule::ClaimSettleExpired, || {
+        format!(
+            "settlements of our own {short:?} pending claims {:?} later, nobody having taken them, answered {got:?}",
+            short * 3
+        )
+    })?;
+    let got = claim(s, store, queue, std::slice::from_ref(&m6), &b, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimSettleExpired, || {
+        format!("after a MarkDone of our own expired claim, the next claim answered {got:?}")
+    })?;
+    let got = settle_all(s, store, queue, &[settle(&m6, SettleAction::Release)], &b, LONG).await?;
     s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
         format!("the holder's release answered {got:?}")
     })?;

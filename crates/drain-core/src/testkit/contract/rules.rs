@@ -102,6 +102,7 @@ rules! {
     ClaimDistinct => Claim, "claim.distinct";
     ClaimError => Claim, "claim.error";
     ClaimSettleOwner => Claim, "claim.settle.owner";
+    ClaimSettleExpired => Claim, "claim.settle.expired";
     ClaimDoneExpires => Claim, "claim.done.expires";
     ClaimSettleRelease => Claim, "claim.settle.release";
     ClaimSettleOrder => Claim, "claim.settle.order";
