@@ -181,7 +181,10 @@ pub trait LeaseStore: Send + Sync {
     /// Extend `lease` to `ttl` from now if `token` holds it.
     ///
     /// `Renewed` MUST extend the lease: it holds until `ttl` after the renewal
-    /// (rule `lease.renew.extends`). MUST answer `Lost` and change nothing when another
+    /// (rule `lease.renew.extends`), and no longer: the new expiry MUST be `ttl`
+    /// from the renewal, never `ttl` past the old expiry, so that a holder that
+    /// stops renewing loses the lease `ttl` after its last renewal
+    /// (rule `lease.renew.from_now`). MUST answer `Lost` and change nothing when another
     /// token holds the lease (rule `lease.renew.foreign`), and when the lease is free or
     /// expired: our own expired lease is never brought back (rule `lease.renew.expired`).
     ///

@@ -57,6 +57,7 @@ defects! {
     ReleaseKeepsLease => LeaseReleaseFrees: "release answers Released and keeps the lease";
     ReleaseErrorAsNotOwner => LeaseReleaseError: "a release the store cannot answer answers NotOwner";
     RenewDoesNotExtend => LeaseRenewExtends: "renew answers Renewed and changes nothing";
+    RenewFromOldExpiry => LeaseRenewFromNow: "renew sets the expiry ttl past the old one, not ttl from now: a lease outlives its holder's last renewal by up to its whole time to live again";
     RenewIgnoresToken => LeaseRenewForeign: "renew extends the lease whoever holds it";
     RenewRevivesExpired => LeaseRenewExpired: "renew of our own expired lease takes it back";
     RenewErrorAsLost => LeaseRenewError: "a renew the store cannot answer answers Lost";

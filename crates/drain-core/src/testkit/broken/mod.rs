@@ -339,8 +339,9 @@ impl LeaseStore for BrokenStore {
                 return Ok(Renew::Lost);
             }
             if !self.is(Defect::RenewDoesNotExtend) {
-                let holder = row.held.as_ref().map_or_else(|| token.as_str().to_owned(), |(t, _)| t.clone());
-                row.held = Some((holder, now + self.ttl(ttl)));
+                let (holder, until) = row.held.clone().unwrap_or_else(|| (token.as_str().to_owned(), now));
+                let from = if self.is(Defect::RenewFromOldExpiry) { until } else { now };
+                row.held = Some((holder, from + self.ttl(ttl)));
             }
             Ok(Renew::Renewed)
         })

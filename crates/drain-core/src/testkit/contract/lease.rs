@@ -27,6 +27,7 @@ pub async fn lease_store<S: LeaseStore + ?Sized>(store: &S, env: &ContractEnv<'_
     expiry(&mut s, store).await?;
     short_first_lease(&mut s, store).await?;
     renewal(&mut s, store).await?;
+    renew_from_now(&mut s, store).await?;
     // Before the concurrent acquires, which instances disagreeing on expiry break too.
     super::clocks::leases(&mut s, store).await?;
     exclusion(&mut s, store).await?;
@@ -221,6 +222,32 @@ async fn renewal<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Res
     let got = s.call("renew", store.renew(&lease, &a, LONG)).await?;
     s.ensure(got == Renew::Renewed, Rule::LeaseRenewExtends, || format!("a second renew answered {got:?}"))?;
     let got = s.call("release", store.release(&lease, &a)).await?;
+    s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))
+}
+
+/// A renewal sets the expiry `ttl` from now, not `ttl` past the old expiry: a lease
+/// taken for long and renewed for a short time has at most the short time left,
+/// and expires by then.
+async fn renew_from_now<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
+    let lease = LeaseName::queue(s.env.name("contract-renew-from-now"));
+    let (a, b) = (token("alpha", 14), token("beta", 15));
+    let short = s.env.short_ttl;
+    let got = s.call("acquire", store.acquire(&lease, &a, LONG)).await?;
+    fence_of(&got, Rule::LeaseAcquireExclusive, "the first acquire")?;
+    let got = s.call("renew", store.renew(&lease, &a, short)).await?;
+    s.ensure(got == Renew::Renewed, Rule::LeaseRenewExtends, || format!("renew by the holder answered {got:?}"))?;
+    let peeked = s.call("peek", store.peek(&lease)).await?;
+    s.ensure(
+        peeked.as_ref().is_some_and(|h| h.holder == "alpha" && h.remaining <= short),
+        Rule::LeaseRenewFromNow,
+        || format!("a {LONG:?} lease renewed for {short:?} reads {peeked:?}: renewed from the old expiry?"),
+    )?;
+    s.env.wait(short * 3).await;
+    let got = s.call("acquire", store.acquire(&lease, &b, LONG)).await?;
+    s.ensure(matches!(got, Acquire::Acquired { .. }), Rule::LeaseRenewFromNow, || {
+        format!("a {LONG:?} lease renewed for {short:?} still answers {got:?} {:?} later", short * 3)
+    })?;
+    let got = s.call("release", store.release(&lease, &b)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release by the holder answered {got:?}"))
 }
 

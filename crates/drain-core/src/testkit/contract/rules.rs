@@ -86,6 +86,7 @@ rules! {
     LeaseReleaseFrees => Lease, "lease.release.frees";
     LeaseReleaseError => Lease, "lease.release.error";
     LeaseRenewExtends => Lease, "lease.renew.extends";
+    LeaseRenewFromNow => Lease, "lease.renew.from_now";
     LeaseRenewForeign => Lease, "lease.renew.foreign";
     LeaseRenewExpired => Lease, "lease.renew.expired";
     LeaseRenewError => Lease, "lease.renew.error";
