@@ -84,6 +84,7 @@ defects! {
 
     OwnersOutOfOrder => OwnersOrder: "owner peeks come back in reverse order";
     OwnersMissHeld => OwnersHeld: "owner peeks answer Free for every claim";
+    OwnersWholeSeconds => OwnersHeld: "owner peeks count the time left in whole seconds, rounded down: a claim with under a second left reads as Free";
     OwnersSeeQueueLeases => OwnersFree: "owner peeks also see a queue lease of the owner's name";
     OwnersShowExpired => OwnersFree: "owner peeks report expired claims as held";
     OwnersErrorAsFree => OwnersError: "an owner peek the store cannot answer answers Free";

@@ -248,7 +248,13 @@ impl BrokenStore {
                 None => None,
             };
             if let Some((t, until)) = held {
-                let remaining = until.saturating_since(now).max(Duration::from_millis(1));
+                let mut remaining = until.saturating_since(now).max(Duration::from_millis(1));
+                if self.is(Defect::OwnersWholeSeconds) {
+                    remaining = Duration::from_secs(remaining.as_secs());
+                    if remaining.is_zero() {
+                        return OwnerClaim::Free;
+                    }
+                }
                 return OwnerClaim::Held { holder: holder_of(&t).to_owned(), remaining };
             }
         }

@@ -7,6 +7,8 @@ use crate::token::LeaseToken;
 
 const LONG: Duration = Duration::from_secs(60);
 const SLACK: Duration = Duration::from_secs(10);
+/// Under a second: a claim taken for it never has a whole second left.
+const BRIEF: Duration = Duration::from_millis(900);
 
 fn held_by(c: &OwnerClaim, holder: &str, ttl: Duration) -> bool {
     matches!(c, OwnerClaim::Held { holder: h, remaining } if h == holder && *remaining > Duration::ZERO && *remaining <= ttl && *remaining + SLACK >= ttl)
@@ -85,6 +87,8 @@ where
         format!("beta's claim answered {:?}", got.get(2))
     })?;
 
+    brief(&mut s, store, &owner("o5-brief"), &a).await?;
+
     if let Some(outage) = s.begin_outage(&[Rule::OwnersError]).await {
         let peeked = s.timed(store.peek_owners(std::slice::from_ref(&o3))).await;
         outage.end().await;
@@ -93,6 +97,50 @@ where
     let got = s.call("release", store.release(&LeaseName::owner(o3.as_str()), &b)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
     Ok(s.finish())
+}
+
+/// A claim with under a second left is `Held`: a store that counted the time left
+/// in whole seconds, rounded down, would read it as `Free`.
+async fn brief<S>(s: &mut Suite<'_, S>, store: &S, owner: &OwnerId, t: &LeaseToken) -> Result<(), Violation>
+where
+    S: LeaseStore + OwnerClaims + ?Sized,
+{
+    let lease = LeaseName::owner(owner.as_str());
+    // A `Free` is a violation only when the peek came back before the claim's time
+    // could have run out; a machine stalled that long tries again.
+    for _ in 0..3 {
+        let sent = s.env.clock.now();
+        take(s, store, owner, t, BRIEF).await?;
+        let got = s.call("peek_owners", store.peek_owners(std::slice::from_ref(owner))).await?;
+        let answered = s.env.clock.now().saturating_since(sent);
+        match got.as_slice() {
+            [OwnerClaim::Held { holder, remaining }] => {
+                s.ensure(
+                    holder == t.holder() && *remaining > Duration::ZERO && *remaining <= BRIEF,
+                    Rule::OwnersHeld,
+                    || format!("a claim taken for {BRIEF:?} answered {got:?}"),
+                )?;
+            }
+            [OwnerClaim::Free] if answered < BRIEF => {
+                return Err(Violation {
+                    rule: Rule::OwnersHeld,
+                    detail: format!(
+                        "a claim taken for {BRIEF:?} answered Free {answered:?} later, with time left                          (the time left counted in whole seconds?)"
+                    ),
+                });
+            }
+            [OwnerClaim::Free] => continue,
+            _ => {
+                return Err(Violation {
+                    rule: Rule::OwnersOrder,
+                    detail: format!("a peek of one owner answered {got:?}"),
+                });
+            }
+        }
+        let got = s.call("release", store.release(&lease, t)).await?;
+        return s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"));
+    }
+    Ok(())
 }
 
 async fn take<S: LeaseStore + ?Sized>(
