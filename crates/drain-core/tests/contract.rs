@@ -151,6 +151,26 @@ fn a_one_connection_store_is_caught_only_through_several_instances() {
     }
 }
 
+/// A store that cuts times to live to whole seconds is caught by the rule of the
+/// expiry it gets wrong even when the suite's short time to live is whole seconds
+/// (the 2 s a slow store might be given): the suites also take 1.5 s.
+#[test]
+fn times_to_live_cut_to_whole_seconds_are_caught_whatever_the_short_ttl() {
+    for short in [Duration::from_millis(300), Duration::from_secs(2)] {
+        let (clock, [store, b, c]) = fleet(Some(Defect::LeaseWholeSeconds));
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).short_ttl(short).outage(&store).instances(&all);
+        let v = block_on(&clock, contract::lease_store(&store, &env)).expect_err("leases");
+        assert_eq!(v.rule, Rule::LeaseExpires, "{short:?}: {v}");
+
+        let (clock, [store, b, c]) = fleet(Some(Defect::ClaimWholeSeconds));
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).short_ttl(short).outage(&store).instances(&all);
+        let v = block_on(&clock, contract::claim_store(&store, &env)).expect_err("claims");
+        assert_eq!(v.rule, Rule::ClaimPendingExpires, "{short:?}: {v}");
+    }
+}
+
 /// What each store suite on its own answers for a fresh fleet of stores with
 /// `defect`, so that a rule several suites check is seen checked by each.
 fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violation>)> {

@@ -135,7 +135,8 @@ pub trait ClaimStore: Send + Sync {
     /// Another token's pending claim MUST answer `PendingElsewhere` naming its holder
     /// (rule `claim.pending`), and a done claim MUST answer `Done` (rule `claim.done`).
     /// A pending claim MUST expire after `pending_ttl`, so a redelivery can take the
-    /// claim of a holder that crashed (rule `claim.pending.expires`). Ids of
+    /// claim of a holder that crashed, and not before, fractions of a second
+    /// included (rule `claim.pending.expires`). Ids of
     /// different types, and the same id in different queues, MUST be different
     /// claims (rule `claim.distinct`).
     ///

@@ -151,7 +151,10 @@ pub trait LeaseStore: Send + Sync {
     /// (rule `lease.held.unchanged`); `remaining` MUST be the time left on the
     /// holder's lease: above zero, and at most the time to live the holder took or
     /// last renewed it with (rule `lease.held.remaining`). A lease MUST expire `ttl`
-    /// after it was taken or last renewed (rule `lease.expires`). Leases of different
+    /// after it was taken or last renewed, not before and not long after, whatever
+    /// the `ttl`, fractions of a second included: a store that keeps whole seconds
+    /// frees a 1.5 s lease after one second and a 300 ms one at once
+    /// (rule `lease.expires`). Leases of different
     /// kinds or names MUST be independent, whatever characters the names hold
     /// (rule `lease.names.distinct`).
     ///

@@ -50,6 +50,7 @@ defects! {
     HeldBumpsFence => LeaseHeldUnchanged: "an acquire of a held lease still counts the fence up";
     HeldWithoutRemaining => LeaseHeldRemaining: "Held reports no time left (zero)";
     LeaseNeverExpires => LeaseExpires: "leases ignore their time to live";
+    LeaseWholeSeconds => LeaseExpires: "lease times to live are cut to whole seconds: a 1.5 s lease is free after one second, a 300 ms one at once";
     KindsShareLeases => LeaseNamesDistinct: "a queue's lease and an owner's claim of one name are one lease";
     AcquireErrorAsHeld => LeaseAcquireError: "an acquire the store cannot answer answers Held";
     ReleaseIgnoresToken => LeaseReleaseForeign: "release deletes the lease whoever holds it";
@@ -72,6 +73,7 @@ defects! {
     DoneAnsweredClaimed => ClaimDone: "a done claim is taken again";
     PendingWithoutHolder => ClaimPending: "another's pending claim names no holder";
     PendingNeverExpires => ClaimPendingExpires: "pending claims never expire";
+    ClaimWholeSeconds => ClaimPendingExpires: "claim times to live, pending and done, are cut to whole seconds";
     IdTypesCollide => ClaimDistinct: "ids are keyed by their text, so the string 42 and the number 42 collide";
     ClaimErrorAsPending => ClaimError: "a claim the store cannot answer answers PendingElsewhere";
     SettleIgnoresToken => ClaimSettleOwner: "settlements act on any claim, whoever holds it";

@@ -166,8 +166,9 @@ impl BrokenStore {
         if self.is(Defect::KindsShareLeases) { LeaseName::queue(lease.name()) } else { lease.clone() }
     }
 
+    /// A lease's time to live as the store keeps it.
     fn ttl(&self, ttl: Duration) -> Duration {
-        ttl
+        if self.is(Defect::LeaseWholeSeconds) { Duration::from_secs(ttl.as_secs()) } else { ttl }
     }
 
     fn acquire_in(&self, s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Acquire {
@@ -397,7 +398,11 @@ impl ClaimStore for BrokenStore {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let pending_ttl = if self.is(Defect::PendingNeverExpires) { FAR } else { pending_ttl };
+        let pending_ttl = match self.defect {
+            Some(Defect::PendingNeverExpires) => FAR,
+            Some(Defect::ClaimWholeSeconds) => Duration::from_secs(pending_ttl.as_secs()),
+            _ => pending_ttl,
+        };
         let mine = StoredClaim::Pending { token: token.as_str().to_owned() };
         let answer = |found: Option<&StoredClaim>| match found {
             None => ClaimState::Claimed,
@@ -472,7 +477,11 @@ impl ClaimStore for BrokenStore {
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        let done_ttl = if self.is(Defect::DoneNeverExpires) { FAR } else { done_ttl };
+        let done_ttl = match self.defect {
+            Some(Defect::DoneNeverExpires) => FAR,
+            Some(Defect::ClaimWholeSeconds) => Duration::from_secs(done_ttl.as_secs()),
+            _ => done_ttl,
+        };
         let mut out = self.call("settle_batch", |s, now| {
             let mine = StoredClaim::Pending { token: token.as_str().to_owned() };
             let mut out = Vec::with_capacity(settlements.len());

@@ -136,6 +136,7 @@ async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queu
 /// holder cannot settle the new claim, nor its own expired claim nobody took; the
 /// dedup window ends.
 async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
+    super::clocks::claim_ttls(s, store, queue).await?;
     let (a, b, c) = (token("alpha", 21), token("beta", 22), token("gamma", 23));
     let short = s.env.short_ttl;
     let m3 = s_id("m{3}:x y");

@@ -1,7 +1,11 @@
-//! Whose clock judges expiry, for the lease and claim suites: the store's one clock.
-//! Every instance of the store must agree on whether a lease or claim still holds,
-//! whichever instance took it and however far the instances' own clocks are apart
-//! (instances of one fleet run on machines whose clocks disagree).
+//! Time in the lease and claim suites: how precisely a store keeps a time to live,
+//! and whose clock judges expiry.
+//!
+//! A store keeps times to live to the millisecond: one that keeps whole seconds
+//! frees a 300 ms lease at once and a 1.5 s one after a second. And it judges expiry
+//! on its one clock: every instance of the store must agree on whether a lease or
+//! claim still holds, whichever instance took it and however far the instances' own
+//! clocks are apart (instances of one fleet run on machines whose clocks disagree).
 
 use std::time::Duration;
 
@@ -151,6 +155,88 @@ pub(super) async fn claims<S: ClaimStore + ?Sized>(
         s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
             format!("the holder's release answered {got:?}")
         })?;
+    }
+    Ok(())
+}
+
+/// The times to live a store must keep to the millisecond: the suite's short one
+/// (under a second unless the environment says otherwise), and a second and a half,
+/// which whole seconds cut to one.
+fn precise_ttls<S: ?Sized>(s: &Suite<'_, S>) -> [Duration; 2] {
+    [s.env.short_ttl, Duration::from_millis(1500)]
+}
+
+/// When to ask whether something taken for `ttl` still holds: late enough that a
+/// store keeping whole seconds has let it go, early enough that a call answers
+/// before `ttl` has passed.
+fn probe_at(ttl: Duration) -> Duration {
+    ttl - (ttl / 2).min(Duration::from_millis(250))
+}
+
+/// A lease still holds shortly before its time to live ends. A `Held` answer counts
+/// only when it came back before the lease could have expired; a machine stalled
+/// that long tries again, up to three times.
+pub(super) async fn lease_ttls<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
+    for (k, ttl) in precise_ttls(s).into_iter().enumerate() {
+        let lease = LeaseName::queue(s.env.name(&format!("contract-ttl-{k}")));
+        let (a, b) = (token("ttl-alpha", 1300 + k as u64), token("ttl-beta", 1310 + k as u64));
+        for _ in 0..3 {
+            let sent = s.env.clock.now();
+            let got = s.call("acquire", store.acquire(&lease, &a, ttl)).await?;
+            s.ensure(matches!(got, Acquire::Acquired { .. }), Rule::LeaseExpires, || {
+                format!("a lease taken for {ttl:?} and let expire answered {got:?}")
+            })?;
+            s.env.clock.sleep_until(sent + probe_at(ttl)).await;
+            let got = s.call("acquire", store.acquire(&lease, &b, LONG)).await?;
+            let answered = s.env.clock.now().saturating_since(sent);
+            match got {
+                Acquire::Held { .. } => {
+                    s.call("release", store.release(&lease, &a)).await?;
+                    break;
+                }
+                Acquire::Acquired { .. } => {
+                    s.ensure(answered >= ttl, Rule::LeaseExpires, || {
+                        format!(
+                            "a lease taken for {ttl:?} was free again {answered:?} later \
+                             (its time to live cut to whole seconds?)"
+                        )
+                    })?;
+                    s.call("release", store.release(&lease, &b)).await?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A pending claim still holds shortly before its time to live ends; as for leases.
+pub(super) async fn claim_ttls<S: ClaimStore + ?Sized>(
+    s: &mut Suite<'_, S>,
+    store: &S,
+    queue: &str,
+) -> Result<(), Violation> {
+    for (k, ttl) in precise_ttls(s).into_iter().enumerate() {
+        let (a, b) = (token("ttl-alpha", 1400 + k as u64), token("ttl-beta", 1410 + k as u64));
+        for attempt in 0..3 {
+            let id = [MessageId::String(format!("ttl-{k}-{attempt}"))];
+            let release = |id: &[MessageId; 1]| [Settlement { id: id[0].clone(), action: SettleAction::Release }];
+            let sent = s.env.clock.now();
+            let got = s.call("claim_batch", store.claim_batch(queue, &id, &a, ttl)).await?;
+            s.ensure(got == [ClaimState::Claimed], Rule::ClaimExclusive, || format!("a free claim answered {got:?}"))?;
+            s.env.clock.sleep_until(sent + probe_at(ttl)).await;
+            let got = s.call("claim_batch", store.claim_batch(queue, &id, &b, LONG)).await?;
+            let answered = s.env.clock.now().saturating_since(sent);
+            if got != [ClaimState::Claimed] {
+                s.call("settle_batch", store.settle_batch(queue, &release(&id), &a, LONG)).await?;
+                break;
+            }
+            s.ensure(answered >= ttl, Rule::ClaimPendingExpires, || {
+                format!(
+                    "a claim taken for {ttl:?} was free again {answered:?} later (its time to live cut to whole seconds?)"
+                )
+            })?;
+            s.call("settle_batch", store.settle_batch(queue, &release(&id), &b, LONG)).await?;
+        }
     }
     Ok(())
 }

@@ -25,6 +25,7 @@ pub async fn lease_store<S: LeaseStore + ?Sized>(store: &S, env: &ContractEnv<'_
     let mut s = Suite::new(env);
     holders(&mut s, store).await?;
     expiry(&mut s, store).await?;
+    super::clocks::lease_ttls(&mut s, store).await?;
     short_first_lease(&mut s, store).await?;
     renewal(&mut s, store).await?;
     renew_from_now(&mut s, store).await?;

@@ -106,7 +106,8 @@ pub struct ContractEnv<'a, S: ?Sized> {
     /// Waits for time to live to pass.
     pub clock: &'a dyn Clock,
     /// A time to live short enough to wait out, long enough that the store does not
-    /// expire it before the next call returns.
+    /// expire it before the next call returns. Every store must keep it to the
+    /// millisecond, as it must 1.5 s (both checked): keep it under a second.
     pub short_ttl: Duration,
     /// Put before every queue, owner and instance name the suite uses, so that
     /// suites running at once on one store do not meet.
