@@ -249,6 +249,25 @@ fn the_issue_s_seven_defects_are_among_them() {
 }
 
 #[test]
+fn the_sql_store_issue_s_defects_are_among_them() {
+    // A user's own SQL store passed every suite while six of its broken variants did
+    // too and one hung the error rules: each is now a broken store, caught by its rule.
+    for (d, rule) in [
+        (Defect::OneConnectionAcquire, Rule::LeaseAcquireExclusive),
+        (Defect::SettleExpiredOwn, Rule::ClaimSettleExpired),
+        (Defect::RenewFromOldExpiry, Rule::LeaseRenewFromNow),
+        (Defect::OwnersWholeSeconds, Rule::OwnersHeld),
+        (Defect::LeaseWholeSeconds, Rule::LeaseExpires),
+        (Defect::ClaimWholeSeconds, Rule::ClaimPendingExpires),
+        (Defect::ExpiryOnCallerClock, Rule::StoreOneClock),
+        (Defect::HangsInOutage, Rule::StoreTimeout),
+    ] {
+        assert!(Defect::ALL.contains(&d), "{d:?}");
+        assert_eq!(d.rule(), rule, "{d:?}");
+    }
+}
+
+#[test]
 fn a_violation_names_its_rule_and_where_it_is_written() {
     let v = Violation { rule: Rule::LeaseAcquireExclusive, detail: "3 of 8 won".into() };
     assert_eq!(v.to_string(), "rule `lease.acquire.exclusive` broken (drain_core::ports::LeaseStore): 3 of 8 won");
