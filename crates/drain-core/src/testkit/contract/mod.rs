@@ -124,9 +124,10 @@ pub struct ContractEnv<'a, S: ?Sized> {
     pub deadline: Duration,
     /// Instances of the store under test, as the processes of a fleet would each
     /// have one (each with connections of its own): the concurrent callers of the
-    /// mutual-exclusion checks go round robin over them. Empty: the store given to
-    /// the suite serves them all, so a store that queues calls on one connection is
-    /// never interleaved.
+    /// mutual-exclusion checks go round robin over them, and the instances must
+    /// agree on expiry (rule `store.one_clock`, skipped with fewer than two). Empty:
+    /// the store given to the suite serves them all, so a store that queues calls on
+    /// one connection is never interleaved.
     pub instances: &'a [&'a S],
 }
 
