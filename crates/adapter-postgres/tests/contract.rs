@@ -1,11 +1,13 @@
 //! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
-//! concurrency and the error rules included) against a private PostgreSQL.
+//! concurrency and the error rules included) against a private PostgreSQL, through
+//! three stores as a fleet's processes would have them.
 
 mod support;
 
+use adapter_postgres::PostgresStore;
 use drain_core::testkit::contract::{self, Checked};
 
-use support::{Frozen, TokioClock, connect, env, server};
+use support::{Frozen, TokioClock, env, fleet, server};
 
 /// Nothing skipped: the outage hook checks the error rules too.
 fn all_checked(what: &str, checked: Checked) {
@@ -15,54 +17,61 @@ fn all_checked(what: &str, checked: Checked) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_lease_contract() {
     let Some(pg) = server() else { return };
-    let store = connect(&pg.url()).await;
+    let stores = fleet(&pg.url()).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("lease", contract::lease_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_claim_contract() {
     let Some(pg) = server() else { return };
-    let store = connect(&pg.url()).await;
+    let stores = fleet(&pg.url()).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("claim", contract::claim_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("claim", contract::claim_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_fence_marks_contract() {
     let Some(pg) = server() else { return };
-    let store = connect(&pg.url()).await;
+    let stores = fleet(&pg.url()).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("fence", contract::fence_marks(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("fence", contract::fence_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_owner_claims_and_release_wake_contracts() {
     let Some(pg) = server() else { return };
-    let store = connect(&pg.url()).await;
+    let stores = fleet(&pg.url()).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("owners", contract::owner_claims(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("wake", contract::release_wake(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("owners", contract::owner_claims(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
-/// Every suite at once on one store under different names: the functions keep
+/// Every suite at once on one server under different names: the functions keep
 /// their promises while other callers work on the same tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_suite_at_once_on_one_store() {
     let Some(pg) = server() else { return };
-    let store = connect(&pg.url()).await;
+    let stores = fleet(&pg.url()).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
+    let store = all[0];
     let clock = TokioClock::new();
-    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")];
+    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")]
+        .map(|e| e.instances(&all));
     let (lease, claim, owners, wake, fence) = tokio::join!(
-        contract::lease_store(&store, &envs[0]),
-        contract::claim_store(&store, &envs[1]),
-        contract::owner_claims(&store, &envs[2]),
-        contract::release_wake(&store, &envs[3]),
-        contract::fence_marks(&store, &envs[4]),
+        contract::lease_store(store, &envs[0]),
+        contract::claim_store(store, &envs[1]),
+        contract::owner_claims(store, &envs[2]),
+        contract::release_wake(store, &envs[3]),
+        contract::fence_marks(store, &envs[4]),
     );
     for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence)] {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));

@@ -1,13 +1,15 @@
 //! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
 //! concurrency and the error rules included) against a private redis-server and a
-//! private 3-master Redis Cluster.
+//! private 3-master Redis Cluster, each through three stores as a fleet's processes
+//! would have them.
 
 mod support;
 
+use adapter_redis::RedisStore;
 use drain_core::testkit::contract::{self, Checked};
 use test_servers::{RedisCluster, RedisServer};
 
-use support::{Frozen, TokioClock, connect, connect_cluster, env};
+use support::{Frozen, TokioClock, cluster_fleet, env, fleet};
 
 /// Nothing skipped: the outage hook checks the error rules too.
 fn all_checked(what: &str, checked: Checked) {
@@ -17,38 +19,42 @@ fn all_checked(what: &str, checked: Checked) {
 #[tokio::test]
 async fn standalone_passes_the_lease_contract() {
     let Some(redis) = RedisServer::start() else { return };
-    let store = connect(&redis.url()).await;
+    let stores = fleet(&redis.url()).await;
+    let all: Vec<&RedisStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("lease", contract::lease_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test]
 async fn standalone_passes_the_claim_contract() {
     let Some(redis) = RedisServer::start() else { return };
-    let store = connect(&redis.url()).await;
+    let stores = fleet(&redis.url()).await;
+    let all: Vec<&RedisStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("claim", contract::claim_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("claim", contract::claim_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test]
 async fn standalone_passes_the_fence_marks_contract() {
     let Some(redis) = RedisServer::start() else { return };
-    let store = connect(&redis.url()).await;
+    let stores = fleet(&redis.url()).await;
+    let all: Vec<&RedisStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("fence", contract::fence_marks(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("fence", contract::fence_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 #[tokio::test]
 async fn standalone_passes_the_owner_claims_and_release_wake_contracts() {
     let Some(redis) = RedisServer::start() else { return };
-    let store = connect(&redis.url()).await;
+    let stores = fleet(&redis.url()).await;
+    let all: Vec<&RedisStore> = stores.iter().collect();
     let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
-    let env = env(&clock, "").outage(&outage);
-    all_checked("owners", contract::owner_claims(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("wake", contract::release_wake(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("owners", contract::owner_claims(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
 /// One cluster for every suite (forming one takes a few seconds). They run at once
@@ -57,27 +63,30 @@ async fn standalone_passes_the_owner_claims_and_release_wake_contracts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_passes_every_store_contract() {
     let Some(cluster) = RedisCluster::start(3) else { return };
-    let store = connect_cluster(&cluster.urls()).await;
+    let stores = cluster_fleet(&cluster.urls()).await;
+    let all: Vec<&RedisStore> = stores.iter().collect();
+    let store = all[0];
     let clock = TokioClock::new();
-    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")];
+    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")]
+        .map(|e| e.instances(&all));
     let (lease, claim, owners, wake, fence) = tokio::join!(
-        contract::lease_store(&store, &envs[0]),
-        contract::claim_store(&store, &envs[1]),
-        contract::owner_claims(&store, &envs[2]),
-        contract::release_wake(&store, &envs[3]),
-        contract::fence_marks(&store, &envs[4]),
+        contract::lease_store(store, &envs[0]),
+        contract::claim_store(store, &envs[1]),
+        contract::owner_claims(store, &envs[2]),
+        contract::release_wake(store, &envs[3]),
+        contract::fence_marks(store, &envs[4]),
     );
     for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence)] {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
     // The error rules, one suite at a time, with every node frozen.
     let outage = Frozen(cluster.freezer());
-    let env = env(&clock, "e-").concurrency(2, 1).outage(&outage);
-    all_checked("lease", contract::lease_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("claim", contract::claim_store(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("owners", contract::owner_claims(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("wake", contract::release_wake(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("fence", contract::fence_marks(&store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    let env = env(&clock, "e-").concurrency(2, 1).outage(&outage).instances(&all);
+    all_checked("lease", contract::lease_store(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("claim", contract::claim_store(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("owners", contract::owner_claims(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("wake", contract::release_wake(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("fence", contract::fence_marks(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 
     for node in cluster.nodes() {
         let errors = node.info("errorstats").expect("INFO errorstats");

@@ -22,10 +22,11 @@ struct Row {
 
 type Tables = (HashMap<LeaseName, Row>, HashMap<(String, MessageId), Row>);
 
+/// One instance of the store: a process's way to the database the fleet shares.
 struct RowStore<'a> {
     clock: &'a dyn Clock,
-    tables: Mutex<Tables>,
-    down: AtomicBool,
+    tables: &'a Mutex<Tables>,
+    down: &'a AtomicBool,
 }
 
 impl RowStore<'_> {
@@ -139,10 +140,15 @@ impl Outage for RowStore<'_> {
 
 fn main() {
     let clock = ManualClock::new();
-    let store = RowStore { clock: &clock, tables: Mutex::default(), down: AtomicBool::new(false) };
-    let env = ContractEnv::new(&clock).outage(&store);
-    let leases = block_on(&clock, contract::lease_store(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
-    let claims = block_on(&clock, contract::claim_store(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    let (tables, down) = (Mutex::default(), AtomicBool::new(false));
+    // Three instances on one database, as three processes of a fleet: the suites
+    // spread their concurrent callers over them and check that they agree on expiry.
+    let fleet: Vec<RowStore<'_>> = (0..3).map(|_| RowStore { clock: &clock, tables: &tables, down: &down }).collect();
+    let all: Vec<&RowStore<'_>> = fleet.iter().collect();
+    let env = ContractEnv::new(&clock).outage(&fleet[0]).instances(&all);
+    let store = &fleet[0];
+    let leases = block_on(&clock, contract::lease_store(store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    let claims = block_on(&clock, contract::claim_store(store, &env)).unwrap_or_else(|v| panic!("{v}"));
     assert!(leases.skipped.is_empty() && claims.skipped.is_empty());
     println!("the row store keeps {} lease and {} claim rules", leases.checked.len(), claims.checked.len());
 }

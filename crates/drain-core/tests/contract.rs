@@ -14,7 +14,7 @@ use drain_core::testkit::broken::{BrokenStore, Defect};
 use drain_core::testkit::contract::{self, Checked, ContractEnv, Port, Rule, Violation};
 
 /// Every store suite against `store`, in order, merging what they checked.
-async fn store_suites<S>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation>
+async fn store_suites<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
     S: drain_core::ports::LeaseStore
         + drain_core::ports::ClaimStore
@@ -40,11 +40,27 @@ fn store_rules() -> BTreeSet<Rule> {
     Rule::ALL.iter().copied().filter(|r| r.port() != Port::Source).collect()
 }
 
+/// Three instances of a store with `defect` (or none), as a fleet's processes would
+/// have them: the second's own clock an hour ahead of the store's, the third's an
+/// hour behind (a sound store never reads them); virtual time starts a day in.
+fn fleet(defect: Option<Defect>) -> (Arc<ManualClock>, [BrokenStore; 3]) {
+    let clock = Arc::new(ManualClock::new());
+    clock.advance(Duration::from_secs(24 * 3600));
+    let store = match defect {
+        Some(d) => BrokenStore::new(clock.clone() as Arc<dyn Clock>, d),
+        None => BrokenStore::sound(clock.clone() as Arc<dyn Clock>),
+    };
+    let (ahead, behind) = (store.instance().clock_skew(3_600_000), store.instance().clock_skew(-3_600_000));
+    (clock, [store, ahead, behind])
+}
+
 #[test]
 fn memory_store_passes_every_store_suite_and_checks_every_rule() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
-    let env = ContractEnv::new(&*clock).outage(&store);
+    // The memory store serves one process: each of its instances is the one store.
+    let all = [&store, &store, &store];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
     assert!(checked.skipped.is_empty(), "{:?}", checked.skipped);
     let seen: BTreeSet<Rule> = checked.checked.into_iter().collect();
@@ -52,8 +68,10 @@ fn memory_store_passes_every_store_suite_and_checks_every_rule() {
     assert!(missed.is_empty(), "rules no suite checked: {missed:?}");
 }
 
+/// Without an outage hook the error rules are skipped, and with one instance the
+/// rule that instances agree on expiry: reported, never passed.
 #[test]
-fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
+fn without_an_outage_hook_or_instances_the_rules_they_need_are_skipped_not_passed() {
     let clock = Arc::new(ManualClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
     let env = ContractEnv::new(&*clock);
@@ -69,6 +87,7 @@ fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
         "owners.error",
         "wake.error",
         "fence.error",
+        "store.one_clock",
     ]
     .into_iter()
     .collect();
@@ -78,20 +97,22 @@ fn without_an_outage_hook_the_error_rules_are_skipped_not_passed() {
 
 #[test]
 fn the_sound_broken_store_passes_every_store_suite() {
-    let clock = Arc::new(ManualClock::new());
-    let store = BrokenStore::sound(clock.clone() as Arc<dyn Clock>);
-    let env = ContractEnv::new(&*clock).outage(&store);
-    block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    let (clock, [store, b, c]) = fleet(None);
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    assert!(checked.skipped.is_empty(), "{:?}", checked.skipped);
 }
 
 /// The heart of the suite's own test: each defect is caught, by the rule it breaks.
+/// The suites get three instances of the store, as a fleet's processes would be.
 #[test]
 fn every_broken_store_fails_the_rule_its_defect_breaks() {
     let mut wrong = Vec::new();
     for &defect in Defect::ALL {
-        let clock = Arc::new(ManualClock::new());
-        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
-        let env = ContractEnv::new(&*clock).outage(&store);
+        let (clock, [store, b, c]) = fleet(Some(defect));
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
         match block_on(&clock, store_suites(&store, &env)) {
             Err(v) if v.rule == defect.rule() => {}
             Err(v) => {
@@ -107,6 +128,101 @@ fn every_broken_store_fails_the_rule_its_defect_breaks() {
         Defect::ALL.len(),
         wrong.join("\n")
     );
+}
+
+/// A store whose acquires and claims read, then write, but queue on one connection
+/// per instance, is caught only when the concurrent callers come through several
+/// instances: through one, they never interleave.
+#[test]
+fn a_one_connection_store_is_caught_only_through_several_instances() {
+    for (defect, rule) in [
+        (Defect::OneConnectionAcquire, Rule::LeaseAcquireExclusive),
+        (Defect::OneConnectionClaim, Rule::ClaimExclusive),
+    ] {
+        let clock = Arc::new(ManualClock::new());
+        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
+        let env = ContractEnv::new(&*clock).outage(&store);
+        block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{defect:?}, one instance: {v}"));
+
+        let clock = Arc::new(ManualClock::new());
+        let store = BrokenStore::new(clock.clone() as Arc<dyn Clock>, defect);
+        let b = store.instance();
+        let all = [&store, &b];
+        let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+        let v = block_on(&clock, store_suites(&store, &env)).expect_err("two instances");
+        assert_eq!(v.rule, rule, "{defect:?}: {v}");
+    }
+}
+
+/// A store that cuts times to live to whole seconds is caught by the rule of the
+/// expiry it gets wrong even when the suite's short time to live is whole seconds
+/// (the 2 s a slow store might be given): the suites also take 1.5 s.
+#[test]
+fn times_to_live_cut_to_whole_seconds_are_caught_whatever_the_short_ttl() {
+    for short in [Duration::from_millis(300), Duration::from_secs(2)] {
+        let (clock, [store, b, c]) = fleet(Some(Defect::LeaseWholeSeconds));
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).short_ttl(short).outage(&store).instances(&all);
+        let v = block_on(&clock, contract::lease_store(&store, &env)).expect_err("leases");
+        assert_eq!(v.rule, Rule::LeaseExpires, "{short:?}: {v}");
+
+        let (clock, [store, b, c]) = fleet(Some(Defect::ClaimWholeSeconds));
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).short_ttl(short).outage(&store).instances(&all);
+        let v = block_on(&clock, contract::claim_store(&store, &env)).expect_err("claims");
+        assert_eq!(v.rule, Rule::ClaimPendingExpires, "{short:?}: {v}");
+    }
+}
+
+/// What each store suite on its own answers for a fresh fleet of stores with
+/// `defect`, so that a rule several suites check is seen checked by each.
+fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violation>)> {
+    let mut out = Vec::new();
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("lease", block_on(&clock, contract::lease_store(&store, &env))));
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("claim", block_on(&clock, contract::claim_store(&store, &env))));
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("owners", block_on(&clock, contract::owner_claims(&store, &env))));
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("wake", block_on(&clock, contract::release_wake(&store, &env))));
+    out
+}
+
+/// Instances whose clocks disagree must agree on expiry: a store that judges it on
+/// each instance's clock fails the lease suite and the claim suite, each on its own;
+/// through one instance nothing shows it.
+#[test]
+fn expiry_on_each_instance_s_clock_fails_the_lease_and_claim_suites() {
+    for (suite, r) in each_suite_alone(Defect::ExpiryOnCallerClock) {
+        match suite {
+            "lease" | "claim" => assert_eq!(r.expect_err(suite).rule, Rule::StoreOneClock, "{suite}"),
+            _ => assert!(r.is_ok(), "{suite}: {r:?}"),
+        }
+    }
+    let (clock, [store, _, _]) = fleet(Some(Defect::ExpiryOnCallerClock));
+    let env = ContractEnv::new(&*clock).outage(&store);
+    let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(checked.skipped.iter().filter(|(r, _)| *r == Rule::StoreOneClock).count(), 2, "{:?}", checked.skipped);
+}
+
+/// A store without a timeout of its own would hang each suite's error rules; each
+/// suite ends the wait at its deadline (virtual time here) and names the rule.
+#[test]
+fn every_store_suite_bounds_the_calls_it_makes_during_an_outage() {
+    for (suite, r) in each_suite_alone(Defect::HangsInOutage) {
+        let v = r.expect_err(suite);
+        assert_eq!(v.rule, Rule::StoreTimeout, "{suite}: {v}");
+        assert!(v.detail.contains("had not returned after 10s"), "{suite}: {v}");
+    }
 }
 
 #[test]
@@ -132,6 +248,25 @@ fn the_issue_s_seven_defects_are_among_them() {
         Defect::NonAtomicClaim,
     ] {
         assert!(Defect::ALL.contains(&d), "{d:?}");
+    }
+}
+
+#[test]
+fn the_sql_store_issue_s_defects_are_among_them() {
+    // A user's own SQL store passed every suite while six of its broken variants did
+    // too and one hung the error rules: each is now a broken store, caught by its rule.
+    for (d, rule) in [
+        (Defect::OneConnectionAcquire, Rule::LeaseAcquireExclusive),
+        (Defect::SettleExpiredOwn, Rule::ClaimSettleExpired),
+        (Defect::RenewFromOldExpiry, Rule::LeaseRenewFromNow),
+        (Defect::OwnersWholeSeconds, Rule::OwnersHeld),
+        (Defect::LeaseWholeSeconds, Rule::LeaseExpires),
+        (Defect::ClaimWholeSeconds, Rule::ClaimPendingExpires),
+        (Defect::ExpiryOnCallerClock, Rule::StoreOneClock),
+        (Defect::HangsInOutage, Rule::StoreTimeout),
+    ] {
+        assert!(Defect::ALL.contains(&d), "{d:?}");
+        assert_eq!(d.rule(), rule, "{d:?}");
     }
 }
 

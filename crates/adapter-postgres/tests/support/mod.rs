@@ -22,7 +22,7 @@ pub fn server() -> Option<PostgresServer> {
 }
 
 /// The contract environment: short TTL 300 ms on a real clock, names under `names`.
-pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a> {
+pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a, PostgresStore> {
     ContractEnv::new(clock).names(names).short_ttl(Duration::from_millis(300))
 }
 
@@ -49,6 +49,12 @@ pub fn config(url: &str) -> PostgresConfig {
 
 pub async fn connect(url: &str) -> PostgresStore {
     PostgresStore::connect(config(url)).await.expect("connect to the private PostgreSQL")
+}
+
+/// Three stores on one server, each with connections of its own, as three processes
+/// of a fleet: the contract suites spread their concurrent callers over them.
+pub async fn fleet(url: &str) -> Vec<PostgresStore> {
+    vec![connect(url).await, connect(url).await, connect(url).await]
 }
 
 /// A token from a fixed seed.

@@ -16,7 +16,7 @@ use test_servers::Freezer;
 pub use drain_clock::TokioClock;
 
 /// The contract environment: short TTL 300 ms on a real clock, names under `names`.
-pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a> {
+pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a, RedisStore> {
     ContractEnv::new(clock).names(names).short_ttl(Duration::from_millis(300))
 }
 
@@ -53,6 +53,17 @@ pub async fn connect_prefixed(url: &str, prefix: &str) -> RedisStore {
 
 pub async fn connect_cluster(urls: &[String]) -> RedisStore {
     RedisStore::connect(config(&urls.join(",")).cluster(true)).await.expect("connect to the private cluster")
+}
+
+/// Three stores on one server, each with connections of its own, as three processes
+/// of a fleet: the contract suites spread their concurrent callers over them.
+pub async fn fleet(url: &str) -> Vec<RedisStore> {
+    vec![connect(url).await, connect(url).await, connect(url).await]
+}
+
+/// [`fleet`] on a Cluster.
+pub async fn cluster_fleet(urls: &[String]) -> Vec<RedisStore> {
+    vec![connect_cluster(urls).await, connect_cluster(urls).await, connect_cluster(urls).await]
 }
 
 /// A token from a fixed seed.

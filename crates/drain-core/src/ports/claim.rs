@@ -135,7 +135,8 @@ pub trait ClaimStore: Send + Sync {
     /// Another token's pending claim MUST answer `PendingElsewhere` naming its holder
     /// (rule `claim.pending`), and a done claim MUST answer `Done` (rule `claim.done`).
     /// A pending claim MUST expire after `pending_ttl`, so a redelivery can take the
-    /// claim of a holder that crashed (rule `claim.pending.expires`). Ids of
+    /// claim of a holder that crashed, and not before, fractions of a second
+    /// included (rule `claim.pending.expires`). Ids of
     /// different types, and the same id in different queues, MUST be different
     /// claims (rule `claim.distinct`).
     ///
@@ -155,8 +156,12 @@ pub trait ClaimStore: Send + Sync {
     /// `done_ttl`, `Release` frees it.
     ///
     /// A settlement MUST act only on `token`'s own pending claim, and otherwise
-    /// answer `NotOwner` and change nothing, also when our own pending claim expired
-    /// (rule `claim.settle.owner`). `MarkDone` MUST make the claim answer `Done`
+    /// answer `NotOwner` and change nothing (rule `claim.settle.owner`). Our own
+    /// pending claim whose pending time ran out MUST answer `NotOwner` and change
+    /// nothing too, whether or not someone took it since: its submit may be
+    /// repeated by a redelivery, which the tick counts and warns about, and a claim
+    /// marked done after it expired would hide that (rule `claim.settle.expired`).
+    /// `MarkDone` MUST make the claim answer `Done`
     /// until `done_ttl` has passed, and then be free again (rule `claim.done.expires`);
     /// `Release` MUST free it (rule `claim.settle.release`). The answer MUST have
     /// one result per settlement, in order; an empty input MUST answer an empty

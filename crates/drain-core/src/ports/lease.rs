@@ -199,7 +199,10 @@ pub trait LeaseStore: Send + Sync {
     /// (rule `lease.held.unchanged`); `remaining` MUST be the time left on the
     /// holder's lease: above zero, and at most the time to live the holder took or
     /// last renewed it with (rule `lease.held.remaining`). A lease MUST expire `ttl`
-    /// after it was taken or last renewed (rule `lease.expires`). Leases of different
+    /// after it was taken or last renewed, not before and not long after, whatever
+    /// the `ttl`, fractions of a second included: a store that keeps whole seconds
+    /// frees a 1.5 s lease after one second and a 300 ms one at once
+    /// (rule `lease.expires`). Leases of different
     /// kinds or names MUST be independent, whatever characters the names hold
     /// (rule `lease.names.distinct`).
     ///
@@ -229,7 +232,10 @@ pub trait LeaseStore: Send + Sync {
     /// Extend `lease` to `ttl` from now if `token` holds it.
     ///
     /// `Renewed` MUST extend the lease: it holds until `ttl` after the renewal
-    /// (rule `lease.renew.extends`). MUST answer `Lost` and change nothing when another
+    /// (rule `lease.renew.extends`), and no longer: the new expiry MUST be `ttl`
+    /// from the renewal, never `ttl` past the old expiry, so that a holder that
+    /// stops renewing loses the lease `ttl` after its last renewal
+    /// (rule `lease.renew.from_now`). MUST answer `Lost` and change nothing when another
     /// token holds the lease (rule `lease.renew.foreign`), and when the lease is free or
     /// expired: our own expired lease is never brought back (rule `lease.renew.expired`).
     ///

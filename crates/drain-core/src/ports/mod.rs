@@ -13,7 +13,15 @@
 //! Each trait states its contract as rules, each sentence followed by the name of
 //! its rule; `testkit::contract` checks every rule against an implementation, and
 //! names the rule when one is broken. A store that can answer MUST answer: an `Err`
-//! from a healthy store breaks a rule too (rule `store.answers`). An error kind says
+//! from a healthy store breaks a rule too (rule `store.answers`). Every call MUST
+//! come back within a bounded time, with `Err` when the store did not answer within
+//! the adapter's own timeout: a call that waits for ever on a store that is down
+//! stalls the tick that made it (rule `store.timeout`). Expiry MUST be judged on one
+//! clock, the store's: every instance of a store (each process of a fleet, each
+//! connection) agrees on whether a lease or a claim still holds, however far the
+//! callers' own clocks are apart, so a store on a server computes and compares
+//! expiry times there and never from the caller's clock (rule `store.one_clock`).
+//! An error kind says
 //! what went wrong in words that fit every store ([`ErrorKind`](crate::ErrorKind));
 //! each adapter documents how its driver's errors map to them. The ports speak of leases, fences and claims;
 //! how a store keeps them (keys, rows, documents) is the adapter's business.

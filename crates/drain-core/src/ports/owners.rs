@@ -42,8 +42,10 @@ pub trait OwnerClaims: Send + Sync {
     /// The answer MUST have one entry per owner, in the order of `owners`, and an
     /// empty `owners` MUST answer an empty vector (rule `owners.order`). An owner
     /// whose claim is held MUST be `Held` with the holder's instance and a remaining
-    /// time above zero and at most the claim's time to live (rule `owners.held`); a
-    /// free, released or expired claim MUST be `Free` (rule `owners.free`).
+    /// time above zero and at most the claim's time to live, while any time is left
+    /// on it, however little: a store that counts the time left in whole seconds
+    /// must not read a claim's last second as free (rule `owners.held`); a free,
+    /// released or expired claim MUST be `Free` (rule `owners.free`).
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError>;
 
     /// The release wake-up, when this store offers it (the same store's

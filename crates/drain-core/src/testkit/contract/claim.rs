@@ -25,17 +25,20 @@ fn pending(holder: &str) -> ClaimState {
 /// answers in order, done suppresses, another's pending claim abandons, pending and
 /// done claims expire, settlements act only on our own pending claim, ids of
 /// different types and queues are different claims, a settlement and the next
-/// claims in one call answer as the two calls would, and (with an outage hook)
-/// errors never pass for states.
+/// claims in one call answer as the two calls would, expiry every instance agrees on
+/// (with several `ContractEnv::instances`), and (with an outage hook) errors never
+/// pass for states.
 ///
 /// # Errors
 /// The first rule the store broke.
-pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation> {
+pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation> {
     let mut s = Suite::new(env);
     let queue = env.name("contract-q");
     lifecycle(&mut s, store, &queue).await?;
     expiry(&mut s, store, &queue).await?;
     shapes(&mut s, store, &queue).await?;
+    // Before the concurrent claims, which instances disagreeing on expiry break too.
+    super::clocks::claims(&mut s, store, &queue).await?;
     exclusion(&mut s, store, &queue).await?;
     settle_then_claim(&mut s, store, &queue).await?;
     errors(&mut s, store, &queue).await?;
@@ -43,14 +46,14 @@ pub async fn claim_store<S: ClaimStore + ?Sized>(store: &S, env: &ContractEnv<'_
 }
 
 async fn claim<S: ClaimStore + ?Sized>(
-    s: &mut Suite<'_>,
+    s: &mut Suite<'_, S>,
     store: &S,
     queue: &str,
     ids: &[MessageId],
     t: &LeaseToken,
     ttl: Duration,
 ) -> Result<Vec<ClaimState>, Violation> {
-    let got = s.answer("claim_batch", store.claim_batch(queue, ids, t, ttl).await)?;
+    let got = s.call("claim_batch", store.claim_batch(queue, ids, t, ttl)).await?;
     s.ensure(got.len() == ids.len(), Rule::ClaimOrder, || {
         format!("claim_batch of {} ids answered {} states: {got:?}", ids.len(), got.len())
     })?;
@@ -58,14 +61,14 @@ async fn claim<S: ClaimStore + ?Sized>(
 }
 
 async fn settle_all<S: ClaimStore + ?Sized>(
-    s: &mut Suite<'_>,
+    s: &mut Suite<'_, S>,
     store: &S,
     queue: &str,
     settlements: &[Settlement],
     t: &LeaseToken,
     ttl: Duration,
 ) -> Result<Vec<SettleResult>, Violation> {
-    let got = s.answer("settle_batch", store.settle_batch(queue, settlements, t, ttl).await)?;
+    let got = s.call("settle_batch", store.settle_batch(queue, settlements, t, ttl)).await?;
     s.ensure(got.len() == settlements.len(), Rule::ClaimSettleOrder, || {
         format!("settle_batch of {} settlements answered {} results: {got:?}", settlements.len(), got.len())
     })?;
@@ -74,7 +77,7 @@ async fn settle_all<S: ClaimStore + ?Sized>(
 
 /// Claim, pending elsewhere, settle, done suppresses, a released claim is free, and
 /// nobody settles a claim that is not their pending one.
-async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let (a, b, c) = (token("alpha", 11), token("beta", 12), token("gamma", 13));
     let (m1, m2) = (s_id("m1"), s_id("m2"));
 
@@ -130,8 +133,10 @@ async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
 }
 
 /// A crashed holder's pending claim expires and a redelivery takes it; the crashed
-/// holder cannot settle the new claim; the dedup window ends.
-async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+/// holder cannot settle the new claim, nor its own expired claim nobody took; the
+/// dedup window ends.
+async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
+    super::clocks::claim_ttls(s, store, queue).await?;
     let (a, b, c) = (token("alpha", 21), token("beta", 22), token("gamma", 23));
     let short = s.env.short_ttl;
     let m3 = s_id("m{3}:x y");
@@ -165,12 +170,44 @@ async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &st
     s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
         format!("the holder's release answered {got:?}")
     })?;
+
+    // Our own pending claims that expired, nobody having taken them since: neither
+    // settlement is ours to make any more, and neither changes anything.
+    let (m6, m7) = (s_id("m6-expired"), s_id("m7-expired"));
+    let got = claim(s, store, queue, &[m6.clone(), m7.clone()], &a, short).await?;
+    s.ensure(got == [ClaimState::Claimed, ClaimState::Claimed], Rule::ClaimExclusive, || {
+        format!("claims of two free messages answered {got:?}")
+    })?;
+    s.env.wait(short * 3).await;
+    let got = settle_all(
+        s,
+        store,
+        queue,
+        &[settle(&m6, SettleAction::MarkDone), settle(&m7, SettleAction::Release)],
+        &a,
+        LONG,
+    )
+    .await?;
+    s.ensure(got == [SettleResult::NotOwner, SettleResult::NotOwner], Rule::ClaimSettleExpired, || {
+        format!(
+            "settlements of our own {short:?} pending claims {:?} later, nobody having taken them, answered {got:?}",
+            short * 3
+        )
+    })?;
+    let got = claim(s, store, queue, std::slice::from_ref(&m6), &b, LONG).await?;
+    s.ensure(got == [ClaimState::Claimed], Rule::ClaimSettleExpired, || {
+        format!("after a MarkDone of our own expired claim, the next claim answered {got:?}")
+    })?;
+    let got = settle_all(s, store, queue, &[settle(&m6, SettleAction::Release)], &b, LONG).await?;
+    s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
+        format!("the holder's release answered {got:?}")
+    })?;
     Ok(())
 }
 
 /// A repeated id, ids of every type, another queue, and answers in order in mixed
 /// batches.
-async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let (a, b) = (token("alpha", 31), token("beta", 32));
     let (m4, m5) = (s_id("m4"), s_id("m5"));
     let got = claim(s, store, queue, std::slice::from_ref(&m5), &a, LONG).await?;
@@ -231,9 +268,11 @@ async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &st
 }
 
 /// Many callers claim the same messages at once, in different orders, round after
-/// round: each message is `Claimed` exactly once.
-async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+/// round, spread over the store's instances: each message is `Claimed` exactly once.
+async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let callers = s.env.callers;
+    let pool = s.env.pool(store);
+    let on = |i: usize| pool[i % pool.len()];
     for round in 0..s.env.rounds {
         let ids = [s_id(&format!("race-{round}-a")), s_id(&format!("race-{round}-b")), MessageId::Ulong(round as u64)];
         let tokens: Vec<LeaseToken> =
@@ -245,11 +284,19 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
                 b
             })
             .collect();
-        let answers =
-            join_all(tokens.iter().zip(&batches).map(|(t, ids)| store.claim_batch(queue, ids, t, LONG))).await;
+        let env = s.env;
+        let answers = join_all(
+            tokens
+                .iter()
+                .zip(&batches)
+                .enumerate()
+                .map(|(i, (t, ids))| env.within(env.deadline, on(i).claim_batch(queue, ids, t, LONG))),
+        )
+        .await;
         let mut claimed = vec![0usize; ids.len()];
         let mut owner = vec![None; ids.len()];
         for (i, a) in answers.into_iter().enumerate() {
+            let a = s.timely("claim_batch", a)?;
             let states = s.answer("claim_batch", a)?;
             s.ensure(states.len() == ids.len(), Rule::ClaimOrder, || format!("round {round}: answered {states:?}"))?;
             for (id, state) in batches[i].iter().zip(states) {
@@ -265,7 +312,7 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
         })?;
         for (k, id) in ids.iter().enumerate() {
             if let Some(i) = owner[k] {
-                let got = settle_all(s, store, queue, &[settle(id, SettleAction::Release)], &tokens[i], LONG).await?;
+                let got = settle_all(s, on(i), queue, &[settle(id, SettleAction::Release)], &tokens[i], LONG).await?;
                 s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
                     format!("round {round}: the winner's release answered {got:?}")
                 })?;
@@ -278,7 +325,11 @@ async fn exclusion<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: 
 /// One call settles some claims and then takes others: the claims see the
 /// settlements (done answers `Done`, released is free again), another holder's
 /// claim stays theirs, and concurrent callers still take each free claim once.
-async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn settle_then_claim<S: ClaimStore + ?Sized>(
+    s: &mut Suite<'_, S>,
+    store: &S,
+    queue: &str,
+) -> Result<(), Violation> {
     let (a, b) = (token("alpha", 51), token("beta", 52));
     let [m1, m2, m3, m4] = ["stc-1", "stc-2", "stc-3", "stc-4"].map(s_id);
     claim(s, store, queue, &[m1.clone(), m2.clone()], &a, LONG).await?;
@@ -286,7 +337,7 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     let settlements =
         [settle(&m1, SettleAction::MarkDone), settle(&m2, SettleAction::Release), settle(&m3, SettleAction::MarkDone)];
     let ids = [m1.clone(), m2.clone(), m3.clone(), m4.clone()];
-    let got = store.settle_then_claim(queue, &settlements, &ids, &a, LONG_TTLS).await;
+    let got = s.bounded("settle_then_claim", store.settle_then_claim(queue, &settlements, &ids, &a, LONG_TTLS)).await?;
     let settled = s.answer("settle_then_claim", got.settled)?;
     let claimed = s.answer("settle_then_claim", got.claimed)?;
     s.ensure(
@@ -298,13 +349,15 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     s.ensure(claimed == want, Rule::ClaimSettleThenClaim, || {
         format!("after marking m1 done and releasing m2 in the same call, claims of m1..m4 answered {claimed:?}, not {want:?}")
     })?;
-    let got = store.settle_then_claim(queue, &[], &[], &a, LONG_TTLS).await;
+    let got = s.bounded("settle_then_claim", store.settle_then_claim(queue, &[], &[], &a, LONG_TTLS)).await?;
     s.ensure(got.settled == Ok(Vec::new()) && got.claimed == Ok(Vec::new()), Rule::ClaimSettleThenClaim, || {
         format!("an empty settle_then_claim answered {got:?}")
     })?;
 
-    // Concurrent callers, each settling a claim of its own and taking the same
-    // free ones: each free claim is taken once.
+    // Concurrent callers on the store's instances, each settling a claim of its own
+    // and taking the same free ones: each free claim is taken once.
+    let pool = s.env.pool(store);
+    let on = |i: usize| pool[i % pool.len()];
     let tokens: Vec<LeaseToken> = (0..6).map(|i| token(&format!("stc{i}"), 60 + i)).collect();
     let own: Vec<MessageId> = (0..tokens.len()).map(|i| s_id(&format!("stc-own-{i}"))).collect();
     for (t, id) in tokens.iter().zip(&own) {
@@ -312,11 +365,17 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
     }
     let shared: Vec<MessageId> = (0..4).map(|i| s_id(&format!("stc-shared-{i}"))).collect();
     let settles: Vec<[Settlement; 1]> = own.iter().map(|id| [settle(id, SettleAction::Release)]).collect();
+    let env = s.env;
     let answers =
-        join_all(tokens.iter().zip(&settles).map(|(t, st)| store.settle_then_claim(queue, st, &shared, t, LONG_TTLS)))
-            .await;
+        join_all(
+            tokens.iter().zip(&settles).enumerate().map(|(i, (t, st))| {
+                env.within(env.deadline, on(i).settle_then_claim(queue, st, &shared, t, LONG_TTLS))
+            }),
+        )
+        .await;
     let mut taken = vec![Vec::new(); shared.len()];
     for (i, got) in answers.into_iter().enumerate() {
+        let got = s.timely("settle_then_claim", got)?;
         let settled = s.answer("settle_then_claim", got.settled)?;
         s.ensure(settled == [SettleResult::Settled], Rule::ClaimSettleThenClaim, || {
             format!("a concurrent caller's release of its own claim answered {settled:?}")
@@ -349,21 +408,31 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S,
 
 /// While the store cannot answer, claims and settlements answer `Err`, also when
 /// asked in one call.
-async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_>, store: &S, queue: &str) -> Result<(), Violation> {
+async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
     let a = token("alpha", 41);
     let id = s_id("outage");
     let Some(outage) = s.begin_outage(&[Rule::ClaimError, Rule::ClaimSettleError]).await else { return Ok(()) };
-    let claimed = store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG).await;
-    let settled = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
-    let both = store
-        .settle_then_claim(queue, &[settle(&id, SettleAction::Release)], std::slice::from_ref(&id), &a, LONG_TTLS)
+    let claimed = s.timed(store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG)).await;
+    let settled = s.timed(store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG)).await;
+    let both = s
+        .timed(store.settle_then_claim(
+            queue,
+            &[settle(&id, SettleAction::Release)],
+            std::slice::from_ref(&id),
+            &a,
+            LONG_TTLS,
+        ))
         .await;
     outage.end().await;
     s.must_fail(Rule::ClaimError, "claim_batch", &claimed)?;
     s.must_fail(Rule::ClaimSettleError, "settle_batch", &settled)?;
-    s.must_fail(Rule::ClaimSettleError, "settle_then_claim (its settlements)", &both.settled)?;
-    s.must_fail(Rule::ClaimError, "settle_then_claim (its claims)", &both.claimed)?;
+    let (both_settled, both_claimed) = match both {
+        Some(both) => (Some(both.settled), Some(both.claimed)),
+        None => (None, None),
+    };
+    s.must_fail(Rule::ClaimSettleError, "settle_then_claim (its settlements)", &both_settled)?;
+    s.must_fail(Rule::ClaimError, "settle_then_claim (its claims)", &both_claimed)?;
     // A timed-out claim may have landed once the store answered again.
-    let _ = store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG).await;
+    let _ = s.timed(store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG)).await;
     Ok(())
 }

@@ -20,7 +20,7 @@ const HUGE: u64 = (1 << 53) + 1;
 /// The first rule the store broke.
 pub async fn fence_marks<S: FenceMarks + ?Sized>(
     store: &S,
-    env: &super::ContractEnv<'_>,
+    env: &super::ContractEnv<'_, S>,
 ) -> Result<Checked, Violation> {
     let mut s = Suite::new(env);
     marks(&mut s, store).await?;
@@ -32,17 +32,17 @@ pub async fn fence_marks<S: FenceMarks + ?Sized>(
 }
 
 async fn admit<S: FenceMarks + ?Sized>(
-    s: &mut Suite<'_>,
+    s: &mut Suite<'_, S>,
     store: &S,
     resource: &str,
     fence: u64,
 ) -> Result<FenceVerdict, Violation> {
-    s.answer("admit", store.admit(resource, fence).await)
+    s.call("admit", store.admit(resource, fence)).await
 }
 
 /// One resource, one caller: equal and larger fences pass and raise the mark, lower
 /// ones are refused with the mark and change nothing.
-async fn marks<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn marks<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let r = s.env.name("fence-marks");
     for (fence, want) in [
         (5, FenceVerdict::Accepted),
@@ -70,14 +70,19 @@ async fn marks<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(
 /// Rounds of concurrent admits of different fences to one resource: the largest is
 /// accepted, every refusal names a mark above its fence, and the mark ends at the
 /// largest (a store that reads, then writes, lets a lower fence land last).
-async fn exclusion<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn exclusion<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let callers = s.env.callers as u64;
+    let pool = s.env.pool(store);
+    let on = |i: usize| pool[i % pool.len()];
     for round in 0..s.env.rounds {
         let r = s.env.name(&format!("fence-race-{round}"));
         // The largest fence goes first and the smallest last, turning each round.
         let fences: Vec<u64> = (0..callers).map(|i| callers - (i + round as u64) % callers).collect();
-        let answers = join_all(fences.iter().map(|&f| store.admit(&r, f))).await;
+        let env = s.env;
+        let answers =
+            join_all(fences.iter().enumerate().map(|(i, &f)| env.within(env.deadline, on(i).admit(&r, f)))).await;
         for (&fence, answer) in fences.iter().zip(answers) {
+            let answer = s.timely("admit", answer)?;
             let got = s.answer("admit", answer)?;
             let right = match got {
                 FenceVerdict::Accepted => true,
@@ -100,7 +105,7 @@ async fn exclusion<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Resu
 
 /// Names a store must escape, the empty name, and names that differ only in such
 /// characters: each keeps a mark of its own.
-async fn resources<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn resources<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let names: Vec<String> =
         ["fence-res:a", "fence-res%3Aa", "fence-res{a}", "fence-resa", "fence res a}", "fence-rés-a", ""]
             .iter()
@@ -125,7 +130,7 @@ async fn resources<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Resu
 }
 
 /// A mark outlasts any time to live the store may keep.
-async fn keeps<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn keeps<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let r = s.env.name("fence-keeps");
     let got = admit(s, store, &r, 9).await?;
     s.ensure(got == FenceVerdict::Accepted, Rule::FenceAccepts, || {
@@ -139,10 +144,10 @@ async fn keeps<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(
     })
 }
 
-async fn errors<S: FenceMarks + ?Sized>(s: &mut Suite<'_>, store: &S) -> Result<(), Violation> {
+async fn errors<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let r = s.env.name("fence-error");
     if let Some(outage) = s.begin_outage(&[Rule::FenceError]).await {
-        let got = store.admit(&r, 1).await;
+        let got = s.timed(store.admit(&r, 1)).await;
         outage.end().await;
         s.must_fail(Rule::FenceError, "admit", &got)?;
     }

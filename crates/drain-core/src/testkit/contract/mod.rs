@@ -6,13 +6,19 @@
 //! `Ok(`[`Checked`]`)` with the rules it checked, or `Err(`[`Violation`]`)` naming the
 //! first rule it found broken. Mutual exclusion is checked the way it breaks: many
 //! callers at once, over many rounds. The calls of one round run concurrently on the
-//! caller's task, so a store that talks to a server sees them in parallel.
+//! caller's task, spread round robin over `ContractEnv::instances`: give the suite
+//! several instances of the store (as each process of a fleet has its own, with
+//! connections of its own), or a store that queues every call on one connection
+//! never has its acquires or claims interleaved, and a non-atomic one passes.
 //!
 //! A suite needs a [`ContractEnv`]: a [`Clock`] to let time to live run out
 //! (`memory::ManualClock` under `memory::block_on` for in-memory ports; a real clock
 //! such as drain-clock's `TokioClock` for real servers, with `short_ttl` around
 //! 300 ms), and optionally an [`Outage`] that makes the store unable to answer, so
 //! that the error rules are checked too (without one they are listed as skipped).
+//! Every call the suite makes is bounded by `ContractEnv::deadline` on that clock: a
+//! call that has not come back by then (a store without a timeout of its own, during
+//! an outage) is reported as rule `store.timeout`, never a suite that hangs.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -23,12 +29,16 @@
 //!
 //! let clock = Arc::new(ManualClock::new());
 //! let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
-//! let env = ContractEnv::new(&*clock).outage(&store);
+//! // The memory store serves one process: each of its instances is the one store. A
+//! // store on a server gets several, each with connections of its own.
+//! let fleet = [&store, &store];
+//! let env = ContractEnv::new(&*clock).outage(&store).instances(&fleet);
 //! let checked = block_on(&clock, contract::lease_store(&store, &env)).unwrap();
 //! assert!(checked.skipped.is_empty());
 //! ```
 
 mod claim;
+mod clocks;
 mod fence;
 mod lease;
 mod owners;
@@ -93,13 +103,13 @@ pub trait Outage: Send + Sync {
     async fn end(&self);
 }
 
-/// What a suite needs besides the implementation under test.
-#[derive(Clone, Copy)]
-pub struct ContractEnv<'a> {
+/// What a suite needs besides the implementation under test (a store of type `S`).
+pub struct ContractEnv<'a, S: ?Sized> {
     /// Waits for time to live to pass.
     pub clock: &'a dyn Clock,
     /// A time to live short enough to wait out, long enough that the store does not
-    /// expire it before the next call returns.
+    /// expire it before the next call returns. Every store must keep it to the
+    /// millisecond, as it must 1.5 s (both checked): keep it under a second.
     pub short_ttl: Duration,
     /// Put before every queue, owner and instance name the suite uses, so that
     /// suites running at once on one store do not meet.
@@ -110,14 +120,42 @@ pub struct ContractEnv<'a> {
     pub rounds: usize,
     /// Makes the store unable to answer; `None` skips the error rules.
     pub outage: Option<&'a dyn Outage>,
+    /// How long the suite waits for any one call, on `clock`, before it reports rule
+    /// `store.timeout` instead of waiting for ever: longer than the store's own
+    /// timeout, which must end a call to a store that cannot answer.
+    pub deadline: Duration,
+    /// Instances of the store under test, as the processes of a fleet would each
+    /// have one (each with connections of its own): the concurrent callers of the
+    /// mutual-exclusion checks go round robin over them, and the instances must
+    /// agree on expiry (rule `store.one_clock`, skipped with fewer than two). Empty:
+    /// the store given to the suite serves them all, so a store that queues calls on
+    /// one connection is never interleaved.
+    pub instances: &'a [&'a S],
 }
 
-impl<'a> ContractEnv<'a> {
+impl<S: ?Sized> Clone for ContractEnv<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: ?Sized> Copy for ContractEnv<'_, S> {}
+
+impl<'a, S: ?Sized> ContractEnv<'a, S> {
     /// Defaults: `short_ttl` 300 ms, no name prefix, 8 callers over 20 rounds, no
-    /// outage.
+    /// outage, a deadline of 10 s per call, no further instances.
     #[must_use]
     pub fn new(clock: &'a dyn Clock) -> Self {
-        ContractEnv { clock, short_ttl: Duration::from_millis(300), names: "", callers: 8, rounds: 20, outage: None }
+        ContractEnv {
+            clock,
+            short_ttl: Duration::from_millis(300),
+            names: "",
+            callers: 8,
+            rounds: 20,
+            outage: None,
+            deadline: Duration::from_secs(10),
+            instances: &[],
+        }
     }
 
     /// With this short time to live.
@@ -147,6 +185,31 @@ impl<'a> ContractEnv<'a> {
     pub fn outage(mut self, outage: &'a dyn Outage) -> Self {
         self.outage = Some(outage);
         self
+    }
+
+    /// With this deadline per call (longer than the store's own timeout).
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// With these instances of the store under test (the store given to the suite
+    /// among them, or not): several, each with connections of its own, so that
+    /// concurrent calls reach the store at once as a fleet's do.
+    #[must_use]
+    pub fn instances(mut self, instances: &'a [&'a S]) -> Self {
+        self.instances = instances;
+        self
+    }
+
+    /// The instances the concurrent callers go round robin over: the given ones,
+    /// or `store` alone.
+    fn pool<'s>(&self, store: &'s S) -> Vec<&'s S>
+    where
+        'a: 's,
+    {
+        if self.instances.is_empty() { vec![store] } else { self.instances.to_vec() }
     }
 
     fn name(&self, name: &str) -> String {
@@ -206,24 +269,19 @@ impl Tally {
         }
     }
 
-    /// Fail `rule` unless the call made during an outage failed.
-    fn must_fail<T: fmt::Debug>(&mut self, rule: Rule, what: &str, r: &Result<T, PortError>) -> Result<(), Violation> {
-        self.ensure(r.is_err(), rule, || format!("{what} answered {} while the store could not answer", shown(r)))
-    }
-
     fn finish(self) -> Checked {
         self.done
     }
 }
 
 /// A store suite: its environment and its tally.
-struct Suite<'a> {
-    env: ContractEnv<'a>,
+struct Suite<'a, S: ?Sized> {
+    env: ContractEnv<'a, S>,
     tally: Tally,
 }
 
-impl<'a> Suite<'a> {
-    fn new(env: &ContractEnv<'a>) -> Self {
+impl<'a, S: ?Sized> Suite<'a, S> {
+    fn new(env: &ContractEnv<'a, S>) -> Self {
         Suite { env: *env, tally: Tally::default() }
     }
 
@@ -242,19 +300,75 @@ impl<'a> Suite<'a> {
         }
     }
 
+    /// `fut`'s output, or a `store.timeout` violation when it did not return within
+    /// the deadline.
+    async fn bounded<F: Future>(&mut self, what: &str, fut: F) -> Result<F::Output, Violation> {
+        let out = self.env.within(self.env.deadline, fut).await;
+        self.timely(what, out)
+    }
+
+    /// The answer of a call to a healthy store, within the deadline.
+    async fn call<T>(&mut self, what: &str, fut: impl Future<Output = Result<T, PortError>>) -> Result<T, Violation> {
+        let r = self.bounded(what, fut).await?;
+        self.tally.answer(what, r)
+    }
+
+    /// What a call came back with, or `None` when it had not come back by the
+    /// deadline: for calls made during an outage ([`Suite::must_fail`] checks them
+    /// once it ended) and the clean-up after it.
+    async fn timed<F: Future>(&self, fut: F) -> Option<F::Output> {
+        self.env.within(self.env.deadline, fut).await
+    }
+
+    /// An output that came back within the deadline (`Some`), or a `store.timeout`
+    /// violation.
+    fn timely<T>(&mut self, what: &str, out: Option<T>) -> Result<T, Violation> {
+        let deadline = self.env.deadline;
+        match out {
+            Some(out) => {
+                self.tally.ensure(true, Rule::StoreTimeout, String::new)?;
+                Ok(out)
+            }
+            None => Err(Violation {
+                rule: Rule::StoreTimeout,
+                detail: format!("{what} had not returned after {deadline:?} on a healthy store"),
+            }),
+        }
+    }
+
+    /// Fail `rule` unless the call made during an outage failed, and
+    /// `store.timeout` when it did not come back at all.
+    fn must_fail<T: fmt::Debug>(
+        &mut self,
+        rule: Rule,
+        what: &str,
+        r: &Option<Result<T, PortError>>,
+    ) -> Result<(), Violation> {
+        let deadline = self.env.deadline;
+        let Some(r) = r else {
+            return Err(Violation {
+                rule: Rule::StoreTimeout,
+                detail: format!(
+                    "{what} had not returned after {deadline:?} while the store could not answer (a call needs a timeout of its own)"
+                ),
+            });
+        };
+        self.tally.ensure(r.is_err(), rule, || format!("{what} answered {} while the store could not answer", shown(r)))
+    }
+
     fn finish(self) -> Checked {
         self.tally.finish()
     }
 }
 
-impl std::ops::Deref for Suite<'_> {
+impl<S: ?Sized> std::ops::Deref for Suite<'_, S> {
     type Target = Tally;
     fn deref(&self) -> &Tally {
         &self.tally
     }
 }
 
-impl std::ops::DerefMut for Suite<'_> {
+impl<S: ?Sized> std::ops::DerefMut for Suite<'_, S> {
     fn deref_mut(&mut self) -> &mut Tally {
         &mut self.tally
     }

@@ -74,6 +74,8 @@ macro_rules! rules {
 
 rules! {
     StoreAnswers => Store, "store.answers";
+    StoreTimeout => Store, "store.timeout";
+    StoreOneClock => Store, "store.one_clock";
 
     LeaseAcquireExclusive => Lease, "lease.acquire.exclusive";
     LeaseFenceIncreases => Lease, "lease.fence.increases";
@@ -87,6 +89,7 @@ rules! {
     LeaseReleaseFrees => Lease, "lease.release.frees";
     LeaseReleaseError => Lease, "lease.release.error";
     LeaseRenewExtends => Lease, "lease.renew.extends";
+    LeaseRenewFromNow => Lease, "lease.renew.from_now";
     LeaseRenewForeign => Lease, "lease.renew.foreign";
     LeaseRenewExpired => Lease, "lease.renew.expired";
     LeaseRenewError => Lease, "lease.renew.error";
@@ -103,6 +106,7 @@ rules! {
     ClaimDistinct => Claim, "claim.distinct";
     ClaimError => Claim, "claim.error";
     ClaimSettleOwner => Claim, "claim.settle.owner";
+    ClaimSettleExpired => Claim, "claim.settle.expired";
     ClaimDoneExpires => Claim, "claim.done.expires";
     ClaimSettleRelease => Claim, "claim.settle.release";
     ClaimSettleOrder => Claim, "claim.settle.order";

@@ -1,9 +1,11 @@
+use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
 
 use super::{Checked, ContractEnv, Rule, Suite, Violation, ready_now, token};
 use crate::admission::OwnerId;
+use crate::error::PortError;
 use crate::ports::{Acquire, LeaseName, LeaseStore, OwnerClaim, Release, ReleaseWake, Releases, Waiter, WakeRelease};
 use crate::token::LeaseToken;
 
@@ -26,7 +28,7 @@ struct Listeners {
 ///
 /// # Errors
 /// The first rule the store broke.
-pub async fn release_wake<S>(store: &S, env: &ContractEnv<'_>) -> Result<Checked, Violation>
+pub async fn release_wake<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
     S: LeaseStore + ReleaseWake + ?Sized,
 {
@@ -34,9 +36,9 @@ where
     let instance = |n: &str| env.name(n);
     let waiter = |n: &str| Waiter { instance: instance(n), ttl: LONG };
     let (wa, wb, wh) = (waiter("w-alpha"), waiter("w-beta"), waiter("w-holder"));
-    let alpha = s.answer("subscribe", store.subscribe(&wa.instance).await)?;
-    let beta = s.answer("subscribe", store.subscribe(&wb.instance).await)?;
-    let gamma = s.answer("subscribe", store.subscribe(&instance("w-gamma")).await)?;
+    let alpha = s.call("subscribe", store.subscribe(&wa.instance)).await?;
+    let beta = s.call("subscribe", store.subscribe(&wb.instance)).await?;
+    let gamma = s.call("subscribe", store.subscribe(&instance("w-gamma"))).await?;
     let mut l = Listeners { alpha, beta, gamma, wait: env.short_ttl.max(Duration::from_millis(200)) };
     let owner = |n: &str| OwnerId::from(env.name(n));
     let (h, ta, tb) = (token(&wh.instance, 71), token(&wa.instance, 72), token(&wb.instance, 73));
@@ -44,17 +46,17 @@ where
     // A held peek registers: the holder's release wakes alpha.
     let o0 = owner("wake-o0");
     let free = owner("wake-free");
-    acquired(&mut s, store.acquire_or_wait(&o0, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
-    let got = s.answer("peek_and_wait", store.peek_and_wait(&[o0.clone(), free.clone()], &wa).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o0, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let got = s.call("peek_and_wait", store.peek_and_wait(&[o0.clone(), free.clone()], &wa)).await?;
     let right = got.len() == 2
         && matches!(&got[0], OwnerClaim::Held { holder, .. } if *holder == wh.instance)
         && got[1] == OwnerClaim::Free;
     s.ensure(right, Rule::WakePeekAnswers, || format!("a held and a free owner answered {got:?}"))?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o0, &h, true).await)?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o0, &h, true)).await?;
     s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
         format!("the holder's release answered {got:?}")
     })?;
-    let peeked = s.answer("peek", store.peek(&LeaseName::owner(o0.as_str())).await)?;
+    let peeked = s.call("peek", store.peek(&LeaseName::owner(o0.as_str()))).await?;
     s.ensure(peeked.is_none(), Rule::WakeReleaseFrees, || {
         format!("after the holder's release, peek answered {peeked:?}")
     })?;
@@ -64,14 +66,14 @@ where
 
     // A lost acquire registers: the holder's release wakes beta.
     let o1 = owner("wake-o1");
-    acquired(&mut s, store.acquire_or_wait(&o1, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
-    let got = s.answer("acquire_or_wait", store.acquire_or_wait(&o1, &tb, LONG, &wb).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o1, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let got = s.call("acquire_or_wait", store.acquire_or_wait(&o1, &tb, LONG, &wb)).await?;
     s.ensure(
         matches!(&got, Acquire::Held { holder, .. } if *holder == wh.instance),
         Rule::WakeAcquireRegisters,
         || format!("beta's acquire of the holder's claim answered {got:?}"),
     )?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o1, &h, true).await)?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o1, &h, true)).await?;
     s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
         format!("the holder's release answered {got:?}")
     })?;
@@ -80,20 +82,20 @@ where
 
     // The holder takes o; alpha peeks (registers), beta loses the acquire (registers).
     let o = owner("wake-o");
-    acquired(&mut s, store.acquire_or_wait(&o, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
-    let _ = s.answer("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o), &wa).await)?;
-    let got = s.answer("acquire_or_wait", store.acquire_or_wait(&o, &tb, LONG, &wb).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o), &wa)).await?;
+    let got = s.call("acquire_or_wait", store.acquire_or_wait(&o, &tb, LONG, &wb)).await?;
     s.ensure(matches!(got, Acquire::Held { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
 
     // A release that is not ours wakes nobody.
-    let got = s.answer("release_and_wake", store.release_and_wake(&o, &tb, true).await)?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o, &tb, true)).await?;
     s.ensure(got == quiet(Release::NotOwner), Rule::WakeReleaseQuiet, || {
         format!("a stranger's release answered {got:?}")
     })?;
     expect_none(&mut s, &mut l, Rule::WakeReleaseQuiet, "after a stranger's release").await?;
 
     // The holder's release wakes alpha, the oldest, and only alpha.
-    let got = s.answer("release_and_wake", store.release_and_wake(&o, &h, true).await)?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o, &h, true)).await?;
     s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
         format!("the holder's release answered {got:?}")
     })?;
@@ -101,33 +103,33 @@ where
     s.ensure(got.woke, Rule::WakeReleaseReports, || format!("a release that woke alpha answered {got:?}"))?;
 
     // A peek registers only where it found the claim held: the free owner wakes nobody.
-    acquired(&mut s, store.acquire_or_wait(&free, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&free, &h, true).await)?;
+    acquired(&mut s, store.acquire_or_wait(&free, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let got = s.call("release_and_wake", store.release_and_wake(&free, &h, true)).await?;
     s.ensure(got == quiet(Release::Released), Rule::WakePeekRegisters, || {
         format!("the release of an owner alpha found free answered {got:?}")
     })?;
     expect_none(&mut s, &mut l, Rule::WakePeekRegisters, "after the release of an owner found free").await?;
 
     // Alpha takes o; a quiet release keeps beta registered; the next release wakes beta.
-    acquired(&mut s, store.acquire_or_wait(&o, &ta, LONG, &wa).await, Rule::WakeReleaseFrees, "alpha")?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o, &ta, false).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o, &ta, LONG, &wa), Rule::WakeReleaseFrees, "alpha").await?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o, &ta, false)).await?;
     s.ensure(got == quiet(Release::Released), Rule::WakeReleaseQuiet, || {
         format!("a release without wake answered {got:?}")
     })?;
     expect_none(&mut s, &mut l, Rule::WakeReleaseQuiet, "after a release without wake").await?;
-    acquired(&mut s, store.acquire_or_wait(&o, &h, LONG, &wh).await, Rule::WakeReleaseFrees, "the holder")?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o, &h, true).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o, &h, LONG, &wh), Rule::WakeReleaseFrees, "the holder").await?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o, &h, true)).await?;
     s.ensure(got.woke, Rule::WakeReleaseQuiet, || format!("beta was still registered, the release answered {got:?}"))?;
     expect_one(&mut s, &mut l, "beta", &o, "the release after a quiet one").await?;
 
     // A won acquire drops the winner's registration.
     let o2 = owner("wake-o2");
-    acquired(&mut s, store.acquire_or_wait(&o2, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
-    let _ = s.answer("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o2), &wa).await)?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o2, &h, false).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o2, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o2), &wa)).await?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o2, &h, false)).await?;
     s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || format!("the release answered {got:?}"))?;
-    acquired(&mut s, store.acquire_or_wait(&o2, &ta, LONG, &wa).await, Rule::WakeReleaseFrees, "alpha")?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o2, &ta, true).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o2, &ta, LONG, &wa), Rule::WakeReleaseFrees, "alpha").await?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o2, &ta, true)).await?;
     s.ensure(got == quiet(Release::Released), Rule::WakeAcquireUnregisters, || {
         format!("alpha registered, then won the claim; its release answered {got:?}")
     })?;
@@ -136,27 +138,27 @@ where
     // Registering twice is one registration: alpha, alpha again, then beta; two
     // releases wake alpha, then beta (not alpha twice).
     let o3 = owner("wake-o3");
-    acquired(&mut s, store.acquire_or_wait(&o3, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
-    let _ = s.answer("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o3), &wa).await)?;
-    let _ = s.answer("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o3), &wa).await)?;
-    let got = s.answer("acquire_or_wait", store.acquire_or_wait(&o3, &tb, LONG, &wb).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o3, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o3), &wa)).await?;
+    let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o3), &wa)).await?;
+    let got = s.call("acquire_or_wait", store.acquire_or_wait(&o3, &tb, LONG, &wb)).await?;
     s.ensure(matches!(got, Acquire::Held { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o3, &h, true).await)?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o3, &h, true)).await?;
     s.ensure(got.woke, Rule::WakeReleaseReports, || format!("a release with waiters answered {got:?}"))?;
     expect_one(&mut s, &mut l, "alpha", &o3, "the first release of an owner alpha registered on twice").await?;
     let h2 = token(&wh.instance, 74);
-    acquired(&mut s, store.acquire_or_wait(&o3, &h2, LONG, &wh).await, Rule::WakeReleaseFrees, "the holder")?;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o3, &h2, true).await)?;
+    acquired(&mut s, store.acquire_or_wait(&o3, &h2, LONG, &wh), Rule::WakeReleaseFrees, "the holder").await?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o3, &h2, true)).await?;
     s.ensure(got.woke, Rule::WakeRegisterOnce, || format!("beta was still registered, the release answered {got:?}"))?;
     expect_one_rule(&mut s, &mut l, "beta", &o3, Rule::WakeRegisterOnce, "the second release").await?;
 
     // A registration lapses.
     let o4 = owner("wake-o4");
-    acquired(&mut s, store.acquire_or_wait(&o4, &h, LONG, &wh).await, Rule::WakeAcquireRegisters, "the holder")?;
+    acquired(&mut s, store.acquire_or_wait(&o4, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
     let brief = Waiter { instance: wa.instance.clone(), ttl: env.short_ttl };
-    let _ = s.answer("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o4), &brief).await)?;
+    let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o4), &brief)).await?;
     env.wait(env.short_ttl * 3).await;
-    let got = s.answer("release_and_wake", store.release_and_wake(&o4, &h, true).await)?;
+    let got = s.call("release_and_wake", store.release_and_wake(&o4, &h, true)).await?;
     s.ensure(got == quiet(Release::Released), Rule::WakeRegisterExpires, || {
         format!("a release after the only registration lapsed answered {got:?}")
     })?;
@@ -174,20 +176,25 @@ fn quiet(release: Release) -> WakeRelease {
     WakeRelease { release, woke: false }
 }
 
-fn acquired(
-    s: &mut Suite<'_>,
-    got: Result<Acquire, crate::error::PortError>,
+async fn acquired<S: ?Sized>(
+    s: &mut Suite<'_, S>,
+    got: impl Future<Output = Result<Acquire, PortError>>,
     rule: Rule,
     who: &str,
 ) -> Result<(), Violation> {
-    let got = s.answer("acquire_or_wait", got)?;
+    let got = s.call("acquire_or_wait", got).await?;
     s.ensure(matches!(got, Acquire::Acquired { .. }), rule, || {
         format!("{who}'s acquire of a free claim answered {got:?}")
     })
 }
 
 /// Nobody hears anything within the wait.
-async fn expect_none(s: &mut Suite<'_>, l: &mut Listeners, rule: Rule, when: &str) -> Result<(), Violation> {
+async fn expect_none<S: ?Sized>(
+    s: &mut Suite<'_, S>,
+    l: &mut Listeners,
+    rule: Rule,
+    when: &str,
+) -> Result<(), Violation> {
     s.env.wait(l.wait).await;
     let heard = [("alpha", &mut l.alpha), ("beta", &mut l.beta), ("gamma", &mut l.gamma)]
         .into_iter()
@@ -196,8 +203,8 @@ async fn expect_none(s: &mut Suite<'_>, l: &mut Listeners, rule: Rule, when: &st
     s.ensure(heard.is_empty(), rule, || format!("{when}: {}", heard.join(", ")))
 }
 
-async fn expect_one(
-    s: &mut Suite<'_>,
+async fn expect_one<S: ?Sized>(
+    s: &mut Suite<'_, S>,
     l: &mut Listeners,
     who: &str,
     owner: &OwnerId,
@@ -207,8 +214,8 @@ async fn expect_one(
 }
 
 /// `who` hears `owner` (and nothing else), and nobody else hears anything.
-async fn expect_one_rule(
-    s: &mut Suite<'_>,
+async fn expect_one_rule<S: ?Sized>(
+    s: &mut Suite<'_, S>,
     l: &mut Listeners,
     who: &str,
     owner: &OwnerId,
@@ -239,20 +246,20 @@ async fn expect_one_rule(
 }
 
 /// While the store cannot answer, every call answers `Err`.
-async fn errors<S>(s: &mut Suite<'_>, store: &S, owner: &OwnerId, waiter: &Waiter) -> Result<(), Violation>
+async fn errors<S>(s: &mut Suite<'_, S>, store: &S, owner: &OwnerId, waiter: &Waiter) -> Result<(), Violation>
 where
     S: LeaseStore + ReleaseWake + ?Sized,
 {
     let t: LeaseToken = token(&waiter.instance, 79);
     let Some(outage) = s.begin_outage(&[Rule::WakeError]).await else { return Ok(()) };
-    let peeked = store.peek_and_wait(std::slice::from_ref(owner), waiter).await;
-    let acquired = store.acquire_or_wait(owner, &t, LONG, waiter).await;
-    let released = store.release_and_wake(owner, &t, true).await;
+    let peeked = s.timed(store.peek_and_wait(std::slice::from_ref(owner), waiter)).await;
+    let acquired = s.timed(store.acquire_or_wait(owner, &t, LONG, waiter)).await;
+    let released = s.timed(store.release_and_wake(owner, &t, true)).await;
     outage.end().await;
     s.must_fail(Rule::WakeError, "peek_and_wait", &peeked)?;
     s.must_fail(Rule::WakeError, "acquire_or_wait", &acquired)?;
     s.must_fail(Rule::WakeError, "release_and_wake", &released)?;
     // A timed-out acquire may have landed once the store answered again.
-    let _ = store.release_and_wake(owner, &t, false).await;
+    let _ = s.timed(store.release_and_wake(owner, &t, false)).await;
     Ok(())
 }

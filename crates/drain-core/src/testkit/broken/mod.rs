@@ -5,7 +5,13 @@
 //!
 //! Without a defect ([`BrokenStore::sound`]) the store is the in-memory store and
 //! passes every suite: a suite fails a broken store because of its defect.
+//!
+//! [`BrokenStore::instance`] makes another instance of the same store (the state
+//! shared, as a fleet's processes share a server), with a connection of its own and
+//! a clock of its own ([`BrokenStore::clock_skew`]): some defects show only when
+//! calls come through several instances.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,131 +20,41 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::channel::mpsc;
+use futures::lock::Mutex;
 
-use super::contract::{Outage, Rule};
+use super::contract::Outage;
 use crate::admission::OwnerId;
 use crate::error::{ErrorKind, PortError};
 use crate::memory::MemoryStore;
 use crate::memory::store::{self as mem, State, StoredClaim};
 use crate::ports::{
     Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim,
-    OwnerClaims, Release, ReleaseWake, Releases, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
-    Waiter, WakeRelease, settle_then_claim_in_two_calls,
+    OwnerClaims, Release, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
+    settle_then_claim_in_two_calls,
 };
 use crate::time::Time;
 use crate::token::{LeaseToken, holder_of};
 
-macro_rules! defects {
-    ($($variant:ident => $rule:ident: $what:literal;)*) => {
-        /// One defect, the rule it breaks, and what it does.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum Defect {
-            $(
-                #[doc = $what]
-                $variant,
-            )*
-        }
-
-        impl Defect {
-            /// Every defect.
-            pub const ALL: &'static [Defect] = &[$(Defect::$variant),*];
-
-            /// The rule a suite must report for it.
-            #[must_use]
-            pub fn rule(self) -> Rule {
-                match self {
-                    $(Defect::$variant => Rule::$rule,)*
-                }
-            }
-
-            /// What is wrong with the store.
-            #[must_use]
-            pub fn describe(self) -> &'static str {
-                match self {
-                    $(Defect::$variant => $what,)*
-                }
-            }
-        }
-    };
-}
-
-defects! {
-    Flaky => StoreAnswers: "fails one call in seven on a healthy store";
-
-    NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
-    FenceDoesNotMove => LeaseFenceIncreases: "every acquire hands out fence 1";
-    FenceExpiresWithLease => LeaseFenceIncreases: "the fence lives as long as the lease: after an expiry it starts again";
-    HeldBumpsFence => LeaseHeldUnchanged: "an acquire of a held lease still counts the fence up";
-    HeldWithoutRemaining => LeaseHeldRemaining: "Held reports no time left (zero)";
-    LeaseNeverExpires => LeaseExpires: "leases ignore their time to live";
-    KindsShareLeases => LeaseNamesDistinct: "a queue's lease and an owner's claim of one name are one lease";
-    AcquireErrorAsHeld => LeaseAcquireError: "an acquire the store cannot answer answers Held";
-    ReleaseIgnoresToken => LeaseReleaseForeign: "release deletes the lease whoever holds it";
-    ReleaseExpiredReleased => LeaseReleaseExpired: "release of our own expired lease answers Released";
-    ReleaseKeepsLease => LeaseReleaseFrees: "release answers Released and keeps the lease";
-    ReleaseErrorAsNotOwner => LeaseReleaseError: "a release the store cannot answer answers NotOwner";
-    RenewDoesNotExtend => LeaseRenewExtends: "renew answers Renewed and changes nothing";
-    RenewIgnoresToken => LeaseRenewForeign: "renew extends the lease whoever holds it";
-    RenewRevivesExpired => LeaseRenewExpired: "renew of our own expired lease takes it back";
-    RenewErrorAsLost => LeaseRenewError: "a renew the store cannot answer answers Lost";
-    PeekStaleFence => LeasePeekAgrees: "peek reports the fence before the holder's";
-    PeekShowsExpired => LeasePeekFree: "peek reports an expired lease as held";
-    PeekErrorAsFree => LeasePeekError: "a peek the store cannot answer answers None";
-
-    NonAtomicClaim => ClaimExclusive: "claims read, then write in a second step: concurrent claims all win";
-    ClaimOutOfOrder => ClaimOrder: "claim states come back in reverse order";
-    ClaimRepeatTwice => ClaimRepeat: "an id twice in one call is claimed twice";
-    DoneAnsweredClaimed => ClaimDone: "a done claim is taken again";
-    PendingWithoutHolder => ClaimPending: "another's pending claim names no holder";
-    PendingNeverExpires => ClaimPendingExpires: "pending claims never expire";
-    IdTypesCollide => ClaimDistinct: "ids are keyed by their text, so the string 42 and the number 42 collide";
-    ClaimErrorAsPending => ClaimError: "a claim the store cannot answer answers PendingElsewhere";
-    SettleIgnoresToken => ClaimSettleOwner: "settlements act on any claim, whoever holds it";
-    DoneNeverExpires => ClaimDoneExpires: "done claims never expire";
-    ReleaseKeepsClaim => ClaimSettleRelease: "Release answers Settled and keeps the claim";
-    SettleOutOfOrder => ClaimSettleOrder: "settle results come back in reverse order";
-    SettleErrorAsSettled => ClaimSettleError: "a settlement the store cannot answer answers Settled";
-    ClaimsBeforeSettling => ClaimSettleThenClaim: "settle_then_claim takes the claims before it settles";
-
-    OwnersOutOfOrder => OwnersOrder: "owner peeks come back in reverse order";
-    OwnersMissHeld => OwnersHeld: "owner peeks answer Free for every claim";
-    OwnersSeeQueueLeases => OwnersFree: "owner peeks also see a queue lease of the owner's name";
-    OwnersShowExpired => OwnersFree: "owner peeks report expired claims as held";
-    OwnersErrorAsFree => OwnersError: "an owner peek the store cannot answer answers Free";
-
-    PeekDoesNotRegister => WakePeekRegisters: "a held peek never registers the waiter";
-    PeekRegistersFree => WakePeekRegisters: "a peek registers the waiter on free owners too";
-    PeekAndWaitAnswersFree => WakePeekAnswers: "a peek that registers answers Free for every owner";
-    AcquireDoesNotRegister => WakeAcquireRegisters: "a lost acquire never registers the waiter";
-    AcquireKeepsRegistration => WakeAcquireUnregisters: "a won acquire keeps the winner registered";
-    RegisterTwice => WakeRegisterOnce: "registering again adds a second registration";
-    RegistrationsNeverExpire => WakeRegisterExpires: "registrations never lapse";
-    WakeReleaseKeepsClaim => WakeReleaseFrees: "a release that wakes keeps the claim";
-    WakeEveryone => WakeReleaseOne: "a release wakes every waiter";
-    WakeNewest => WakeReleaseOne: "a release wakes the newest waiter";
-    WokeNeverReported => WakeReleaseReports: "a release never says it woke someone";
-    WakeOnForeignRelease => WakeReleaseQuiet: "a release that is not ours still wakes a waiter";
-    WakeWithoutFlag => WakeReleaseQuiet: "a release asked not to wake still wakes a waiter";
-    WakeBroadcast => WakeDeliverOwn: "a notification goes to every subscription";
-    WakeErrorAsAnswer => WakeError: "a wake-up call the store cannot answer answers as if free";
-
-    NonAtomicAdmit => FenceExclusive: "admit reads the mark, then writes in a second step: a lower fence can land last";
-    EqualFenceRefused => FenceAccepts: "a fence equal to the mark is refused: the holder cannot write twice";
-    MarkNeverRaised => FenceStale: "a larger fence is accepted without raising the mark";
-    MarksExpire => FenceKeeps: "marks lapse 100 ms after they were raised, like a key with a time to live";
-    ResourcesShareMarks => FenceResources: "marks are keyed by the resource's letters and digits only: `r{a}` and `ra` share one";
-    AdmitErrorAsAccepted => FenceError: "an admit the store cannot answer answers Accepted";
-}
-
+mod defect;
 mod fence;
+mod wake;
+
+pub use defect::Defect;
 
 /// The in-memory store with one [`Defect`] (or none).
 pub struct BrokenStore {
-    inner: MemoryStore,
+    inner: Arc<MemoryStore>,
     defect: Option<Defect>,
-    calls: AtomicU64,
+    calls: Arc<AtomicU64>,
+    /// This instance's one connection: the one-connection defects queue their
+    /// calls on it, so that calls through one instance never interleave.
+    connection: Mutex<()>,
+    /// How far this instance's own clock reads ahead of the store's, in
+    /// milliseconds (behind when negative); only `ExpiryOnCallerClock` reads it.
+    skew_ms: i64,
+    /// Each claim's last pending holder's token, kept as a row keeps it after its
+    /// time ran out; only `SettleExpiredOwn` reads it.
+    expired_rows: Arc<std::sync::Mutex<HashMap<(String, MessageId), String>>>,
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -153,13 +69,47 @@ impl BrokenStore {
     /// A store with `defect`, reading time from `clock`.
     #[must_use]
     pub fn new(clock: Arc<dyn Clock>, defect: Defect) -> Self {
-        BrokenStore { inner: MemoryStore::new(clock), defect: Some(defect), calls: AtomicU64::new(0) }
+        Self::with(clock, Some(defect))
     }
 
     /// The same store without a defect: it passes every suite.
     #[must_use]
     pub fn sound(clock: Arc<dyn Clock>) -> Self {
-        BrokenStore { inner: MemoryStore::new(clock), defect: None, calls: AtomicU64::new(0) }
+        Self::with(clock, None)
+    }
+
+    fn with(clock: Arc<dyn Clock>, defect: Option<Defect>) -> Self {
+        BrokenStore {
+            inner: Arc::new(MemoryStore::new(clock)),
+            defect,
+            calls: Arc::new(AtomicU64::new(0)),
+            connection: Mutex::new(()),
+            skew_ms: 0,
+            expired_rows: Arc::default(),
+        }
+    }
+
+    /// Another instance of this store: the same leases and claims, the same defect,
+    /// a connection of its own.
+    #[must_use]
+    pub fn instance(&self) -> Self {
+        BrokenStore {
+            inner: Arc::clone(&self.inner),
+            defect: self.defect,
+            calls: Arc::clone(&self.calls),
+            connection: Mutex::new(()),
+            skew_ms: 0,
+            expired_rows: Arc::clone(&self.expired_rows),
+        }
+    }
+
+    /// This instance with its own clock `ms` milliseconds ahead of the store's
+    /// (behind when negative), as the clocks of a fleet's machines disagree. A store
+    /// judges expiry on its own clock, so only `ExpiryOnCallerClock` notices.
+    #[must_use]
+    pub fn clock_skew(mut self, ms: i64) -> Self {
+        self.skew_ms = ms;
+        self
     }
 
     fn is(&self, d: Defect) -> bool {
@@ -169,6 +119,14 @@ impl BrokenStore {
     /// Whether the store cannot answer right now, for the defects that hide it.
     fn failing(&self, d: Defect) -> bool {
         self.is(d) && self.inner.is_failing()
+    }
+
+    /// A call to a store without a timeout of its own: while the store cannot
+    /// answer, it never comes back.
+    async fn stall(&self) {
+        if self.failing(Defect::HangsInOutage) {
+            futures::future::pending::<()>().await;
+        }
     }
 
     /// Count the call; the flaky store fails one in seven.
@@ -186,7 +144,22 @@ impl BrokenStore {
         f: impl FnOnce(&mut State, Time) -> Result<T, PortError>,
     ) -> Result<T, PortError> {
         self.flake()?;
-        self.inner.call(op, f)
+        self.inner.call(op, |s, now| f(s, self.judged_at(now)))
+    }
+
+    /// The rows `SettleExpiredOwn` keeps.
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<(String, MessageId), String>> {
+        self.expired_rows.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The time expiry is computed and judged at: the store's, or with
+    /// `ExpiryOnCallerClock` this instance's own.
+    fn judged_at(&self, now: Time) -> Time {
+        if !self.is(Defect::ExpiryOnCallerClock) {
+            return now;
+        }
+        let ms = now.as_millis().saturating_add_signed(self.skew_ms);
+        Time::from_millis(ms)
     }
 
     /// The lease a name stands for (kinds merge with `KindsShareLeases`).
@@ -194,8 +167,9 @@ impl BrokenStore {
         if self.is(Defect::KindsShareLeases) { LeaseName::queue(lease.name()) } else { lease.clone() }
     }
 
+    /// A lease's time to live as the store keeps it.
     fn ttl(&self, ttl: Duration) -> Duration {
-        ttl
+        if self.is(Defect::LeaseWholeSeconds) { Duration::from_secs(ttl.as_secs()) } else { ttl }
     }
 
     fn acquire_in(&self, s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Acquire {
@@ -276,7 +250,13 @@ impl BrokenStore {
                 None => None,
             };
             if let Some((t, until)) = held {
-                let remaining = until.saturating_since(now).max(Duration::from_millis(1));
+                let mut remaining = until.saturating_since(now).max(Duration::from_millis(1));
+                if self.is(Defect::OwnersWholeSeconds) {
+                    remaining = Duration::from_secs(remaining.as_secs());
+                    if remaining.is_zero() {
+                        return OwnerClaim::Free;
+                    }
+                }
                 return OwnerClaim::Held { holder: holder_of(&t).to_owned(), remaining };
             }
         }
@@ -296,47 +276,6 @@ impl BrokenStore {
             id.clone()
         };
         (queue.to_owned(), id)
-    }
-
-    fn register_in(&self, s: &mut State, now: Time, owner: &OwnerId, waiter: &Waiter) {
-        if self.is(Defect::RegisterTwice) {
-            let list = s.waiters.entry(owner.as_str().to_owned()).or_default();
-            list.instances.push(waiter.instance.clone());
-            list.until = now + waiter.ttl;
-        } else {
-            mem::register(s, now, owner, waiter);
-        }
-        if self.is(Defect::RegistrationsNeverExpire)
-            && let Some(list) = s.waiters.get_mut(owner.as_str())
-        {
-            list.until = now + FAR;
-        }
-    }
-
-    fn wake_in(&self, s: &mut State, owner: &OwnerId) -> bool {
-        let broadcast = self.is(Defect::WakeBroadcast);
-        let Some(list) = s.waiters.get_mut(owner.as_str()) else { return false };
-        let chosen: Vec<String> = if self.is(Defect::WakeEveryone) {
-            std::mem::take(&mut list.instances)
-        } else if self.is(Defect::WakeNewest) {
-            list.instances.pop().into_iter().collect()
-        } else if broadcast {
-            if list.instances.is_empty() { Vec::new() } else { vec![list.instances.remove(0)] }
-        } else {
-            return mem::wake_one(s, owner);
-        };
-        if chosen.is_empty() {
-            return false;
-        }
-        let targets: Vec<String> = if broadcast { s.subscribers.keys().cloned().collect() } else { chosen };
-        let mut woke = false;
-        for instance in targets {
-            if let Some(subs) = s.subscribers.get_mut(&instance) {
-                subs.retain(|tx: &mpsc::UnboundedSender<OwnerId>| tx.unbounded_send(owner.clone()).is_ok());
-                woke |= !subs.is_empty();
-            }
-        }
-        woke
     }
 }
 
@@ -358,10 +297,14 @@ impl Future for YieldNow {
 #[async_trait]
 impl LeaseStore for BrokenStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.stall().await;
         if self.failing(Defect::AcquireErrorAsHeld) {
             return Ok(Acquire::Held { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
         }
-        if self.is(Defect::NonAtomicAcquire) {
+        if self.is(Defect::NonAtomicAcquire) || self.is(Defect::OneConnectionAcquire) {
+            // One connection per instance: its calls wait for each other.
+            let _connection =
+                if self.is(Defect::OneConnectionAcquire) { Some(self.connection.lock().await) } else { None };
             let free = self.call("acquire", |s, now| Ok(self.peek_in(s, now, lease).is_none()))?;
             YieldNow(false).await;
             return self.call("acquire", |s, now| {
@@ -378,6 +321,7 @@ impl LeaseStore for BrokenStore {
     }
 
     async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        self.stall().await;
         if self.failing(Defect::ReleaseErrorAsNotOwner) {
             return Ok(Release::NotOwner);
         }
@@ -385,6 +329,7 @@ impl LeaseStore for BrokenStore {
     }
 
     async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.stall().await;
         if self.failing(Defect::RenewErrorAsLost) {
             return Ok(Renew::Lost);
         }
@@ -402,14 +347,16 @@ impl LeaseStore for BrokenStore {
                 return Ok(Renew::Lost);
             }
             if !self.is(Defect::RenewDoesNotExtend) {
-                let holder = row.held.as_ref().map_or_else(|| token.as_str().to_owned(), |(t, _)| t.clone());
-                row.held = Some((holder, now + self.ttl(ttl)));
+                let (holder, until) = row.held.clone().unwrap_or_else(|| (token.as_str().to_owned(), now));
+                let from = if self.is(Defect::RenewFromOldExpiry) { until } else { now };
+                row.held = Some((holder, from + self.ttl(ttl)));
             }
             Ok(Renew::Renewed)
         })
     }
 
     async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.stall().await;
         if self.failing(Defect::PeekErrorAsFree) {
             return Ok(None);
         }
@@ -420,6 +367,7 @@ impl LeaseStore for BrokenStore {
 #[async_trait]
 impl OwnerClaims for BrokenStore {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        self.stall().await;
         if self.failing(Defect::OwnersErrorAsFree) {
             return Ok(vec![OwnerClaim::Free; owners.len()]);
         }
@@ -444,13 +392,18 @@ impl ClaimStore for BrokenStore {
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
+        self.stall().await;
         if self.failing(Defect::ClaimErrorAsPending) {
             return Ok(vec![ClaimState::PendingElsewhere { holder: "unknown".to_owned() }; ids.len()]);
         }
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let pending_ttl = if self.is(Defect::PendingNeverExpires) { FAR } else { pending_ttl };
+        let pending_ttl = match self.defect {
+            Some(Defect::PendingNeverExpires) => FAR,
+            Some(Defect::ClaimWholeSeconds) => Duration::from_secs(pending_ttl.as_secs()),
+            _ => pending_ttl,
+        };
         let mine = StoredClaim::Pending { token: token.as_str().to_owned() };
         let answer = |found: Option<&StoredClaim>| match found {
             None => ClaimState::Claimed,
@@ -470,7 +423,8 @@ impl ClaimStore for BrokenStore {
                 })
                 .collect()
         };
-        let non_atomic = self.is(Defect::NonAtomicClaim);
+        let non_atomic = self.is(Defect::NonAtomicClaim) || self.is(Defect::OneConnectionClaim);
+        let _connection = if self.is(Defect::OneConnectionClaim) { Some(self.connection.lock().await) } else { None };
         let before = if non_atomic {
             let before = self.call("claim_batch", |s, now| Ok(snapshot(s, now)))?;
             YieldNow(false).await;
@@ -495,6 +449,9 @@ impl ClaimStore for BrokenStore {
                 };
                 let state = answer(found.as_ref());
                 if state == ClaimState::Claimed {
+                    if self.is(Defect::SettleExpiredOwn) {
+                        self.rows().insert(key.clone(), token.as_str().to_owned());
+                    }
                     s.claims.insert(key, (mine.clone(), now + pending_ttl));
                 }
                 out.push(state);
@@ -514,13 +471,18 @@ impl ClaimStore for BrokenStore {
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
+        self.stall().await;
         if self.failing(Defect::SettleErrorAsSettled) {
             return Ok(vec![SettleResult::Settled; settlements.len()]);
         }
         if settlements.is_empty() {
             return Ok(Vec::new());
         }
-        let done_ttl = if self.is(Defect::DoneNeverExpires) { FAR } else { done_ttl };
+        let done_ttl = match self.defect {
+            Some(Defect::DoneNeverExpires) => FAR,
+            Some(Defect::ClaimWholeSeconds) => Duration::from_secs(done_ttl.as_secs()),
+            _ => done_ttl,
+        };
         let mut out = self.call("settle_batch", |s, now| {
             let mine = StoredClaim::Pending { token: token.as_str().to_owned() };
             let mut out = Vec::with_capacity(settlements.len());
@@ -529,7 +491,10 @@ impl ClaimStore for BrokenStore {
                 let found = s.claims.get(&key).filter(|(_, until)| *until > now).map(|(c, _)| c.clone());
                 let ours = match &found {
                     Some(c) => *c == mine || self.is(Defect::SettleIgnoresToken),
-                    None => false,
+                    None => {
+                        self.is(Defect::SettleExpiredOwn)
+                            && self.rows().get(&key).is_some_and(|t| t.as_str() == token.as_str())
+                    }
                 };
                 if !ours {
                     out.push(SettleResult::NotOwner);
@@ -569,81 +534,6 @@ impl ClaimStore for BrokenStore {
             return SettledThenClaimed { settled, claimed };
         }
         settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await
-    }
-}
-
-#[async_trait]
-impl ReleaseWake for BrokenStore {
-    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        self.flake()?;
-        self.inner.subscribe(instance).await
-    }
-
-    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
-        if self.failing(Defect::WakeErrorAsAnswer) {
-            return Ok(vec![OwnerClaim::Free; owners.len()]);
-        }
-        if owners.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.call("peek_and_wait", |s, now| {
-            let mut out = Vec::with_capacity(owners.len());
-            for owner in owners {
-                let claim = mem::owner_claim(s, now, owner);
-                let held = matches!(claim, OwnerClaim::Held { .. });
-                if (held && !self.is(Defect::PeekDoesNotRegister)) || self.is(Defect::PeekRegistersFree) {
-                    self.register_in(s, now, owner, waiter);
-                }
-                out.push(if self.is(Defect::PeekAndWaitAnswersFree) { OwnerClaim::Free } else { claim });
-            }
-            Ok(out)
-        })
-    }
-
-    async fn acquire_or_wait(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        ttl: Duration,
-        waiter: &Waiter,
-    ) -> Result<Acquire, PortError> {
-        if self.failing(Defect::WakeErrorAsAnswer) {
-            return Ok(Acquire::Acquired { fence: 1 });
-        }
-        self.call("acquire_or_wait", |s, now| {
-            let got = mem::acquire(s, now, &LeaseName::owner(owner.as_str()), token, ttl);
-            match got {
-                Acquire::Acquired { .. } if self.is(Defect::AcquireKeepsRegistration) => {}
-                Acquire::Acquired { .. } => mem::unregister(s, owner, &waiter.instance),
-                Acquire::Held { .. } if self.is(Defect::AcquireDoesNotRegister) => {}
-                Acquire::Held { .. } => self.register_in(s, now, owner, waiter),
-            }
-            Ok(got)
-        })
-    }
-
-    async fn release_and_wake(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        wake: bool,
-    ) -> Result<WakeRelease, PortError> {
-        if self.failing(Defect::WakeErrorAsAnswer) {
-            return Ok(WakeRelease { release: Release::Released, woke: false });
-        }
-        self.call("release_and_wake", |s, now| {
-            let lease = LeaseName::owner(owner.as_str());
-            let release = if self.is(Defect::WakeReleaseKeepsClaim) {
-                let ours = s.leases.get(&lease).and_then(|r| r.holder(now)).is_some_and(|(t, _)| t == token.as_str());
-                if ours { Release::Released } else { Release::NotOwner }
-            } else {
-                mem::release(s, now, &lease, token)
-            };
-            let may_wake = (wake || self.is(Defect::WakeWithoutFlag))
-                && (release == Release::Released || self.is(Defect::WakeOnForeignRelease));
-            let woke = may_wake && self.wake_in(s, owner);
-            Ok(WakeRelease { release, woke: woke && !self.is(Defect::WokeNeverReported) })
-        })
     }
 }
 
