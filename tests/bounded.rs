@@ -93,7 +93,7 @@ fn a_once_tick_stops_probing_a_store_that_stays_silent() {
     server.resume();
     assert!(status.is_some_and(|s| s.success()), "exit 0 after the bounded probing: {status:?}\n{}", run.log());
     assert!(run.count("probing again to release") >= 2, "{}", run.log());
-    assert_eq!(run.count("stay pending until SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS"), 1, "{}", run.log());
+    assert_eq!(run.count("stay pending until the pending TTL"), 1, "{}", run.log());
     assert_eq!(run.count("released"), 0, "{}", run.log());
 }
 

@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-pub use drain_clock::TokioClock;
+pub use drain_runtime::TokioClock;
 pub use test_servers::{RedisServer, free_port};
 
 pub mod owners;

@@ -28,12 +28,12 @@ use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use bench_support::stats::{median, ratios, rounded};
-use drain_clock::TokioClock;
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, NoopObserver};
 use drain_core::testkit::TestRng;
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_runtime::TokioClock;
 use fe2o3_amqp::link::CreditMode;
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Backoff, SourceOptions, SubmitterOptions};
-use drain_clock::TokioClock;
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, MessageSource, NoopObserver, SubmitContext, Submitter};
 use drain_core::testkit::{TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
+use drain_runtime::TokioClock;
 use futures::stream::{self, StreamExt};
 use support::{PrivateVhost, Proxy, Rabbit, TestQueue, rabbit};
 

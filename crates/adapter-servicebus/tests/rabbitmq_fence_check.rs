@@ -14,11 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, SourceOptions, SubmitterOptions};
-use drain_clock::TokioClock;
 use drain_core::fence::{FenceCheck, FenceDecision, Refusal};
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, FenceMarks, Message, MessageSource, SubmitContext, Submitter};
 use drain_core::testkit::message;
+use drain_runtime::TokioClock;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Batch, Body, Data, Message as AmqpMessage, Properties};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Value};
 use support::{TestQueue, rabbit, send_raw};

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, SourceOptions, SubmitterOptions};
 use async_trait::async_trait;
-use drain_clock::TokioClock;
 use drain_core::LeaseToken;
 use drain_core::PortError;
 use drain_core::memory::MemoryStore;
@@ -21,6 +20,7 @@ use drain_core::ports::{
 };
 use drain_core::testkit::TestRng;
 use drain_core::tick::{MISSING_ID_REASON, TickConfig, TickPorts, run_tick};
+use drain_runtime::TokioClock;
 use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Batch, Body, Data, Message as AmqpMessage, MessageId, Properties,
 };

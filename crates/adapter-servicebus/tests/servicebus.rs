@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Backoff, Endpoint, LockRenewal, Profile, RenewEvent, SourceOptions, SubmitterOptions,
 };
-use drain_clock::TokioClock;
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{
     ClaimState, ClaimStore, Clock, Delivery, MessageId, MessageSource, NoopObserver, SubmitContext, Submitter,
@@ -20,6 +19,7 @@ use drain_core::ports::{
 use drain_core::testkit::{RecordingSubmitter, TestRng, contract, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
 use drain_core::{ErrorKind, LeaseToken};
+use drain_runtime::TokioClock;
 use test_servicebus::{Broker, BrokerConfig, MAX_DELIVERY_COUNT_EXCEEDED, QueueConfig, SubQueue};
 
 const WAIT: Duration = Duration::from_secs(2);

@@ -1,22 +1,21 @@
 //! The composition root: which adapter serves each port, from the configuration.
 //!
-//! This is the file an embedder copies: drain-core's ports, filled with adapters.
+//! drain-core's ports, filled with adapters; drain-runtime's `Ticks`, `ClaimGate`
+//! and `LazyStore` around them (everything with logic is library code).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use adapter_postgres::PostgresConfig;
+use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use drain_core::PortError;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
-use drain_core::tick::{TickConfig, TickPorts};
+use drain_runtime::{BeatConfig, ClaimGate, Connect, LazyStore, Ticks};
 
 use crate::config::{Config, Secret};
 use crate::demo::{self, DemoTarget};
-use crate::gate::ClaimGate;
-use crate::lazy_store::{LazyPostgres, LazyRedis};
 
 /// Composition failed: the configuration names something that cannot be reached or built.
 #[derive(Debug, thiserror::Error)]
@@ -41,9 +40,9 @@ pub(crate) enum Backend {
     /// In this process only (no `DRAIN_STORE_URL` or `DRAIN_REDIS_URL`).
     Embedded(Arc<MemoryStore>),
     /// Redis, standalone or Cluster, connected on first use.
-    Redis(Arc<LazyRedis>),
+    Redis(Arc<LazyStore<RedisStore>>),
     /// PostgreSQL, connected on first use.
-    Postgres(Arc<LazyPostgres>),
+    Postgres(Arc<LazyStore<PostgresStore>>),
     /// A store URL is set, but no enabled feature needs a store: it is never contacted.
     Unused,
 }
@@ -54,24 +53,18 @@ pub(crate) struct Runtime {
     pub(crate) config: Config,
     /// The Redis key layout under `DRAIN_KEY_PREFIX` (owner backlogs, probes).
     pub(crate) keys: KeySpace,
-    pub(crate) tick: TickConfig,
-    /// Single-flight leases and owner claims.
-    pub(crate) leases: Option<Arc<dyn LeaseStore>>,
-    /// Per-message claims.
-    pub(crate) claims: Option<Arc<dyn ClaimStore>>,
+    /// The queue's ticks: their settings, the store ports they use, the source, the
+    /// target, the clock and the observer.
+    pub(crate) ticks: Arc<Ticks>,
     /// Admission's peeks at owner claims.
     pub(crate) owner_claims: Option<Arc<dyn OwnerClaims>>,
     pub(crate) backend: Backend,
-    pub(crate) source: Arc<dyn MessageSource>,
-    pub(crate) target: Arc<dyn Submitter>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) observer: Arc<dyn Observer>,
     /// The embedded demo queue, when no source URL is set (the producer feeds it).
     pub(crate) demo_queue: Option<Arc<MemorySource>>,
     /// AMQP links to close at shutdown (returns unsettled deliveries to the queue).
     pub(crate) amqp: AmqpLinks,
     /// The claim-store outage state every tick of this process consults.
-    pub(crate) claim_gate: ClaimGate,
+    pub(crate) gate: Arc<ClaimGate>,
 }
 
 /// The AMQP source and target, when configured, for a clean close.
@@ -82,13 +75,6 @@ pub(crate) struct AmqpLinks {
 }
 
 impl AmqpLinks {
-    /// Give back the source's credit until its next receive (see [`AmqpSource::park`]).
-    pub(crate) async fn park_source(&self) {
-        if let Some(s) = &self.source {
-            s.park().await;
-        }
-    }
-
     /// Detach and close; errors are logged (the broker ends the session anyway).
     pub(crate) async fn close(&self) {
         if let Some(s) = &self.source
@@ -105,16 +91,11 @@ impl AmqpLinks {
 }
 
 impl Runtime {
-    /// Borrow the ports for one tick.
-    pub(crate) fn ports(&self) -> TickPorts<'_> {
-        TickPorts {
-            leases: self.leases.as_deref(),
-            claims: self.claims.as_deref(),
-            source: &*self.source,
-            target: &*self.target,
-            clock: &*self.clock,
-            observer: &*self.observer,
-        }
+    /// The beat's settings from `DRAIN_BEAT_INTERVAL_SECONDS`,
+    /// `DRAIN_WORKER_CONCURRENCY` and `DRAIN_SHUTDOWN_GRACE_SECONDS`.
+    pub(crate) fn beat_config(&self, resident: bool) -> BeatConfig {
+        let c = &self.config;
+        BeatConfig { interval: c.beat_interval, workers: c.worker_concurrency, grace: c.shutdown_grace, resident }
     }
 
     /// A human name for the store in logs.
@@ -168,7 +149,7 @@ pub(crate) fn parse_endpoint(name: &str, url: &Secret) -> Result<Endpoint, Compo
 
 /// Credit kept open on the receiver: one batch, so a tick's receive never waits on
 /// credit and never strands more than a batch (and with the single-flight lease on,
-/// none at all between ticks: the beat parks the source, see `beat::run`).
+/// none at all between ticks: the beat parks the source, see drain-runtime's `Beat`).
 fn prefetch(config: &Config) -> u32 {
     u32::try_from(config.drain_batch).unwrap_or(u32::MAX).max(1)
 }
@@ -259,13 +240,23 @@ pub(crate) async fn compose(
         // Nothing enabled uses a store: Off never touches it, and no port is filled.
         _ if !used => ((None, None, None), Backend::Unused),
         (Some(url), _) => {
-            let store = Arc::new(LazyRedis::new(redis_config(&config, url), url.to_string(), observer.clone()));
+            let (redis, seen) = (redis_config(&config, url), observer.clone());
+            let connect: Connect<RedisStore> = Arc::new(move || {
+                let (redis, seen) = (redis.clone(), seen.clone());
+                Box::pin(async move { Ok(RedisStore::connect(redis).await?.with_observer(seen)) })
+            });
+            let store = Arc::new(LazyStore::new("Redis", url.to_string(), connect));
             // Connect now so the first tick does not pay for it; a failure is not fatal.
             let _ = store.store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Redis(store))
         }
         (None, Some(url)) => {
-            let store = Arc::new(LazyPostgres::new(postgres_config(&config, url), url.to_string(), observer.clone()));
+            let (pg, seen) = (postgres_config(&config, url), observer.clone());
+            let connect: Connect<PostgresStore> = Arc::new(move || {
+                let (pg, seen) = (pg.clone(), seen.clone());
+                Box::pin(async move { Ok(PostgresStore::connect(pg).await?.with_observer(seen)) })
+            });
+            let store = Arc::new(LazyStore::new("PostgreSQL", url.to_string(), connect));
             let _ = store.store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Postgres(store))
         }
@@ -318,23 +309,11 @@ pub(crate) async fn compose(
     };
 
     let tick = config.tick_config(&queue);
-    let rt = Runtime {
-        config,
-        keys,
-        tick,
-        leases,
-        claims,
-        owner_claims,
-        backend,
-        source,
-        target,
-        clock,
-        observer,
-        demo_queue,
-        amqp,
-        claim_gate: ClaimGate::new(),
-    };
-    let missing = rt.ports().missing(&rt.tick);
+    let instance = config.instance_id.clone();
+    let ticks = Arc::new(Ticks { tick, instance, leases, claims, source, target, clock, observer });
+    let gate = Arc::new(ClaimGate::new(ticks.clone()));
+    let rt = Runtime { config, keys, ticks, owner_claims, backend, demo_queue, amqp, gate };
+    let missing = rt.ticks.ports().missing(&rt.ticks.tick);
     if !missing.is_empty() {
         return Err(ComposeError::Unavailable(format!("no {} for the configured switches", missing.join(" and no "))));
     }
@@ -363,7 +342,7 @@ mod tests {
             Backend::Postgres(_) => "postgres",
             Backend::Unused => "unused",
         };
-        (rt.leases.is_some(), rt.claims.is_some(), rt.owner_claims.is_some(), backend)
+        (rt.ticks.leases.is_some(), rt.ticks.claims.is_some(), rt.owner_claims.is_some(), backend)
     }
 
     #[tokio::test]

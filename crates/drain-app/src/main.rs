@@ -3,14 +3,11 @@
 //! `main` only parses the command line, loads the configuration and dispatches;
 //! each piece lives in a module of its own (see docs/architecture.md).
 
-mod beat;
 mod cli;
 mod commands;
 mod compose;
 mod config;
 mod demo;
-mod gate;
-mod lazy_store;
 mod logging;
 mod observe;
 mod out;

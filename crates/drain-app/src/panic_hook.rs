@@ -41,12 +41,6 @@ pub(crate) fn set_secrets(secrets: Vec<String>) {
     let _ = SECRETS.set(secrets);
 }
 
-/// `text` that may quote a panic message (a task's `JoinError`, say) with the
-/// configured secrets masked, as in the hook's own report.
-pub(crate) fn scrubbed(text: &str) -> String {
-    scrub(text, SECRETS.get().map_or(&[][..], Vec::as_slice))
-}
-
 /// One panic, as the hook reports it.
 struct Report<'a> {
     thread: &'a str,

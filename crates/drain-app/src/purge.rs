@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::lazy_store::LazyPostgres;
+use adapter_postgres::PostgresStore;
+use drain_runtime::LazyStore;
 
 /// Time between two purges.
 pub(crate) const EVERY: Duration = Duration::from_secs(300);
@@ -18,7 +19,7 @@ pub(crate) const EVERY: Duration = Duration::from_secs(300);
 pub(crate) const LIMIT: u32 = 10_000;
 
 /// Purge until `stop` turns true. A failure is logged and waits for the next round.
-pub(crate) async fn run(store: Arc<LazyPostgres>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(store: Arc<LazyStore<PostgresStore>>, mut stop: watch::Receiver<bool>) {
     loop {
         if let Ok(s) = store.store().await {
             let mut gone = 0u64;

@@ -12,7 +12,7 @@ use drain_core::testkit::contract::{ContractEnv, Outage};
 use test_servers::{Freezer, PostgresServer};
 
 /// Real time for the contract suites: the shared clock on Tokio.
-pub use drain_clock::TokioClock;
+pub use drain_runtime::TokioClock;
 
 /// A private server with pg_stat_statements created in database `postgres`.
 pub fn server() -> Option<PostgresServer> {

@@ -13,7 +13,7 @@ use drain_core::testkit::contract::{ContractEnv, Outage};
 use test_servers::Freezer;
 
 /// Real time for the contract suites: the shared clock on Tokio.
-pub use drain_clock::TokioClock;
+pub use drain_runtime::TokioClock;
 
 /// The contract environment: short TTL 300 ms on a real clock, names under `names`.
 pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a, RedisStore> {

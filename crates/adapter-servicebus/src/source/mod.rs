@@ -197,6 +197,10 @@ impl AmqpSource {
 
 #[async_trait]
 impl MessageSource for AmqpSource {
+    async fn park(&self) {
+        AmqpSource::park(self).await;
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.auto.capabilities()
     }

@@ -5,11 +5,10 @@ use std::sync::Arc;
 
 use adapter_metrics::{Known, KnownTicks};
 use clap::Args;
-use drain_clock::TokioClock;
 use drain_core::ports::Clock;
+use drain_runtime::{Beat, TokioClock};
 use tokio::sync::watch;
 
-use crate::beat;
 use crate::commands::owners::demo as owners;
 use crate::compose::{self, Runtime};
 use crate::config::Loaded;
@@ -53,13 +52,13 @@ pub(crate) async fn main(args: &RunArgs, loaded: Loaded) -> ExitCode {
         }
     };
     let ticks = KnownTicks {
-        queue: &rt.tick.queue,
-        singleflight: rt.tick.singleflight,
-        atomic_claim: rt.tick.atomic_claim,
+        queue: &rt.ticks.tick.queue,
+        singleflight: rt.ticks.tick.singleflight,
+        atomic_claim: rt.ticks.tick.atomic_claim,
         resident: args.resident,
     };
     let owners = args.owners.map(|_| rt.config.claim_aware);
-    observe::announce(rt.observer.as_ref(), &effective, &Known { ticks: Some(ticks), owners });
+    observe::announce(rt.ticks.observer.as_ref(), &effective, &Known { ticks: Some(ticks), owners });
     if !args.once {
         let plan = plan(&rt, args, &observe::switch_modes(&effective));
         tracing::info!("{plan}");
@@ -99,18 +98,18 @@ fn plan(rt: &Runtime, args: &RunArgs, switches: &[(&'static str, drain_core::Swi
     format!(
         "drain run: queue {queue} from {source} to {target}, store {store}; switches on: {switches_on}; \
          a tick every {beat} s on {workers} workers, messages {msgs} at a time{extras}",
-        queue = rt.tick.queue,
+        queue = rt.ticks.tick.queue,
         store = rt.store_name(),
         beat = c.beat_interval.as_secs(),
         workers = c.worker_concurrency,
-        msgs = rt.tick.concurrency,
+        msgs = rt.ticks.tick.concurrency,
     )
 }
 
 async fn once(rt: &Runtime) -> ExitCode {
-    let (report, token) = beat::tick_once(rt).await;
+    let beat = Beat::new(rt.ticks.clone(), rt.gate.clone(), rt.beat_config(false));
+    let report = beat.once().await;
     crate::out::outln!("{}", crate::report::to_json(&report));
-    rt.release_before_exit(&report, &token).await;
     ExitCode::SUCCESS
 }
 
@@ -144,7 +143,11 @@ async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
         compose::Backend::Postgres(store) => Some(tokio::spawn(crate::purge::run(store.clone(), rx.clone()))),
         _ => None,
     };
-    beat::run(rt, rx, args.resident).await;
+    let mut shutdown = rx.clone();
+    let stop = async move {
+        let _ = shutdown.wait_for(|s| *s).await;
+    };
+    Beat::new(rt.ticks.clone(), rt.gate.clone(), rt.beat_config(args.resident)).run(stop).await;
     if let Some(task) = purge {
         task.abort();
     }

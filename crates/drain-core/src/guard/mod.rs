@@ -80,6 +80,21 @@ pub enum LeaseStatus {
     ShadowWouldSkip,
 }
 
+impl LeaseStatus {
+    /// A short stable name (`off`, `held`, `fail_open`, `shadow_acquired`,
+    /// `shadow_would_skip`), as the tick report's JSON shows it.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseStatus::Off => "off",
+            LeaseStatus::Held => "held",
+            LeaseStatus::FailOpen => "fail_open",
+            LeaseStatus::ShadowAcquired => "shadow_acquired",
+            LeaseStatus::ShadowWouldSkip => "shadow_would_skip",
+        }
+    }
+}
+
 /// How guarded work ended.
 #[derive(Debug)]
 pub enum Guarded<T> {

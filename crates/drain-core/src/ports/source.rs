@@ -242,4 +242,10 @@ pub trait MessageSource: Send + Sync {
     /// `capabilities().lock_renewal` is false, and renew a live lock when it is true
     /// (rule `source.renew.capability`); `LockLost` as for [`MessageSource::complete`].
     async fn renew_lock(&self, handle: DeliveryHandle) -> Result<Duration, PortError>;
+
+    /// Give back what the source holds for receives to come (credit, prefetched
+    /// messages) until the next receive, so that between ticks the process sits on no
+    /// message another holder could drain. The beat calls it between ticks under a
+    /// single-flight lease and while the claim store is down. Does nothing by default.
+    async fn park(&self) {}
 }

@@ -77,13 +77,13 @@ async fn over<S: LeaseStore + OwnerClaims>(
     let mut scheduler = Scheduler::new(c.scheduler_config(), rand::make_rng::<SmallRng>());
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
     let backlogs = Backlogs::default();
-    let clock = &*rt.clock;
+    let clock = &*rt.ticks.clock;
     let turns =
         OwnerTurns::new(store, clock, c.instance_id.clone(), CLAIM_TTL, rand::make_rng::<StdRng>(), |owner, _| {
             let backlogs = &backlogs;
             async move { Ok(backlogs.turn(clock, &owner).await) }
         });
-    let ports = DriverPorts { claims: rt.owner_claims.as_deref(), work: &turns, clock, observer: &*rt.observer };
+    let ports = DriverPorts { claims: rt.owner_claims.as_deref(), work: &turns, clock, observer: &*rt.ticks.observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,

@@ -206,7 +206,7 @@ pub(crate) async fn run(
     let batches = Batches { owner_keys: owner_keys.clone(), store: store.clone(), options, counters: counters.clone() };
     let mut turns = OwnerTurns::new(
         &store,
-        &*rt.clock,
+        &*rt.ticks.clock,
         c.instance_id.clone(),
         options.claim_ttl,
         rand::make_rng::<StdRng>(),
@@ -219,8 +219,8 @@ pub(crate) async fn run(
         turns = turns.without_wake();
     }
     let peeks = Peeks::new(store.clone());
-    let observer = Counted::new(rt.observer.clone());
-    let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.clock, observer: &observer };
+    let observer = Counted::new(rt.ticks.observer.clone());
+    let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.ticks.clock, observer: &observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use drain_clock::TokioClock;
 use drain_core::ports::Clock;
+use drain_runtime::TokioClock;
 use tokio::sync::watch;
 
 use crate::commands::run::Signals;

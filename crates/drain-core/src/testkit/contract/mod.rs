@@ -13,7 +13,7 @@
 //!
 //! A suite needs a [`ContractEnv`]: a [`Clock`] to let time to live run out
 //! (`memory::ManualClock` under `memory::block_on` for in-memory ports; a real clock
-//! such as drain-clock's `TokioClock` for real servers, with `short_ttl` around
+//! such as drain-runtime's `TokioClock` for real servers, with `short_ttl` around
 //! 300 ms), and optionally an [`Outage`] that makes the store unable to answer, so
 //! that the error rules are checked too (without one they are listed as skipped).
 //! Every call the suite makes is bounded by `ContractEnv::deadline` on that clock: a

@@ -1,65 +1,48 @@
-//! A store that connects on first use and keeps retrying, so a store that is down
-//! when `drain` starts behaves like one that went down later: the lease fails open,
-//! claims fail closed, and the process keeps serving once the store answers. One
-//! type for every store: [`LazyStore`] over a [`Connect`] (Redis, PostgreSQL).
+//! A store that connects on first use and keeps retrying, so that a store that is
+//! down when the process starts behaves like one that went down later: the lease
+//! fails open, claims fail closed, and the process serves once the store answers.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use adapter_postgres::{PostgresConfig, PostgresStore};
-use adapter_redis::{RedisConfig, RedisStore};
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, Observer, OwnerClaim,
-    OwnerClaims, Release, Renew, SettleResult, SettledThenClaimed, Settlement,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
+    Release, Renew, SettleResult, SettledThenClaimed, Settlement,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError};
+use futures::future::BoxFuture;
 use tokio::sync::Mutex;
 
-/// How to connect one kind of store.
-pub(crate) trait Connect: Send + Sync + 'static {
-    /// The connected store.
-    type Store: LeaseStore + ClaimStore + OwnerClaims + Clone + Send + Sync + 'static;
-    /// Its name in logs.
-    const NAME: &'static str;
-    /// What connecting did, for the log line.
-    const READY: &'static str;
-    /// Connect, reporting round trips to `observer`.
-    fn connect(&self, observer: Arc<dyn Observer>) -> impl Future<Output = Result<Self::Store, PortError>> + Send;
-}
+/// How to connect: called on the first use and again after a failure.
+pub type Connect<S> = Arc<dyn Fn() -> BoxFuture<'static, Result<S, PortError>> + Send + Sync>;
 
-impl Connect for RedisConfig {
-    type Store = RedisStore;
-    const NAME: &'static str = "Redis";
-    const READY: &'static str = "scripts loaded";
-    async fn connect(&self, observer: Arc<dyn Observer>) -> Result<RedisStore, PortError> {
-        Ok(RedisStore::connect(self.clone()).await?.with_observer(observer))
-    }
-}
-
-impl Connect for PostgresConfig {
-    type Store = PostgresStore;
-    const NAME: &'static str = "PostgreSQL";
-    const READY: &'static str = "schema checked, statements prepared";
-    async fn connect(&self, observer: Arc<dyn Observer>) -> Result<PostgresStore, PortError> {
-        Ok(PostgresStore::connect(self.clone()).await?.with_observer(observer))
-    }
-}
-
-/// Redis, connected on first use.
-pub(crate) type LazyRedis = LazyStore<RedisConfig>;
-/// PostgreSQL, connected on first use.
-pub(crate) type LazyPostgres = LazyStore<PostgresConfig>;
-
-/// Connects on the first call; a failed connect fails that call with a temporary
-/// error, and calls within `retry_every` after it fail at once with the same error;
-/// the first call after that tries again.
-pub(crate) struct LazyStore<C: Connect> {
-    config: C,
+/// A store of type `S`, connected on the first call. A failed connect fails that call
+/// with its error (marked never sent: the operation did not reach the store), and
+/// calls within `retry_every` (1 s) fail at once with the same error; the first call
+/// after that tries again. The first failure and the connect are logged, with `shown`
+/// (where it points, secrets masked).
+///
+/// ```no_run
+/// # async fn demo() {
+/// use std::sync::Arc;
+///
+/// use drain_core::memory::MemoryStore;
+/// use drain_runtime::{LazyStore, TokioClock};
+///
+/// let clock = Arc::new(TokioClock::new());
+/// let store = LazyStore::new("memory", "in this process", Arc::new(move || {
+///     let clock = clock.clone();
+///     Box::pin(async move { Ok(Arc::new(MemoryStore::new(clock))) })
+/// }));
+/// # }
+/// ```
+pub struct LazyStore<S> {
+    name: &'static str,
     shown: String,
-    observer: Arc<dyn Observer>,
-    state: Mutex<State<C::Store>>,
+    connect: Connect<S>,
+    state: Mutex<State<S>>,
     retry_every: Duration,
 }
 
@@ -69,20 +52,29 @@ struct State<S> {
     last_error: Option<PortError>,
 }
 
-impl<C: Connect> LazyStore<C> {
-    pub(crate) fn new(config: C, shown: String, observer: Arc<dyn Observer>) -> Self {
+impl<S: Clone + Send + Sync + 'static> LazyStore<S> {
+    /// A store named `name` in logs (`Redis`, `PostgreSQL`), pointing at `shown`,
+    /// connected by `connect`.
+    pub fn new(name: &'static str, shown: impl Into<String>, connect: Connect<S>) -> Self {
         LazyStore {
-            config,
-            shown,
-            observer,
+            name,
+            shown: shown.into(),
+            connect,
             state: Mutex::new(State { store: None, last_attempt: None, last_error: None }),
             retry_every: Duration::from_secs(1),
         }
     }
 
-    /// The connected store, connecting now if due. Its error is the connect's,
-    /// marked unsent: the operation that asked was never sent.
-    pub(crate) async fn store(&self) -> Result<C::Store, PortError> {
+    /// Where it points, secrets masked.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The connected store, connecting now if due.
+    ///
+    /// # Errors
+    /// The connect's error, marked never sent.
+    pub async fn store(&self) -> Result<S, PortError> {
         let mut s = self.state.lock().await;
         if let Some(store) = &s.store {
             return Ok(store.clone());
@@ -92,36 +84,31 @@ impl<C: Connect> LazyStore<C> {
             let e = s.last_error.clone().unwrap_or_else(|| PortError::new(ErrorKind::Connection, "not connected"));
             return Err(e.never_sent());
         }
-        let attempt = self.config.connect(self.observer.clone()).await;
+        let attempt = (self.connect)().await;
         // From the end of the attempt: a connect that waited out its timeout is not
         // retried by the very next call (a frozen store would make every operation
         // of a tick wait out a connect of its own).
         s.last_attempt = Some(tokio::time::Instant::now());
         match attempt {
             Ok(store) => {
-                tracing::info!(store = %self.shown, "connected to {}; {}", C::NAME, C::READY);
+                tracing::info!(store = %self.shown, "connected to {}", self.name);
                 s.store = Some(store.clone());
                 s.last_error = None;
                 Ok(store)
             }
             Err(e) => {
                 if s.last_error.is_none() {
-                    tracing::warn!(store = %self.shown, "{} unavailable ({e}); leases fail open, claims fail closed, retrying", C::NAME);
+                    tracing::warn!(store = %self.shown, "{} unavailable ({e}); leases fail open, claims fail closed, retrying", self.name);
                 }
                 s.last_error = Some(e.clone());
                 Err(e.never_sent())
             }
         }
     }
-
-    /// Where it points, redacted.
-    pub(crate) fn shown(&self) -> &str {
-        &self.shown
-    }
 }
 
 #[async_trait]
-impl<C: Connect> LeaseStore for LazyStore<C> {
+impl<S: LeaseStore + Clone + 'static> LeaseStore for LazyStore<S> {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.store().await?.acquire(lease, token, ttl).await
     }
@@ -137,7 +124,7 @@ impl<C: Connect> LeaseStore for LazyStore<C> {
 }
 
 #[async_trait]
-impl<C: Connect> OwnerClaims for LazyStore<C> {
+impl<S: OwnerClaims + Clone + 'static> OwnerClaims for LazyStore<S> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
         if owners.is_empty() {
             return Ok(Vec::new());
@@ -147,7 +134,7 @@ impl<C: Connect> OwnerClaims for LazyStore<C> {
 }
 
 #[async_trait]
-impl<C: Connect> ClaimStore for LazyStore<C> {
+impl<S: ClaimStore + Clone + 'static> ClaimStore for LazyStore<S> {
     async fn claim_batch(
         &self,
         queue: &str,

@@ -1,5 +1,4 @@
-#![doc = include_str!("../README.md")]
-#![forbid(unsafe_code)]
+//! `TokioClock`: drain-core's `Clock` port on Tokio's timer.
 
 use std::time::Duration;
 

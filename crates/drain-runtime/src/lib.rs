@@ -1,0 +1,16 @@
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod beat;
+mod clock;
+mod gate;
+mod lazy;
+mod lease;
+mod ticks;
+
+pub use beat::{Beat, BeatConfig, OnReport};
+pub use clock::TokioClock;
+pub use gate::ClaimGate;
+pub use lazy::{Connect, LazyStore};
+pub use lease::{HeldLease, Taken, take};
+pub use ticks::Ticks;
