@@ -164,17 +164,19 @@ async fn ticks(cfg: &TickConfig, ports: &TickPorts<'_>, seeds: &AtomicU64, stop:
 }
 
 fn sum<'a>(reports: impl IntoIterator<Item = &'a TickReport>) -> DrainStats {
-    reports.into_iter().filter_map(|r| r.stats).fold(DrainStats::default(), |a, s| DrainStats {
-        received: a.received + s.received,
-        submitted: a.submitted + s.submitted,
-        duplicates: a.duplicates + s.duplicates,
-        abandoned: a.abandoned + s.abandoned,
-        dead_lettered: a.dead_lettered + s.dead_lettered,
-        settle_errors: a.settle_errors + s.settle_errors,
-        claim_settle_errors: a.claim_settle_errors + s.claim_settle_errors,
-        claim_errors: a.claim_errors + s.claim_errors,
-        submit_failures: a.submit_failures + s.submit_failures,
-        claims_expired: a.claims_expired + s.claims_expired,
+    reports.into_iter().filter_map(|r| r.stats).fold(DrainStats::default(), |a, s| {
+        let mut m = DrainStats::default();
+        m.received = a.received + s.received;
+        m.submitted = a.submitted + s.submitted;
+        m.duplicates = a.duplicates + s.duplicates;
+        m.abandoned = a.abandoned + s.abandoned;
+        m.dead_lettered = a.dead_lettered + s.dead_lettered;
+        m.settle_errors = a.settle_errors + s.settle_errors;
+        m.claim_settle_errors = a.claim_settle_errors + s.claim_settle_errors;
+        m.claim_errors = a.claim_errors + s.claim_errors;
+        m.submit_failures = a.submit_failures + s.submit_failures;
+        m.claims_expired = a.claims_expired + s.claims_expired;
+        m
     })
 }
 

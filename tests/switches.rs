@@ -7,7 +7,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use drain_core::ports::Message;
 use drain_core::testkit::message;
 use drain_e2e::rabbit::{Broker, NO_ID, Queue};
 use drain_e2e::{RedisServer, Running, drain, output, redis};
@@ -124,7 +123,15 @@ fn atomic_claim_positions_on_a_message_without_an_id() {
         let Some(server) = redis() else { return };
         let source = Queue::declare(&broker, "switches-source");
         let target = Queue::declare(&broker, "switches-target");
-        let messages = vec![Message { message_id: None, ..message("x") }, message("a"), message("b")];
+        let messages = vec![
+            {
+                let mut m = message("x");
+                m.message_id = None;
+                m
+            },
+            message("a"),
+            message("b"),
+        ];
         broker.feed_messages(&source.name, &messages);
         let mut cmd = drain();
         cmd.args(["run", "--once"])

@@ -44,7 +44,11 @@ pub(crate) struct Shape {
 
 impl Shape {
     pub(crate) fn new(owners: usize) -> Self {
-        let scheduler = SchedulerConfig { workers: 32, ..SchedulerConfig::default() };
+        let scheduler = {
+            let mut m = SchedulerConfig::default();
+            m.workers = 32;
+            m
+        };
         Shape { owners, zipf: 1.1, rate: 1000, hold: Duration::from_millis(5), more_one_in: 4, scheduler }
     }
 }

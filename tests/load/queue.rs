@@ -73,8 +73,12 @@ impl Queue {
             let handle = s.next_handle;
             s.locked.insert(handle, (seq, count));
             // Numbered ids, as a producer of ulong message ids sends them.
-            let message =
-                Message { message_id: Some(MessageId::Ulong(seq)), body: b"load".to_vec(), ..Message::default() };
+            let message = {
+                let mut m = Message::default();
+                m.message_id = Some(MessageId::Ulong(seq));
+                m.body = b"load".to_vec();
+                m
+            };
             out.push(Delivery { handle: DeliveryHandle(handle), message, delivery_count: count });
         }
         out

@@ -4,7 +4,8 @@
 //! "absent" to 1), so alerts built on them could not fire on a process's first one.
 
 use drain_core::Switch;
-use drain_core::event::{LeaseOp, MessageOutcome, SkipReason, TickKind, TickOutcome, TurnLabel};
+use drain_core::admission::TurnOutcome;
+use drain_core::event::{LeaseOp, MessageOutcome, SkipReason, TickKind, TickOutcome};
 use metrics::{counter, gauge};
 
 /// What this process runs, and so which label sets it can produce.
@@ -65,7 +66,7 @@ pub fn export_known(known: &Known<'_>) {
         counter!("drain_owner_claim_busy_backoff_total", "mode" => mode.as_str()).increment(0);
         counter!("drain_owner_retry_overflow_total").increment(0);
         counter!("drain_owner_peek_errors_total").increment(0);
-        for outcome in TurnLabel::ALL {
+        for outcome in TurnOutcome::ALL {
             counter!("drain_owner_turns_total", "outcome" => outcome.as_str()).increment(0);
         }
         gauge!("drain_owner_queue_depth").increment(0.0);

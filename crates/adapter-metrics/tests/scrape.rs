@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use adapter_metrics::{KEEP_LIST, MetricsObserver};
 use drain_core::Switch;
-use drain_core::event::{Event, LeaseOp, MessageOutcome, SkipReason, TickKind, TickOutcome, TurnLabel};
+use drain_core::admission::TurnOutcome;
+use drain_core::event::{Event, LeaseOp, MessageOutcome, SkipReason, TickKind, TickOutcome};
 use drain_core::ports::Observer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -46,7 +47,7 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
     o.observe(&Event::ClaimBusyBackoff { mode: Switch::On });
     o.observe(&Event::RetryOverflow);
     o.observe(&Event::PeekError);
-    o.observe(&Event::OwnerTurn { outcome: TurnLabel::ClaimBusy });
+    o.observe(&Event::OwnerTurn { outcome: TurnOutcome::ClaimBusy });
     o.observe(&Event::OwnerQueueDepth(7));
     o.observe(&Event::RetryTimers(3));
     o.observe(&Event::StoreOp { op: "acquire", duration: Duration::from_micros(300) });

@@ -74,7 +74,7 @@ impl LeaseStore for RedisStore {
         let fence = reply::counter(fence).ok_or_else(|| {
             crate::error::wrong_type(self.endpoint(), &format!("the fence key {} does not hold a counter", key.fence))
         })?;
-        Ok(Some(Holding { holder: drain_core::token::holder_of(&held.value).to_owned(), remaining, fence }))
+        Ok(Some(Holding { holder: LeaseToken::holder_of(&held.value).to_owned(), remaining, fence }))
     }
 }
 

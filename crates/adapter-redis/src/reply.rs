@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
+use drain_core::LeaseToken;
 use drain_core::ports::{Acquire, ClaimState, OwnerClaim};
-use drain_core::token::holder_of;
 use redis::Value;
 
 use crate::store::Scanned;
@@ -38,7 +38,7 @@ pub(crate) fn remaining(ttl: Option<Duration>) -> Option<Duration> {
 /// What a peek of an owner's claim key found.
 pub(crate) fn owner_claim(read: Option<Scanned>) -> OwnerClaim {
     match read.and_then(|s| Some((remaining(s.remaining)?, s.value))) {
-        Some((remaining, value)) => OwnerClaim::Held { holder: holder_of(&value).to_owned(), remaining },
+        Some((remaining, value)) => OwnerClaim::Held { holder: LeaseToken::holder_of(&value).to_owned(), remaining },
         None => OwnerClaim::Free,
     }
 }
@@ -61,7 +61,7 @@ pub(crate) fn acquire(v: &Value) -> Option<Acquire> {
     };
     match items.as_slice() {
         [token, Value::Int(pttl)] => Some(Acquire::Held {
-            holder: holder_of(&text(token)?).to_owned(),
+            holder: LeaseToken::holder_of(&text(token)?).to_owned(),
             // No TTL (-1): a key written by hand; it holds until someone deletes it.
             remaining: u64::try_from(*pttl).map_or(Duration::MAX, |ms| Duration::from_millis(ms.max(1))),
         }),
@@ -87,7 +87,7 @@ pub(crate) fn claim_state(v: &Value) -> Option<ClaimState> {
     if found == "done" || found.starts_with("done:") {
         return Some(ClaimState::Done);
     }
-    let holder = found.strip_prefix("pending:").map_or(found.as_str(), holder_of);
+    let holder = found.strip_prefix("pending:").map_or(found.as_str(), LeaseToken::holder_of);
     Some(ClaimState::PendingElsewhere { holder: holder.to_owned() })
 }
 

@@ -203,26 +203,25 @@ pub(crate) fn from_amqp(message: AmqpMessage<Body<Value>>) -> (Message, u32) {
         .application_properties
         .map(|ap| ap.0.into_iter().filter_map(|(k, v)| property_value(v).map(|v| (k, v))).collect())
         .unwrap_or_default();
-    let out = Message {
-        message_id: props.message_id.map(core_id),
-        body: body_bytes(message.body),
-        content_type: props.content_type.map(|s| s.0),
-        content_encoding: props.content_encoding.map(|s| s.0),
-        correlation_id: props.correlation_id.map(core_id),
-        subject: props.subject,
-        to: props.to,
-        reply_to: props.reply_to,
-        group_id: props.group_id,
-        group_sequence: props.group_sequence,
-        reply_to_group_id: props.reply_to_group_id,
-        creation_time: props.creation_time.map(|t| t.milliseconds()),
-        absolute_expiry_time: props.absolute_expiry_time.map(|t| t.milliseconds()),
-        time_to_live: header.ttl.map(|ms| Duration::from_millis(u64::from(ms))),
-        // The default priority (4) is what a message without one has: not kept apart.
-        priority: (header.priority != Priority::default()).then_some(header.priority.0),
-        properties,
-        annotations: sender_annotations(message.message_annotations),
-    };
+    let mut out = Message::default();
+    out.message_id = props.message_id.map(core_id);
+    out.body = body_bytes(message.body);
+    out.content_type = props.content_type.map(|s| s.0);
+    out.content_encoding = props.content_encoding.map(|s| s.0);
+    out.correlation_id = props.correlation_id.map(core_id);
+    out.subject = props.subject;
+    out.to = props.to;
+    out.reply_to = props.reply_to;
+    out.group_id = props.group_id;
+    out.group_sequence = props.group_sequence;
+    out.reply_to_group_id = props.reply_to_group_id;
+    out.creation_time = props.creation_time.map(|t| t.milliseconds());
+    out.absolute_expiry_time = props.absolute_expiry_time.map(|t| t.milliseconds());
+    out.time_to_live = header.ttl.map(|ms| Duration::from_millis(u64::from(ms)));
+    // The default priority (4) is what a message without one has: not kept apart.
+    out.priority = (header.priority != Priority::default()).then_some(header.priority.0);
+    out.properties = properties;
+    out.annotations = sender_annotations(message.message_annotations);
     (out, delivery_count)
 }
 
@@ -272,24 +271,26 @@ mod tests {
         annotations.insert("x-opt-partition-key".to_owned(), PropertyValue::String("p-1".into()));
         annotations.insert("x-opt-scheduled-enqueue-time".to_owned(), PropertyValue::Timestamp(1_700_000_000_000));
         annotations.insert("app-trace".to_owned(), PropertyValue::Symbol("t-1".into()));
-        Message {
-            message_id: Some(Id::Ulong(42)),
-            body: b"\x00payload\xff".to_vec(),
-            content_type: Some("application/json".into()),
-            content_encoding: Some("gzip".into()),
-            correlation_id: Some(Id::Uuid([7; 16])),
-            subject: Some("subj".into()),
-            to: Some("orders".into()),
-            reply_to: Some("replies".into()),
-            group_id: Some("session-1".into()),
-            group_sequence: Some(3),
-            reply_to_group_id: Some("session-r".into()),
-            creation_time: Some(1_700_000_000_001),
-            absolute_expiry_time: Some(1_800_000_000_000),
-            time_to_live: Some(Duration::from_secs(90)),
-            priority: Some(7),
-            properties,
-            annotations,
+        {
+            let mut m = Message::default();
+            m.message_id = Some(Id::Ulong(42));
+            m.body = b"\x00payload\xff".to_vec();
+            m.content_type = Some("application/json".into());
+            m.content_encoding = Some("gzip".into());
+            m.correlation_id = Some(Id::Uuid([7; 16]));
+            m.subject = Some("subj".into());
+            m.to = Some("orders".into());
+            m.reply_to = Some("replies".into());
+            m.group_id = Some("session-1".into());
+            m.group_sequence = Some(3);
+            m.reply_to_group_id = Some("session-r".into());
+            m.creation_time = Some(1_700_000_000_001);
+            m.absolute_expiry_time = Some(1_800_000_000_000);
+            m.time_to_live = Some(Duration::from_secs(90));
+            m.priority = Some(7);
+            m.properties = properties;
+            m.annotations = annotations;
+            m
         }
     }
 
@@ -313,7 +314,12 @@ mod tests {
     fn every_field_survives_a_round_trip_with_its_type() {
         let m = full();
         assert_eq!(round_trip(&m), (m.clone(), 0));
-        let bare = Message { message_id: None, body: Vec::new(), ..Message::default() };
+        let bare = {
+            let mut m = Message::default();
+            m.message_id = None;
+            m.body = Vec::new();
+            m
+        };
         assert_eq!(round_trip(&bare), (bare.clone(), 0));
         assert!(to_amqp(&full()).header.unwrap().durable, "sent messages are durable");
     }
@@ -321,7 +327,12 @@ mod tests {
     #[test]
     fn ids_keep_their_amqp_type() {
         let check = |id: Id, want: MessageId| {
-            let m = Message { message_id: Some(id.clone()), correlation_id: Some(id.clone()), ..Message::default() };
+            let m = {
+                let mut m = Message::default();
+                m.message_id = Some(id.clone());
+                m.correlation_id = Some(id.clone());
+                m
+            };
             let props = to_amqp(&m).properties.expect("properties");
             assert_eq!(props.message_id, Some(want.clone()), "{id:?}");
             assert_eq!(props.correlation_id, Some(want), "{id:?}");
@@ -370,7 +381,11 @@ mod tests {
 
     #[test]
     fn the_fence_is_an_application_property_when_asked() {
-        let bare = Message { message_id: Some(Id::from("m")), ..Message::default() };
+        let bare = {
+            let mut m = Message::default();
+            m.message_id = Some(Id::from("m"));
+            m
+        };
         let mut out = to_amqp(&bare);
         set_fence(&mut out, "drain-fence", 7);
         set_fence(&mut out, "drain-fence", 8);

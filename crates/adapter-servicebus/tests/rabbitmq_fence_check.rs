@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, SourceOptions, SubmitterOptions};
-use drain_core::fence::{FenceCheck, FenceDecision, Refusal};
+use drain_core::fence::{FenceCheck, FenceDecision};
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, FenceMarks, Message, MessageSource, SubmitContext, Submitter};
 use drain_core::testkit::message;
@@ -32,7 +32,7 @@ async fn consume<M: FenceMarks>(
     check: &FenceCheck<'_, M>,
     queue: &str,
     want: usize,
-) -> (Vec<String>, Vec<(String, Refusal)>) {
+) -> (Vec<String>, Vec<(String, FenceDecision)>) {
     let (mut applied, mut refused) = (Vec::new(), Vec::new());
     let mut seen = 0;
     while seen < want {
@@ -46,7 +46,7 @@ async fn consume<M: FenceMarks>(
                     applied.push(id); // apply the message here, then complete it
                     source.complete(delivery.handle).await.expect("complete");
                 }
-                Ok(FenceDecision::Refuse(why)) => {
+                Ok(why) => {
                     let reason = format!("{why:?}");
                     source.dead_letter(delivery.handle, "RefusedFence", &reason).await.expect("dead-letter");
                     refused.push((id, why));
@@ -102,13 +102,13 @@ async fn a_consumer_refuses_what_a_holder_that_lost_its_lease_submitted() {
     let (applied, refused) = consume(&source, &check, &q.name, 7).await;
 
     assert_eq!(applied, ["a1", "b1", "s3", "no-lease"]);
-    let refused: Vec<(&str, &Refusal)> = refused.iter().map(|(id, why)| (id.as_str(), why)).collect();
+    let refused: Vec<(&str, &FenceDecision)> = refused.iter().map(|(id, why)| (id.as_str(), why)).collect();
     assert_eq!(
         refused,
         [
-            ("a2-after-the-pause", &Refusal::Stale { fence: 1, mark: 2 }),
-            ("u2", &Refusal::Stale { fence: 2, mark: 3 }),
-            ("odd", &Refusal::NotAFence(drain_core::ports::PropertyValue::String("three".into()))),
+            ("a2-after-the-pause", &FenceDecision::Stale { fence: 1, mark: 2 }),
+            ("u2", &FenceDecision::Stale { fence: 2, mark: 3 }),
+            ("odd", &FenceDecision::NotAFence(drain_core::ports::PropertyValue::String("three".into()))),
         ]
     );
     assert_eq!(marks.mark(&q.name), Some(3));

@@ -95,7 +95,14 @@ impl Runtime {
     /// `DRAIN_WORKER_CONCURRENCY` and `DRAIN_SHUTDOWN_GRACE_SECONDS`.
     pub(crate) fn beat_config(&self, resident: bool) -> BeatConfig {
         let c = &self.config;
-        BeatConfig { interval: c.beat_interval, workers: c.worker_concurrency, grace: c.shutdown_grace, resident }
+        {
+            let mut m = BeatConfig::default();
+            m.interval = c.beat_interval;
+            m.workers = c.worker_concurrency;
+            m.grace = c.shutdown_grace;
+            m.resident = resident;
+            m
+        }
     }
 
     /// A human name for the store in logs.

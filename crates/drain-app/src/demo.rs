@@ -48,11 +48,12 @@ impl Submitter for DemoTarget {
 }
 
 fn demo_message(n: u64) -> Message {
-    Message {
-        message_id: Some(format!("demo-{n}").into()),
-        body: format!("{{\"n\":{n}}}").into_bytes(),
-        content_type: Some("application/json".to_owned()),
-        ..Message::default()
+    {
+        let mut m = Message::default();
+        m.message_id = Some(format!("demo-{n}").into());
+        m.body = format!("{{\"n\":{n}}}").into_bytes();
+        m.content_type = Some("application/json".to_owned());
+        m
     }
 }
 

@@ -84,7 +84,7 @@ pub(crate) fn switch_modes(effective: &[Effective]) -> Vec<(&'static str, Switch
         })
         .map(|(name, default)| {
             let shown = effective.iter().find(|e| e.name == name).map(|e| e.value.as_str());
-            (name, Switch::parse(name, shown, default).value)
+            (name, crate::config::settings::parse_switch(name, shown, default).value)
         })
         .collect()
 }

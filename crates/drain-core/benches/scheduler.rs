@@ -210,7 +210,12 @@ fn tick_skip() -> (f64, f64) {
 }
 
 fn main() {
-    let cfg = |claim_aware| SchedulerConfig { claim_aware, workers: 4, ..SchedulerConfig::default() };
+    let cfg = |claim_aware| {
+        let mut m = SchedulerConfig::default();
+        m.claim_aware = claim_aware;
+        m.workers = 4;
+        m
+    };
     let cases: [(&str, &str, SchedulerConfig, Cycle); 3] = [
         ("legacy_turn", "request + launch + on_turn(Done), switch off", cfg(Switch::Off), legacy_turn),
         (

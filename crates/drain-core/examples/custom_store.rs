@@ -9,7 +9,7 @@ use drain_core::memory::{ManualClock, block_on};
 use drain_core::ports::{Acquire, ClaimState, ClaimStore, Clock, Holding, LeaseName, LeaseStore, MessageId};
 use drain_core::ports::{Release, Renew, SettleAction, SettleResult, Settlement};
 use drain_core::testkit::contract::{self, ContractEnv, Outage};
-use drain_core::{ErrorKind, LeaseToken, PortError, Time, token::holder_of};
+use drain_core::{ErrorKind, LeaseToken, PortError, Time};
 
 /// A row of `leases` or `claims`; one whose `until` has passed holds nothing.
 #[derive(Default)]
@@ -48,7 +48,11 @@ impl RowStore<'_> {
 }
 
 fn holding(row: &Row, now: Time) -> Holding {
-    Holding { holder: holder_of(&row.token).into(), remaining: row.until.saturating_since(now), fence: row.fence }
+    Holding {
+        holder: LeaseToken::holder_of(&row.token).into(),
+        remaining: row.until.saturating_since(now),
+        fence: row.fence,
+    }
 }
 
 #[drain_core::async_trait]
@@ -93,7 +97,7 @@ impl ClaimStore for RowStore<'_> {
                 let row = claims.entry((queue.to_owned(), id.clone())).or_default();
                 match row.until > now {
                     true if row.done => ClaimState::Done,
-                    true => ClaimState::PendingElsewhere { holder: holder_of(&row.token).into() },
+                    true => ClaimState::PendingElsewhere { holder: LeaseToken::holder_of(&row.token).into() },
                     false => {
                         *row = Row { token: token.as_str().into(), until: now + pending_ttl, ..Row::default() };
                         ClaimState::Claimed

@@ -15,7 +15,12 @@ use drain_core::rand::rngs::SmallRng;
 use drain_core::{Switch, Time};
 
 fn main() {
-    let config = SchedulerConfig { claim_aware: Switch::On, workers: 2, ..SchedulerConfig::default() };
+    let config = {
+        let mut m = SchedulerConfig::default();
+        m.claim_aware = Switch::On;
+        m.workers = 2;
+        m
+    };
     // A seeded generator: the jitter, and so the whole run, repeats exactly.
     let mut s = Scheduler::new(config, SmallRng::seed_from_u64(7));
 

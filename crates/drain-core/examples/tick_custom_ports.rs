@@ -81,7 +81,12 @@ impl Submitter for Sink {
 }
 
 fn message(id: MessageId) -> Message {
-    Message { message_id: Some(id), body: b"{\"order\":1}".to_vec(), ..Message::default() }
+    {
+        let mut m = Message::default();
+        m.message_id = Some(id);
+        m.body = b"{\"order\":1}".to_vec();
+        m
+    }
 }
 
 fn main() {
@@ -89,7 +94,12 @@ fn main() {
     let store = MemoryStore::new(clock.clone());
     let (queue, sink) = (Queue::default(), Sink::default());
     // The claim on, single-flight off: no lease store is needed, none is given.
-    let cfg = TickConfig { singleflight: Switch::Off, atomic_claim: Switch::On, ..TickConfig::new("orders") };
+    let cfg = {
+        let mut m = TickConfig::new("orders");
+        m.singleflight = Switch::Off;
+        m.atomic_claim = Switch::On;
+        m
+    };
     let ports = TickPorts::new(&queue, &sink, &*clock, &NoopObserver).claims(&store);
     assert!(ports.missing(&cfg).is_empty());
     let token = |n: u8| LeaseToken::from_random("example-host", [n; 16]);

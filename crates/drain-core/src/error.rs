@@ -114,6 +114,7 @@ impl fmt::Display for ErrorKind {
 /// message that says what to check; the message must never contain a secret.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{kind} ({persistence}): {message}")]
+#[non_exhaustive]
 pub struct PortError {
     /// What went wrong.
     pub kind: ErrorKind,

@@ -78,7 +78,7 @@ impl LeaseOp {
 
     /// The results this operation can have (label `result`).
     #[must_use]
-    pub fn results(self) -> &'static [LeaseResult] {
+    pub fn results(self) -> &'static [&'static str] {
         match self {
             LeaseOp::Acquire => &["acquired", "held", "error"],
             LeaseOp::Release => &["released", "not_owner", "error"],
@@ -96,10 +96,6 @@ impl LeaseOp {
         }
     }
 }
-
-/// Result of a lease operation (label `result`): `acquired`, `held`, `released`,
-/// `not_owner`, `renewed`, `lost` or `error`.
-pub type LeaseResult = &'static str;
 
 /// What happened to one received message (label `outcome` of `drain_messages_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -182,44 +178,6 @@ impl SkipReason {
     }
 }
 
-/// How an owner turn ended (label `outcome` of `drain_owner_turns_total`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TurnLabel {
-    /// Work done, more remains.
-    ProductiveMore,
-    /// Work done, nothing remains.
-    ProductiveDone,
-    /// Nothing to do.
-    Done,
-    /// Lost the claim race.
-    ClaimBusy,
-    /// The turn failed.
-    Failed,
-}
-
-impl TurnLabel {
-    /// Every outcome, for exporting each label set before its first event.
-    pub const ALL: [TurnLabel; 5] = [
-        TurnLabel::ProductiveMore,
-        TurnLabel::ProductiveDone,
-        TurnLabel::Done,
-        TurnLabel::ClaimBusy,
-        TurnLabel::Failed,
-    ];
-
-    /// Metric label value.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TurnLabel::ProductiveMore => "productive_more",
-            TurnLabel::ProductiveDone => "productive_done",
-            TurnLabel::Done => "done",
-            TurnLabel::ClaimBusy => "claim_busy",
-            TurnLabel::Failed => "failed",
-        }
-    }
-}
-
 /// One observable decision or measurement. `mode` is the switch position the
 /// decision was taken under: `Shadow` means "computed and counted, not enforced".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -243,7 +201,7 @@ pub enum Event<'a> {
         /// Which operation.
         op: LeaseOp,
         /// Its result.
-        result: LeaseResult,
+        result: &'static str,
         /// Single-flight switch position (`Shadow`: the lease is taken and counted
         /// but a held lease does not skip the tick).
         mode: Switch,
@@ -291,7 +249,7 @@ pub enum Event<'a> {
     /// An owner turn ended.
     OwnerTurn {
         /// How.
-        outcome: TurnLabel,
+        outcome: crate::admission::TurnOutcome,
     },
     /// Owners waiting in the FIFO (gauge).
     OwnerQueueDepth(usize),
@@ -317,6 +275,7 @@ pub enum Event<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::TurnOutcome;
 
     /// Each `ALL` lists every variant once, in declaration order: the matches below
     /// are exhaustive, so a new variant does not compile until it is given a place
@@ -346,13 +305,13 @@ mod tests {
                 MessageOutcome::ClaimExpired => 9,
             }
         }
-        fn turn(o: TurnLabel) -> usize {
+        fn turn(o: TurnOutcome) -> usize {
             match o {
-                TurnLabel::ProductiveMore => 0,
-                TurnLabel::ProductiveDone => 1,
-                TurnLabel::Done => 2,
-                TurnLabel::ClaimBusy => 3,
-                TurnLabel::Failed => 4,
+                TurnOutcome::Productive { more: true } => 0,
+                TurnOutcome::Productive { more: false } => 1,
+                TurnOutcome::Done => 2,
+                TurnOutcome::ClaimBusy => 3,
+                TurnOutcome::Failed => 4,
             }
         }
         fn op(o: LeaseOp) -> usize {
@@ -373,7 +332,7 @@ mod tests {
         };
         check(TickOutcome::ALL.map(tick).to_vec(), 4);
         check(MessageOutcome::ALL.map(message).to_vec(), 10);
-        check(TurnLabel::ALL.map(turn).to_vec(), 5);
+        check(TurnOutcome::ALL.map(turn).to_vec(), 5);
         check(LeaseOp::ALL.map(op).to_vec(), 3);
         check(SkipReason::ALL.map(reason).to_vec(), 1);
         for o in LeaseOp::ALL {

@@ -21,35 +21,30 @@ pub enum FenceDecision {
         /// The message's fence.
         fence: Option<u64>,
     },
-    /// Refuse the message (drop it, or dead-letter it to keep a record): see why.
-    Refuse(Refusal),
-}
-
-impl FenceDecision {
-    /// Whether the message must be refused.
-    #[must_use]
-    pub fn must_refuse(&self) -> bool {
-        matches!(self, FenceDecision::Refuse(_))
-    }
-}
-
-/// Why [`FenceCheck`] refused a message.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Refusal {
-    /// A larger fence was seen on this queue before: a holder that lost its lease
-    /// sent it.
+    /// Refuse it: a larger fence was seen on this queue before, so a holder that
+    /// lost its lease sent it.
     Stale {
         /// The message's fence.
         fence: u64,
         /// The highest fence accepted on the queue.
         mark: u64,
     },
-    /// The message carries no fence, and [`FenceCheck::refuse_unfenced`] was asked
-    /// for.
+    /// Refuse it: the message carries no fence, and [`FenceCheck::refuse_unfenced`]
+    /// was asked for.
     Unfenced,
-    /// The property holds something that is not a fence (a negative or fractional
-    /// number, text that is not a whole number, another type): someone else set it.
+    /// Refuse it: the property holds something that is not a fence (a negative or
+    /// fractional number, text that is not a whole number, another type): someone
+    /// else set it.
     NotAFence(PropertyValue),
+}
+
+impl FenceDecision {
+    /// Whether the message must be refused (drop it, or dead-letter it to keep a
+    /// record).
+    #[must_use]
+    pub fn must_refuse(&self) -> bool {
+        !matches!(self, FenceDecision::Accept { .. })
+    }
 }
 
 /// Checks the fence of each message a consumer receives against the highest fence
@@ -68,7 +63,7 @@ pub enum Refusal {
 /// ```
 /// use std::sync::Arc;
 ///
-/// use drain_core::fence::{FenceCheck, FenceDecision, Refusal};
+/// use drain_core::fence::{FenceCheck, FenceDecision};
 /// use drain_core::memory::{ManualClock, MemoryStore, block_on};
 /// use drain_core::ports::{Clock, Message, PropertyValue};
 ///
@@ -84,7 +79,7 @@ pub enum Refusal {
 ///     // The holder of fence 8 submitted, then the paused holder of fence 7 woke up.
 ///     assert_eq!(check.check("work", &with_fence(8)).await.unwrap(), FenceDecision::Accept { fence: Some(8) });
 ///     let late = check.check("work", &with_fence(7)).await.unwrap();
-///     assert_eq!(late, FenceDecision::Refuse(Refusal::Stale { fence: 7, mark: 8 }));
+///     assert_eq!(late, FenceDecision::Stale { fence: 7, mark: 8 });
 ///     assert!(late.must_refuse());
 ///     // A message sent without the lease carries no fence.
 ///     assert!(!check.check("work", &Message::default()).await.unwrap().must_refuse());
@@ -138,13 +133,13 @@ impl<'a, M: FenceMarks + ?Sized> FenceCheck<'a, M> {
     pub async fn check(&self, queue: &str, message: &Message) -> Result<FenceDecision, PortError> {
         let fence = match self.fence_of(message) {
             Ok(Some(fence)) => fence,
-            Ok(None) if self.refuse_unfenced => return Ok(FenceDecision::Refuse(Refusal::Unfenced)),
+            Ok(None) if self.refuse_unfenced => return Ok(FenceDecision::Unfenced),
             Ok(None) => return Ok(FenceDecision::Accept { fence: None }),
-            Err(value) => return Ok(FenceDecision::Refuse(Refusal::NotAFence(value))),
+            Err(value) => return Ok(FenceDecision::NotAFence(value)),
         };
         Ok(match self.marks.admit(queue, fence).await? {
             FenceVerdict::Accepted => FenceDecision::Accept { fence: Some(fence) },
-            FenceVerdict::Stale { mark } => FenceDecision::Refuse(Refusal::Stale { fence, mark }),
+            FenceVerdict::Stale { mark } => FenceDecision::Stale { fence, mark },
         })
     }
 }
@@ -213,18 +208,12 @@ mod tests {
             let got = lenient.check("q", &long(3)).await.unwrap();
             assert_eq!(got, FenceDecision::Accept { fence: Some(3) });
             assert_eq!(lenient.check("q", &long(3)).await.unwrap(), got, "the same holder sends many");
-            assert_eq!(
-                strict.check("q", &long(2)).await.unwrap(),
-                FenceDecision::Refuse(Refusal::Stale { fence: 2, mark: 3 })
-            );
+            assert_eq!(strict.check("q", &long(2)).await.unwrap(), FenceDecision::Stale { fence: 2, mark: 3 });
             assert_eq!(lenient.check("other", &long(2)).await.unwrap(), FenceDecision::Accept { fence: Some(2) });
             assert_eq!(lenient.check("q", &message(None)).await.unwrap(), FenceDecision::Accept { fence: None });
-            assert_eq!(strict.check("q", &message(None)).await.unwrap(), FenceDecision::Refuse(Refusal::Unfenced));
+            assert_eq!(strict.check("q", &message(None)).await.unwrap(), FenceDecision::Unfenced);
             let odd = message(Some(PropertyValue::Bool(true)));
-            assert_eq!(
-                lenient.check("q", &odd).await.unwrap(),
-                FenceDecision::Refuse(Refusal::NotAFence(PropertyValue::Bool(true)))
-            );
+            assert_eq!(lenient.check("q", &odd).await.unwrap(), FenceDecision::NotAFence(PropertyValue::Bool(true)));
             // Only fenced messages cost a call.
             assert_eq!(store.calls().get("admit"), Some(&4));
             assert_eq!(store.mark("q"), Some(3));

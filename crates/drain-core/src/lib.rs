@@ -10,47 +10,40 @@
 //!
 //! ## The public API
 //!
-//! * Run a tick: [`tick::run_tick`], [`tick::run_tick_until`] over [`tick::TickPorts`],
-//!   configured by [`tick::TickConfig`], answering a [`tick::TickReport`]
-//!   ([`tick::LeaseStatus`], [`tick::DrainStats`], [`tick::MISSING_ID_REASON`]).
-//! * Admit owners: [`admission::Scheduler`] (sans-IO: [`admission::Action`],
-//!   [`admission::PeekResult`], [`admission::TurnOutcome`], [`admission::Entry`],
-//!   [`admission::OwnerState`], [`admission::Requested`], [`admission::Woken`],
-//!   [`admission::Closed`], [`admission::NotRunning`]) configured by
-//!   [`admission::SchedulerConfig`]; or [`admission::drive`] /
-//!   [`admission::drive_with_releases`] over [`admission::DriverPorts`] and your
-//!   [`admission::OwnerWork`]. Owners are [`OwnerId`]s.
-//! * Implement a port ([`ports`]): the stores [`ports::LeaseStore`]
-//!   ([`ports::LeaseName`], [`ports::LeaseKind`], [`ports::Acquire`],
-//!   [`ports::Release`], [`ports::Renew`], [`ports::Holding`]),
-//!   [`ports::ClaimStore`] ([`ports::ClaimState`], [`ports::Settlement`],
-//!   [`ports::SettleAction`], [`ports::SettleResult`]), [`ports::OwnerClaims`]
-//!   ([`ports::OwnerClaim`]), the optional [`ports::ReleaseWake`]
-//!   ([`ports::Waiter`], [`ports::WakeRelease`], [`ports::Releases`]) and
-//!   [`ports::FenceMarks`] ([`ports::FenceVerdict`], [`ports::Fence`]); the queue and
-//!   the target [`ports::MessageSource`] and [`ports::Submitter`]
-//!   ([`ports::Message`], [`ports::MessageId`], [`ports::PropertyValue`],
-//!   [`ports::Delivery`], [`ports::DeliveryHandle`], [`ports::Capabilities`],
-//!   [`ports::SubmitContext`]); [`ports::Clock`]; [`ports::Observer`] (and
-//!   [`ports::NoopObserver`]). Implement them with [`macro@async_trait`].
-//! * Check fences where writes land: [`fence::FenceCheck`] ([`fence::FenceDecision`],
-//!   [`fence::Refusal`]) refuses the messages of a holder that lost its lease, over
-//!   any [`ports::FenceMarks`].
-//! * Errors: [`PortError`], [`ErrorKind`], [`Persistence`].
+//! * Run any work under a lease: [`guard::LeaseGuard`] (its work holds a
+//!   [`guard::Held`]; it ends as a [`guard::Guarded`], with a [`guard::LeaseStatus`]
+//!   and a [`guard::Loss`]). drain-runtime's `take` is the same guard on a task.
+//! * Run a tick: [`tick::run_tick`] over [`tick::TickPorts`], configured by
+//!   [`tick::TickConfig`], controlled by [`tick::TickControl`], answering a
+//!   [`tick::TickReport`] ([`tick::DrainStats`], [`tick::ClaimHealth`]; it serializes
+//!   to the JSON line `drain run --once` prints). Across ticks, [`tick::Outage`]
+//!   ([`tick::OutagePolicy`], [`tick::Gate`], [`tick::Step`], [`tick::StaleClaims`],
+//!   [`tick::probe_claims`], [`tick::release_stale_claims`]) keeps a process from
+//!   receiving while the claim store is down.
+//! * Admit owners: [`admission::Scheduler`] (sans-IO, configured by
+//!   [`admission::SchedulerConfig`]), or [`admission::drive`] over
+//!   [`admission::DriverPorts`] with [`admission::OwnerTurns`] (owner turns that take
+//!   their own claim around your work function, answering [`admission::Worked`]) or
+//!   your own [`admission::OwnerWork`]. Owners are [`admission::OwnerId`]s.
+//! * Check fences where writes land: [`fence::FenceCheck`] ([`fence::FenceDecision`])
+//!   over a [`ports::FenceMarks`] store.
+//! * Implement a port ([`ports`]): the stores [`ports::LeaseStore`] (leases named by
+//!   [`ports::LeaseName`], handing out a [`ports::Fence`]), [`ports::ClaimStore`],
+//!   [`ports::OwnerClaims`], [`ports::ReleaseWake`] (optional), [`ports::FenceMarks`];
+//!   the queue and the target [`ports::MessageSource`] and [`ports::Submitter`];
+//!   [`ports::Clock`]; [`ports::Observer`]. Implement them with [`macro@async_trait`].
+//! * Errors: [`PortError`] ([`ErrorKind`], [`Persistence`]).
 //! * Decisions as data, for an observer: [`Event`] and its labels in [`event`].
-//! * Values: [`Switch`] (off / shadow / on), [`Time`], [`LeaseToken`] (and
-//!   [`token::holder_of`]); the setting rules in [`settings`].
+//! * Values: [`Switch`] (off / shadow / on), [`Time`], [`LeaseToken`].
 //! * `memory` (feature): `MemoryStore` (every store port), `StoredClaim`,
 //!   `MemorySource`, `ManualClock`, `block_on`.
-//! * `testkit` (feature, implies `memory`): the contract suites
-//!   (`testkit::contract`: `lease_store`, `claim_store`, `owner_claims`,
-//!   `release_wake`, `fence_marks`, `message_source`, with `ContractEnv`, `Outage`, `Checked`,
-//!   `Violation`, `Rule`, `Port`), the broken stores (`testkit::broken`:
-//!   `BrokenStore`, `Defect`), `RecordingObserver`, `RecordingSubmitter`,
-//!   `BacklogWork`, `TestRng`, `message`.
+//! * `testkit` (feature, implies `memory`): the contract suites (`testkit::contract`),
+//!   the broken stores they reject (`testkit::broken`), `RecordingObserver`,
+//!   `RecordingSubmitter`, `BacklogWork`, `TestRng`, `message`.
 //! * Re-exported: [`macro@async_trait`] (the ports are declared with it) and [`rand`]
-//!   (its `Rng` and `CryptoRng` appear in the API; with another version of rand,
-//!   use [`LeaseToken::from_random`]).
+//!   (its `Rng` and `CryptoRng` appear in the API; with the default `os-rng` feature,
+//!   `drain_core::rand::rng()` makes tokens: `LeaseToken::generate("me", &mut
+//!   drain_core::rand::rng())`; with another rand, use [`LeaseToken::from_random`]).
 #![forbid(unsafe_code)]
 #![deny(clippy::print_stdout, clippy::print_stderr)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -61,7 +54,6 @@ pub mod event;
 pub mod fence;
 pub mod guard;
 pub mod ports;
-pub mod settings;
 pub mod switch;
 pub mod tick;
 pub mod time;

@@ -43,18 +43,18 @@ impl LeaseToken {
     /// The instance part of a token (everything before the last `:`).
     #[must_use]
     pub fn holder(&self) -> &str {
-        holder_of(&self.0)
+        Self::holder_of(&self.0)
+    }
+
+    /// The instance part of a stored token value: everything before the last `:`,
+    /// or the whole value when it has none.
+    #[must_use]
+    pub fn holder_of(value: &str) -> &str {
+        value.rsplit_once(':').map_or(value, |(h, _)| h)
     }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
-
-/// The instance part of a stored token value: everything before the last `:`, or
-/// the whole value when it has none.
-#[must_use]
-pub fn holder_of(value: &str) -> &str {
-    value.rsplit_once(':').map_or(value, |(h, _)| h)
-}
 
 impl fmt::Debug for LeaseToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -96,7 +96,7 @@ mod tests {
         assert!(hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
         assert_ne!(t, LeaseToken::generate("host-42", &mut rng));
         assert!(!format!("{t:?}").contains(hex));
-        assert_eq!(holder_of("a:b:c"), "a:b");
-        assert_eq!(holder_of("plain"), "plain");
+        assert_eq!(LeaseToken::holder_of("a:b:c"), "a:b");
+        assert_eq!(LeaseToken::holder_of("plain"), "plain");
     }
 }

@@ -77,15 +77,17 @@ fn config(mode: Switch) -> impl Strategy<Value = SchedulerConfig> {
     (1usize..=4, 1usize..=4, 0u64..=5000, 0u64..=10_000, any::<bool>(), 1u64..=2000, 0u64..=20_000).prop_map(
         move |(workers, cap, low, span, reversed, base, failure_cap)| {
             let (min, max) = if reversed { (low + span, low) } else { (low, low + span) };
-            SchedulerConfig {
-                claim_aware: mode,
-                release_wake: Switch::On,
-                workers,
-                backoff_min: ms(min),
-                backoff_max: ms(max),
-                max_retry_timers: cap,
-                failure_base: ms(base),
-                failure_cap: ms(failure_cap),
+            {
+                let mut m = SchedulerConfig::default();
+                m.claim_aware = mode;
+                m.release_wake = Switch::On;
+                m.workers = workers;
+                m.backoff_min = ms(min);
+                m.backoff_max = ms(max);
+                m.max_retry_timers = cap;
+                m.failure_base = ms(base);
+                m.failure_cap = ms(failure_cap);
+                m
             }
         },
     )
@@ -330,7 +332,7 @@ impl Run {
         let i = running[pick % running.len()];
         let Some(OwnerState::Running { dirty }) = self.state[i] else { unreachable!() };
         assert_eq!(self.s.on_turn(self.now, &self.ids[i], outcome), Ok(()));
-        self.expected.push(Event::OwnerTurn { outcome: outcome.label() });
+        self.expected.push(Event::OwnerTurn { outcome });
         self.failures[i] = if outcome == TurnOutcome::Failed { self.failures[i] + 1 } else { 0 };
         match outcome {
             TurnOutcome::Productive { more: true } => self.queue(i, Entry::Continuation),

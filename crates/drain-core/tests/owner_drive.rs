@@ -34,7 +34,12 @@ fn owners(names: &[&str]) -> Vec<OwnerId> {
 }
 
 fn config(mode: Switch, workers: usize) -> SchedulerConfig {
-    SchedulerConfig { claim_aware: mode, workers, ..SchedulerConfig::default() }
+    {
+        let mut m = SchedulerConfig::default();
+        m.claim_aware = mode;
+        m.workers = workers;
+        m
+    }
 }
 
 fn run(w: &World, cfg: SchedulerConfig, requests: Vec<OwnerId>, shutdown_at: Option<Duration>) {
@@ -158,5 +163,8 @@ fn a_failing_claim_store_backs_off_and_recovers() {
         futures::join!(healer, drive(&mut s, ports, stream::iter(vec![a.clone()]), futures::future::pending::<()>()));
     });
     assert_eq!(w.work.backlog(&a), 0, "drained after the store healed");
-    assert!(w.observer.count(|e| matches!(e, Event::OwnerTurn { outcome: drain_core::event::TurnLabel::Failed })) >= 1);
+    assert!(
+        w.observer.count(|e| matches!(e, Event::OwnerTurn { outcome: drain_core::admission::TurnOutcome::Failed }))
+            >= 1
+    );
 }

@@ -50,13 +50,14 @@ impl Backlogs {
 }
 
 fn config() -> SchedulerConfig {
-    SchedulerConfig {
-        claim_aware: Switch::On,
-        release_wake: Switch::On,
-        workers: 2,
-        backoff_min: Duration::from_secs(5),
-        backoff_max: Duration::from_secs(15),
-        ..SchedulerConfig::default()
+    {
+        let mut m = SchedulerConfig::default();
+        m.claim_aware = Switch::On;
+        m.release_wake = Switch::On;
+        m.workers = 2;
+        m.backoff_min = Duration::from_secs(5);
+        m.backoff_max = Duration::from_secs(15);
+        m
     }
 }
 
@@ -154,7 +155,11 @@ fn a_permanent_error_stops_the_driver() {
                 }
             }
         });
-        let cfg = SchedulerConfig { workers: 1, ..config() };
+        let cfg = {
+            let mut m = config();
+            m.workers = 1;
+            m
+        };
         let mut s = Scheduler::new(cfg, SmallRng::seed_from_u64(1));
         let observer = RecordingObserver::new();
         let ports = DriverPorts { claims: Some(&*store), work: &turns, clock: &*clock, observer: &observer };

@@ -387,7 +387,12 @@ fn submit_failure_releases_the_claim_and_abandons() {
 #[test]
 fn message_without_id_is_dead_lettered() {
     let mut h = Harness::new();
-    h.source.push(Message { message_id: None, body: b"x".to_vec(), ..Message::default() });
+    h.source.push({
+        let mut m = Message::default();
+        m.message_id = None;
+        m.body = b"x".to_vec();
+        m
+    });
     h.feed(&["a"]);
     let r = h.tick();
     assert_eq!(stats(&r), (2, 1, 0, 0, 1));

@@ -18,13 +18,20 @@ use drain_core::ports::{
 };
 use drain_core::testkit::{RecordingSubmitter, TestRng, message};
 use drain_core::tick::{
-    ClaimHealth, PROBE_ID, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
+    ClaimHealth, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
 
+/// The id of the probe's claim (a NUL first: no broker hands out such an id).
+const PROBE_ID: &str = "\u{0}drain-probe";
+
 fn no_id() -> Message {
-    Message { message_id: None, ..message("no-id") }
+    {
+        let mut m = message("no-id");
+        m.message_id = None;
+        m
+    }
 }
 
 // ---------------------------------------------------------------------------------

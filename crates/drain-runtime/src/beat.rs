@@ -32,6 +32,7 @@ const BUSY_EVERY: Duration = Duration::from_secs(60);
 
 /// How the beat runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BeatConfig {
     /// The mean time between two beats (each is jittered by ±50 %).
     pub interval: Duration,

@@ -79,7 +79,11 @@ impl MessageSource for Fake {
         Ok((first..*next)
             .map(|n| Delivery {
                 handle: DeliveryHandle(n),
-                message: Message { message_id: Some(format!("m{n}").into()), ..Message::default() },
+                message: {
+                    let mut m = Message::default();
+                    m.message_id = Some(format!("m{n}").into());
+                    m
+                },
                 delivery_count: 0,
             })
             .collect())

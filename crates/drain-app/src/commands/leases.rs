@@ -9,7 +9,7 @@ use adapter_postgres::PostgresConfig;
 use adapter_redis::keys::KeyKind;
 use adapter_redis::{KeySpace, Scanned};
 use clap::Args;
-use drain_core::token::holder_of;
+use drain_core::LeaseToken;
 use serde::Serialize;
 
 use crate::compose;
@@ -76,7 +76,7 @@ fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
                     ttl_ms: None,
                     fence: None,
                 });
-                row.holder = Some(holder_of(&h.value).to_owned());
+                row.holder = Some(LeaseToken::holder_of(&h.value).to_owned());
                 row.ttl_ms = ttl_ms;
             }
             Some(KeyKind::Fence { queue }) => {
@@ -86,14 +86,18 @@ fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
                     .fence = Some(h.value);
             }
             Some(KeyKind::OwnerClaim { owner }) => {
-                out.owner_claims.push(ClaimRow { owner: name(&owner), holder: holder_of(&h.value).to_owned(), ttl_ms });
+                out.owner_claims.push(ClaimRow {
+                    owner: name(&owner),
+                    holder: LeaseToken::holder_of(&h.value).to_owned(),
+                    ttl_ms,
+                });
             }
             Some(KeyKind::MessageClaim { queue, message_id }) => {
                 let entry = out.message_claims.entry(name(&queue)).or_default();
                 match h.value.strip_prefix("pending:") {
                     Some(token) => entry.pending.push(PendingRow {
                         message_id: message_id.to_string(),
-                        holder: holder_of(token).to_owned(),
+                        holder: LeaseToken::holder_of(token).to_owned(),
                         ttl_ms,
                     }),
                     None => entry.done += 1,

@@ -10,6 +10,7 @@
 mod redact;
 pub(crate) mod registry;
 mod render;
+pub(crate) mod settings;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -18,8 +19,8 @@ use std::time::Duration;
 
 use drain_core::Switch;
 use drain_core::admission::SchedulerConfig;
-use drain_core::settings::{self, Parsed, Warning};
 use drain_core::tick::TickConfig;
+use settings::{Parsed, Warning};
 
 pub(crate) use redact::{Secret, redact, scrub, secret_parts};
 pub(crate) use render::{effective_table, flags_markdown};
@@ -127,31 +128,31 @@ impl Config {
 
     /// The owner admission settings (docs/flags.md), with the worker count as turn slots.
     pub(crate) fn scheduler_config(&self) -> SchedulerConfig {
-        SchedulerConfig {
-            claim_aware: self.claim_aware,
-            release_wake: self.release_wake,
-            workers: self.worker_concurrency,
-            backoff_min: self.backoff_min,
-            backoff_max: self.backoff_max,
-            max_retry_timers: self.max_retry_timers,
-            ..SchedulerConfig::default()
+        {
+            let mut m = SchedulerConfig::default();
+            m.claim_aware = self.claim_aware;
+            m.release_wake = self.release_wake;
+            m.workers = self.worker_concurrency;
+            m.backoff_min = self.backoff_min;
+            m.backoff_max = self.backoff_max;
+            m.max_retry_timers = self.max_retry_timers;
+            m
         }
     }
 
     /// The tick settings for `queue`.
     pub(crate) fn tick_config(&self, queue: &str) -> TickConfig {
-        TickConfig {
-            singleflight: self.singleflight,
-            lease_ttl: self.lease_ttl,
-            renew: self.lease_renew,
-            atomic_claim: self.atomic_claim,
-            claim_done_ttl: self.claim_ttl,
-            claim_pending_ttl: self.claim_pending,
-            concurrency: self.drain_concurrency,
-            batch: self.drain_batch,
-            max_wait: self.drain_max_wait,
-            ..TickConfig::new(queue)
-        }
+        let mut tick = TickConfig::new(queue);
+        tick.singleflight = self.singleflight;
+        tick.lease_ttl = self.lease_ttl;
+        tick.renew = self.lease_renew;
+        tick.atomic_claim = self.atomic_claim;
+        tick.claim_done_ttl = self.claim_ttl;
+        tick.claim_pending_ttl = self.claim_pending;
+        tick.concurrency = self.drain_concurrency;
+        tick.batch = self.drain_batch;
+        tick.max_wait = self.drain_max_wait;
+        tick
     }
 }
 
@@ -374,7 +375,7 @@ impl Resolver<'_> {
         let Some(Kind::Switch(default)) = setting(name).map(|s| s.kind) else {
             unreachable!("{name} is declared as a switch in the registry");
         };
-        let parsed = Switch::parse(name, self.raw(name).as_deref(), default);
+        let parsed = settings::parse_switch(name, self.raw(name).as_deref(), default);
         self.take(name, parsed)
     }
 

@@ -2,12 +2,12 @@
 //! (default, floor, ceiling) and the default as shown.
 //!
 //! The rules' behaviour (fallbacks, clamping, the switch grammar) is drain-core's
-//! `settings` and `Switch::parse`; the variables, their defaults and their ranges are
+//! `settings` (the rules and the switch grammar); the variables, their defaults and their ranges are
 //! the binary's, and live only here. `docs/flags.md` is rendered from this table (`drain config --flags-markdown`,
 //! checked by `cargo xtask flags`), and `drain config` prints the effective value
 //! of each entry with its source.
 
-use drain_core::settings::IntRule;
+use super::settings::IntRule;
 
 /// How a setting's raw value is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use super::registry::{Kind, SETTINGS};
+use super::settings::Warning;
 use super::{Effective, Origin};
-use drain_core::settings::Warning;
 
 /// `docs/flags.md`, generated from the registry. Regenerate with
 /// `cargo xtask flags --write`.

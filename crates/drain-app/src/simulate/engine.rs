@@ -96,14 +96,15 @@ pub(crate) fn scheduler_config(
     wake: Wake,
     backoff_ms: (u64, u64),
 ) -> SchedulerConfig {
-    SchedulerConfig {
-        claim_aware,
-        release_wake: if wake == Wake::Never { Switch::Off } else { Switch::On },
-        workers: sc.workers,
-        backoff_min: Duration::from_millis(backoff_ms.0),
-        backoff_max: Duration::from_millis(backoff_ms.1),
-        max_retry_timers: sc.max_retry_timers,
-        ..SchedulerConfig::default()
+    {
+        let mut m = SchedulerConfig::default();
+        m.claim_aware = claim_aware;
+        m.release_wake = if wake == Wake::Never { Switch::Off } else { Switch::On };
+        m.workers = sc.workers;
+        m.backoff_min = Duration::from_millis(backoff_ms.0);
+        m.backoff_max = Duration::from_millis(backoff_ms.1);
+        m.max_retry_timers = sc.max_retry_timers;
+        m
     }
 }
 

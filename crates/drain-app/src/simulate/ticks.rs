@@ -184,26 +184,25 @@ pub(crate) fn run(sc: &Scenario, seed: u64, lease: Switch) -> TickFigures {
         slow: Duration::from_millis(t.slow_submit_ms),
         shared: &shared,
     };
-    let cfg = TickConfig {
-        singleflight: lease,
-        lease_ttl: Duration::from_secs(t.lease_ttl_s),
-        batch: t.batch,
-        concurrency: t.drain_concurrency,
-        // Shorter than production's day so the in-memory store stays small; longer
-        // than any redelivery in the run.
-        claim_done_ttl: Duration::from_secs(3600),
-        ..TickConfig::new("requests")
-    };
+    let mut cfg = TickConfig::new("requests");
+    cfg.singleflight = lease;
+    cfg.lease_ttl = Duration::from_secs(t.lease_ttl_s);
+    cfg.batch = t.batch;
+    cfg.concurrency = t.drain_concurrency;
+    // Shorter than production's day so the in-memory store stays small; longer than
+    // any redelivery in the run.
+    cfg.claim_done_ttl = Duration::from_secs(3600);
     let times = arrivals(sc, seed);
     let end = Time::from_millis(sc.duration_ms());
 
     let producer = async {
         for (n, &at) in times.iter().enumerate() {
             clock.sleep_until(at).await;
-            source.push(Message {
-                message_id: Some(MessageId::String(format!("m{n}"))),
-                body: Vec::new(),
-                ..Message::default()
+            source.push({
+                let mut m = Message::default();
+                m.message_id = Some(MessageId::String(format!("m{n}")));
+                m.body = Vec::new();
+                m
             });
         }
     };

@@ -14,6 +14,7 @@ use crate::switch::Switch;
 /// Out-of-range values never panic: `workers == 0` is used as 1, and a window whose
 /// `backoff_min` is above its `backoff_max` is used with the two swapped.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SchedulerConfig {
     /// Claim-aware admission and claim-busy backoff. [`Switch::On`] peeks before
     /// every initial launch and backs off from held claims and claim-busy turns;

@@ -9,7 +9,6 @@
 //! notifications and feeds them to [`Scheduler::on_release`], its peeks register the
 //! instance as a waiter on every claim found held, and each turn is told so it can
 //! register on a lost race ([`OwnerTurns`](super::OwnerTurns) does). Nothing to wire.
-//! [`drive_with_releases`] also feeds releases you hear of yourself.
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -111,7 +110,7 @@ where
 /// notification overtook the reply that made this instance a waiter) is kept and
 /// applied when that peek or turn ends, if the owner then waits for the claim. The
 /// end of `releases` ends nothing: the driver stops as [`drive`] does.
-pub async fn drive_with_releases<R, S, L, F>(
+pub(crate) async fn drive_with_releases<R, S, L, F>(
     scheduler: &mut Scheduler<R>,
     ports: DriverPorts<'_>,
     mut requests: S,

@@ -94,7 +94,7 @@ mod types;
 mod tests;
 
 pub use config::SchedulerConfig;
-pub use driver::{DriverPorts, OwnerWork, drive, drive_with_releases};
+pub use driver::{DriverPorts, OwnerWork, drive};
 pub use owner::OwnerId;
 pub use scheduler::Scheduler;
 pub use turns::{OwnerTurns, Worked};

@@ -272,7 +272,7 @@ impl<R: Rng> Scheduler<R> {
         };
         let failures = slot.failures;
         self.running -= 1;
-        self.events.push_back(Event::OwnerTurn { outcome: outcome.label() });
+        self.events.push_back(Event::OwnerTurn { outcome });
         let owner = owner.clone();
         match outcome {
             TurnOutcome::Productive { more: true } => self.queue(owner, Entry::Continuation),

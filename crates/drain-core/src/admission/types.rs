@@ -4,7 +4,6 @@
 use thiserror::Error;
 
 use super::owner::OwnerId;
-use crate::event::TurnLabel;
 use crate::time::Time;
 
 /// How an owner entered the FIFO, which decides whether it is peeked before launch.
@@ -63,15 +62,25 @@ pub enum TurnOutcome {
 }
 
 impl TurnOutcome {
-    /// The metric label of this outcome.
+    /// Every outcome, for exporting each label set before its first event.
+    pub const ALL: [TurnOutcome; 5] = [
+        TurnOutcome::Productive { more: true },
+        TurnOutcome::Productive { more: false },
+        TurnOutcome::Done,
+        TurnOutcome::ClaimBusy,
+        TurnOutcome::Failed,
+    ];
+
+    /// The metric label (`outcome` of `drain_owner_turns_total`): `productive_more`,
+    /// `productive_done`, `done`, `claim_busy`, `failed`.
     #[must_use]
-    pub fn label(self) -> TurnLabel {
+    pub fn as_str(self) -> &'static str {
         match self {
-            TurnOutcome::Productive { more: true } => TurnLabel::ProductiveMore,
-            TurnOutcome::Productive { more: false } => TurnLabel::ProductiveDone,
-            TurnOutcome::Done => TurnLabel::Done,
-            TurnOutcome::ClaimBusy => TurnLabel::ClaimBusy,
-            TurnOutcome::Failed => TurnLabel::Failed,
+            TurnOutcome::Productive { more: true } => "productive_more",
+            TurnOutcome::Productive { more: false } => "productive_done",
+            TurnOutcome::Done => "done",
+            TurnOutcome::ClaimBusy => "claim_busy",
+            TurnOutcome::Failed => "failed",
         }
     }
 }

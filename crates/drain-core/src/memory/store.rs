@@ -13,7 +13,7 @@ use crate::ports::{
     WakeRelease,
 };
 use crate::time::Time;
-use crate::token::{LeaseToken, holder_of};
+use crate::token::LeaseToken;
 
 /// One lease as the memory store keeps it: a row whose fence outlives its holders.
 #[derive(Debug, Clone, Default)]
@@ -194,7 +194,10 @@ impl MemoryStore {
 pub(crate) fn acquire(s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Acquire {
     let row = s.leases.entry(lease.clone()).or_default();
     if let Some((holder, until)) = row.holder(now) {
-        return Acquire::Held { holder: holder_of(holder).to_owned(), remaining: until.saturating_since(now) };
+        return Acquire::Held {
+            holder: LeaseToken::holder_of(holder).to_owned(),
+            remaining: until.saturating_since(now),
+        };
     }
     row.fence += 1;
     row.held = Some((token.as_str().to_owned(), now + ttl));
@@ -225,7 +228,11 @@ pub(crate) fn release(s: &mut State, now: Time, lease: &LeaseName, token: &Lease
 pub(crate) fn peek(s: &State, now: Time, lease: &LeaseName) -> Option<Holding> {
     let row = s.leases.get(lease)?;
     let (token, until) = row.holder(now)?;
-    Some(Holding { holder: holder_of(token).to_owned(), remaining: until.saturating_since(now), fence: row.fence })
+    Some(Holding {
+        holder: LeaseToken::holder_of(token).to_owned(),
+        remaining: until.saturating_since(now),
+        fence: row.fence,
+    })
 }
 
 pub(crate) fn owner_claim(s: &State, now: Time, owner: &OwnerId) -> OwnerClaim {
@@ -334,7 +341,7 @@ impl ClaimStore for MemoryStore {
                     }
                     Some((StoredClaim::Done { .. }, _)) => ClaimState::Done,
                     Some((StoredClaim::Pending { token }, _)) => {
-                        ClaimState::PendingElsewhere { holder: holder_of(token).to_owned() }
+                        ClaimState::PendingElsewhere { holder: LeaseToken::holder_of(token).to_owned() }
                     }
                 };
                 out.push(state);

@@ -103,8 +103,10 @@ impl fmt::Display for MessageId {
 }
 
 /// A message as received and as resubmitted: everything a target accepts from a
-/// sender is kept.
+/// sender is kept. It will grow: build one with [`Message::new`] (or `default`) and
+/// set the fields you need.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct Message {
     /// The message id; the atomic claim is keyed on it. `None` when the sender set
     /// none: such a message is dead-lettered, never submitted.
@@ -142,6 +144,14 @@ pub struct Message {
     /// Message annotations the sender set (broker-owned ones, such as sequence
     /// numbers and lock times, are not kept).
     pub annotations: BTreeMap<String, PropertyValue>,
+}
+
+impl Message {
+    /// A message with `id` and `body`, every other field empty.
+    #[must_use]
+    pub fn new(id: impl Into<MessageId>, body: impl Into<Vec<u8>>) -> Self {
+        Message { message_id: Some(id.into()), body: body.into(), ..Message::default() }
+    }
 }
 
 /// An opaque handle for settling one delivery with the source that produced it.

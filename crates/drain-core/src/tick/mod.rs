@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 pub use drain::MISSING_ID_REASON;
-pub use outage::{Gate, MAX_STALE_IDS, Outage, OutagePolicy, StaleClaims, Step};
+pub use outage::{Gate, Outage, OutagePolicy, StaleClaims, Step};
 pub use report::{ClaimHealth, DrainStats, TickReport};
 
 use crate::error::{ErrorKind, PortError};
@@ -50,6 +50,7 @@ use crate::token::LeaseToken;
 
 /// Settings of one queue's tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TickConfig {
     /// The queue drained.
     pub queue: String,
@@ -318,10 +319,10 @@ impl TickControl {
 
 /// The message id of [`probe_claims`]' claim: it starts with a NUL, which no message
 /// id a broker hands out does.
-pub const PROBE_ID: &str = "\u{0}drain-probe";
+const PROBE_ID: &str = "\u{0}drain-probe";
 
 /// A cheap check that the claim store answers claims, receiving nothing: one claim of
-/// the probe message of `cfg.queue` (its id is [`PROBE_ID`]; it is a claim of the
+/// the probe message of `cfg.queue` (its id is `"\u{0}drain-probe"`; it is a claim of the
 /// queue like any other, so it lives where the queue's claims live), released again
 /// at once. A probe that finds another prober's pending claim counts as answered.
 ///

@@ -34,7 +34,7 @@
 //! before it reports [`Outage::probe_succeeded`]: the probe's answer comes after the
 //! store ran what it held from before, so the release follows the late claims. A
 //! release compares the token, so an id whose call never ran is left alone. At most
-//! [`MAX_STALE_IDS`] ids are kept (the oldest go first; their claims end with the
+//! 4,096 ids are kept (the oldest go first; their claims end with the
 //! pending TTL).
 
 use std::collections::VecDeque;
@@ -48,7 +48,7 @@ use crate::token::LeaseToken;
 
 /// The most message ids an [`Outage`] keeps for release (a failed tick adds at most
 /// the batches it had in hand).
-pub const MAX_STALE_IDS: usize = 4_096;
+pub(super) const MAX_STALE_IDS: usize = 4_096;
 
 /// Claims a failed call of one tick may still take, with that tick's token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +134,7 @@ impl Outage {
 
     /// Keep the claims a failed tick's call may still take (its report's
     /// `stale_claims`, with its token), for release before receiving again. Beyond
-    /// [`MAX_STALE_IDS`] the oldest are dropped.
+    /// 4,096 the oldest are dropped.
     pub fn keep_stale(&mut self, token: &LeaseToken, ids: Vec<MessageId>) {
         if ids.is_empty() {
             return;

@@ -33,6 +33,7 @@ pub enum ClaimHealth {
 
 /// What one drain did with the messages it received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct DrainStats {
     /// Messages received.
     pub received: u64,
@@ -67,6 +68,7 @@ pub struct DrainStats {
 
 /// The result of one tick.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TickReport {
     /// The queue.
     pub queue: String,

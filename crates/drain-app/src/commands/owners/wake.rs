@@ -12,7 +12,7 @@ use std::time::Duration;
 use adapter_redis::RedisStore;
 use async_trait::async_trait;
 use drain_core::admission::{OwnerId, TurnOutcome};
-use drain_core::event::{Event, TurnLabel};
+use drain_core::event::Event;
 use drain_core::ports::{Acquire, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter, WakeRelease};
 use drain_core::{LeaseToken, PortError, Switch};
 
@@ -113,10 +113,10 @@ impl Observer for Counted {
             }
             Event::OwnerTurn { outcome } => {
                 let i = match outcome {
-                    TurnLabel::ClaimBusy => 0,
-                    TurnLabel::ProductiveMore | TurnLabel::ProductiveDone => 1,
-                    TurnLabel::Done => 2,
-                    TurnLabel::Failed => 3,
+                    TurnOutcome::ClaimBusy => 0,
+                    TurnOutcome::Productive { .. } => 1,
+                    TurnOutcome::Done => 2,
+                    TurnOutcome::Failed => 3,
                 };
                 self.turns[i].fetch_add(1, Ordering::Relaxed);
             }

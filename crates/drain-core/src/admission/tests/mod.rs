@@ -4,6 +4,7 @@
 //! * [`retry`]: turn outcomes, both backoffs and the timer cap.
 //! * [`lifecycle`]: close, events, determinism and scale.
 //! * [`wake`]: release wake-up, examples and properties.
+//! * `releases`: the driver fed release notifications, in virtual time.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::*;
-use crate::event::{Event, SkipReason, TurnLabel};
+use crate::event::{Event, SkipReason};
 use crate::switch::Switch::{self, Off, On, Shadow};
 use crate::time::Time;
 
@@ -20,6 +21,8 @@ use TurnOutcome::{ClaimBusy, Done, Failed, Productive};
 
 mod admit;
 mod lifecycle;
+#[cfg(feature = "testkit")]
+mod releases;
 mod retry;
 mod wake;
 

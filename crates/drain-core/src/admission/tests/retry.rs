@@ -14,7 +14,7 @@ fn check_turn(mode: Switch, dirty: bool, outcome: TurnOutcome, next: Next, event
     }
     let _ = decisions(&mut s);
     assert_eq!(s.on_turn(now, &id("x"), outcome), Ok(()));
-    let mut expected = vec![Event::OwnerTurn { outcome: outcome.label() }];
+    let mut expected = vec![Event::OwnerTurn { outcome }];
     expected.extend_from_slice(events);
     let case = format!("{mode} dirty={dirty} {outcome:?}");
     assert_eq!(decisions(&mut s), expected, "events of {case}");

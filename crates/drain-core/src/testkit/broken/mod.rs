@@ -33,7 +33,7 @@ use crate::ports::{
     settle_then_claim_in_two_calls,
 };
 use crate::time::Time;
-use crate::token::{LeaseToken, holder_of};
+use crate::token::LeaseToken;
 
 mod defect;
 mod fence;
@@ -185,7 +185,7 @@ impl BrokenStore {
             && row.holder(now).is_none()
             && let Some((t, _)) = &row.held
         {
-            return Acquire::Held { holder: holder_of(t).to_owned(), remaining: Duration::from_millis(1) };
+            return Acquire::Held { holder: LeaseToken::holder_of(t).to_owned(), remaining: Duration::from_millis(1) };
         }
         match mem::acquire(s, now, &lease, token, self.ttl(ttl)) {
             Acquire::Acquired { .. } if self.is(Defect::FenceDoesNotMove) => {
@@ -225,7 +225,7 @@ impl BrokenStore {
             && let Some((t, until)) = &row.held
         {
             let remaining = until.saturating_since(now).max(Duration::from_millis(1));
-            return Some(Holding { holder: holder_of(t).to_owned(), remaining, fence: row.fence });
+            return Some(Holding { holder: LeaseToken::holder_of(t).to_owned(), remaining, fence: row.fence });
         }
         let mut h = mem::peek(s, now, &lease)?;
         if self.is(Defect::PeekStaleFence) {
@@ -257,7 +257,7 @@ impl BrokenStore {
                         return OwnerClaim::Free;
                     }
                 }
-                return OwnerClaim::Held { holder: holder_of(&t).to_owned(), remaining };
+                return OwnerClaim::Held { holder: LeaseToken::holder_of(&t).to_owned(), remaining };
             }
         }
         OwnerClaim::Free
@@ -413,7 +413,7 @@ impl ClaimStore for BrokenStore {
                 ClaimState::PendingElsewhere { holder: String::new() }
             }
             Some(StoredClaim::Pending { token }) => {
-                ClaimState::PendingElsewhere { holder: holder_of(token).to_owned() }
+                ClaimState::PendingElsewhere { holder: LeaseToken::holder_of(token).to_owned() }
             }
         };
         let snapshot = |s: &State, now: Time| -> Vec<Option<StoredClaim>> {

@@ -1,16 +1,18 @@
-//! `drive_with_releases` on virtual time: a release notification ends a claim wait
+//! `drive_with_releases` (the driver fed releases by hand) on virtual time: a release notification ends a claim wait
 //! early when release wake-up is On, and changes nothing when it is Off.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::admission::{DriverPorts, OwnerId, Scheduler, SchedulerConfig, driver::drive_with_releases};
+use crate::error::PortError;
+use crate::event::{Event, SkipReason};
+use crate::memory::{ManualClock, MemoryStore, block_on};
+use crate::ports::{Clock, LeaseName, OwnerClaim, OwnerClaims};
+use crate::switch::Switch;
+use crate::testkit::{BacklogWork, RecordingObserver};
+use crate::time::Time;
 use async_trait::async_trait;
-use drain_core::admission::{DriverPorts, OwnerId, Scheduler, SchedulerConfig, drive_with_releases};
-use drain_core::event::{Event, SkipReason};
-use drain_core::memory::{ManualClock, MemoryStore, block_on};
-use drain_core::ports::{Clock, LeaseName, OwnerClaim, OwnerClaims};
-use drain_core::testkit::{BacklogWork, RecordingObserver};
-use drain_core::{PortError, Switch, Time};
 use futures::stream::{self, StreamExt};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;

@@ -1,6 +1,5 @@
 //! The rules every setting follows: integers with a default, a floor and a
-//! ceiling; ordered windows; key prefixes; instance ids; and, in
-//! [`crate::switch`], the switch grammar.
+//! ceiling; ordered windows; key prefixes; instance ids; and the switch grammar.
 //!
 //! Each rule takes the variable's name and its raw value (`None` when unset) and
 //! returns the effective value with at most one [`Warning`]. Nothing here reads the
@@ -11,54 +10,55 @@
 
 use std::fmt;
 
+use drain_core::Switch;
 use serde::Serialize;
 
 /// An effective value and the warning, if any, that explains why it is not the raw one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]
-pub struct Parsed<T> {
+pub(crate) struct Parsed<T> {
     /// The value to use.
-    pub value: T,
+    pub(crate) value: T,
     /// Why the raw value was not taken as it stands.
-    pub warning: Option<Warning>,
+    pub(crate) warning: Option<Warning>,
     /// The raw value could not be used at all and `value` is the rule's default, so
     /// the value comes from the default, not from where the raw value was set. (A
     /// clamped value still comes from the raw value.)
-    pub defaulted: bool,
+    pub(crate) defaulted: bool,
 }
 
 impl<T> Parsed<T> {
     /// A value taken as given.
-    pub fn clean(value: T) -> Self {
+    pub(crate) fn clean(value: T) -> Self {
         Parsed { value, warning: None, defaulted: false }
     }
 
     /// A value adjusted (clamped, reordered), with the reason.
-    pub fn warned(value: T, warning: Warning) -> Self {
+    pub(crate) fn warned(value: T, warning: Warning) -> Self {
         Parsed { value, warning: Some(warning), defaulted: false }
     }
 
     /// The default, used because the raw value could not be, with the reason.
-    pub fn fallback(value: T, warning: Warning) -> Self {
+    pub(crate) fn fallback(value: T, warning: Warning) -> Self {
         Parsed { value, warning: Some(warning), defaulted: true }
     }
 }
 
 /// One warning about one variable's value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Warning {
+pub(crate) struct Warning {
     /// The variable's name, e.g. `SERVICEBUS_DRAIN_LOCK_TTL_SECONDS`.
-    pub variable: String,
+    pub(crate) variable: String,
     /// The offending raw value, shortened for display. Never a secret: settings that
     /// hold secrets are not parsed here.
-    pub value: String,
+    pub(crate) value: String,
     /// What was done about it.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Warning {
     /// A warning about `variable` holding `value`.
-    pub fn new(variable: &str, value: &str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(variable: &str, value: &str, message: impl Into<String>) -> Self {
         Warning { variable: variable.to_owned(), value: shorten(value), message: message.into() }
     }
 }
@@ -82,13 +82,13 @@ fn shorten(value: &str) -> String {
 
 /// The rule for one integer setting: default, floor and ceiling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct IntRule {
+pub(crate) struct IntRule {
     /// Used when the value is unset, empty, negative or not an integer.
-    pub default: u64,
+    pub(crate) default: u64,
     /// Smaller values are raised to this, with a warning.
-    pub min: u64,
+    pub(crate) min: u64,
     /// Larger values are lowered to this, with a warning.
-    pub max: u64,
+    pub(crate) max: u64,
 }
 
 impl IntRule {
@@ -96,7 +96,7 @@ impl IntRule {
     ///
     /// Unset -> default, silently. Empty, negative or unparsable -> default with a
     /// warning. Below `min` -> `min`, above `max` -> `max`, each with a warning.
-    pub fn parse(&self, name: &str, raw: Option<&str>) -> Parsed<u64> {
+    pub(crate) fn parse(&self, name: &str, raw: Option<&str>) -> Parsed<u64> {
         let Some(raw) = raw else {
             return Parsed::clean(self.default);
         };
@@ -144,7 +144,7 @@ impl IntRule {
 /// when only it was set (a lone low end above the high end's default), the high
 /// end's otherwise (both set, or only the high end, below the low end's value).
 /// Each argument is `(variable, rule, raw value)`.
-pub fn ordered_window(
+pub(crate) fn ordered_window(
     low: (&str, IntRule, Option<&str>),
     high: (&str, IntRule, Option<&str>),
 ) -> (Parsed<u64>, Parsed<u64>) {
@@ -186,7 +186,7 @@ pub fn ordered_window(
 /// cannot be used must stop the caller, because replacing it with a shared default
 /// would silently merge tenants (and complete one tenant's messages as the other's
 /// duplicates). A brace or a space would also break a store's key layout.
-pub fn key_prefix(raw: &str) -> Result<String, String> {
+pub(crate) fn key_prefix(raw: &str) -> Result<String, String> {
     let p = raw.trim();
     if p.is_empty() {
         return Err("empty; a key prefix must be 1-64 of A-Z a-z 0-9 - _ . :".to_owned());
@@ -202,7 +202,7 @@ pub fn key_prefix(raw: &str) -> Result<String, String> {
 
 /// An instance id (the holder identity written into lease and claim tokens):
 /// 1-128 visible ASCII characters; otherwise `default` with a warning on `name`.
-pub fn instance_id(name: &str, raw: Option<&str>, default: &str) -> Parsed<String> {
+pub(crate) fn instance_id(name: &str, raw: Option<&str>, default: &str) -> Parsed<String> {
     let Some(raw) = raw else {
         return Parsed::clean(default.to_owned());
     };
@@ -214,6 +214,32 @@ pub fn instance_id(name: &str, raw: Option<&str>, default: &str) -> Parsed<Strin
             default.to_owned(),
             Warning::new(name, raw, format!("must be 1-128 visible ASCII characters; using `{default}`")),
         )
+    }
+}
+
+/// Parse a raw value with the switch grammar.
+///
+/// Trimmed and case-insensitive: `off` is Off; `on`, `serve`, `true`, `1`, `yes`
+/// are On; `shadow` is Shadow. An absent value is the default without a
+/// warning; anything else (including an empty string) is the default with one
+/// warning naming the variable and the bad value. So only `off` disables a
+/// default-on switch.
+pub(crate) fn parse_switch(name: &str, raw: Option<&str>, default: Switch) -> Parsed<Switch> {
+    let Some(raw) = raw else {
+        return Parsed::clean(default);
+    };
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "off" => Parsed::clean(Switch::Off),
+        "on" | "serve" | "true" | "1" | "yes" => Parsed::clean(Switch::On),
+        "shadow" => Parsed::clean(Switch::Shadow),
+        _ => Parsed::fallback(
+            default,
+            Warning::new(
+                name,
+                raw,
+                format!("not a switch value (off, on, shadow); using the default `{}`", default.as_str()),
+            ),
+        ),
     }
 }
 
@@ -318,5 +344,50 @@ mod tests {
         assert_eq!((p.value.as_str(), p.defaulted), ("host-1", true));
         assert_eq!(p.warning.map(|w| w.variable), Some("ID".to_owned()));
         assert_eq!(instance_id("ID", Some(""), "host-1").value, "host-1");
+    }
+}
+
+#[cfg(test)]
+mod switch_tests {
+    use drain_core::Switch::{self, Off, On, Shadow};
+
+    use super::parse_switch;
+
+    #[track_caller]
+    fn check(raw: Option<&str>, default: Switch, expected: Switch, warns: bool) {
+        let parsed = parse_switch("X_SWITCH", raw, default);
+        assert_eq!(parsed.value, expected, "value for {raw:?} default {default}");
+        assert_eq!(parsed.warning.is_some(), warns, "warning for {raw:?}");
+        if let Some(w) = parsed.warning {
+            assert_eq!(w.variable, "X_SWITCH");
+            assert!(w.to_string().contains("X_SWITCH"));
+        }
+    }
+
+    #[test]
+    fn grammar() {
+        check(None, On, On, false);
+        check(None, Off, Off, false);
+        check(Some("off"), On, Off, false);
+        check(Some("  OFF "), On, Off, false);
+        check(Some("Off"), Shadow, Off, false);
+        for on in ["on", "serve", "true", "1", "yes", " YES", "Serve", "TRUE"] {
+            check(Some(on), Off, On, false);
+        }
+        check(Some("shadow"), Off, Shadow, false);
+        check(Some(" Shadow\t"), On, Shadow, false);
+    }
+
+    #[test]
+    fn only_off_disables_a_default_on_switch() {
+        for bad in ["", " ", "0", "false", "no", "disable", "of", "offf", "nein", "\u{0}"] {
+            check(Some(bad), On, On, true);
+        }
+    }
+
+    #[test]
+    fn unknown_falls_back_to_an_off_default_with_warning() {
+        check(Some("maybe"), Off, Off, true);
+        check(Some("2"), Shadow, Shadow, true);
     }
 }
