@@ -37,6 +37,10 @@ fn keys_of(ks: &KeySpace, q: &str, id: &str) {
     assert_eq!(hash_tag(&waiters), tag, "an owner's waiter list shares its claim's slot");
     assert_eq!(ks.parse(&waiters), Some(KeyKind::OwnerWaiters { owner: q.as_bytes().to_vec() }));
     assert_eq!(ks.parse(&ks.wake_channel(q)), None, "a wake channel is not a key");
+    let job = ks.lease(&LeaseName::job(q));
+    assert_eq!(hash_tag(&job.lease), hash_tag(&job.fence), "a job's lease and fence share a slot");
+    assert_eq!(ks.parse(&job.lease), Some(KeyKind::Job { job: q.as_bytes().to_vec() }));
+    assert_eq!(ks.parse(&job.fence), Some(KeyKind::JobFence { job: q.as_bytes().to_vec() }));
 }
 
 fn rebuild(ks: &KeySpace, kind: &KeyKind) -> Option<String> {
@@ -47,6 +51,8 @@ fn rebuild(ks: &KeySpace, kind: &KeyKind) -> Option<String> {
         KeyKind::OwnerClaim { owner } => ks.owner_claim(&s(owner)?),
         KeyKind::OwnerFence { owner } => ks.lease(&LeaseName::owner(s(owner)?)).fence,
         KeyKind::OwnerWaiters { owner } => ks.owner_waiters(&s(owner)?),
+        KeyKind::Job { job } => ks.lease(&LeaseName::job(s(job)?)).lease,
+        KeyKind::JobFence { job } => ks.lease(&LeaseName::job(s(job)?)).fence,
         KeyKind::MessageClaim { queue, message_id } => ks.message_claim(&s(queue)?, message_id),
     })
 }

@@ -1,13 +1,21 @@
-//! Setting parsing (drain-core `settings`, `Switch::parse`): any text, never a panic,
+//! Setting parsing (drain-app's `config/settings.rs`, the switch grammar included):
+//! any text, never a panic,
 //! and every rule's promise holds — the switch grammar exactly, only `off` turns a
 //! default-on switch off, numbers always inside their rule's range, a warning for
 //! every value that was not taken as it stands, prefixes and instance ids valid.
 #![no_main]
 
-use drain_core::settings::{self, IntRule};
 use adapter_redis::KeySpace;
 use drain_core::Switch;
 use libfuzzer_sys::fuzz_target;
+
+// The binary's setting rules, compiled into this target as they are (drain-app is a
+// binary, not a library to depend on).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../crates/drain-app/src/config/settings.rs"]
+mod settings;
+
+use settings::IntRule;
 
 /// Rules of the shapes the binary's registry uses (drain-app declares its own; these
 /// cover a zero floor, equal bounds, a default at either end and a huge ceiling).
@@ -29,7 +37,7 @@ fn switch(raw: &str) {
         _ => None,
     };
     for default in [Switch::Off, Switch::Shadow, Switch::On] {
-        let p = Switch::parse("FUZZ_SWITCH", Some(raw), default);
+        let p = settings::parse_switch("FUZZ_SWITCH", Some(raw), default);
         match grammar {
             Some(v) => assert!(p.value == v && p.warning.is_none(), "{raw:?}"),
             None => {
