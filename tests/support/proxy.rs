@@ -1,0 +1,131 @@
+//! A loopback TCP proxy whose traffic a test can hold back: while held, nothing is
+//! read from either side, so what a client sends waits in the sockets and nothing it
+//! waits for comes back. The end-to-end tests put one between a `drain` process and
+//! its target, to stop the process at a moment when everything it sent has left it.
+//! Threads, not processes: they end within 50 ms of the proxy's drop.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// How long a blocked read or write waits before the thread looks at its flags.
+const POLL: Duration = Duration::from_millis(50);
+
+/// A proxy from a free loopback port to one upstream address.
+pub struct Proxy {
+    port: u16,
+    flags: Arc<Flags>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+#[derive(Default)]
+struct Flags {
+    held: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl Proxy {
+    /// Listen on a free loopback port and forward every connection to `upstream`.
+    pub fn start(upstream: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        listener.set_nonblocking(true).expect("a non-blocking listener");
+        let port = listener.local_addr().expect("the proxy's address").port();
+        let flags = Arc::new(Flags::default());
+        let threads = Arc::new(Mutex::new(Vec::new()));
+        let accept = {
+            let (flags, threads) = (flags.clone(), threads.clone());
+            std::thread::spawn(move || accept(&listener, upstream, &flags, &threads))
+        };
+        threads.lock().unwrap_or_else(PoisonError::into_inner).push(accept);
+        Proxy { port, flags, threads }
+    }
+
+    /// The port to connect to instead of the upstream's.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stop forwarding, both ways.
+    pub fn hold(&self) {
+        self.flags.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Forward again, what waited first.
+    pub fn release(&self) {
+        self.flags.held.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.flags.stop.store(true, Ordering::SeqCst);
+        // Twice at most: the accept thread, once joined, starts no more.
+        for _ in 0..2 {
+            let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+            for t in threads {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+fn accept(listener: &TcpListener, upstream: SocketAddr, flags: &Arc<Flags>, threads: &Mutex<Vec<JoinHandle<()>>>) {
+    while !flags.stop.load(Ordering::SeqCst) {
+        let Ok((client, _)) = listener.accept() else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else { continue };
+        let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else { continue };
+        let mut threads = threads.lock().unwrap_or_else(PoisonError::into_inner);
+        for (from, to) in [(client, server), (server2, client2)] {
+            let flags = flags.clone();
+            threads.push(std::thread::spawn(move || pump(from, to, &flags)));
+        }
+    }
+}
+
+/// Copy `from` to `to` until either ends or the proxy stops; nothing is read while held.
+fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags) {
+    let ready =
+        from.set_nonblocking(false).and(from.set_read_timeout(Some(POLL))).and(to.set_write_timeout(Some(POLL)));
+    let mut buf = vec![0; 64 * 1024];
+    while ready.is_ok() && !flags.stop.load(Ordering::SeqCst) {
+        if flags.held.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        }
+        match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if !write_all(&mut to, &buf[..n], flags) {
+                    break;
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {}
+            Err(_) => break,
+        }
+    }
+    let _ = from.shutdown(Shutdown::Both);
+    let _ = to.shutdown(Shutdown::Both);
+}
+
+/// Write all of `data`, retrying timed-out writes until the proxy stops.
+fn write_all(to: &mut TcpStream, mut data: &[u8], flags: &Flags) -> bool {
+    while !data.is_empty() {
+        match to.write(data) {
+            Ok(0) => return false,
+            Ok(n) => data = &data[n..],
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                if flags.stop.load(Ordering::SeqCst) {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    true
+}
