@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use adapter_redis::KeySpace;
 use adapter_redis::keys::KeyKind;
 use adapter_servicebus::{AmqpSource, Endpoint, SourceOptions};
-use drain_core::fence::{FenceCheck, FenceDecision, Refusal};
+use drain_core::fence::{FenceCheck, FenceDecision};
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, LeaseName, MessageSource};
 use drain_e2e::proxy::Proxy;
@@ -123,7 +123,7 @@ type Arrived = (String, Option<u64>);
 /// What the target holds, in the order it arrived, each taken off: (message id,
 /// fence), and the ones the consumer's fence check refused (with the mark they were
 /// below), as the example consumer would dead-letter them.
-fn read_target(broker: &Broker, queue: &str) -> (Vec<Arrived>, Vec<(String, Refusal)>) {
+fn read_target(broker: &Broker, queue: &str) -> (Vec<Arrived>, Vec<(String, FenceDecision)>) {
     let endpoint = Endpoint::parse(&broker.url(queue)).expect("the target's URL").endpoint;
     rabbit::block_on(async {
         let options = SourceOptions { prefetch: 256, ..SourceOptions::default() };
@@ -139,7 +139,8 @@ fn read_target(broker: &Broker, queue: &str) -> (Vec<Arrived>, Vec<(String, Refu
             for d in batch {
                 let id = d.message.message_id.as_ref().map(ToString::to_string).unwrap_or_default();
                 arrived.push((id.clone(), check.fence_of(&d.message).expect("a fence or none")));
-                if let FenceDecision::Refuse(why) = check.check(queue, &d.message).await.expect("the marks answer") {
+                let why = check.check(queue, &d.message).await.expect("the marks answer");
+                if why.must_refuse() {
                     refused.push((id, why));
                 }
                 source.complete(d.handle).await.expect("complete");
