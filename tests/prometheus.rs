@@ -109,8 +109,9 @@ fn a_stolen_lease_raises_drain_lease_lost() {
     let Some(server) = redis() else { return };
     let port = free_port();
     let Some(prom) = Prometheus::start("stolen_lease", &[format!("127.0.0.1:{port}")]) else { return };
-    let mut drain = run(&server.url(), port);
-    // The demo's opening burst takes ~15 s to submit: the first tick holds the lease.
+    // One worker: the lease holder drains the demo's opening burst one message at a
+    // time (~15 s), so the first tick still holds the lease when it is stolen.
+    let mut drain = run_with(&server.url(), port, &[("DRAIN_WORKER_CONCURRENCY", "1")]);
     assert!(drain.wait_for("lease acquired", Duration::from_secs(30)), "{}", drain.log());
     let scraped = prom.await_scraped("drain_lease_lost_total", Duration::from_secs(20));
     assert_eq!(scraped, Some(0.0), "scraped at 0 before the fault:\n{}", drain.log());

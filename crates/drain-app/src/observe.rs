@@ -34,7 +34,7 @@ impl Observer for LogObserver {
                 tracing::warn!("lease renewal failed; retrying next period");
             }
             Event::LeaseLost { lease, loss } => {
-                tracing::debug!(lease, why = loss.as_str(), "{loss}; the work under it was stopped");
+                tracing::debug!(lease, why = loss.as_str(), "lease lost ({loss}): the work under it was stopped");
             }
             Event::Message { queue, outcome, mode } if outcome != MessageOutcome::Submitted => {
                 tracing::debug!(queue, outcome = outcome.as_str(), mode = mode.as_str(), "message settled");

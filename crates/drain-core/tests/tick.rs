@@ -469,6 +469,28 @@ fn fence_is_passed_to_the_submitter_and_reported() {
     assert_eq!(h.target.submitted()[1].1, None, "no lease, no fence");
 }
 
+/// A tick that holds the lease drains with `held_concurrency` (the capacity the lease
+/// keeps from racing); one that does not (off, shadow, failing open) with
+/// `concurrency`.
+#[test]
+fn the_lease_holder_drains_with_the_held_concurrency() {
+    // (single-flight, store failing, concurrency seen)
+    let cases = [(Switch::On, false, 8), (Switch::Off, false, 2), (Switch::Shadow, false, 2), (Switch::On, true, 2)];
+    for (lease, failing, want) in cases {
+        let mut h = Harness::with_delay(Duration::from_millis(100));
+        (h.cfg.singleflight, h.cfg.concurrency, h.cfg.held_concurrency, h.cfg.batch) = (lease, 2, Some(8), 20);
+        h.cfg.atomic_claim = Switch::Off;
+        if failing {
+            h.store.set_failing(Some(ErrorKind::Connection));
+        }
+        let ids: Vec<String> = (0..20).map(|i| format!("m{i}")).collect();
+        h.feed(&ids.iter().map(String::as_str).collect::<Vec<_>>());
+        let r = h.tick();
+        assert_eq!(stats(&r).1, 20, "{lease:?} failing {failing}");
+        assert_eq!(h.target.max_in_flight(), want, "{lease:?} failing {failing}: {r:?}");
+    }
+}
+
 #[test]
 fn message_concurrency_is_bounded() {
     for concurrency in [1, 4] {

@@ -150,6 +150,9 @@ impl Config {
         tick.claim_done_ttl = self.claim_ttl;
         tick.claim_pending_ttl = self.claim_pending;
         tick.concurrency = self.drain_concurrency;
+        // The lease keeps the other workers from racing for the queue: the holder
+        // drains with their capacity, so single-flight costs no latency.
+        tick.held_concurrency = Some(self.drain_concurrency.saturating_mul(self.worker_concurrency.max(1)));
         tick.batch = self.drain_batch;
         tick.max_wait = self.drain_max_wait;
         tick

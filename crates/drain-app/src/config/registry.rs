@@ -133,7 +133,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "",
         "1",
         QUEUE,
-        "Messages processed concurrently within one tick.",
+        "Messages processed concurrently within one tick; a tick that holds the single-flight lease uses this times DRAIN_WORKER_CONCURRENCY (the workers the lease keeps from racing).",
     ),
     int("SERVICEBUS_DRAIN_BATCH", rule(32, 1, 1_000), "", "32", QUEUE, "Messages requested per receive."),
     int(

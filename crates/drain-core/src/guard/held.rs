@@ -35,8 +35,8 @@ impl Loss {
 impl fmt::Display for Loss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
-            Loss::Lost => "the lease is lost: a renewal found it gone",
-            Loss::Expired => "the lease is lost: no renewal was confirmed within its time to live",
+            Loss::Lost => "a renewal found the lease gone",
+            Loss::Expired => "no renewal was confirmed within the lease's time to live",
         })
     }
 }

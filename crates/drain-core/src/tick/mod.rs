@@ -71,6 +71,10 @@ pub struct TickConfig {
     pub claim_pending_ttl: Duration,
     /// Messages processed at once.
     pub concurrency: usize,
+    /// Messages processed at once while this tick holds the single-flight lease (On):
+    /// the capacity of the workers that would otherwise have raced it for the queue,
+    /// which the lease leaves idle (`None`: `concurrency`).
+    pub held_concurrency: Option<usize>,
     /// Messages asked for per receive.
     pub batch: usize,
     /// The longest one receive waits.
@@ -99,6 +103,7 @@ impl TickConfig {
             claim_done_ttl: Duration::from_secs(86_400),
             claim_pending_ttl: Duration::from_secs(300),
             concurrency: 1,
+            held_concurrency: None,
             batch: 32,
             max_wait: Duration::from_millis(1_000),
             max_batches: None,
@@ -224,7 +229,19 @@ pub async fn run_tick(
     if begun.timed_out {
         health.lease_timed_out();
     }
-    let drain = drain::Drain { cfg, ports, token, held: &begun.held, control, health: &health };
+    // The holder drains with the fleet's racing capacity, which the lease would
+    // otherwise leave idle.
+    let held_cfg;
+    let drain_cfg = match cfg.held_concurrency {
+        Some(n) if begun.status == LeaseStatus::Held && n > cfg.concurrency => {
+            let mut c = cfg.clone();
+            c.concurrency = n;
+            held_cfg = c;
+            &held_cfg
+        }
+        _ => cfg,
+    };
+    let drain = drain::Drain { cfg: drain_cfg, ports, token, held: &begun.held, control, health: &health };
     let (ended, loss) = guard.keep_while(&begun, token, drain.run()).await;
 
     // After a timed-out acquire, a best-effort release with this tick's token: if the
