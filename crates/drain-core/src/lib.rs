@@ -10,9 +10,9 @@
 //!
 //! ## The public API
 //!
-//! * Run a tick: [`tick::run_tick`], [`tick::run_tick_until`] over [`tick::TickPorts`],
+//! * Run a tick: [`tick::run_tick`] over [`tick::TickPorts`],
 //!   configured by [`tick::TickConfig`], answering a [`tick::TickReport`]
-//!   ([`tick::LeaseStatus`], [`tick::DrainStats`], [`tick::MISSING_ID_REASON`]).
+//!   ([`guard::LeaseStatus`], [`tick::DrainStats`], [`tick::MISSING_ID_REASON`]).
 //! * Admit owners: [`admission::Scheduler`] (sans-IO: [`admission::Action`],
 //!   [`admission::PeekResult`], [`admission::TurnOutcome`], [`admission::Entry`],
 //!   [`admission::OwnerState`], [`admission::Requested`], [`admission::Woken`],
