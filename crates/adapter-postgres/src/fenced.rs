@@ -30,6 +30,16 @@ pub enum Fenced<T> {
     },
 }
 
+impl<T> Fenced<T> {
+    /// The work's output when it committed; `None` for a stale fence.
+    pub fn committed(self) -> Option<T> {
+        match self {
+            Fenced::Committed(out) => Some(out),
+            Fenced::Stale { .. } => None,
+        }
+    }
+}
+
 /// Why [`PostgresStore::fenced`] failed: the store, or the work.
 #[derive(Debug)]
 pub enum FencedError<E> {
@@ -50,6 +60,17 @@ impl<E: fmt::Display> fmt::Display for FencedError<E> {
 }
 
 impl<E: fmt::Debug + fmt::Display> std::error::Error for FencedError<E> {}
+
+/// A fenced transaction whose work ran statements: its failure as a port error (a
+/// statement's error mapped as the store's own are), so a turn can answer it with `?`.
+impl From<FencedError<tokio_postgres::Error>> for PortError {
+    fn from(e: FencedError<tokio_postgres::Error>) -> Self {
+        match e {
+            FencedError::Store(e) => e,
+            FencedError::Work(e) => map_error(&e, "fenced work", "the work's transaction"),
+        }
+    }
+}
 
 impl PostgresStore {
     /// Run `work` in one transaction on `client` only while `fence` is the current

@@ -10,9 +10,8 @@ use drain_core::admission::{
     DriverPorts, Entry, OwnerId, OwnerTurns, OwnerWork, Scheduler, SchedulerConfig, TurnOutcome, Worked, drive,
 };
 use drain_core::event::Event;
-use drain_core::guard::Held;
 use drain_core::memory::{ManualClock, MemoryStore, block_on};
-use drain_core::ports::{Clock, LeaseName};
+use drain_core::ports::{Clock, Fence, LeaseName};
 use drain_core::testkit::{RecordingObserver, TestRng};
 use drain_core::{ErrorKind, PortError, Switch};
 use futures::future::join_all;
@@ -29,7 +28,7 @@ struct Backlogs {
 
 impl Backlogs {
     /// One turn: up to 3 items, 100 ms each, under the claim.
-    async fn turn(&self, clock: &ManualClock, owner: OwnerId, held: Held) -> Result<Worked, PortError> {
+    async fn turn(&self, clock: &ManualClock, owner: OwnerId, fence: Fence) -> Result<Worked, PortError> {
         let take = {
             let mut left = self.left.lock().unwrap();
             let n = left.entry(owner.clone()).or_default();
@@ -39,7 +38,7 @@ impl Backlogs {
         };
         for _ in 0..take {
             clock.sleep_until(clock.now() + Duration::from_millis(100)).await;
-            let fence = held.fence().map_or(0, |f| f.number());
+            let fence = fence.number();
             let mut worked = self.worked.lock().unwrap();
             let seq = worked.iter().filter(|(o, _, _)| *o == owner).count() as u64;
             worked.push((owner.clone(), seq, fence));

@@ -45,6 +45,28 @@ pub struct BeatConfig {
     pub resident: bool,
 }
 
+impl BeatConfig {
+    /// A beat every `interval` (on average) on `workers` worker slots.
+    #[must_use]
+    pub fn every(interval: Duration, workers: usize) -> Self {
+        BeatConfig { interval, workers, ..BeatConfig::default() }
+    }
+
+    /// With a grace of `grace` for running ticks on shutdown.
+    #[must_use]
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// With the resident consumer.
+    #[must_use]
+    pub fn resident(mut self, resident: bool) -> Self {
+        self.resident = resident;
+        self
+    }
+}
+
 impl Default for BeatConfig {
     /// A tick every 10 s on 4 workers, a 30 s grace, no resident consumer.
     fn default() -> Self {

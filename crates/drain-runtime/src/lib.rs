@@ -6,6 +6,7 @@ mod clock;
 mod gate;
 mod lazy;
 mod lease;
+mod owners;
 mod ticks;
 
 pub use beat::{Beat, BeatConfig, OnReport};
@@ -13,4 +14,5 @@ pub use clock::TokioClock;
 pub use gate::ClaimGate;
 pub use lazy::{Connect, LazyStore};
 pub use lease::{HeldLease, Taken, take};
+pub use owners::owner_passes;
 pub use ticks::Ticks;

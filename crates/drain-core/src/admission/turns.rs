@@ -1,6 +1,7 @@
 //! Owner turns that take their own claim: the ready-made [`OwnerWork`] around your
 //! work function.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -11,8 +12,8 @@ use async_trait::async_trait;
 use super::driver::OwnerWork;
 use super::{Entry, OwnerId, TurnOutcome};
 use crate::error::PortError;
-use crate::guard::{Ended, Held, LeaseGuard, Start};
-use crate::ports::{Clock, LeaseName, LeaseStore, OwnerClaims, ReleaseWake, Waiter};
+use crate::guard::{Ended, LeaseGuard, Start};
+use crate::ports::{Clock, Fence, LeaseName, LeaseStore, OwnerClaims, ReleaseWake, Waiter};
 use crate::token::LeaseToken;
 
 /// What one turn of an owner's work did.
@@ -29,9 +30,9 @@ pub struct Worked {
 ///
 /// Each turn draws a fresh token, takes the claim (a lost race is
 /// [`TurnOutcome::ClaimBusy`]; when the driver says this instance waits for releases,
-/// the lost race registers it as a waiter in the same step), runs `work(owner, held)`
+/// the lost race registers it as a waiter in the same step), runs `work(owner, fence)`
 /// under a [`LeaseGuard`] that renews the claim every TTL/3 and drops the work when the
-/// claim is lost, and releases the claim, waking one waiter unless `more` (the store's
+/// claim is lost (hand the fence to what receives the work's writes), and releases the claim, waking one waiter unless `more` (the store's
 /// [`ReleaseWake`], when it offers one). A panicking work is caught: the claim is
 /// released, the panic counted ([`OwnerTurns::panics`]) and the turn failed, and the
 /// driver goes on. A permanent error (a missing right, a wrong setting: retrying cannot
@@ -50,11 +51,13 @@ pub struct OwnerTurns<'a, F, R> {
     handed_off: Mutex<Vec<OwnerId>>,
     panics: AtomicU64,
     wakes_sent: AtomicU64,
+    /// Turns by outcome, in `TurnOutcome::ALL`'s order.
+    outcomes: [AtomicU64; 5],
 }
 
 impl<'a, F, Fut, R> OwnerTurns<'a, F, R>
 where
-    F: Fn(OwnerId, Held) -> Fut + Send + Sync,
+    F: Fn(OwnerId, Fence) -> Fut + Send + Sync,
     Fut: Future<Output = Result<Worked, PortError>> + Send,
     R: rand::CryptoRng + Send,
 {
@@ -84,6 +87,7 @@ where
             handed_off: Mutex::new(Vec::new()),
             panics: AtomicU64::new(0),
             wakes_sent: AtomicU64::new(0),
+            outcomes: Default::default(),
         }
     }
 
@@ -95,6 +99,12 @@ where
     pub fn without_wake(mut self) -> Self {
         self.wake = None;
         self
+    }
+
+    /// Turns so far by outcome, named as the metric labels them (`claim_busy`, …).
+    #[must_use]
+    pub fn outcomes(&self) -> BTreeMap<&'static str, u64> {
+        TurnOutcome::ALL.iter().zip(&self.outcomes).map(|(o, n)| (o.as_str(), n.load(Ordering::Relaxed))).collect()
     }
 
     /// Releases of these turns that woke a waiting instance.
@@ -153,11 +163,37 @@ where
 #[async_trait]
 impl<F, Fut, R> OwnerWork for OwnerTurns<'_, F, R>
 where
-    F: Fn(OwnerId, Held) -> Fut + Send + Sync,
+    F: Fn(OwnerId, Fence) -> Fut + Send + Sync,
     Fut: Future<Output = Result<Worked, PortError>> + Send,
     R: rand::CryptoRng + Send,
 {
-    async fn turn(&self, owner: &OwnerId, _entry: Entry, waiter: Option<&Waiter>) -> TurnOutcome {
+    async fn turn(&self, owner: &OwnerId, entry: Entry, waiter: Option<&Waiter>) -> TurnOutcome {
+        let outcome = self.take_turn(owner, entry, waiter).await;
+        let i = TurnOutcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        self.outcomes[i].fetch_add(1, Ordering::Relaxed);
+        outcome
+    }
+
+    fn hand_off(&self, owner: OwnerId) {
+        self.handed_off.lock().unwrap_or_else(PoisonError::into_inner).push(owner);
+    }
+
+    fn must_stop(&self) -> bool {
+        self.fatal.lock().unwrap_or_else(PoisonError::into_inner).is_some()
+    }
+
+    fn instance(&self) -> Option<&str> {
+        Some(&self.instance)
+    }
+}
+
+impl<F, Fut, R> OwnerTurns<'_, F, R>
+where
+    F: Fn(OwnerId, Fence) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<Worked, PortError>> + Send,
+    R: rand::CryptoRng + Send,
+{
+    async fn take_turn(&self, owner: &OwnerId, _entry: Entry, waiter: Option<&Waiter>) -> TurnOutcome {
         if self.must_stop() {
             return TurnOutcome::Failed;
         }
@@ -179,7 +215,9 @@ where
                 return self.failed(error);
             }
         };
-        let (ended, _) = guard.keep_while(&begun, &token, (self.work)(owner.clone(), begun.held.clone())).await;
+        // An enforced guard's work always holds the claim's fence.
+        let Some(fence) = begun.held.fence().cloned() else { return TurnOutcome::Failed };
+        let (ended, _) = guard.keep_while(&begun, &token, (self.work)(owner.clone(), fence)).await;
         let more = matches!(ended, Ended::Done(Ok(Worked { more: true, .. })));
         self.release(&guard, owner, &token, more).await;
         match ended {
@@ -193,17 +231,5 @@ where
                 TurnOutcome::Failed
             }
         }
-    }
-
-    fn hand_off(&self, owner: OwnerId) {
-        self.handed_off.lock().unwrap_or_else(PoisonError::into_inner).push(owner);
-    }
-
-    fn must_stop(&self) -> bool {
-        self.fatal.lock().unwrap_or_else(PoisonError::into_inner).is_some()
-    }
-
-    fn instance(&self) -> Option<&str> {
-        Some(&self.instance)
     }
 }

@@ -110,6 +110,41 @@ impl TickConfig {
             kind: TickKind::Beat,
         }
     }
+
+    /// With the single-flight lease at `mode`.
+    #[must_use]
+    pub fn singleflight(mut self, mode: Switch) -> Self {
+        self.singleflight = mode;
+        self
+    }
+
+    /// With the per-message claim at `mode`.
+    #[must_use]
+    pub fn atomic_claim(mut self, mode: Switch) -> Self {
+        self.atomic_claim = mode;
+        self
+    }
+
+    /// With leases of `ttl`.
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// With `n` messages processed at once.
+    #[must_use]
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// With receives of at most `n` messages, each waiting at most `max_wait`.
+    #[must_use]
+    pub fn receive(mut self, n: usize, max_wait: Duration) -> Self {
+        (self.batch, self.max_wait) = (n, max_wait);
+        self
+    }
 }
 
 /// The ports a tick uses. When the lease store and the claim store are the same
