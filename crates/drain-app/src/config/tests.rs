@@ -321,10 +321,14 @@ fn an_unknown_variable_with_a_known_prefix_names_the_closest_setting() {
 
 /// The binary's defaults (this registry) are the ones drain-core documents for
 /// embedders (`TickConfig::new`, `SchedulerConfig::default`): one set of defaults.
+/// The binary adds only the lease holder's concurrency, which it derives from its
+/// worker slots (1 message at a time x 4 workers).
 #[test]
 fn the_binarys_defaults_are_the_cores() {
     let c = load(&[]).config;
-    assert_eq!(c.tick_config("q"), TickConfig::new("q"));
+    let mut core = TickConfig::new("q");
+    core.held_concurrency = Some(4);
+    assert_eq!(c.tick_config("q"), core);
     assert_eq!(c.scheduler_config(), SchedulerConfig::default());
 }
 
