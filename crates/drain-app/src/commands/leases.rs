@@ -26,6 +26,9 @@ pub(crate) struct LeasesArgs {
 #[derive(Debug, Default, Serialize)]
 struct Listing {
     leases: Vec<LeaseRow>,
+    /// Jobs' leases (`LeaseName::job`), shown only when there are any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    jobs: Vec<JobRow>,
     owner_claims: Vec<ClaimRow>,
     message_claims: BTreeMap<String, MessageClaims>,
 }
@@ -33,6 +36,14 @@ struct Listing {
 #[derive(Debug, Serialize)]
 struct LeaseRow {
     queue: String,
+    holder: Option<String>,
+    ttl_ms: Option<u128>,
+    fence: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct JobRow {
+    job: String,
     holder: Option<String>,
     ttl_ms: Option<u128>,
     fence: Option<String>,
@@ -66,6 +77,8 @@ fn name(bytes: &[u8]) -> String {
 fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
     let mut out = Listing::default();
     let mut leases: BTreeMap<String, LeaseRow> = BTreeMap::new();
+    let mut jobs: BTreeMap<String, JobRow> = BTreeMap::new();
+    let job_row = |j: &[u8]| JobRow { job: name(j), holder: None, ttl_ms: None, fence: None };
     for (key, h) in found {
         let ttl_ms = h.remaining.map(|d| d.as_millis());
         match keys.parse(&key) {
@@ -103,16 +116,18 @@ fn classify(keys: &KeySpace, found: Vec<(String, Scanned)>) -> Listing {
                     None => entry.done += 1,
                 }
             }
-            Some(
-                KeyKind::OwnerFence { .. }
-                | KeyKind::OwnerWaiters { .. }
-                | KeyKind::Job { .. }
-                | KeyKind::JobFence { .. },
-            )
-            | None => {}
+            Some(KeyKind::Job { job }) => {
+                let row = jobs.entry(name(&job)).or_insert_with(|| job_row(&job));
+                (row.holder, row.ttl_ms) = (Some(LeaseToken::holder_of(&h.value).to_owned()), ttl_ms);
+            }
+            Some(KeyKind::JobFence { job }) => {
+                jobs.entry(name(&job)).or_insert_with(|| job_row(&job)).fence = Some(h.value);
+            }
+            Some(KeyKind::OwnerFence { .. } | KeyKind::OwnerWaiters { .. }) | None => {}
         }
     }
     out.leases = leases.into_values().collect();
+    out.jobs = jobs.into_values().collect();
     out
 }
 
@@ -145,6 +160,17 @@ fn table(l: &Listing) -> String {
             "{:<10} {:<32} {:<28} {:>9} {:>8}",
             "lease",
             cell(&r.queue, 32),
+            cell(r.holder.as_deref().unwrap_or("(free)"), 28),
+            ttl(r.ttl_ms),
+            cell(r.fence.as_deref().unwrap_or("-"), 8)
+        );
+    }
+    for r in &l.jobs {
+        let _ = writeln!(
+            out,
+            "{:<10} {:<32} {:<28} {:>9} {:>8}",
+            "job",
+            cell(&r.job, 32),
             cell(r.holder.as_deref().unwrap_or("(free)"), 28),
             ttl(r.ttl_ms),
             cell(r.fence.as_deref().unwrap_or("-"), 8)
@@ -258,6 +284,8 @@ fn from_postgres(found: adapter_postgres::Listing) -> Listing {
             if let Some(holder) = l.holder {
                 out.owner_claims.push(ClaimRow { owner: l.name, holder, ttl_ms });
             }
+        } else if l.kind == "job" {
+            out.jobs.push(JobRow { job: l.name, holder: l.holder, ttl_ms, fence: Some(l.fence.to_string()) });
         } else {
             out.leases.push(LeaseRow { queue: l.name, holder: l.holder, ttl_ms, fence: Some(l.fence.to_string()) });
         }
@@ -295,6 +323,8 @@ mod tests {
             (q("requests").fence, h("7", None)),
             (q("idle").fence, h("3", None)),
             (ks.owner_claim("tenant{a}"), h("w-2:ff", Some(5_000))),
+            (ks.lease(&LeaseName::job("nightly")).lease, h("cron-1:ab", Some(20_000))),
+            (ks.lease(&LeaseName::job("nightly")).fence, h("4", None)),
             (ks.message_claim("requests", &MessageId::Ulong(1)), h("pending:host-1:0123", Some(300_000))),
             (ks.message_claim("requests", &MessageId::from("m2")), h("done:host-1:0123", Some(86_000_000))),
             ("other:key".to_owned(), h("x", None)),
@@ -308,11 +338,14 @@ mod tests {
         );
         assert_eq!(l.leases[0].holder, None, "a queue with only a fence is free");
         assert_eq!(l.owner_claims[0].owner, "tenant{a}");
+        let j = &l.jobs[0];
+        assert_eq!((j.job.as_str(), j.holder.as_deref(), j.fence.as_deref()), ("nightly", Some("cron-1"), Some("4")));
         let m = &l.message_claims["requests"];
         assert_eq!((m.pending.len(), m.done), (1, 1));
         assert_eq!(m.pending[0].message_id, "ulong:1", "an id of another type says so");
         let t = table(&l);
         assert!(t.contains("lease") && t.contains("host-1") && t.contains("90.0s") && t.contains("(free)"), "{t}");
+        assert!(t.lines().any(|l| l.starts_with("job") && l.contains("nightly") && l.contains("cron-1")), "{t}");
     }
 
     #[test]
