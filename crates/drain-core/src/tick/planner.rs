@@ -53,6 +53,9 @@ use crate::tick::{ClaimHealth, DrainStats};
 
 mod types;
 
+#[cfg(test)]
+mod tests;
+
 pub(super) use types::{
     ClaimCall, DrainOutcome, ForSource, Job, Next, Prepared, Receive, SourceOp, Start, Stop, ToSource,
 };
