@@ -160,7 +160,7 @@ fn check(config: &str, script: &str, counts: &str) {
             _ => panic!("config word {w:?}"),
         }
     }
-    let mut run = Run { planner: Planner::new(mode, max_batches, down), ..Run::default() };
+    let mut run = Run::new(Planner::new(mode, max_batches, down));
     let mut got = Vec::new();
     for item in script.split(';') {
         let input = item.split_once("->").map_or(item, |(input, _)| input).trim();
@@ -172,7 +172,6 @@ fn check(config: &str, script: &str, counts: &str) {
 }
 
 /// The planner, and what the drain loop would hold between two inputs.
-#[derive(Default)]
 struct Run {
     planner: Planner,
     permit: Option<Receive>,
@@ -184,13 +183,20 @@ struct Run {
     shadow: Vec<&'static str>,
 }
 
-impl Default for Planner {
-    fn default() -> Self {
-        Planner::new(Switch::On, None, false)
-    }
-}
-
 impl Run {
+    fn new(planner: Planner) -> Self {
+        Run {
+            planner,
+            permit: None,
+            call: None,
+            jobs: Vec::new(),
+            names: HashMap::new(),
+            received: 0,
+            source_fails: false,
+            shadow: Vec::new(),
+        }
+    }
+
     fn input(&mut self, input: &str) -> String {
         let (verb, args) = input.split_once(' ').unwrap_or((input, ""));
         let args: Vec<&str> = args.split_whitespace().collect();
