@@ -26,6 +26,7 @@
 mod drain;
 mod health;
 mod outage;
+mod planner;
 mod report;
 
 use std::panic::resume_unwind;
@@ -276,7 +277,7 @@ pub async fn run_tick(
         }
         _ => cfg,
     };
-    let drain = drain::Drain { cfg: drain_cfg, ports, token, held: &begun.held, control, health: &health };
+    let drain = drain::Drain::new(drain_cfg, ports, token, &begun.held, control, &health);
     let (ended, loss) = guard.keep_while(&begun, token, drain.run()).await;
 
     // After a timed-out acquire, a best-effort release with this tick's token: if the
@@ -413,7 +414,7 @@ pub async fn release_stale_claims(
     let releases: Vec<Settlement> =
         stale.ids.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::Release }).collect();
     let answers = claims.settle_batch(&cfg.queue, &releases, &stale.token, cfg.claim_done_ttl).await;
-    drain::of_length(answers, releases.len(), "releases").map(|_| ())
+    planner::of_length(answers, releases.len(), "releases").map(|_| ())
 }
 
 fn lease_op(cfg: &TickConfig, ports: &TickPorts<'_>, op: LeaseOp, result: &'static str) {
