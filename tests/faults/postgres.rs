@@ -48,6 +48,10 @@ impl World {
 
     /// A world on `server`, with `messages` queued and submits that take `delay`.
     pub(crate) async fn on(server: PostgresServer, messages: usize, delay: Duration) -> World {
+        // The first connect also creates the schema, which can outlast the short
+        // timeout on a busy machine: the schema is made with a patient connect.
+        let patient = config(&server).timeouts(Duration::from_secs(10), Duration::from_secs(10));
+        drop(PostgresStore::connect(patient).await.expect("create the schema on the private PostgreSQL"));
         let store = PostgresStore::connect(config(&server)).await.expect("connect to the private PostgreSQL");
         World::with(server, store, messages, delay)
     }
