@@ -8,6 +8,11 @@
 //! AMQP tests use one private RabbitMQ node that this gate starts for the run
 //! (crate::rabbit) and names in `DRAIN_TEST_AMQP_URL` (kept when already set). The
 //! machine's services are never used.
+//!
+//! With cargo-nextest installed the tests run through it (`.config/nextest.toml`):
+//! most tests wait on servers, so running test binaries side by side instead of one
+//! after another roughly halves the gate; doctests, which nextest does not run, go
+//! through `cargo test --doc`. Without it, `cargo test` runs everything.
 
 use crate::rabbit::{self, HOME_VAR, NODE_VAR, URL_VAR};
 use crate::services::{self, Need};
@@ -23,8 +28,13 @@ pub(crate) const PROGRAMS: [&str; 7] =
 /// Run the gate.
 pub(crate) fn run_gate() -> GateResult {
     let need = services::ensure(&PROGRAMS)?;
+    let nextest = has_nextest();
     let mut cmd = cargo();
-    cmd.args(["test", "--workspace", "--all-features"]);
+    if nextest {
+        cmd.args(["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"]);
+    } else {
+        cmd.args(["test", "--workspace", "--all-features"]);
+    }
     if let Need::Missing(why) = &need {
         println!("xtask test: tests that need what is missing will skip (they fail under CI=true): {why}");
     }
@@ -41,7 +51,21 @@ pub(crate) fn run_gate() -> GateResult {
         cmd.env(URL_VAR, url).env(NODE_VAR, name).env(HOME_VAR, home);
     }
     run(&mut cmd).map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
+    if nextest {
+        run(cargo().args(["test", "--doc", "--workspace", "--all-features"]))
+            .map_err(|f| f.fix("fix the failing doctests above, then rerun `cargo xtask test`"))?;
+    }
     Ok(Outcome::Passed)
+}
+
+/// Whether `cargo nextest` runs here.
+fn has_nextest() -> bool {
+    cargo()
+        .args(["nextest", "--version"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Point `cmd`'s tests (or benches) at this run's private RabbitMQ node.
