@@ -23,8 +23,18 @@ pub(crate) fn clippy() -> GateResult {
     // The fuzz targets are their own workspace and only `cargo xtask fuzz` (nightly,
     // not in `ci`) builds them: lint them here on stable, so a change to the code they
     // cover cannot leave them broken unnoticed.
-    run(cargo().args(["clippy", "--manifest-path", "fuzz/Cargo.toml", "--bins", "--", "-D", "warnings"]))
-        .map_err(|f| f.fix("fix the fuzz targets in fuzz/fuzz_targets/ (they build against the workspace's crates)"))?;
+    // Without the default `link` feature libfuzzer-sys skips compiling libFuzzer's C++.
+    run(cargo().args([
+        "clippy",
+        "--manifest-path",
+        "fuzz/Cargo.toml",
+        "--bins",
+        "--no-default-features",
+        "--",
+        "-D",
+        "warnings",
+    ]))
+    .map_err(|f| f.fix("fix the fuzz targets in fuzz/fuzz_targets/ (they build against the workspace's crates)"))?;
     Ok(Outcome::Passed)
 }
 

@@ -11,8 +11,9 @@
 //!
 //! With cargo-nextest installed the tests run through it (`.config/nextest.toml`):
 //! most tests wait on servers, so running test binaries side by side instead of one
-//! after another roughly halves the gate; doctests, which nextest does not run, go
-//! through `cargo test --doc`. Without it, `cargo test` runs everything.
+//! after another roughly halves the gate. What nextest cannot run goes through
+//! `cargo test`: doctests, and the worked examples whose `main` is the test (no
+//! harness to list tests with). Without nextest, `cargo test` runs everything.
 
 use crate::rabbit::{self, HOME_VAR, NODE_VAR, URL_VAR};
 use crate::services::{self, Need};
@@ -31,7 +32,7 @@ pub(crate) fn run_gate() -> GateResult {
     let nextest = has_nextest();
     let mut cmd = cargo();
     if nextest {
-        cmd.args(["nextest", "run", "--workspace", "--all-features", "--no-fail-fast"]);
+        cmd.args(["nextest", "run", "--workspace", "--all-features", "--lib", "--bins", "--tests", "--no-fail-fast"]);
     } else {
         cmd.args(["test", "--workspace", "--all-features"]);
     }
@@ -52,8 +53,10 @@ pub(crate) fn run_gate() -> GateResult {
     }
     run(&mut cmd).map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
     if nextest {
-        run(cargo().args(["test", "--doc", "--workspace", "--all-features"]))
-            .map_err(|f| f.fix("fix the failing doctests above, then rerun `cargo xtask test`"))?;
+        for what in ["--examples", "--doc"] {
+            run(cargo().args(["test", "--workspace", "--all-features", what]))
+                .map_err(|f| f.fix("fix the failing tests above, then rerun `cargo xtask test`"))?;
+        }
     }
     Ok(Outcome::Passed)
 }
