@@ -32,7 +32,17 @@ pub(crate) fn run_gate() -> GateResult {
     let nextest = has_nextest();
     let mut cmd = cargo();
     if nextest {
-        cmd.args(["nextest", "run", "--workspace", "--all-features", "--lib", "--bins", "--tests", "--no-fail-fast"]);
+        cmd.args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--all-features",
+            "--lib",
+            "--bins",
+            "--test",
+            "*",
+            "--no-fail-fast",
+        ]);
     } else {
         cmd.args(["test", "--workspace", "--all-features"]);
     }
