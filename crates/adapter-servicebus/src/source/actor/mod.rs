@@ -31,21 +31,18 @@ use drain_core::{ErrorKind, PortError};
 use fe2o3_amqp::link::RecvError;
 use fe2o3_amqp::types::messaging::Body;
 use fe2o3_amqp::types::primitives::Value;
-use fe2o3_amqp_management::MgmtClient;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
-use tokio::time::{Instant, sleep_until, timeout};
+use tokio::time::{Instant, sleep_until};
 
 use self::credit::Pending;
 pub(super) use self::management::Management;
 pub(super) use self::reconnect::{Link, open_link};
 pub(super) use self::settle::Settlement;
 use super::SourceOptions;
-use super::held::{Gone, Held};
+use super::held::Held;
 use crate::connect;
-use crate::endpoint::{Endpoint, Profile};
-use crate::error;
-use crate::profile::Settle;
+use crate::endpoint::Endpoint;
 
 /// A request to the link task.
 pub(super) enum Command {

@@ -15,7 +15,7 @@ pub(in crate::source) enum Settlement {
 }
 
 impl Settlement {
-    pub(super) fn as_settle(&self) -> Settle<'_> {
+    fn as_settle(&self) -> Settle<'_> {
         match self {
             Settlement::Abandon => Settle::Abandon,
             Settlement::DeadLetter { reason, description } => Settle::DeadLetter { reason, description },
