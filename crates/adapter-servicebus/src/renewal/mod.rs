@@ -8,6 +8,9 @@
 //! * `automatic`: the source wrapper that renews every delivery it hands out.
 //! * `by_hand`: [`LockRenewal`], the same loop started by the caller.
 //!
+//! The source's own `renew_lock` (in `source/`) sends the request through the
+//! `$management` client of its live link, which only the source's task can attach.
+//!
 //! The CBS token that authenticates a connection is a different thing, kept fresh by
 //! [`crate::token_refresh`].
 
