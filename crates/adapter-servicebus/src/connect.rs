@@ -20,14 +20,12 @@ use tokio::net::TcpStream;
 
 use crate::endpoint::{Credentials, Endpoint, Secret};
 use crate::error;
-use crate::refresh::{PutToken, TokenRefresh};
 use crate::sas;
+use crate::token_refresh::{PutToken, TokenRefresh};
 
 /// The CBS token type of a SAS token.
 const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
 
-/// An open connection with one session, and for Service Bus the task that keeps its
-/// CBS token fresh (see [`crate::refresh`]).
 /// How long to wait for the broker's answer to our session `end`. It comes within
 /// milliseconds, but RabbitMQ 3.10's AMQP 1.0 plugin sometimes never sends it (its
 /// session process stops before its writer flushes the frame), and fe2o3-amqp 0.18
@@ -35,6 +33,8 @@ const SAS_TOKEN_TYPE: &str = "servicebus.windows.net:sastoken";
 /// the session anyway, so a missing answer costs this long, not the whole timeout.
 pub(crate) const SESSION_END_LIMIT: Duration = Duration::from_secs(1);
 
+/// An open connection with one session, and for Service Bus the task that keeps its
+/// CBS token fresh (see [`crate::token_refresh`]).
 pub(crate) struct Conn {
     pub(crate) connection: ConnectionHandle<()>,
     pub(crate) session: SessionHandle<()>,

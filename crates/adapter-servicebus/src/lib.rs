@@ -48,27 +48,22 @@
 //! endpoint and never contain a password, key or token.
 #![forbid(unsafe_code)]
 
-mod auto_renew;
 mod backoff;
 mod connect;
 mod convert;
 mod endpoint;
 mod error;
-mod lock;
 mod profile;
-mod refresh;
-mod renew;
-mod renewer;
+mod renewal;
 mod sas;
 mod source;
 mod submit;
+mod token_refresh;
 
-pub use auto_renew::LockEvent;
 pub use backoff::Backoff;
 pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint, Profile, Secret};
-pub use lock::LockToken;
 pub use profile::{DEAD_LETTER_CONDITION, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
-pub use renewer::{LockRenewal, RenewEvent, RenewSchedule};
+pub use renewal::{LockEvent, LockRenewal, LockToken, RenewEvent, RenewSchedule};
 pub use sas::sas_token;
 pub use source::{AmqpSource, SourceOptions};
 pub use submit::{AmqpSubmitter, SubmitterOptions};

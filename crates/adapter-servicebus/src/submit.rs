@@ -8,7 +8,7 @@
 //! jittered backoff; submits wait for it up to [`SubmitterOptions::send_timeout`].
 //!
 //! On Service Bus the connection's CBS token is refreshed before it expires by the
-//! same mechanism the source's connection uses ([`crate::refresh`], one task per
+//! same mechanism the source's connection uses ([`crate::token_refresh`], one task per
 //! connection); when it cannot be kept valid the link is replaced like a detached one.
 //!
 //! RabbitMQ accepts and drops messages sent to `/amq/queue/<q>` when `<q>` does not

@@ -11,13 +11,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use fe2o3_amqp::ReceiverDisposer;
 use fe2o3_amqp::link::delivery::DeliveryInfo;
 
-use crate::lock::LockToken;
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use crate::renewal::{LockToken, expired, unix_now_ms};
 
 /// A delivery handed out (or buffered) and not settled yet.
 pub(super) struct Tracked {
@@ -122,7 +116,7 @@ impl Held {
         let tracked = inner.deliveries.remove(&handle).ok_or(Gone::LockLost)?;
         // Settled with `rcv-settle-mode first`, an outcome for an expired lock is never
         // answered: the broker drops it and redelivers the message. Say so instead.
-        if tracked.locked_until_ms.is_some_and(|until| until <= unix_ms()) {
+        if expired(tracked.locked_until_ms, unix_now_ms()) {
             return Err(Gone::Expired);
         }
         match &inner.live {

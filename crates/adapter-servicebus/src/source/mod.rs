@@ -14,11 +14,12 @@ use tokio::time::{Instant, timeout};
 
 use self::actor::{Actor, Command, Management, Settlement};
 use self::held::{Gone, Held, LockInfo};
-use crate::auto_renew::{AutoRenew, HeldLock, LockEvent, LockLookup};
 use crate::backoff::Backoff;
 use crate::endpoint::{Endpoint, Profile};
 use crate::error;
-use crate::renew::{RenewLockRequest, lock_duration, renew_error};
+use crate::renewal::{
+    AutoRenew, HeldLock, LockEvent, LockLookup, RenewLockRequest, lock_duration, renew_error, unix_now_ms,
+};
 
 /// Settings of an [`AmqpSource`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -310,7 +311,7 @@ impl Inner {
         }
         let request = RenewLockRequest { tokens: vec![token], link_name: Some(info.link_name), server_timeout: op };
         let result = timeout(op, mgmt.client.call(request)).await;
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let now_ms = unix_now_ms();
         match result {
             Ok(Ok(response)) => match response.expirations_ms.first() {
                 Some(expires) => {
@@ -341,7 +342,7 @@ impl Inner {
 impl LockLookup for Inner {
     fn held_lock(&self, handle: DeliveryHandle) -> HeldLock {
         let Ok(info) = self.held.lock_info(handle.0) else { return HeldLock::default() };
-        let now_ms = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let now_ms = unix_now_ms();
         HeldLock { token: info.token, remaining: info.locked_until_ms.map(|until| lock_duration(now_ms, until)) }
     }
 }

@@ -1,4 +1,4 @@
-//! Service Bus lock tokens: which GUID locks a peek-locked delivery.
+//! Service Bus lock tokens: which GUID locks a peek-locked delivery, and until when.
 //!
 //! Service Bus puts the lock token in the delivery tag (16 bytes, in .NET's GUID
 //! byte order: the first three fields little-endian) and usually also in the
@@ -68,6 +68,19 @@ pub(crate) fn locked_until_ms(message_annotations: Option<&Annotations>) -> Opti
         Value::Timestamp(t) => Some(t.milliseconds()),
         _ => None,
     }
+}
+
+/// Now, in Unix milliseconds: the clock `x-opt-locked-until` is measured on.
+pub(crate) fn unix_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Whether a lock that lasts until `locked_until_ms` (`None`: the broker did not
+/// say) ran out at `now_ms`.
+pub(crate) fn expired(locked_until_ms: Option<i64>, now_ms: i64) -> bool {
+    locked_until_ms.is_some_and(|until| until <= now_ms)
 }
 
 /// `00112233-4455-6677-8899-aabbccddeeff`.
@@ -146,5 +159,13 @@ mod tests {
         );
         assert_eq!(locked_until_ms(Some(&a)), Some(1_700_000_000_123));
         assert_eq!(locked_until_ms(None), None);
+    }
+
+    #[test]
+    fn expiry() {
+        assert!(!expired(None, i64::MAX), "a lock the broker did not time never expires here");
+        assert!(!expired(Some(1_001), 1_000));
+        assert!(expired(Some(1_000), 1_000), "a lock ends at its time");
+        assert!(expired(Some(999), 1_000));
     }
 }

@@ -1,5 +1,5 @@
-//! Service Bus lock renewal: the `com.microsoft:renew-lock` request on the entity's
-//! `$management` node, and its response.
+//! The `com.microsoft:renew-lock` request on the entity's `$management` node, and
+//! its response.
 //!
 //! Request: application property `operation = com.microsoft:renew-lock` (plus
 //! `associated-link-name`, the receiver that holds the lock, and a server timeout);
@@ -15,7 +15,7 @@ use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Uuid, Value}
 use fe2o3_amqp_management::error::Error as MgmtError;
 use fe2o3_amqp_management::{Request, Response};
 
-use crate::lock::LockToken;
+use super::lock_token::LockToken;
 
 /// The operation name.
 pub(crate) const RENEW_LOCK_OPERATION: &str = "com.microsoft:renew-lock";

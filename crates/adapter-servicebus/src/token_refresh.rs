@@ -1,6 +1,7 @@
-//! Keeping a CBS token valid (Service Bus): one loop for every connection that put
-//! one, the source's and the submitter's. It is generic over how a token is put
-//! ([`PutToken`]), so it is tested without a broker.
+//! Keeping a connection's CBS token valid (Service Bus): one loop for every
+//! connection that put one, the source's and the submitter's. It is generic over how
+//! a token is put ([`PutToken`]), so it is tested without a broker. (A delivery's
+//! lock is renewed elsewhere: [`crate::renewal`].)
 //!
 //! A token is replaced [`sas::refresh_after`] its validity (5 minutes before a
 //! one-hour token expires). A put the CBS node refuses is retried with jittered

@@ -18,8 +18,9 @@ use drain_core::{ErrorKind, PortError};
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::lock::LockToken;
-use crate::renewer::{RenewEvent, RenewSchedule, renew_until};
+use super::lock_token::LockToken;
+use super::renew_loop::{RenewEvent, renew_until};
+use super::schedule::RenewSchedule;
 
 /// Lock events kept for a subscriber that reads slower than they happen.
 const EVENT_BUFFER: usize = 1024;

@@ -1,32 +1,18 @@
+//! [`LockRenewal`] under Tokio's paused clock, with a source whose `renew_lock`
+//! answers from a script.
+
 use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use async_trait::async_trait;
-use drain_core::ErrorKind;
 use drain_core::ports::{Capabilities, Delivery};
+use drain_core::{ErrorKind, PortError};
+use tokio::time::Instant;
 
 use super::*;
 
 fn s(n: u64) -> Duration {
     Duration::from_secs(n)
-}
-
-#[test]
-fn schedule_table() {
-    let check = |max: u64, elapsed: u64, remaining: u64, want: Option<u64>| {
-        let got = RenewSchedule { max_duration: s(max) }.next(s(elapsed), s(remaining));
-        assert_eq!(got, want.map(s), "max={max} elapsed={elapsed} remaining={remaining}");
-    };
-    // A 60 s lock is renewed 10 s before it expires.
-    check(300, 0, 60, Some(50));
-    check(300, 50, 60, Some(50));
-    // A short lock is renewed halfway.
-    check(300, 0, 8, Some(4));
-    check(300, 0, 0, Some(0));
-    // The renewal would start at or past the maximum: stop.
-    check(300, 250, 60, None);
-    check(300, 249, 60, Some(50));
-    check(0, 0, 60, None);
 }
 
 /// A source whose `renew_lock` answers from a script and records when it was called.
