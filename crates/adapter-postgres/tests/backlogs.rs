@@ -51,7 +51,10 @@ async fn batches_move_into_flight_are_taken_again_and_recorded_once() {
     assert_eq!(store.record_batch(&a, &first.items).await.expect("record"), 2);
     // A second turn recording the same batch counts nothing again.
     assert_eq!(store.record_batch(&a, &again.items).await.expect("record twice"), 0);
-    assert_eq!(store.take_batch(&a, 2).await.expect("next"), BacklogBatch { items: strings(&["i3"]), recovered: false });
+    assert_eq!(
+        store.take_batch(&a, 2).await.expect("next"),
+        BacklogBatch { items: strings(&["i3"]), recovered: false }
+    );
     assert_eq!(store.record_batch(&a, &strings(&["i3", "not-taken"])).await.expect("record"), 1);
     assert_eq!(store.take_batch(&a, 2).await.expect("empty"), BacklogBatch::default());
     assert_eq!(store.take_batch(&a, 0).await.expect("zero"), BacklogBatch::default());
