@@ -17,10 +17,7 @@ fn four_processes_drain_every_item_once_on_postgres_and_releases_wake_waiters() 
     let url = pg.url_for(APP, "postgres");
     let env = [("PROJECTION_DRAIN_CLAIM_AWARE", "on"), ("PROJECTION_DRAIN_RELEASE_WAKE", "on")];
     let run = run_owners(&Store::Postgres(&pg, &url), FLEET, &env);
-    eprintln!(
-        "drain owners on PostgreSQL, 4 processes, 200 owners, 20000 items: {}",
-        run.figures("claim-aware+wake")
-    );
+    eprintln!("drain owners on PostgreSQL, 4 processes, 200 owners, 20000 items: {}", run.figures("claim-aware+wake"));
     assert!(run.peeks > 0, "claim-aware admission peeked");
     assert!(run.productive > 0 && run.productive <= run.turns, "{run:?}");
     assert!(run.wakes_sent > 0, "releases notified waiters");

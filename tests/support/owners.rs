@@ -76,7 +76,8 @@ impl Store<'_> {
 
     /// Seed `items` items over `owners` owners (a fresh store).
     pub fn seed(&self, owners: u32, items: u64) {
-        let seed = self.drain(&["owners", "--owners", &owners.to_string(), "--seed", &items.to_string(), "--seed-only"]);
+        let seed =
+            self.drain(&["owners", "--owners", &owners.to_string(), "--seed", &items.to_string(), "--seed-only"]);
         let out = output(seed, LIMIT);
         assert!(out.status.success(), "seeding failed: {}", String::from_utf8_lossy(&out.stderr));
         assert_eq!(self.backlog(), items as i64, "seeded");
