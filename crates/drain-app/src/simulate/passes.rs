@@ -27,7 +27,7 @@ impl Passes {
         sc.seeded.map(|seeded| Passes {
             seeded,
             stopped: vec![false; instances],
-            rng: SmallRng::seed_from_u64(seed ^ 0x9A55_E5),
+            rng: SmallRng::seed_from_u64(seed ^ 0x009A_55E5),
         })
     }
 
