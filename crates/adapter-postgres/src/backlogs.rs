@@ -6,7 +6,7 @@
 //! | [`PostgresStore::push_backlog`] | `push_backlog()` over two arrays | 1 |
 //! | [`PostgresStore::take_batch`] | `take_batch()` | 1 |
 //! | [`PostgresStore::record_batch`] | `record_batch()` | 1 |
-//! | [`PostgresStore::backlog_lengths`] (K owners) | `backlog_lengths()` over an array | 1 |
+//! | [`PostgresStore::backlog_pending`] (K owners) | `backlog_pending()` over an array | 1 |
 
 use drain_core::PortError;
 use drain_core::admission::OwnerId;
@@ -76,26 +76,21 @@ impl PostgresStore {
         u64::try_from(n).map_err(|_| self.bad(op, "a negative count"))
     }
 
-    /// The items each of `owners` still holds (waiting or in flight), in the order
-    /// of `owners`.
+    /// Whether each of `owners` still holds items (waiting or in flight), in the
+    /// order of `owners`.
     ///
     /// # Errors
     /// As every operation: when the server cannot answer.
-    pub async fn backlog_lengths(&self, owners: &[OwnerId]) -> Result<Vec<u64>, PortError> {
-        let op = "backlog_lengths";
+    pub async fn backlog_pending(&self, owners: &[OwnerId]) -> Result<Vec<bool>, PortError> {
+        let op = "backlog_pending";
         if owners.is_empty() {
             return Ok(Vec::new());
         }
         let names = owner_names(owners);
-        let rows = self.call(op, |s| &s.backlog_lengths, &[&self.prefix(), &names]).await?;
+        let rows = self.call(op, |s| &s.backlog_pending, &[&self.prefix(), &names]).await?;
         if rows.len() != owners.len() {
             return Err(self.bad(op, &format!("{} rows for {} owners", rows.len(), owners.len())));
         }
-        rows.iter()
-            .map(|row| {
-                let n = get::<i64>(self, op, row, 1)?;
-                u64::try_from(n).map_err(|_| self.bad(op, "a negative count"))
-            })
-            .collect()
+        rows.iter().map(|row| get::<bool>(self, op, row, 1)).collect()
     }
 }

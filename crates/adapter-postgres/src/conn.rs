@@ -31,7 +31,7 @@ pub(crate) struct Statements {
     pub(crate) push_backlog: Statement,
     pub(crate) take_batch: Statement,
     pub(crate) record_batch: Statement,
-    pub(crate) backlog_lengths: Statement,
+    pub(crate) backlog_pending: Statement,
     pub(crate) end_backends: Statement,
 }
 
@@ -132,7 +132,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT {s}.push_backlog($1, $2, $3)"),
         format!("SELECT recovered, items FROM {s}.take_batch($1, $2, $3)"),
         format!("SELECT {s}.record_batch($1, $2, $3)"),
-        format!("SELECT ord, items FROM {s}.backlog_lengths($1, $2)"),
+        format!("SELECT ord, pending FROM {s}.backlog_pending($1, $2)"),
         END_BACKENDS.to_owned(),
     ];
     // Prepared at once, beside the question of which backend this is: the client
@@ -167,7 +167,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             push_backlog,
             take_batch,
             record_batch,
-            backlog_lengths,
+            backlog_pending,
             end_backends,
         ],
     ) = <[Statement; 18]>::try_from(prepared)
@@ -195,7 +195,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         push_backlog,
         take_batch,
         record_batch,
-        backlog_lengths,
+        backlog_pending,
         end_backends,
     };
     Ok(Conn { client, stmts, backend })

@@ -35,7 +35,7 @@ pub mod functions {
     /// of `PostgresStore::fenced` and the marks of `FenceMarks`.
     pub const FENCES: &[&str] = &["current_fence", "fence_is_current", "admit_fence"];
     /// The owner backlogs of `drain owners` (schema version 3).
-    pub const BACKLOGS: &[&str] = &["push_backlog", "take_batch", "record_batch", "backlog_lengths"];
+    pub const BACKLOGS: &[&str] = &["push_backlog", "take_batch", "record_batch", "backlog_pending"];
 }
 
 /// drain's schema as [`inspect`] found it.

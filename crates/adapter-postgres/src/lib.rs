@@ -59,7 +59,7 @@
 //! Schema version 3 (`src/schema_v3.sql`) holds owner backlogs, the work `drain
 //! owners` drains: [`PostgresStore::push_backlog`], [`PostgresStore::take_batch`]
 //! (a batch moves into flight), [`PostgresStore::record_batch`] (each item counted
-//! once as it leaves) and [`PostgresStore::backlog_lengths`], one call each.
+//! once as it leaves) and [`PostgresStore::backlog_pending`], one call each.
 //!
 //! ## Rights
 //!

@@ -104,12 +104,13 @@ BEGIN
 END
 $$;
 
--- Items each owner of p_owners still holds (waiting or in flight), in array order.
-CREATE OR REPLACE FUNCTION @SCHEMA@.backlog_lengths(p_prefix text, p_owners text[])
-RETURNS TABLE (ord bigint, items bigint)
+-- Whether each owner of p_owners still holds items (waiting or in flight), in array
+-- order: a pass over every owner asks this often, so it stops at the first row.
+CREATE OR REPLACE FUNCTION @SCHEMA@.backlog_pending(p_prefix text, p_owners text[])
+RETURNS TABLE (ord bigint, pending boolean)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = @SCHEMA@, pg_temp
 AS $$
-    SELECT o.ord, (SELECT count(*) FROM backlog_items b WHERE b.prefix = p_prefix AND b.owner = o.name)
+    SELECT o.ord, EXISTS (SELECT 1 FROM backlog_items b WHERE b.prefix = p_prefix AND b.owner = o.name)
     FROM unnest(p_owners) WITH ORDINALITY AS o(name, ord)
     ORDER BY o.ord
 $$;

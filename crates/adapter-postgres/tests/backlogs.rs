@@ -1,7 +1,8 @@
 //! Owner backlogs on a private PostgreSQL (schema version 3): a batch moves into
 //! flight, a batch left in flight is taken again, recording counts each item once
-//! (never twice, even when two turns record the same batch), lengths count waiting
-//! and in-flight items, prefixes keep apart, and a role granted only `grant_sql` runs
+//! (never twice, even when two turns record the same batch), an owner is pending
+//! while items wait or are in flight, a part of a batch recorded leaves the rest in
+//! flight, prefixes keep apart, and a role granted only `grant_sql` runs
 //! every call.
 
 mod support;
@@ -38,17 +39,25 @@ async fn batches_move_into_flight_are_taken_again_and_recorded_once() {
     let (a, b) = (owner("a"), owner("b"));
     let pushed = store.push_backlog(&["a", "b", "a", "a"], &["i0", "i1", "i2", "i3"]).await.expect("push");
     assert_eq!(pushed, 4);
-    assert_eq!(store.backlog_lengths(&[a.clone(), b.clone(), owner("none")]).await.expect("lengths"), [3, 1, 0]);
+    assert_eq!(
+        store.backlog_pending(&[a.clone(), b.clone(), owner("none")]).await.expect("pending"),
+        [true, true, false]
+    );
 
     let first = store.take_batch(&a, 2).await.expect("take");
     assert_eq!(first, BacklogBatch { items: strings(&["i0", "i2"]), recovered: false });
     // Nothing was recorded: the same batch again, marked recovered; in-flight items
-    // still count in the lengths.
+    // still count as pending.
     let again = store.take_batch(&a, 2).await.expect("take again");
     assert_eq!(again, BacklogBatch { items: strings(&["i0", "i2"]), recovered: true });
-    assert_eq!(store.backlog_lengths(std::slice::from_ref(&a)).await.expect("lengths"), [3]);
+    assert_eq!(store.record_batch(&a, &strings(&["i2"])).await.expect("record part"), 1);
+    assert_eq!(
+        store.take_batch(&a, 2).await.expect("the rest"),
+        BacklogBatch { items: strings(&["i0"]), recovered: true }
+    );
+    assert_eq!(store.backlog_pending(std::slice::from_ref(&a)).await.expect("pending"), [true]);
 
-    assert_eq!(store.record_batch(&a, &first.items).await.expect("record"), 2);
+    assert_eq!(store.record_batch(&a, &first.items).await.expect("record"), 1);
     // A second turn recording the same batch counts nothing again.
     assert_eq!(store.record_batch(&a, &again.items).await.expect("record twice"), 0);
     assert_eq!(
@@ -58,12 +67,12 @@ async fn batches_move_into_flight_are_taken_again_and_recorded_once() {
     assert_eq!(store.record_batch(&a, &strings(&["i3", "not-taken"])).await.expect("record"), 1);
     assert_eq!(store.take_batch(&a, 2).await.expect("empty"), BacklogBatch::default());
     assert_eq!(store.take_batch(&a, 0).await.expect("zero"), BacklogBatch::default());
-    assert_eq!(store.backlog_lengths(&[a, b]).await.expect("lengths"), [0, 1]);
+    assert_eq!(store.backlog_pending(&[a, b]).await.expect("pending"), [false, true]);
     assert_eq!(recorded(&pg, "drain"), ("3".to_owned(), "0".to_owned()));
 
     // Another prefix sees none of it.
     let other = PostgresStore::connect(config(&pg.url()).key_prefix("other")).await.expect("other prefix");
-    assert_eq!(other.backlog_lengths(&[owner("b")]).await.expect("lengths"), [0]);
+    assert_eq!(other.backlog_pending(&[owner("b")]).await.expect("pending"), [false]);
     assert_eq!(other.take_batch(&owner("b"), 5).await.expect("take"), BacklogBatch::default());
 }
 
@@ -103,7 +112,7 @@ async fn a_role_granted_only_grant_sql_runs_the_backlogs() {
     app.push_backlog(&["t"], &["x"]).await.expect("push");
     let batch = app.take_batch(&owner("t"), 10).await.expect("take");
     assert_eq!(app.record_batch(&owner("t"), &batch.items).await.expect("record"), 1);
-    assert_eq!(app.backlog_lengths(&[owner("t")]).await.expect("lengths"), [0]);
+    assert_eq!(app.backlog_pending(&[owner("t")]).await.expect("pending"), [false]);
     let direct =
         pg.sql_as("backlog_app", "postgres", "SELECT * FROM drain.backlog_items").expect_err("no right on the tables");
     assert!(direct.to_string().contains("42501"), "{direct}");

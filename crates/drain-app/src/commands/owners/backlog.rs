@@ -36,8 +36,8 @@ pub(crate) trait Backlogs: Send + Sync {
     /// leaves, in one step; answers how many were recorded.
     async fn record_batch(&self, owner: &OwnerId, items: &[String]) -> Result<u64, PortError>;
 
-    /// The items each of `owners` still holds (waiting or in flight), in order.
-    async fn pending(&self, owners: &[OwnerId]) -> Result<Vec<u64>, PortError>;
+    /// Whether each of `owners` still holds items (waiting or in flight), in order.
+    async fn pending(&self, owners: &[OwnerId]) -> Result<Vec<bool>, PortError>;
 }
 
 /// The backlogs as Redis lists (`keys`), one script per take or record.
@@ -73,11 +73,11 @@ impl Backlogs for RedisBacklogs {
         self.store.record_batch(&in_flight, &processed, items).await
     }
 
-    async fn pending(&self, owners: &[OwnerId]) -> Result<Vec<u64>, PortError> {
+    async fn pending(&self, owners: &[OwnerId]) -> Result<Vec<bool>, PortError> {
         let lists: Vec<String> =
             owners.iter().flat_map(|o| [self.keys.backlog(o.as_str()), self.keys.in_flight(o.as_str())]).collect();
         let lengths = self.store.list_lengths(&lists).await?;
-        Ok(lengths.chunks(2).map(|n| n.iter().sum()).collect())
+        Ok(lengths.chunks(2).map(|n| n.iter().any(|&n| n > 0)).collect())
     }
 }
 
@@ -99,8 +99,8 @@ impl Backlogs for PostgresStore {
         PostgresStore::record_batch(self, owner, items).await
     }
 
-    async fn pending(&self, owners: &[OwnerId]) -> Result<Vec<u64>, PortError> {
-        self.backlog_lengths(owners).await
+    async fn pending(&self, owners: &[OwnerId]) -> Result<Vec<bool>, PortError> {
+        self.backlog_pending(owners).await
     }
 }
 

@@ -12,7 +12,7 @@
 //! flight without being recorded; an item whose turn died after its work but before
 //! its record is worked again, and recorded once. Then the turn releases the claim
 //! and reports `Productive { more }` while the batch came back full. A pass every
-//! `pass` reads every owner's pending items in one round trip and requests every
+//! `pass` reads which owners have items in one round trip and requests every
 //! owner with items, so processes started together contend for the same owners; when
 //! all are empty the driver shuts down (running turns finish) and the process
 //! reports. An intent the scheduler hands back (its retry timers are at the cap)
@@ -261,14 +261,14 @@ where
             let _ = started_unix_ms.compare_exchange(0, unix_ms(), Ordering::Relaxed, Ordering::Relaxed);
             bump(&counters.passes, 1);
             // An owner has work while items wait in its backlog or in flight.
-            let lengths = match batches.backlogs.pending(&owners).await {
-                Ok(l) => l,
+            let pending = match batches.backlogs.pending(&owners).await {
+                Ok(p) => p,
                 Err(e) => {
                     tracing::warn!("reading the backlogs failed ({e}); next pass");
                     continue;
                 }
             };
-            if lengths.iter().all(|&n| n == 0) {
+            if !pending.iter().any(|&p| p) {
                 let _ = empty_tx.send(true);
                 // The driver stops now; nothing more to request.
                 std::future::pending::<()>().await;
@@ -277,12 +277,8 @@ where
             // waits for this pass, never straight back into the scheduler.
             let handed_off: BTreeSet<OwnerId> = turns.take_handed_off().into_iter().collect();
             bump(&counters.handed_off, handed_off.len() as u64);
-            let mut wanted: Vec<&OwnerId> = owners
-                .iter()
-                .zip(&lengths)
-                .filter(|&(o, &n)| n > 0 || handed_off.contains(o))
-                .map(|(o, _)| o)
-                .collect();
+            let mut wanted: Vec<&OwnerId> =
+                owners.iter().zip(&pending).filter(|&(o, &p)| p || handed_off.contains(o)).map(|(o, _)| o).collect();
             // Each process in its own order, as independent instances would be.
             wanted.shuffle(&mut rand::rng());
             for owner in wanted {
