@@ -149,7 +149,15 @@ fn reset(pg: &PostgresServer) {
 }
 
 fn main() {
-    let policies: Vec<&Policy> = POLICIES.iter().filter(|p| p.ci || bench_support::full()).collect();
+    // Names on the command line pick policies (`-- off claim_aware_wake`); otherwise
+    // the length decides.
+    let named = bench_support::only();
+    let policies: Vec<&Policy> = POLICIES
+        .iter()
+        .filter(|p| if named.is_empty() { p.ci || bench_support::full() } else { named.iter().any(|n| n == p.name) })
+        .collect();
+    let known: Vec<&str> = POLICIES.iter().map(|p| p.name).collect();
+    assert!(!policies.is_empty(), "no policy named {named:?}; the policies: {known:?}");
     let (rounds, length) = rounds();
     let redis_installed = RedisServer::start().is_some();
     let pg = postgres();
