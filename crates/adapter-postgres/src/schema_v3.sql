@@ -66,12 +66,14 @@ BEGIN
         RETURN;
     END IF;
     recovered := false;
+    -- The batch's keys as an array, computed once: an IN (subquery) may run the
+    -- subquery again for every row of the owner.
     WITH taken AS (
         UPDATE backlog_items b SET in_flight = true
-        WHERE b.prefix = p_prefix AND b.owner = p_owner AND b.seq IN (
+        WHERE b.prefix = p_prefix AND b.owner = p_owner AND b.seq = ANY (ARRAY(
             SELECT o.seq FROM backlog_items o
             WHERE o.prefix = p_prefix AND o.owner = p_owner AND NOT o.in_flight
-            ORDER BY o.seq LIMIT greatest(p_count, 0))
+            ORDER BY o.seq LIMIT greatest(p_count, 0)))
         RETURNING b.seq, b.item
     )
     SELECT coalesce(array_agg(t.item ORDER BY t.seq), '{}') INTO items FROM taken t;
