@@ -144,7 +144,7 @@ fn the_least_privilege_role_runs_lists_and_passes_doctor() {
     let json = output(on(&url, &["leases", "--json"]), LIMIT);
     let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&json)));
     assert_eq!(v["leases"][0]["fence"], "1", "{v}");
-    for mode in ["run", "leases"] {
+    for mode in ["run", "leases", "owners"] {
         let out = output(on(&url, &["doctor", "--for", mode]), LIMIT);
         no_password(&out);
         assert!(out.status.success(), "doctor --for {mode}:\n{}", text(&out));
@@ -159,7 +159,8 @@ fn the_least_privilege_role_runs_lists_and_passes_doctor() {
     assert!(direct.as_ref().is_err_and(|e| e.to_string().contains("42501")), "{direct:?}");
     let owner_tables =
         value(&pg, "SELECT count(*)::text FROM pg_tables WHERE schemaname = 'drain' AND tableowner = 'drain_owner'");
-    assert_eq!(owner_tables.as_deref(), Some("5"), "the owner created them");
+    // leases, claims, waiters, schema_version, fence_marks, backlog_items, backlog_processed.
+    assert_eq!(owner_tables.as_deref(), Some("7"), "the owner created them");
 }
 
 #[test]
@@ -196,15 +197,8 @@ fn doctor_prints_the_sql_when_the_schema_is_missing_names_missing_grants_and_lea
     let rows = "SELECT (SELECT count(*) FROM drain.leases) + (SELECT count(*) FROM drain.claims) + (SELECT count(*) FROM drain.waiters)";
     for mode in ["run", "leases", "owners"] {
         let out = output(on(&app, &["doctor", "--for", mode]), LIMIT);
-        if mode == "owners" {
-            assert!(
-                text(&out).contains("FAIL  owner backlogs") && text(&out).contains("Redis lists"),
-                "{}",
-                text(&out)
-            );
-        } else {
-            assert!(out.status.success(), "doctor --for {mode}:\n{}", text(&out));
-        }
+        // `--for owners` too: the grants cover the backlogs and the release wake-up.
+        assert!(out.status.success(), "doctor --for {mode}:\n{}", text(&out));
         assert_eq!(value(&pg, rows).as_deref(), Some("0"), "doctor --for {mode} left rows behind");
     }
 }
@@ -270,20 +264,6 @@ fn config_shows_the_store_masked_from_the_environment_or_the_file_and_hints_a_ty
 }
 
 #[test]
-fn drain_owners_says_plainly_that_its_backlogs_need_redis() {
-    let Some(pg) = postgres() else { return };
-    let out = output(on(&pg.url(), &["owners", "--owners", "2"]), LIMIT);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("Redis lists") && err.contains("drain run --owners"), "{err}");
-    assert_eq!(
-        value(&pg, "SELECT count(*)::text FROM pg_namespace WHERE nspname = 'drain'").as_deref(),
-        Some("0"),
-        "nothing was created"
-    );
-}
-
-#[test]
 fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains() {
     let Some(pg) = postgres() else { return };
     create_schema(&pg);
@@ -298,6 +278,8 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
     let url = url_with_password(&pg, "postgres", PASSWORD);
     let mut cmd = on(&url, &["run", "--owners", "5"]);
     cmd.env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("PROJECTION_DRAIN_CLAIM_AWARE", "on")
+        .env("PROJECTION_DRAIN_RELEASE_WAKE", "on")
         .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
         .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
         .env("DRAIN_LOG", "trace")
@@ -325,8 +307,17 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(old().as_deref(), Some("live"), "the expired claim was purged, the live one stays");
+    // The owner drains use the release wake-up: a LISTEN connection of their own,
+    // peeks that register waiters, releases that may notify one.
+    let listening = || {
+        value(&pg, "SELECT count(*)::text FROM pg_stat_activity WHERE application_name = 'drain-wake'")
+            .and_then(|n| n.parse::<u64>().ok())
+    };
+    assert!(listening().unwrap_or(0) >= 1, "a drain-wake connection LISTENs:\n{}", run.log());
     let body = scrape(port);
-    for op in ["acquire", "release", "claim_batch", "settle_batch", "purge_expired"] {
+    for op in
+        ["acquire", "release", "claim_batch", "settle_batch", "purge_expired", "acquire_or_wait", "release_and_wake"]
+    {
         let n = metric(&body, &format!("drain_redis_op_duration_seconds_count{{op=\"{op}\"}}"));
         assert!(n.unwrap_or(0.0) >= 1.0, "{op} round trips counted: {n:?}\n{body}");
     }

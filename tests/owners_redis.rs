@@ -7,13 +7,13 @@
 //! waiters. The drain times are printed (a benchmark figure, reported by
 //! `cargo xtask bench` from `tests/benches/owners.rs`), never asserted.
 
-use drain_e2e::owners::{FLEET, OwnerRun, run_owners};
+use drain_e2e::owners::{FLEET, OwnerRun, Store, run_owners};
 use drain_e2e::redis;
 
 fn run(claim_aware: &str, release_wake: &str) -> Option<OwnerRun> {
     let server = redis()?;
     let env = [("PROJECTION_DRAIN_CLAIM_AWARE", claim_aware), ("PROJECTION_DRAIN_RELEASE_WAKE", release_wake)];
-    Some(run_owners(&server, FLEET, &env))
+    Some(run_owners(&Store::Redis(&server), FLEET, &env))
 }
 
 #[test]

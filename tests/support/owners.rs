@@ -1,13 +1,88 @@
-//! Owner drains with `drain owners` on a private redis-server: seed the backlogs, run
-//! several processes at once, and check that every item was processed exactly once.
-//! Shared by the end-to-end test (`owners_redis.rs`, which asserts counts) and the
-//! benchmark (`benches/owners.rs`, which reports drain times).
+//! Owner drains with `drain owners` on a private redis-server or PostgreSQL: seed the
+//! backlogs, run several processes at once, and check that every item was processed
+//! exactly once. Shared by the end-to-end tests (`owners_redis.rs`,
+//! `owners_postgres.rs`, which assert counts) and the benchmark (`benches/owners.rs`,
+//! which reports drain times, wasted turns and item latencies).
 
 use std::time::{Duration, Instant};
 
-use test_servers::{RedisServer, Reply};
+use test_servers::{PostgresServer, RedisServer, Reply};
 
 use crate::{drain, output};
+
+/// Where the owner drains run.
+#[derive(Debug, Clone, Copy)]
+pub enum Store<'a> {
+    /// A private redis-server (`DRAIN_REDIS_URL`).
+    Redis(&'a RedisServer),
+    /// A private PostgreSQL and the URL the processes connect with (`DRAIN_STORE_URL`:
+    /// the superuser's, or a role granted only `grant_sql`).
+    Postgres(&'a PostgresServer, &'a str),
+}
+
+impl Store<'_> {
+    /// The store's variable and URL for a `drain` process.
+    fn url(&self) -> (&'static str, String) {
+        match self {
+            Store::Redis(server) => ("DRAIN_REDIS_URL", server.url()),
+            Store::Postgres(_, url) => ("DRAIN_STORE_URL", (*url).to_owned()),
+        }
+    }
+
+    /// `drain <args>` on this store.
+    #[must_use]
+    pub fn drain(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = drain();
+        let (var, url) = self.url();
+        cmd.args(args).env(var, url);
+        cmd
+    }
+
+    /// One count from drain's backlog tables (PostgreSQL).
+    fn count(pg: &PostgresServer, query: &str) -> i64 {
+        let rows = pg.sql(query).unwrap_or_else(|e| panic!("{query}: {e}"));
+        rows.first().and_then(|r| r[0].as_deref()).and_then(|n| n.parse().ok()).unwrap_or(0)
+    }
+
+    /// Items waiting in the backlogs.
+    #[must_use]
+    pub fn backlog(&self) -> i64 {
+        match self {
+            Store::Redis(server) => backlog(server),
+            Store::Postgres(pg, _) => Self::count(pg, "SELECT count(*) FROM drain.backlog_items WHERE NOT in_flight"),
+        }
+    }
+
+    /// Items taken by a turn and not recorded yet.
+    #[must_use]
+    pub fn in_flight(&self) -> i64 {
+        match self {
+            Store::Redis(server) => in_flight(server),
+            Store::Postgres(pg, _) => Self::count(pg, "SELECT count(*) FROM drain.backlog_items WHERE in_flight"),
+        }
+    }
+
+    /// `(items recorded, items recorded more than once)`.
+    #[must_use]
+    pub fn recorded(&self) -> (i64, i64) {
+        match self {
+            Store::Redis(server) => recorded(server),
+            Store::Postgres(pg, _) => (
+                Self::count(pg, "SELECT count(*) FROM drain.backlog_processed"),
+                Self::count(pg, "SELECT count(*) FROM drain.backlog_processed WHERE times <> 1"),
+            ),
+        }
+    }
+
+    /// Seed `items` items over `owners` owners (a fresh store).
+    pub fn seed(&self, owners: u32, items: u64) {
+        let seed =
+            self.drain(&["owners", "--owners", &owners.to_string(), "--seed", &items.to_string(), "--seed-only"]);
+        let out = output(seed, LIMIT);
+        assert!(out.status.success(), "seeding failed: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(self.backlog(), items as i64, "seeded");
+    }
+}
 
 /// The longest any one `drain` command may take.
 pub const LIMIT: Duration = Duration::from_secs(60);
@@ -33,6 +108,10 @@ pub struct OwnerRun {
     pub processed: u64,
     /// Turns that lost the owner's claim race.
     pub claim_busy: u64,
+    /// Turns that worked items.
+    pub productive: u64,
+    /// Turns that took the claim and found the backlog empty.
+    pub done: u64,
     /// Turns run.
     pub turns: u64,
     /// Owners peeked.
@@ -49,15 +128,40 @@ pub struct OwnerRun {
     pub fleet_ms: u64,
     /// Wall time of the whole run.
     pub wall: Duration,
+    /// Per item, milliseconds from the fleet's start (the first pass of any process)
+    /// to the record of its batch, sorted.
+    pub latencies_ms: Vec<u64>,
 }
 
 impl OwnerRun {
+    /// Claim-busy and empty turns per turn that worked items.
+    #[must_use]
+    pub fn wasted_per_useful(&self) -> f64 {
+        (self.claim_busy + self.done) as f64 / self.productive.max(1) as f64
+    }
+
+    /// The item latency at quantile `q` (nearest rank), milliseconds.
+    #[must_use]
+    pub fn latency_ms(&self, q: f64) -> u64 {
+        let n = self.latencies_ms.len();
+        if n == 0 {
+            return 0;
+        }
+        let rank = (q * n as f64).ceil() as usize;
+        self.latencies_ms[rank.clamp(1, n) - 1]
+    }
+
     /// The figures on one line, for test output.
     #[must_use]
     pub fn figures(&self, name: &str) -> String {
         format!(
-            "{name}: claim_busy={} turns={} peeks={} wakes_sent={} releases_heard={} release_wakes={} drain_ms={} fleet_ms={} wall_ms={}",
+            "{name}: claim_busy={} empty={} useful={} wasted/useful={:.3} p50={}ms p99={}ms turns={} peeks={} wakes_sent={} releases_heard={} release_wakes={} drain_ms={} fleet_ms={} wall_ms={}",
             self.claim_busy,
+            self.done,
+            self.productive,
+            self.wasted_per_useful(),
+            self.latency_ms(0.5),
+            self.latency_ms(0.99),
             self.turns,
             self.peeks,
             self.wakes_sent,
@@ -72,24 +176,28 @@ impl OwnerRun {
 
 /// Seed `items` items over `owners` owners on `server` (fresh).
 pub fn seed(server: &RedisServer, owners: u32, items: u64) {
-    let mut seed = drain();
-    seed.args(["owners", "--owners", &owners.to_string(), "--seed", &items.to_string(), "--seed-only"])
-        .env("DRAIN_REDIS_URL", server.url());
-    let out = output(seed, LIMIT);
-    assert!(out.status.success(), "seeding failed: {}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(backlog(server), items as i64, "seeded");
+    Store::Redis(server).seed(owners, items);
 }
 
-/// The command of one process: turns of 20 items at 2 ms each (40 ms holding the
-/// owner's claim), 64 turn slots (each process is ready to work on every owner, as a
-/// fleet re-requesting the same owners is), a pass every 100 ms; `env` on top.
-fn owners_cmd(server: &RedisServer, w: Workload, env: &[(&str, &str)]) -> std::process::Command {
-    let mut cmd = drain();
-    cmd.args(["owners", "--owners", &w.owners.to_string()])
-        .args(["--batch", "20", "--item-delay-us", "2000", "--pass-ms", "100"])
-        .env("DRAIN_REDIS_URL", server.url())
+/// Items per turn at most.
+pub const BATCH: u32 = 20;
+/// Work per item, microseconds.
+pub const ITEM_DELAY_US: u64 = 2000;
+/// Milliseconds between two passes over the backlogs.
+pub const PASS_MS: u64 = 100;
+/// Turn slots per process.
+pub const SLOTS: usize = 64;
+
+/// The command of one process: turns of [`BATCH`] items at [`ITEM_DELAY_US`] each
+/// (40 ms holding the owner's claim), [`SLOTS`] turn slots (each process is ready to
+/// work on every owner, as a fleet re-requesting the same owners is), a pass every
+/// [`PASS_MS`], the batches' record times in the report; `env` on top.
+fn owners_cmd(store: &Store<'_>, w: Workload, env: &[(&str, &str)]) -> std::process::Command {
+    let mut cmd = store.drain(&["owners", "--owners", &w.owners.to_string(), "--item-times"]);
+    cmd.args(["--batch", &BATCH.to_string(), "--item-delay-us", &ITEM_DELAY_US.to_string()])
+        .args(["--pass-ms", &PASS_MS.to_string()])
         .env("DRAIN_LOG", "info")
-        .env("DRAIN_WORKER_CONCURRENCY", "64");
+        .env("DRAIN_WORKER_CONCURRENCY", SLOTS.to_string());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -138,22 +246,24 @@ pub fn recorded(server: &RedisServer) -> (i64, i64) {
     }
 }
 
-/// Seed `server` (fresh), run the processes at once with `env`, and assert that every
+/// Seed `store` (fresh), run the processes at once with `env`, and assert that every
 /// item was processed exactly once and every process finished cleanly.
 ///
 /// # Panics
 /// On a failed process, a lost or doubled item, or a hung process (after [`LIMIT`]).
 #[must_use]
-pub fn run_owners(server: &RedisServer, w: Workload, env: &[(&str, &str)]) -> OwnerRun {
-    seed(server, w.owners, w.items);
+pub fn run_owners(store: &Store<'_>, w: Workload, env: &[(&str, &str)]) -> OwnerRun {
+    store.seed(w.owners, w.items);
 
     let start = Instant::now();
     let spawned_unix_ms = unix_ms();
     let outputs: Vec<std::process::Output> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..w.processes).map(|_| s.spawn(|| output(owners_cmd(server, w, env), LIMIT))).collect();
+        let handles: Vec<_> = (0..w.processes).map(|_| s.spawn(|| output(owners_cmd(store, w, env), LIMIT))).collect();
         handles.into_iter().map(|h| h.join().expect("a drain owners process")).collect()
     });
     let mut total = OwnerRun { wall: start.elapsed(), ..OwnerRun::default() };
+    let mut batches: Vec<(u64, u64)> = Vec::new();
+    let mut fleet_start = u64::MAX;
     for out in &outputs {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "drain owners failed: {stderr}");
@@ -170,6 +280,8 @@ pub fn run_owners(server: &RedisServer, w: Workload, env: &[(&str, &str)]) -> Ow
         let field = |k: &str| report[k].as_u64().unwrap_or_else(|| panic!("{k} in {report}"));
         total.processed += field("processed");
         total.claim_busy += field("claim_busy");
+        total.productive += field("productive");
+        total.done += field("done");
         total.turns += field("turns");
         total.peeks += field("peeks");
         total.wakes_sent += field("wakes_sent");
@@ -177,14 +289,26 @@ pub fn run_owners(server: &RedisServer, w: Workload, env: &[(&str, &str)]) -> Ow
         total.release_wakes += field("release_wakes");
         total.drain_ms = total.drain_ms.max(field("drain_ms"));
         total.fleet_ms = total.fleet_ms.max(field("last_item_unix_ms").saturating_sub(spawned_unix_ms));
+        fleet_start = fleet_start.min(field("started_unix_ms"));
+        for pair in report["recorded_at"].as_array().into_iter().flatten() {
+            let (at, n) = (pair[0].as_u64().unwrap_or(0), pair[1].as_u64().unwrap_or(0));
+            batches.push((at, n));
+        }
     }
     assert_eq!(total.processed, w.items, "the processes' own counts add up to every item");
+    let counted: u64 = batches.iter().map(|&(_, n)| n).sum();
+    assert_eq!(counted, w.items, "the record times cover every item");
+    for (at, n) in batches {
+        let latency = at.saturating_sub(fleet_start);
+        total.latencies_ms.extend(std::iter::repeat_n(latency, usize::try_from(n).unwrap_or(0)));
+    }
+    total.latencies_ms.sort_unstable();
 
-    // The processed hashes: one field per item, every field exactly 1.
-    let (processed, twice) = recorded(server);
+    // The store's own count: one record per item, each exactly once.
+    let (processed, twice) = store.recorded();
     assert_eq!(processed, w.items as i64, "every item processed");
     assert_eq!(twice, 0, "no item twice");
-    assert_eq!(backlog(server), 0, "backlogs empty");
-    assert_eq!(in_flight(server), 0, "nothing left in flight");
+    assert_eq!(store.backlog(), 0, "backlogs empty");
+    assert_eq!(store.in_flight(), 0, "nothing left in flight");
     total
 }

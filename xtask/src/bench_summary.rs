@@ -197,25 +197,35 @@ fn idle(out: &mut String, v: &Value) {
 fn owners(out: &mut String, v: &Value) {
     let _ = writeln!(
         out,
-        "  owner drains, {} processes x {} owners x {} items (owners.json, {} build)",
+        "  owner drains, {} processes x {} owners x {} items, {} rounds (owners.json, {} build; median [min-max])",
         num(v, "/processes"),
         num(v, "/owners"),
         num(v, "/items"),
+        num(v, "/rounds"),
         num(v, "/build")
     );
-    let _ = writeln!(out, "    {:<22}{:>10}{:>12}{:>8}{:>8}", "policy", "drain ms", "claim busy", "peeks", "wakes");
-    for (policy, f) in v["policies"].as_object().into_iter().flatten() {
-        let _ = writeln!(
-            out,
-            "    {policy:<22}{:>10}{:>12}{:>8}{:>8}",
-            num(f, "/drain_ms"),
-            num(f, "/claim_busy_turns"),
-            num(f, "/peeks"),
-            num(f, "/release_wakes")
-        );
+    let _ = writeln!(out, "    {:<10}{:<20}{:>22}{:>18}{:>18}", "store", "policy", "wasted/useful", "p50 ms", "p99 ms");
+    let range = |f: &Value, k: &str| {
+        format!(
+            "{} [{}-{}]",
+            num(f, &format!("/{k}/median")),
+            num(f, &format!("/{k}/min")),
+            num(f, &format!("/{k}/max"))
+        )
+    };
+    for (store, policies) in v["stores"].as_object().into_iter().flatten() {
+        for (policy, f) in policies.as_object().into_iter().flatten() {
+            let _ = writeln!(
+                out,
+                "    {store:<10}{policy:<20}{:>22}{:>18}{:>18}",
+                range(f, "wasted_per_useful"),
+                range(f, "latency_p50_ms"),
+                range(f, "latency_p99_ms")
+            );
+        }
     }
-    for (ratio, x) in v["ratios"].as_object().into_iter().flatten() {
-        let _ = writeln!(out, "    {ratio}: {x} (goal: within 1.10)");
+    for (store, why) in v["skipped_stores"].as_object().into_iter().flatten() {
+        let _ = writeln!(out, "    {store}: skipped: {}", why.as_str().unwrap_or_default());
     }
 }
 
@@ -264,7 +274,7 @@ mod tests {
             ),
             (
                 "owners.json",
-                r#"{"processes":4,"owners":200,"items":20000,"build":"debug","policies":{"off":{"drain_ms":435,"claim_busy_turns":4543}},"ratios":{"drain_time_claim_aware_vs_off":0.95}}"#,
+                r#"{"processes":4,"owners":200,"items":20000,"rounds":3,"build":"debug","stores":{"redis":{"claim_aware_wake":{"wasted_per_useful":{"median":0.824,"min":0.7,"max":1.067},"latency_p50_ms":{"median":373.0,"min":256.0,"max":585.0},"latency_p99_ms":{"median":4543.0,"min":429.0,"max":752.0}}},"simulated":{"oracle":{"wasted_per_useful":{"median":0.0,"min":0.0,"max":0.0}}}},"skipped_stores":{"postgres":"not installed"}}"#,
             ),
             (
                 "load.json",
@@ -297,7 +307,9 @@ mod tests {
             "peek_owners_64",
             "128.0",
             "4543",
-            "drain_time_claim_aware_vs_off: 0.95",
+            "0.824 [0.7-1.067]",
+            "simulated oracle",
+            "postgres: skipped: not installed",
             "RSS KiB start 10436 / warm 16028 / end 16496 (bound 32412)",
             "ticks acquire",
             "amqp.json: skipped: RabbitMQ does not answer",

@@ -28,6 +28,10 @@ pub(crate) struct Statements {
     pub(crate) wake_channel: Statement,
     pub(crate) purge_expired: Statement,
     pub(crate) admit_fence: Statement,
+    pub(crate) push_backlog: Statement,
+    pub(crate) take_batch: Statement,
+    pub(crate) record_batch: Statement,
+    pub(crate) backlog_pending: Statement,
     pub(crate) end_backends: Statement,
 }
 
@@ -125,6 +129,10 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT {s}.wake_channel($1, $2)"),
         format!("SELECT {s}.purge_expired($1, $2)"),
         format!("SELECT accepted, mark FROM {s}.admit_fence($1, $2, $3)"),
+        format!("SELECT {s}.push_backlog($1, $2, $3)"),
+        format!("SELECT recovered, items FROM {s}.take_batch($1, $2, $3)"),
+        format!("SELECT {s}.record_batch($1, $2, $3)"),
+        format!("SELECT ord, pending FROM {s}.backlog_pending($1, $2)"),
         END_BACKENDS.to_owned(),
     ];
     // Prepared at once, beside the question of which backend this is: the client
@@ -156,9 +164,13 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             wake_channel,
             purge_expired,
             admit_fence,
+            push_backlog,
+            take_batch,
+            record_batch,
+            backlog_pending,
             end_backends,
         ],
-    ) = <[Statement; 14]>::try_from(prepared)
+    ) = <[Statement; 18]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -180,6 +192,10 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         wake_channel,
         purge_expired,
         admit_fence,
+        push_backlog,
+        take_batch,
+        record_batch,
+        backlog_pending,
         end_backends,
     };
     Ok(Conn { client, stmts, backend })

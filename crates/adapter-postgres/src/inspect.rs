@@ -23,7 +23,7 @@ pub mod functions {
     pub const LEASES: &[&str] = &["acquire", "renew", "release", "peek"];
     /// The per-message claim of `drain run`.
     pub const CLAIMS: &[&str] = &["claim_batch", "settle_batch"];
-    /// Claim-aware admission's peeks (`drain run --owners`).
+    /// Claim-aware admission's peeks (`drain owners`, `drain run --owners`).
     pub const OWNER_PEEKS: &[&str] = &["peek_owners"];
     /// The release wake-up.
     pub const WAKE: &[&str] = &["wake_channel", "peek_and_wait", "acquire_or_wait", "release_and_wake"];
@@ -34,6 +34,8 @@ pub mod functions {
     /// Fences checked where the writes land (schema version 2): the lease check
     /// of `PostgresStore::fenced` and the marks of `FenceMarks`.
     pub const FENCES: &[&str] = &["current_fence", "fence_is_current", "admit_fence"];
+    /// The owner backlogs of `drain owners` (schema version 3).
+    pub const BACKLOGS: &[&str] = &["push_backlog", "take_batch", "record_batch", "backlog_pending"];
 }
 
 /// drain's schema as [`inspect`] found it.

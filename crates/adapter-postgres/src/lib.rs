@@ -7,7 +7,7 @@
 //! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
 //! [`ReleaseWake`](drain_core::ports::ReleaseWake) and
 //! [`FenceMarks`](drain_core::ports::FenceMarks) over drain's schema
-//! (`src/schema_v1.sql` and `src/schema_v2.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
+//! (`src/schema_v1.sql` to `src/schema_v3.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
 //! keep their fence when the lease is released or expires (so fences only grow,
 //! across restarts too), a table of claims, a table of waiters, a `schema_version`
 //! table, and one plpgsql function per operation. Every row carries
@@ -56,6 +56,11 @@
 //! The release wake-up's operations are one call each too; a subscription
 //! `LISTEN`s on a dedicated connection and listens again after it broke.
 //!
+//! Schema version 3 (`src/schema_v3.sql`) holds owner backlogs, the work `drain
+//! owners` drains: [`PostgresStore::push_backlog`], [`PostgresStore::take_batch`]
+//! (a batch moves into flight), [`PostgresStore::record_batch`] (each item counted
+//! once as it leaves) and [`PostgresStore::backlog_pending`], one call each.
+//!
 //! ## Rights
 //!
 //! The functions are `SECURITY DEFINER` with a fixed `search_path`, and `EXECUTE`
@@ -88,6 +93,7 @@
 //! password ([`redact_url`]).
 #![forbid(unsafe_code)]
 
+mod backlogs;
 mod claims;
 mod config;
 mod conn;
@@ -100,6 +106,7 @@ mod schema;
 mod store;
 mod wake;
 
+pub use backlogs::BacklogBatch;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA,
     PostgresConfig, redact_url,

@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use adapter_postgres::{Fenced, FencedError, PostgresStore, grant_sql};
+use adapter_postgres::{Fenced, FencedError, PostgresStore, SCHEMA_VERSION, grant_sql};
 use drain_core::ErrorKind;
 use drain_core::ports::{Acquire, Fence, FenceMarks, FenceVerdict, LeaseName, LeaseStore, Release};
 use test_servers::PostgresServer;
@@ -162,11 +162,13 @@ async fn a_version_1_schema_is_upgraded_on_connect_or_named_when_it_may_not_be()
         .await
         .expect_err("an old schema, creation off");
     assert_eq!(err.kind, ErrorKind::Config, "{err}");
-    assert!(err.message.contains("at version 1 (this drain needs 2)") && err.message.contains("schema_sql"), "{err}");
+    let needs = format!("at version 1 (this drain needs {SCHEMA_VERSION})");
+    assert!(err.message.contains(&needs) && err.message.contains("schema_sql"), "{err}");
 
     let store = PostgresStore::connect(config(&pg.url()).schema("old")).await.expect("upgraded");
     let rows = pg.sql("SELECT version FROM old.schema_version ORDER BY version").expect("versions");
-    assert_eq!(rows, vec![vec![Some("1".to_owned())], vec![Some("2".to_owned())]]);
+    let versions: Vec<Vec<Option<String>>> = (1..=SCHEMA_VERSION).map(|v| vec![Some(v.to_string())]).collect();
+    assert_eq!(rows, versions);
     assert_eq!(store.admit("r", 1).await.expect("admit"), FenceVerdict::Accepted);
 }
 

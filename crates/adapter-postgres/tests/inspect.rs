@@ -37,7 +37,8 @@ async fn inspect_reads_the_role_schema_and_rights_and_creates_nothing() {
     assert_eq!(found.schema, SchemaState::Version(SCHEMA_VERSION));
     let every =
         [functions::VERSION, functions::LEASES, functions::CLAIMS, functions::OWNER_PEEKS, functions::WAKE].concat();
-    let every = [every.as_slice(), functions::LISTING, functions::PURGE].concat();
+    let every =
+        [every.as_slice(), functions::LISTING, functions::PURGE, functions::FENCES, functions::BACKLOGS].concat();
     assert_eq!(found.missing("drain", &every), Vec::<String>::new(), "every function named exists and runs");
 }
 

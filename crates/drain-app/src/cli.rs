@@ -61,14 +61,17 @@ pub(crate) enum Command {
     #[command(after_help = "Examples:\n  \
         drain simulate\n  \
         drain simulate --seed 7 --json\n  \
-        drain simulate --scenario seed-fleet --svg target/sim.svg")]
+        drain simulate --scenario seed-fleet --svg target/sim.svg\n  \
+        drain simulate --scenario owners   # drain owners' benchmark workload")]
     Simulate(crate::commands::simulate::SimulateArgs),
-    /// Owner drains on Redis: backlogs as lists, the owner claim taken per turn, a batch
-    /// popped per turn; exits with one JSON line once every backlog is empty.
+    /// Owner drains on Redis or PostgreSQL: backlogs in the store, the owner claim taken
+    /// per turn, a batch taken per turn; exits with one JSON line once every backlog is
+    /// empty.
     #[command(after_help = "Examples:\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners --owners 200 --seed 20000 --seed-only\n  \
         DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners --owners 200   # run several at once\n  \
-        PROJECTION_DRAIN_CLAIM_AWARE=off DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners")]
+        PROJECTION_DRAIN_CLAIM_AWARE=off DRAIN_REDIS_URL=redis://127.0.0.1:6379 drain owners\n  \
+        DRAIN_STORE_URL=postgres://drain_app@127.0.0.1:5432/app drain owners --owners 200")]
     Owners(crate::commands::owners::OwnersArgs),
     /// Print the effective configuration, where each value came from, and warnings.
     #[command(after_help = "Examples:\n  \

@@ -8,6 +8,7 @@ mod lazy;
 mod lease;
 mod owners;
 mod ticks;
+mod waking;
 
 pub use beat::{Beat, BeatConfig, OnReport};
 pub use clock::TokioClock;
@@ -16,3 +17,4 @@ pub use lazy::{Connect, LazyStore};
 pub use lease::{HeldLease, Taken, take};
 pub use owners::owner_passes;
 pub use ticks::Ticks;
+pub use waking::Waking;

@@ -22,7 +22,8 @@ const MAX_ITEMS: f64 = 20_000_000.0;
 pub(crate) struct SimulateArgs {
     /// Scenario preset: `default` (8 instances, 200 owners, 40 items/s, each arrival
     /// requested of 3), `seed-fleet` (the seeds' situation), `large` (50 instances,
-    /// 10,000 owners, one hour).
+    /// 10,000 owners, one hour), `owners` (`drain owners`' benchmark: 4 instances,
+    /// 200 owners, 20,000 items in the backlogs at the start, a pass every 100 ms).
     #[arg(long, default_value = "default", value_parser = clap::builder::PossibleValuesParser::new(PRESETS))]
     pub(crate) scenario: String,
     /// RNG seed; the same seed gives byte-identical output.

@@ -162,7 +162,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "PROJECTION_DRAIN_RELEASE_WAKE",
         On,
         OWNERS,
-        "Release wake-up for claim-aware owner drains on Redis: an instance that finds an owner's claim held registers as a waiter, and the holder's release notifies one waiter (pub/sub on `<prefix>:wake:<instance>`), which retries at once instead of after the backoff window (kept as the backstop). Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `shadow` does the Redis side and counts the wakes without acting on them.",
+        "Release wake-up for claim-aware owner drains on Redis and PostgreSQL: an instance that finds an owner's claim held registers as a waiter, and the holder's release notifies one waiter (Redis pub/sub on `<prefix>:wake:<instance>`; PostgreSQL `NOTIFY` on the instance's channel), which retries at once instead of after the backoff window (kept as the backstop). Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `shadow` does the store's side and counts the wakes without acting on them.",
     ),
     int(
         "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS",

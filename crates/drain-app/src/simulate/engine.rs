@@ -19,6 +19,7 @@ use rand::rngs::SmallRng;
 
 use super::agenda::Agenda;
 use super::claims::Claims;
+use super::passes::Passes;
 use super::policy::Wake;
 use super::progress::Reached;
 use super::scenario::Scenario;
@@ -61,6 +62,8 @@ enum Ev {
     Timer { inst: u16 },
     /// A release notification (or a self-set wake-up at the holder's expiry).
     Notify { inst: u16, owner: u32 },
+    /// `inst`'s pass over the backlogs (a seeded workload).
+    Pass { inst: u16 },
 }
 
 struct Instance {
@@ -87,6 +90,10 @@ pub(crate) struct Fleet<'a> {
     claims: Claims,
     fleet_timers: usize,
     tally: Tally,
+    /// A seeded workload's passes (`None`: deliveries drawn with the arrivals).
+    passes: Option<Passes>,
+    /// Per owner: turns working its items now (they are in flight, not in `backlog`).
+    working: Vec<u32>,
 }
 
 /// The scheduler configuration every instance of a policy runs.
@@ -136,6 +143,8 @@ impl<'a> Fleet<'a> {
             claims: Claims::new(sc.owners),
             fleet_timers: 0,
             tally: Tally::new(sc.duration_ms()),
+            passes: Passes::new(sc, seed),
+            working: vec![0; sc.owners],
         }
     }
 
@@ -147,7 +156,11 @@ impl<'a> Fleet<'a> {
     /// the grace period ends).
     /// `reached` follows the virtual time, for a progress display.
     pub(crate) fn run(mut self, reached: &Reached) -> Tally {
-        if !self.w.arrivals.is_empty() {
+        if let Some(passes) = &self.passes {
+            for inst in passes.start(self.w, &mut self.backlog).collect::<Vec<_>>() {
+                self.at(0, Ev::Pass { inst });
+            }
+        } else if !self.w.arrivals.is_empty() {
             self.at(self.w.arrivals[0].at, Ev::Arrival(0));
         }
         let stop = self.sc.duration_ms() + DRAIN_GRACE_MS;
@@ -163,6 +176,12 @@ impl<'a> Fleet<'a> {
 
     fn handle(&mut self, ev: Ev) {
         let now = Time::from_millis(self.now);
+        // A stopped instance starts nothing more; its running turns finish.
+        if let (Ev::Deliver { inst, .. } | Ev::Timer { inst } | Ev::Notify { inst, .. }, Some(p)) = (ev, &self.passes)
+            && p.stopped(inst)
+        {
+            return;
+        }
         match ev {
             Ev::Arrival(n) => {
                 let (deliveries, next) = self.w.arrive(n, &mut self.backlog);
@@ -174,14 +193,22 @@ impl<'a> Fleet<'a> {
                 }
             }
             Ev::Deliver { inst, owner } => {
-                let s = &mut self.insts[usize::from(inst)].sched;
-                let name = &self.names[owner as usize];
-                if let Ok(Requested::Coalesced) = s.request(now, name.clone())
-                    && s.waits_for_claim(name)
-                {
-                    self.tally.absorbed_by_backoff += 1;
+                self.request(inst, owner);
+                self.pump(inst);
+            }
+            Ev::Pass { inst } => {
+                let Some(passes) = &mut self.passes else { return };
+                let (backlog, working) = (&self.backlog, &self.working);
+                let wanted = passes.pass(inst, backlog.len(), |o| !backlog[o].is_empty() || working[o] > 0);
+                if wanted.is_empty() {
+                    return;
+                }
+                let next = self.now + passes.every_ms();
+                for owner in wanted {
+                    self.request(inst, owner);
                 }
                 self.pump(inst);
+                self.at(next, Ev::Pass { inst });
             }
             Ev::PeekDone { inst } => {
                 let owners = self.insts[usize::from(inst)].peeks.pop_front().unwrap_or_default();
@@ -219,6 +246,18 @@ impl<'a> Fleet<'a> {
         }
     }
 
+    /// A request for `owner` reaches `inst`'s scheduler.
+    fn request(&mut self, inst: u16, owner: u32) {
+        let now = Time::from_millis(self.now);
+        let s = &mut self.insts[usize::from(inst)].sched;
+        let name = &self.names[owner as usize];
+        if let Ok(Requested::Coalesced) = s.request(now, name.clone())
+            && s.waits_for_claim(name)
+        {
+            self.tally.absorbed_by_backoff += 1;
+        }
+    }
+
     /// The turn's acquire reaches the claim store: work, or lose the race.
     fn acquire(&mut self, inst: u16, owner: u32) {
         let o = owner as usize;
@@ -236,6 +275,7 @@ impl<'a> Fleet<'a> {
             self.at(self.now + self.sc.rtt_ms, Ev::TurnEnd { inst, owner, end: End::Empty });
             return;
         }
+        self.working[o] += 1;
         let mut t = self.now;
         for _ in 0..take {
             let Some((arrived, w)) = self.backlog[o].pop_front() else { break };
@@ -259,6 +299,7 @@ impl<'a> Fleet<'a> {
                     self.tally.empty(self.now);
                 } else {
                     self.tally.productive += 1;
+                    self.working[o] -= 1;
                 }
                 // A holder that continues keeps the owner: only a final release notifies.
                 if !more {
@@ -316,8 +357,9 @@ impl<'a> Fleet<'a> {
     fn pump(&mut self, inst: u16) {
         let now = Time::from_millis(self.now);
         let after_rtt = self.now + self.sc.rtt_ms;
+        let stopped = self.passes.as_ref().is_some_and(|p| p.stopped(inst));
         let i = &mut self.insts[usize::from(inst)];
-        while let Some(action) = i.sched.poll_action(now) {
+        while let Some(action) = if stopped { None } else { i.sched.poll_action(now) } {
             match action {
                 Action::Peek(owners) => {
                     self.tally.peeks += owners.len() as u64;

@@ -21,6 +21,7 @@ mod agenda;
 mod claims;
 mod engine;
 mod oracle;
+mod passes;
 pub(crate) mod policy;
 pub(crate) mod progress;
 pub(crate) mod report;

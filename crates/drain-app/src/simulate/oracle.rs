@@ -14,6 +14,7 @@ use std::collections::VecDeque;
 
 use super::agenda::Agenda;
 use super::engine::DRAIN_GRACE_MS;
+use super::passes::Passes;
 use super::progress::Reached;
 use super::scenario::Scenario;
 use super::tally::Tally;
@@ -24,6 +25,7 @@ enum Ev {
     Arrival(u32),
     Deliver { inst: u16, owner: u32 },
     TurnEnd { inst: u16, owner: u32 },
+    Pass { inst: u16 },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +47,13 @@ pub(crate) fn run(sc: &Scenario, w: &Workload, reached: &Reached) -> Tally {
         place: vec![Where::Idle; sc.owners],
         backlog: vec![VecDeque::new(); sc.owners],
         tally: Tally::new(sc.duration_ms()),
+        passes: Passes::new(sc, 0),
     };
-    if let Some(first) = w.arrivals.first() {
+    if let Some(passes) = &m.passes {
+        for inst in passes.start(w, &mut m.backlog).collect::<Vec<_>>() {
+            m.at(0, Ev::Pass { inst });
+        }
+    } else if let Some(first) = w.arrivals.first() {
         m.at(first.at, Ev::Arrival(0));
     }
     let stop = sc.duration_ms() + DRAIN_GRACE_MS;
@@ -70,6 +77,7 @@ struct Oracle<'a> {
     place: Vec<Where>,
     backlog: Vec<VecDeque<(u64, u32)>>,
     tally: Tally,
+    passes: Option<Passes>,
 }
 
 impl Oracle<'_> {
@@ -88,7 +96,23 @@ impl Oracle<'_> {
                     self.at(at, Ev::Arrival(n + 1));
                 }
             }
+            Ev::Pass { inst } => {
+                let Some(passes) = &mut self.passes else { return };
+                let (backlog, place) = (&self.backlog, &self.place);
+                let wanted = passes.pass(inst, backlog.len(), |o| !backlog[o].is_empty() || place[o] == Where::Running);
+                if wanted.is_empty() {
+                    return;
+                }
+                let next = self.now + passes.every_ms();
+                for owner in wanted {
+                    self.handle(Ev::Deliver { inst, owner });
+                }
+                self.at(next, Ev::Pass { inst });
+            }
             Ev::Deliver { inst, owner } => {
+                if self.passes.as_ref().is_some_and(|p| p.stopped(inst)) {
+                    return;
+                }
                 let o = owner as usize;
                 if self.backlog[o].is_empty() {
                     return; // Already worked: nothing to launch.

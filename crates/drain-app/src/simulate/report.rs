@@ -186,18 +186,17 @@ impl Report {
     pub(crate) fn table(&self) -> String {
         let mut out = String::new();
         let cfg = &self.config;
+        let arrivals = match cfg.get("seeded") {
+            Some(s) => format!("every item in a backlog at the start, a pass every {} ms", s["pass_ms"]),
+            None => format!(
+                "{} items/s for {} s, each arrival requested of {}",
+                cfg["rate_per_s"], cfg["duration_s"], cfg["requested_of"]
+            ),
+        };
         let _ = writeln!(
             out,
-            "drain simulate: scenario {} (seed {}): {} instances x {} workers, {} owners, {} items/s for {} s, each arrival requested of {}; {} items",
-            self.scenario,
-            self.seed,
-            cfg["instances"],
-            cfg["workers_per_instance"],
-            cfg["owners"],
-            cfg["rate_per_s"],
-            cfg["duration_s"],
-            cfg["requested_of"],
-            self.items
+            "drain simulate: scenario {} (seed {}): {} instances x {} workers, {} owners, {arrivals}; {} items",
+            self.scenario, self.seed, cfg["instances"], cfg["workers_per_instance"], cfg["owners"], self.items
         );
         let cols = &self.policies.0;
         let _ = write!(out, "\n{:<30}", "owner drains");

@@ -64,8 +64,23 @@ pub(crate) struct Scenario {
     pub(crate) backoff_s: (u64, u64),
     /// `PROJECTION_DRAIN_MAX_RETRY_TIMERS`.
     pub(crate) max_retry_timers: usize,
+    /// `drain owners`' workload instead of the arrival stream (`None`: arrivals).
+    pub(crate) seeded: Option<Seeded>,
     /// The beat-tick side.
     pub(crate) ticks: TickScenario,
+}
+
+/// The workload of `drain owners` (and of its benchmark on real stores): every item
+/// is in its owner's backlog at the start, and every `pass_ms` each instance requests,
+/// in an order of its own, every owner that still has items (waiting or in a turn);
+/// an instance whose pass finds none stops (running turns finish), as the process
+/// does. The arrival stream's settings (rate, bursts, deliveries) are not used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Seeded {
+    /// Items, round-robin over the owners (`drain owners --seed`).
+    pub(crate) items: u32,
+    /// Milliseconds between two passes (`drain owners --pass-ms`).
+    pub(crate) pass_ms: u64,
 }
 
 /// The beat ticks of one queue: the overlap the single-flight lease removes.
@@ -98,7 +113,7 @@ pub(crate) struct TickScenario {
 }
 
 /// The preset names, for `--help` and errors.
-pub(crate) const PRESETS: [&str; 3] = ["default", "seed-fleet", "large"];
+pub(crate) const PRESETS: [&str; 4] = ["default", "seed-fleet", "large", "owners"];
 
 /// An unknown preset name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +132,7 @@ impl Scenario {
             "default" => Ok(Scenario::default_preset()),
             "seed-fleet" => Ok(Scenario::seed_fleet()),
             "large" => Ok(Scenario::large()),
+            "owners" => Ok(Scenario::owners()),
             other => Err(UnknownPreset(other.to_owned())),
         }
     }
@@ -151,6 +167,7 @@ impl Scenario {
             notify_ms: 1,
             backoff_s: (5, 15),
             max_retry_timers: 1024,
+            seeded: None,
             ticks: TickScenario {
                 beat_s: 10,
                 worker_concurrency: 4,
@@ -208,6 +225,30 @@ impl Scenario {
         }
     }
 
+    /// The workload of `drain owners`' benchmark on real stores (`cargo xtask bench`,
+    /// `tests/benches/owners.rs`): 4 processes with 64 turn slots each, 200 owners,
+    /// 20,000 items seeded at the start, turns of 20 items at 2 ms each, a pass every
+    /// 100 ms; a lost claim race costs one round trip, as `drain owners`' turn does.
+    fn owners() -> Scenario {
+        let base = Scenario::default_preset();
+        Scenario {
+            name: "owners",
+            instances: 4,
+            owners: 200,
+            rate_per_s: 0.0,
+            duration_s: 1,
+            requested_of: 1,
+            workers: 64,
+            per_turn: 20,
+            service_median_ms: 2.0,
+            service_sigma: 0.0,
+            tail_p: 0.0,
+            lost_race_ms: 1,
+            seeded: Some(Seeded { items: 20_000, pass_ms: 100 }),
+            ..base
+        }
+    }
+
     /// Milliseconds of the arrival window.
     pub(crate) fn duration_ms(&self) -> u64 {
         self.duration_s.saturating_mul(1000)
@@ -215,7 +256,7 @@ impl Scenario {
 
     /// The values that shape the run, for the report.
     pub(crate) fn summary(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut summary = serde_json::json!({
             "instances": self.instances,
             "owners": self.owners,
             "rate_per_s": self.rate_per_s,
@@ -236,6 +277,10 @@ impl Scenario {
             "max_retry_timers": self.max_retry_timers,
             "beat_s": self.ticks.beat_s,
             "worker_concurrency": self.ticks.worker_concurrency,
-        })
+        });
+        if let Some(seeded) = self.seeded {
+            summary["seeded"] = serde_json::json!({ "items": seeded.items, "pass_ms": seeded.pass_ms });
+        }
+        summary
     }
 }

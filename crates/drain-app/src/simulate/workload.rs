@@ -118,6 +118,9 @@ impl Workload {
     /// Draw the workload of `sc` from `seed`.
     pub(crate) fn generate(sc: &Scenario, seed: u64) -> Workload {
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5EED_F1EE7);
+        if let Some(seeded) = sc.seeded {
+            return Workload::seeded(sc, seeded.items, &mut rng);
+        }
         let zipf = Zipf::new(sc.owners, sc.zipf_s);
         let instances = sc.instances.clamp(1, usize::from(u16::MAX));
         let k = sc.requested_of.clamp(1, instances);
@@ -174,6 +177,22 @@ impl Workload {
         Workload { arrivals, work_ms, deliveries }
     }
 
+    /// `items` items round-robin over the owners, all at time 0, each drawn as the
+    /// stream's are; no deliveries (the passes request the owners).
+    fn seeded(sc: &Scenario, items: u32, rng: &mut SmallRng) -> Workload {
+        let owners = u32::try_from(sc.owners.max(1)).unwrap_or(u32::MAX);
+        let work_ms: Vec<u32> = (0..items).map(|_| item_ms(rng, sc)).collect();
+        let arrivals = (0..owners.min(items))
+            .scan(0u32, |first_item, owner| {
+                let n = items / owners + u32::from(owner < items % owners);
+                let a = Arrival { at: 0, owner, first_item: *first_item, items: n, first_delivery: 0, deliveries: 0 };
+                *first_item += n;
+                Some(a)
+            })
+            .collect();
+        Workload { arrivals, work_ms, deliveries: Vec::new() }
+    }
+
     /// Items in the whole run.
     pub(crate) fn items(&self) -> usize {
         self.work_ms.len()
@@ -208,5 +227,18 @@ mod tests {
         work.sort_unstable();
         assert!(work[work.len() - 1] > 50 * work[work.len() / 2]);
         assert_eq!(Workload::generate(&sc, 1).work_ms, w.work_ms, "same seed, same workload");
+    }
+
+    #[test]
+    fn the_owners_preset_seeds_every_item_at_the_start_round_robin() {
+        let mut sc = Scenario::preset("owners").expect("preset");
+        sc.owners = 3;
+        sc.seeded = Some(super::super::scenario::Seeded { items: 8, pass_ms: 100 });
+        let w = Workload::generate(&sc, 1);
+        let shape: Vec<(u64, u32, u32, u32)> =
+            w.arrivals.iter().map(|a| (a.at, a.owner, a.first_item, a.items)).collect();
+        assert_eq!(shape, [(0, 0, 0, 3), (0, 1, 3, 3), (0, 2, 6, 2)]);
+        assert_eq!((w.items(), w.deliveries.len()), (8, 0));
+        assert!(w.work_ms.iter().all(|&ms| ms == 2), "2 ms an item, no spread: {:?}", w.work_ms);
     }
 }

@@ -8,10 +8,9 @@
 //! `schema_sql` and `grant_sql`.
 
 use adapter_postgres::{Inspection, SCHEMA_VERSION, SchemaState, functions, grant_sql, schema_sql};
-use drain_core::{ErrorKind, PortError};
+use drain_core::{ErrorKind, PortError, Switch};
 
 use super::{Mode, Report, mode_name};
-use crate::commands::owners::POSTGRES_HAS_NO_BACKLOGS;
 use crate::compose;
 use crate::config::{Config, Secret};
 use crate::out::outln;
@@ -40,12 +39,17 @@ pub(crate) fn needed(mode: Mode, c: &Config) -> Vec<&'static str> {
             // `drain run` deletes expired claims now and then.
             out.extend(functions::PURGE);
         }
-        // `drain run --owners N`: owner claims and, claim-aware, their peeks.
+        // `drain owners` and `drain run --owners N`: owner claims, the backlogs and,
+        // claim-aware, their peeks and the release wake-up.
         Mode::Owners => {
             out.extend(functions::VERSION);
             out.extend(functions::LEASES);
+            out.extend(functions::BACKLOGS);
             if c.claim_aware.computes() {
                 out.extend(functions::OWNER_PEEKS);
+            }
+            if c.claim_aware == Switch::On && c.release_wake != Switch::Off {
+                out.extend(functions::WAKE);
             }
         }
         Mode::Leases => out.extend(functions::LISTING),
@@ -73,9 +77,6 @@ pub(super) async fn checks(r: &mut Report, mode: Mode, c: &Config, url: &Secret)
         ),
     );
     r.ok("postgres rtt", format!("median {:.2} ms over 5 round trips", found.rtt.as_secs_f64() * 1000.0));
-    if mode == Mode::Owners {
-        r.fail("owner backlogs", POSTGRES_HAS_NO_BACKLOGS);
-    }
     let schema = config.schema.as_str();
     match &found.schema {
         SchemaState::Version(v) if *v == SCHEMA_VERSION => r.ok("schema", format!("{schema} at version {v}")),

@@ -7,7 +7,8 @@
 //! store), works up to 20 items at 20 ms each, and releases it. Run several
 //! `drain run --owners N` processes on one Redis to watch them compete:
 //! `drain_owner_turns_total{outcome="claim_busy"}` stays near zero with
-//! `PROJECTION_DRAIN_CLAIM_AWARE=on` and climbs with `off`.
+//! `PROJECTION_DRAIN_CLAIM_AWARE=on` and climbs with `off`. On PostgreSQL the turns
+//! and peeks use the release wake-up (`LISTEN`/`NOTIFY`) when the switches allow it.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +18,7 @@ use std::time::Duration;
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, Worked, drive};
 use drain_core::ports::{Clock, LeaseStore, OwnerClaims};
+use drain_runtime::Waking;
 use rand::RngExt;
 use rand::rngs::{SmallRng, StdRng};
 use tokio::sync::{mpsc, watch};
@@ -57,19 +59,27 @@ impl Backlogs {
 
 /// Run the demo owner workload over `owners` owners until `shutdown` flips.
 pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, shutdown: watch::Receiver<bool>) {
+    let claims = rt.owner_claims.as_deref();
     match &rt.backend {
-        Backend::Embedded(store) => over(&rt, &**store, owners, shutdown).await,
-        Backend::Redis(store) => over(&rt, &**store, owners, shutdown).await,
-        Backend::Postgres(store) => over(&rt, &**store, owners, shutdown).await,
+        Backend::Embedded(store) => over(&rt, &**store, claims, owners, shutdown).await,
+        Backend::Redis(store) => over(&rt, &**store, claims, owners, shutdown).await,
+        // grant_sql grants the wake-up's functions with the rest: the switches decide.
+        Backend::Postgres(store) if super::wake::switches_allow_wake(&rt) => {
+            let waking = Waking(store.clone());
+            let claims = claims.map(|_| &waking as &dyn OwnerClaims);
+            over(&rt, &waking, claims, owners, shutdown).await;
+        }
+        Backend::Postgres(store) => over(&rt, &**store, claims, owners, shutdown).await,
         Backend::Unused => tracing::error!("owner drains need a store for the owners' claims; none is composed"),
     }
 }
 
 /// The demo over `store`'s owner claims: turns take them through drain-core's
-/// `OwnerTurns`.
+/// `OwnerTurns`, and admission peeks `claims` (none: claim-aware admission is off).
 async fn over<S: LeaseStore + OwnerClaims>(
     rt: &Runtime,
     store: &S,
+    claims: Option<&dyn OwnerClaims>,
     owners: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -83,7 +93,7 @@ async fn over<S: LeaseStore + OwnerClaims>(
             let backlogs = &backlogs;
             async move { Ok(backlogs.turn(clock, &owner).await) }
         });
-    let ports = DriverPorts { claims: rt.owner_claims.as_deref(), work: &turns, clock, observer: &*rt.ticks.observer };
+    let ports = DriverPorts { claims, work: &turns, clock, observer: &*rt.ticks.observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),
         Poll::Pending => Poll::Pending,

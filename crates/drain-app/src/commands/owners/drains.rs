@@ -1,45 +1,43 @@
-//! `drain owners`: owner drains on real Redis, driven by drain-core's admission
-//! scheduler and driver (the shape of the `drain run --owners` demo, with real work).
+//! `drain owners`: owner drains on a real store (Redis or PostgreSQL), driven by
+//! drain-core's admission scheduler and driver (the shape of the `drain run --owners`
+//! demo, with real work).
 //!
-//! Each owner's backlog is the Redis list `<prefix>:backlog:{<owner>}` (the hash tag
-//! is the owner's encoded name, so the list shares the slot of the owner's claim). A
-//! turn takes the owner's claim with `LeaseStore::acquire` on `LeaseName::owner`
-//! (a lost race is `ClaimBusy`), takes a batch with
-//! `RedisStore::take_batch` (up to a batch moved from the backlog into the owner's
-//! in-flight list `<prefix>:inflight:{<owner>}`, or, when that list still holds a
-//! batch a failed or killed turn took, that batch again), works it, and records it
-//! with `RedisStore::record_batch` (each item counted once in
-//! `<prefix>:processed:{<owner>}` and out of the in-flight list in the same step: a
-//! field above 1 would be an item recorded twice). No item is ever out of both its
-//! backlog and its in-flight list without being recorded; an item whose turn died
-//! after its work but before its record is worked again, and recorded once.
-//! Then the turn releases the claim and reports `Productive { more }` while the
-//! batch came back full. A pass every `pass` reads every backlog's and in-flight
-//! list's length in one pipeline and requests every owner with items, so processes
-//! started together contend for the same owners; when all are empty the driver
-//! shuts down (running turns finish) and the process reports. An intent the
-//! scheduler hands back (its retry timers are at the cap) waits for the next pass,
-//! never straight back into the scheduler. A permanent store error (a missing right)
-//! stops the run: retrying cannot help, and nothing is lost. With
-//! `PROJECTION_DRAIN_RELEASE_WAKE` the claim and the peeks go through `wake`
-//! (waiters, one wake per release).
+//! Each owner's items wait in its backlog in the store (`backlog`: Redis lists beside
+//! the owner's claim, or drain's tables on PostgreSQL). A turn takes the owner's claim
+//! with `LeaseStore::acquire` on `LeaseName::owner` (a lost race is `ClaimBusy`),
+//! takes a batch (up to `--batch` items moved into flight, or, when a batch a failed
+//! or killed turn took is still in flight, that batch again), works it, and records
+//! it (each item counted once as it leaves flight, in the same step: a count above 1
+//! would be an item recorded twice). No item is ever out of both its backlog and
+//! flight without being recorded; an item whose turn died after its work but before
+//! its record is worked again, and recorded once. Then the turn releases the claim
+//! and reports `Productive { more }` while the batch came back full. A pass every
+//! `pass` reads which owners have items in one round trip and requests every
+//! owner with items, so processes started together contend for the same owners; when
+//! all are empty the driver shuts down (running turns finish) and the process
+//! reports. An intent the scheduler hands back (its retry timers are at the cap)
+//! waits for the next pass, never straight back into the scheduler. A permanent
+//! store error (a missing right) stops the run: retrying cannot help, and nothing is
+//! lost. With the release wake-up the claim and the peeks go through `wake` (waiters,
+//! one wake per release).
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use adapter_redis::RedisStore;
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
+use drain_core::ports::{LeaseStore, OwnerClaims, ReleaseWake};
 use drain_core::{PortError, Switch};
 use rand::rngs::{SmallRng, StdRng};
 use rand::seq::SliceRandom;
 use serde::Serialize;
 use tokio::sync::{mpsc, watch};
 
-pub(crate) use super::keys::{OwnerKeys, seed};
-use super::wake::{Counted, Peeks, wake_allowed};
+use super::backlog::Backlogs;
+use super::keys::OwnerKeys;
+use super::wake::{Counted, Peeks};
 use crate::compose::Runtime;
 
 /// The workload's shape.
@@ -55,6 +53,8 @@ pub(crate) struct Options {
     pub(crate) pass: Duration,
     /// How long a turn's claim lives if the process dies holding it.
     pub(crate) claim_ttl: Duration,
+    /// Report when each batch was recorded (`recorded_at`), for item latencies.
+    pub(crate) item_times: bool,
 }
 
 /// What one process did, printed as one JSON line.
@@ -99,6 +99,8 @@ pub(crate) struct Report {
     pub(crate) handed_off: u64,
     /// From the first pass until the driver stopped.
     pub(crate) drain_ms: u64,
+    /// When the first pass began, in milliseconds since the Unix epoch.
+    pub(crate) started_unix_ms: u64,
     /// When this process recorded its last item, in milliseconds since the Unix
     /// epoch (0: none): the fleet's drain time is the latest of these, minus the
     /// fleet's start, free of the pass interval that `drain_ms` is quantised by.
@@ -106,6 +108,10 @@ pub(crate) struct Report {
     /// Every backlog and in-flight list was empty (false: stopped by a signal or an
     /// error).
     pub(crate) complete: bool,
+    /// With `--item-times`: each recorded batch as `[unix ms, items]`, in the order
+    /// recorded (an item's latency is its batch's time less the fleet's start).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub(crate) recorded_at: Vec<(u64, u64)>,
     /// Why the run stopped early: a permanent store error (the items are safe in
     /// their backlogs and in-flight lists).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,28 +125,32 @@ struct Counters {
     passes: AtomicU64,
     handed_off: AtomicU64,
     last_item_unix_ms: AtomicU64,
+    recorded_at: Mutex<Vec<(u64, u64)>>,
 }
 
 fn bump(c: &AtomicU64, n: u64) {
     c.fetch_add(n, Ordering::Relaxed);
 }
 
-/// The work of one turn on an owner's Redis lists, run by drain-core's `OwnerTurns`
+fn unix_ms() -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(now.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The work of one turn on an owner's backlog, run by drain-core's `OwnerTurns`
 /// while the turn holds the owner's claim.
-struct Batches {
-    owner_keys: OwnerKeys,
-    store: RedisStore,
+struct Batches<B> {
+    backlogs: B,
     options: Options,
     counters: Arc<Counters>,
 }
 
-impl Batches {
+impl<B: Backlogs> Batches<B> {
     /// Take a batch (or the one a failed turn left in flight), work it, record it;
     /// how many items it held. On an error the batch stays in the in-flight list for
     /// the owner's next turn.
     async fn work(&self, owner: &OwnerId) -> Result<usize, PortError> {
-        let (backlog, in_flight) = (self.owner_keys.backlog(owner.as_str()), self.owner_keys.in_flight(owner.as_str()));
-        let batch = self.store.take_batch(&backlog, &in_flight, self.options.batch).await?;
+        let batch = self.backlogs.take_batch(owner, self.options.batch).await?;
         let n = batch.items.len();
         if n == 0 {
             return Ok(0);
@@ -152,17 +162,17 @@ impl Batches {
         if !self.options.item_delay.is_zero() {
             tokio::time::sleep(self.options.item_delay.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX))).await;
         }
-        let recorded =
-            self.store.record_batch(&in_flight, &self.owner_keys.processed(owner.as_str()), &batch.items).await?;
+        let recorded = self.backlogs.record_batch(owner, &batch.items).await?;
         if recorded < n as u64 {
             // Our claim expired during the work and another turn took the batch over.
             tracing::debug!(owner = %owner, items = n, recorded, "part of the batch was recorded by another turn");
         }
         bump(&self.counters.processed, recorded);
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        self.counters
-            .last_item_unix_ms
-            .fetch_max(u64::try_from(now.as_millis()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        let now = unix_ms();
+        self.counters.last_item_unix_ms.fetch_max(now, Ordering::Relaxed);
+        if self.options.item_times && recorded > 0 {
+            self.counters.recorded_at.lock().unwrap_or_else(PoisonError::into_inner).push((now, recorded));
+        }
         Ok(n)
     }
 
@@ -184,26 +194,40 @@ impl Batches {
     }
 }
 
+/// The store `drain owners` runs on: its owner claims (and their wake-up) and its
+/// backlogs; `heard` counts what the release subscriptions heard and how often they
+/// reconnected.
+pub(crate) struct OwnerStore<S, B, H> {
+    pub(crate) claims: S,
+    pub(crate) backlogs: B,
+    pub(crate) heard: H,
+    /// The release wake-up may act (the switches, and the store's rights).
+    pub(crate) wake: bool,
+}
+
 /// Drain every owner's backlog with the scheduler until all are empty or `shutdown`
 /// flips; running turns finish either way.
-pub(crate) async fn run(
+pub(crate) async fn run<S, B, H>(
     rt: Arc<Runtime>,
-    store: RedisStore,
+    on: OwnerStore<S, B, H>,
     options: Options,
     mut shutdown: watch::Receiver<bool>,
-) -> Report {
+) -> Report
+where
+    S: LeaseStore + OwnerClaims + ReleaseWake + Clone,
+    B: Backlogs,
+    H: Fn() -> (u64, u64),
+{
     let c = &rt.config;
     let mut cfg = c.scheduler_config();
-    let wake = wake_allowed(&rt, &store).await;
+    let OwnerStore { claims: store, backlogs, heard, wake } = on;
     if !wake {
         cfg.release_wake = Switch::Off;
     }
     let mut scheduler = Scheduler::new(cfg, rand::make_rng::<SmallRng>());
     let counters = Arc::new(Counters::default());
-    let owner_keys = OwnerKeys::new(rt.keys.clone());
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
-    let heard = wake.then(|| store.release_counters());
-    let batches = Batches { owner_keys: owner_keys.clone(), store: store.clone(), options, counters: counters.clone() };
+    let batches = Batches { backlogs, options, counters: counters.clone() };
     let mut turns = OwnerTurns::new(
         &store,
         &*rt.ticks.clock,
@@ -228,23 +252,23 @@ pub(crate) async fn run(
 
     let (empty_tx, mut empty_rx) = watch::channel(false);
     let owners: Vec<OwnerId> = (0..options.owners).map(OwnerKeys::owner).collect();
-    // Each owner's backlog and in-flight list: an owner has work while either holds items.
-    let lists: Vec<String> =
-        owners.iter().flat_map(|o| [owner_keys.backlog(o.as_str()), owner_keys.in_flight(o.as_str())]).collect();
+    let started_unix_ms = AtomicU64::new(0);
     let pass_loop = async {
         let mut tick = tokio::time::interval(options.pass.max(Duration::from_millis(1)));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let _ = started_unix_ms.compare_exchange(0, unix_ms(), Ordering::Relaxed, Ordering::Relaxed);
             bump(&counters.passes, 1);
-            let lengths = match store.list_lengths(&lists).await {
-                Ok(l) => l,
+            // An owner has work while items wait in its backlog or in flight.
+            let pending = match batches.backlogs.pending(&owners).await {
+                Ok(p) => p,
                 Err(e) => {
                     tracing::warn!("reading the backlogs failed ({e}); next pass");
                     continue;
                 }
             };
-            if lengths.iter().all(|&n| n == 0) {
+            if !pending.iter().any(|&p| p) {
                 let _ = empty_tx.send(true);
                 // The driver stops now; nothing more to request.
                 std::future::pending::<()>().await;
@@ -253,12 +277,8 @@ pub(crate) async fn run(
             // waits for this pass, never straight back into the scheduler.
             let handed_off: BTreeSet<OwnerId> = turns.take_handed_off().into_iter().collect();
             bump(&counters.handed_off, handed_off.len() as u64);
-            let mut wanted: Vec<&OwnerId> = owners
-                .iter()
-                .zip(lengths.chunks(2))
-                .filter(|&(o, n)| n.iter().any(|&n| n > 0) || handed_off.contains(o))
-                .map(|(o, _)| o)
-                .collect();
+            let mut wanted: Vec<&OwnerId> =
+                owners.iter().zip(&pending).filter(|&(o, &p)| p || handed_off.contains(o)).map(|(o, _)| o).collect();
             // Each process in its own order, as independent instances would be.
             wanted.shuffle(&mut rand::rng());
             for owner in wanted {
@@ -279,7 +299,8 @@ pub(crate) async fn run(
         release_wake = c.release_wake.as_str(),
         waiter = wake,
         batch = options.batch,
-        "owner drains on Redis started"
+        store = %rt.store_name(),
+        "owner drains started"
     );
     let start = Instant::now();
     tokio::select! {
@@ -290,6 +311,8 @@ pub(crate) async fn run(
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     // What the scheduler handed back at its close, too.
     let handed_off = load(&counters.handed_off) + turns.take_handed_off().len() as u64;
+    let (releases_heard, subscriber_reconnects) = if wake { heard() } else { (0, 0) };
+    let recorded_at = std::mem::take(&mut *counters.recorded_at.lock().unwrap_or_else(PoisonError::into_inner));
     Report {
         claim_aware: c.claim_aware.as_str(),
         release_wake: c.release_wake.as_str(),
@@ -303,15 +326,17 @@ pub(crate) async fn run(
         failed: observer.turns(TurnOutcome::Failed),
         peeks: load(&peeks.owners),
         peek_round_trips: load(&peeks.batches),
-        releases_heard: heard.as_ref().map_or(0, adapter_redis::ReleaseCounters::received),
+        releases_heard,
         release_wakes: load(&observer.wakes),
         wakes_sent: turns.wakes_sent(),
-        subscriber_reconnects: heard.as_ref().map_or(0, adapter_redis::ReleaseCounters::reconnects),
+        subscriber_reconnects,
         passes: load(&counters.passes),
         handed_off,
         drain_ms,
+        started_unix_ms: load(&started_unix_ms),
         last_item_unix_ms: load(&counters.last_item_unix_ms),
         complete: complete.load(Ordering::Relaxed),
+        recorded_at,
         error: turns.fatal().map(|e| e.to_string()),
     }
 }

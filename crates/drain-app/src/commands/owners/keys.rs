@@ -2,9 +2,8 @@
 //! owner's claim): the backlog list, the in-flight list of the batch a turn took,
 //! and the processed-items hash.
 
+use adapter_redis::KeySpace;
 use adapter_redis::keys::encode_name;
-use adapter_redis::{KeySpace, RedisStore};
-use drain_core::PortError;
 use drain_core::admission::OwnerId;
 
 /// The keys of the owner workload.
@@ -37,19 +36,6 @@ impl OwnerKeys {
     pub(crate) fn processed(&self, owner: &str) -> String {
         format!("{}:processed:{{{}}}", self.keys.prefix(), encode_name(owner.as_bytes()))
     }
-}
-
-/// Push `items` items (`item-0` …) round-robin onto the backlogs of `owners` owners,
-/// one pipelined round trip.
-pub(crate) async fn seed(store: &RedisStore, keys: &OwnerKeys, owners: usize, items: u64) -> Result<(), PortError> {
-    let owners = owners.max(1);
-    let mut lists: Vec<(String, Vec<String>)> =
-        (0..owners).map(|i| (keys.backlog(OwnerKeys::owner(i).as_str()), Vec::new())).collect();
-    for n in 0..items {
-        let i = usize::try_from(n).unwrap_or(usize::MAX) % owners;
-        lists[i].1.push(format!("item-{n}"));
-    }
-    store.push_items(&lists).await
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
 //! Release wake-up for `drain owners` (`PROJECTION_DRAIN_RELEASE_WAKE`): drain-core's
 //! `OwnerTurns` and admission driver use the store's `ReleaseWake` by themselves (the
 //! driver subscribes, its peeks and the turns' lost races register this process as a
-//! waiter, a release wakes one). What stays here is Redis' side of the decision: the
-//! rights the wake-up needs are probed first, and a user without them runs without
-//! it (a warning says so); and counting, for `drain owners`' report.
+//! waiter, a release wakes one). What stays here is the decision (the switches, and on
+//! Redis the rights the wake-up needs, probed first: a user without them runs without
+//! it, and a warning says so; on PostgreSQL `grant_sql` grants them with the rest)
+//! and counting, for `drain owners`' report.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,16 +21,16 @@ use crate::compose::Runtime;
 
 /// Admission's peeks through the store, counted (owners and round trips) for the
 /// report; it offers the store's wake-up, counting its peeks too.
-pub(crate) struct Peeks {
-    pub(crate) store: RedisStore,
+pub(crate) struct Peeks<S> {
+    pub(crate) store: S,
     /// Owners peeked.
     pub(crate) owners: AtomicU64,
     /// Peek round trips (batches).
     pub(crate) batches: AtomicU64,
 }
 
-impl Peeks {
-    pub(crate) fn new(store: RedisStore) -> Self {
+impl<S> Peeks<S> {
+    pub(crate) fn new(store: S) -> Self {
         Peeks { store, owners: AtomicU64::new(0), batches: AtomicU64::new(0) }
     }
 
@@ -40,7 +41,7 @@ impl Peeks {
 }
 
 #[async_trait]
-impl OwnerClaims for Peeks {
+impl<S: OwnerClaims + ReleaseWake> OwnerClaims for Peeks<S> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
         self.count(owners);
         self.store.peek_owners(owners).await
@@ -52,7 +53,7 @@ impl OwnerClaims for Peeks {
 }
 
 #[async_trait]
-impl ReleaseWake for Peeks {
+impl<S: OwnerClaims + ReleaseWake> ReleaseWake for Peeks<S> {
     async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
         self.store.subscribe(instance).await
     }
@@ -126,13 +127,18 @@ impl Observer for Counted {
     }
 }
 
-/// Whether the release wake-up may act for this process: claim-aware On, release
-/// wake not Off, and a Redis user that may run its commands (a user without them, an
-/// ACL from before the wake-up, would fail every turn's claim: run without it, and
-/// say so).
+/// Whether the switches let the release wake-up act: claim-aware On and release
+/// wake not Off.
+pub(crate) fn switches_allow_wake(rt: &Runtime) -> bool {
+    rt.config.claim_aware == Switch::On && rt.config.release_wake != Switch::Off
+}
+
+/// Whether the release wake-up may act for this process on Redis: the switches, and
+/// a Redis user that may run its commands (a user without them, an ACL from before
+/// the wake-up, would fail every turn's claim: run without it, and say so).
 pub(crate) async fn wake_allowed(rt: &Runtime, store: &RedisStore) -> bool {
     let c = &rt.config;
-    if c.claim_aware != Switch::On || c.release_wake == Switch::Off {
+    if !switches_allow_wake(rt) {
         return false;
     }
     let probe = format!("drain-owners.{}", c.instance_id);
