@@ -163,17 +163,21 @@ impl MessageOutcome {
 pub enum SkipReason {
     /// The peek found the owner's claim held by someone.
     ClaimHeld,
+    /// The peek found a drain of the owner that began after the request was made and
+    /// left nothing behind: the request was served already (label `served`).
+    Served,
 }
 
 impl SkipReason {
     /// Every reason, for exporting each label set before its first event.
-    pub const ALL: [SkipReason; 1] = [SkipReason::ClaimHeld];
+    pub const ALL: [SkipReason; 2] = [SkipReason::ClaimHeld, SkipReason::Served];
 
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::ClaimHeld => "claim_held",
+            SkipReason::Served => "served",
         }
     }
 }

@@ -66,6 +66,8 @@ pub(crate) struct Figures {
     pub(crate) release_wakes_effective: u64,
     /// Requests coalesced into a pending claim-retry timer (they wait for it).
     pub(crate) requests_absorbed_by_backoff: u64,
+    /// Requests dropped at a peek because a drain that began after them served them.
+    pub(crate) requests_skipped_as_served: u64,
     /// The tick side (independent of the owner policy: the same in every column).
     pub(crate) ticks: Ticks,
 }
@@ -103,6 +105,7 @@ impl Figures {
             release_wakes: t.wakes_sent,
             release_wakes_effective: t.wakes_effective,
             requests_absorbed_by_backoff: t.absorbed_by_backoff,
+            requests_skipped_as_served: t.served,
             ticks: ticks.clone(),
         }
     }
@@ -206,7 +209,7 @@ impl Report {
         }
         out.push('\n');
         type Row = (&'static str, fn(&Figures) -> String);
-        let rows: [Row; 17] = [
+        let rows: [Row; 18] = [
             ("runs", |f| if f.runs == "model" { "model".to_owned() } else { "core Scheduler".to_owned() }),
             ("claim-busy turns", |f| f.claim_busy_turns.to_string()),
             ("useful turns", |f| f.useful_turns.to_string()),
@@ -220,6 +223,7 @@ impl Report {
             ("item latency max ms", |f| f.owner_latency_max_ms.to_string()),
             ("items waiting >= 5 s", |f| f.items_over_5s.to_string()),
             ("requests absorbed by backoff", |f| f.requests_absorbed_by_backoff.to_string()),
+            ("requests skipped as served", |f| f.requests_skipped_as_served.to_string()),
             ("throughput items/s", |f| format!("{:.3}", f.throughput_per_s)),
             ("release wakes (effective)", |f| format!("{} ({})", f.release_wakes, f.release_wakes_effective)),
             ("timers max (fleet)", |f| format!("{} ({})", f.timers, f.timers_fleet)),

@@ -8,7 +8,7 @@ use rand::{Rng, RngExt};
 
 use super::config::{SchedulerConfig, millis};
 use super::owner::OwnerId;
-use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};
+use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, TurnOutcome, Woken};
 use crate::event::{Event, SkipReason};
 use crate::switch::Switch;
 use crate::time::Time;
@@ -45,6 +45,9 @@ struct Slot {
     place: Place,
     /// Consecutive failed turns; reset by any other outcome, forgotten with the slot.
     failures: u32,
+    /// When the latest request the owner still owes was made (for a running owner:
+    /// the request that made it dirty). A drain mark after it means it was served.
+    requested: Time,
 }
 
 /// The claim-aware owner admission scheduler: a sans-IO state machine.
@@ -133,18 +136,47 @@ impl<R: Rng> Scheduler<R> {
     ///
     /// [`Closed`] after [`close`](Self::close); the request is not recorded.
     pub fn request(&mut self, now: Time, owner: OwnerId) -> Result<Requested, Closed> {
+        self.request_made(now, owner, now)
+    }
+
+    /// [`request`](Self::request) of a request made at `made` (on the scheduler's
+    /// clock, at or before `now`): the time the requester knew the owner had work,
+    /// e.g. when it wrote the work or read the backlog. [`request`](Self::request)
+    /// takes `now`, the latest the request can have been made.
+    ///
+    /// With [`SchedulerConfig::skip_served`] the scheduler keeps the latest `made` the
+    /// owner owes, and a peek whose drain mark is after it forgets the owner. A
+    /// `made` later than the truth only costs a turn; an earlier one could drop a
+    /// request a drain did not serve.
+    ///
+    /// # Errors
+    ///
+    /// [`Closed`] after [`close`](Self::close); the request is not recorded.
+    pub fn request_made(&mut self, now: Time, owner: OwnerId, made: Time) -> Result<Requested, Closed> {
         self.observe(now);
         if self.closed {
             return Err(Closed);
         }
         let requested = match self.owners.get_mut(&owner) {
-            Some(Slot { place: Place::Running { dirty }, .. }) => {
-                *dirty = true;
-                Requested::MarkedDirty
+            Some(slot) => {
+                let requested = match &mut slot.place {
+                    Place::Running { dirty } if *dirty => Requested::MarkedDirty,
+                    Place::Running { dirty } => {
+                        // The request the turn started for is the turn's: only this one is owed.
+                        *dirty = true;
+                        slot.requested = made;
+                        Requested::MarkedDirty
+                    }
+                    _ => Requested::Coalesced,
+                };
+                slot.requested = slot.requested.max(made);
+                requested
             }
-            Some(_) => Requested::Coalesced,
             None => {
-                self.queue(owner, Entry::Initial);
+                self.queue(owner.clone(), Entry::Initial);
+                if let Some(slot) = self.owners.get_mut(&owner) {
+                    slot.requested = made;
+                }
                 Requested::Queued
             }
         };
@@ -196,6 +228,10 @@ impl<R: Rng> Scheduler<R> {
     ///   backoff_max]` and [`Event::OwnerSkipped`] (`mode` On). Shadow: the same event
     ///   with `mode` Shadow, and ready anyway.
     /// * [`PeekResult::Error`] -> ready (admitted as before) and [`Event::PeekError`].
+    /// * Before any of these, with [`SchedulerConfig::skip_served`] computing: a drain
+    ///   mark ([`Peeked::drained`]) later than the owner's latest request means a
+    ///   drain that began after the request served it: [`Event::OwnerSkipped`]
+    ///   (reason `Served`); On forgets the owner, Shadow goes on as above.
     ///
     /// Results are applied in the order given. A result for an owner that is not
     /// peeking (a stale or repeated answer, or one after [`close`](Self::close)) is
@@ -207,9 +243,10 @@ impl<R: Rng> Scheduler<R> {
     /// Any iterator will do: a driver that zips the owners of
     /// [`Action::Peek`](super::Action::Peek) with the store's answers (draining the
     /// vector, then handing it back with [`recycle`](Self::recycle)) allocates nothing.
-    pub fn on_peek<I>(&mut self, now: Time, results: I)
+    pub fn on_peek<I, P>(&mut self, now: Time, results: I)
     where
-        I: IntoIterator<Item = (OwnerId, PeekResult)>,
+        I: IntoIterator<Item = (OwnerId, P)>,
+        P: Into<Peeked>,
     {
         let now = self.observe(now);
         let mut answered = std::mem::take(&mut self.answered);
@@ -217,7 +254,10 @@ impl<R: Rng> Scheduler<R> {
         for (owner, result) in results {
             if let Some(Place::Peeking { batch }) = self.place_of(&owner) {
                 answered.push(batch);
-                self.settle_peek(now, owner, result);
+                let result = result.into();
+                if !self.served(&owner, result) {
+                    self.settle_peek(now, owner, result.claim);
+                }
             }
         }
         answered.sort_unstable();
@@ -500,7 +540,7 @@ impl<R: Rng> Scheduler<R> {
         match self.owners.get_mut(owner) {
             Some(slot) => slot.place = place,
             None => {
-                self.owners.insert(owner.clone(), Slot { place, failures: 0 });
+                self.owners.insert(owner.clone(), Slot { place, failures: 0, requested: self.latest });
             }
         }
     }
@@ -532,7 +572,7 @@ impl<R: Rng> Scheduler<R> {
 
     /// Give the intent back to the caller; the failure count is forgotten with it.
     fn hand_off(&mut self, owner: OwnerId) {
-        self.owners.insert(owner.clone(), Slot { place: Place::HandedOff, failures: 0 });
+        self.owners.insert(owner.clone(), Slot { place: Place::HandedOff, failures: 0, requested: self.latest });
         self.handoffs.push_back(owner);
     }
 
@@ -576,6 +616,24 @@ impl<R: Rng> Scheduler<R> {
         kept.extend(owners.iter().cloned());
         self.batches.push_back((batch, kept));
         owners
+    }
+
+    /// Whether a peek's drain mark shows that `owner`'s requests were served (then,
+    /// with the switch On, the owner is forgotten and its slot freed).
+    fn served(&mut self, owner: &OwnerId, peeked: Peeked) -> bool {
+        let mode = self.config.skip_served;
+        let (Some(drained), true) = (peeked.drained, mode.computes()) else { return false };
+        let Some(slot) = self.owners.get(owner) else { return false };
+        if slot.requested >= drained {
+            return false;
+        }
+        self.events.push_back(Event::OwnerSkipped { reason: SkipReason::Served, mode });
+        if !mode.enforces() {
+            return false;
+        }
+        self.peeking -= 1;
+        self.owners.remove(owner);
+        true
     }
 
     fn settle_peek(&mut self, now: Time, owner: OwnerId, result: PeekResult) {

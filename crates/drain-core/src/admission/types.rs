@@ -45,6 +45,27 @@ pub enum PeekResult {
     Error,
 }
 
+/// A peek's answer for one owner: what it found of the claim and, when the store
+/// keeps drain marks, when the owner's latest completed drain began.
+///
+/// A [`PeekResult`] converts into one without a mark, so drivers that know no marks
+/// answer [`Scheduler::on_peek`](super::Scheduler::on_peek) as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Peeked {
+    /// The claim.
+    pub claim: PeekResult,
+    /// When, on the scheduler's clock, the owner's latest completed drain began, at
+    /// the latest (convert the store's answer conservatively: the peek's send time
+    /// less the mark's age). A request made before it was served by that drain.
+    pub drained: Option<Time>,
+}
+
+impl From<PeekResult> for Peeked {
+    fn from(claim: PeekResult) -> Self {
+        Peeked { claim, drained: None }
+    }
+}
+
 /// How one owner turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TurnOutcome {

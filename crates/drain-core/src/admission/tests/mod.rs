@@ -3,6 +3,7 @@
 //! * [`admit`]: requests, peeks and the order of launches.
 //! * [`retry`]: turn outcomes, both backoffs and the timer cap.
 //! * [`lifecycle`]: close, events, determinism and scale.
+//! * [`served`]: requests a drain mark shows served.
 //! * [`wake`]: release wake-up, examples and properties.
 //! * `releases`: the driver fed release notifications, in virtual time.
 
@@ -24,6 +25,7 @@ mod lifecycle;
 #[cfg(feature = "testkit")]
 mod releases;
 mod retry;
+mod served;
 mod wake;
 
 const MORE: TurnOutcome = Productive { more: true };
