@@ -160,6 +160,18 @@ impl<R: Rng> Scheduler<R> {
         let requested = match self.owners.get_mut(&owner) {
             Some(slot) => {
                 let requested = match &mut slot.place {
+                    // A request made after the ones a claim wait holds: with drain marks,
+                    // a peek (not a turn) tells at once whether it is served or due.
+                    Place::Timer { due, seq, claim: true }
+                        if made > slot.requested && self.config.skip_served.enforces() =>
+                    {
+                        let key = (*due, *seq);
+                        slot.requested = made;
+                        self.timers.remove(&key);
+                        self.queue(owner, Entry::Initial);
+                        self.gauges();
+                        return Ok(Requested::Queued);
+                    }
                     Place::Running { dirty } if *dirty => Requested::MarkedDirty,
                     Place::Running { dirty } => {
                         // The request the turn started for is the turn's: only this one is owed.
