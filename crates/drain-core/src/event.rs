@@ -328,6 +328,7 @@ mod tests {
         fn reason(o: SkipReason) -> usize {
             match o {
                 SkipReason::ClaimHeld => 0,
+                SkipReason::Served => 1,
             }
         }
         // (positions in ALL, the number of arms of the match above)
@@ -338,7 +339,7 @@ mod tests {
         check(MessageOutcome::ALL.map(message).to_vec(), 10);
         check(TurnOutcome::ALL.map(turn).to_vec(), 5);
         check(LeaseOp::ALL.map(op).to_vec(), 3);
-        check(SkipReason::ALL.map(reason).to_vec(), 1);
+        check(SkipReason::ALL.map(reason).to_vec(), 2);
         for o in LeaseOp::ALL {
             assert!(o.results().contains(&"error"), "{o:?}: every operation can fail");
         }

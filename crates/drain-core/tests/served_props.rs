@@ -106,7 +106,9 @@ proptest! {
 
     #[test]
     fn a_requested_item_is_never_left_unserved(ops in prop::collection::vec(op(), 1..80)) {
-        let config = SchedulerConfig { skip_served: Switch::On, workers: 2, ..SchedulerConfig::default() };
+        let mut config = SchedulerConfig::default();
+        config.skip_served = Switch::On;
+        config.workers = 2;
         let mut s = Scheduler::new(config, SmallRng::seed_from_u64(3));
         let mut w = World { now: 0, backlog: vec![Vec::new(); OWNERS], mark: vec![None; OWNERS], pending: Vec::new() };
         for op in ops {

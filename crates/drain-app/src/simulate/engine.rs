@@ -396,8 +396,13 @@ mod tests {
             assert!(t.productive > 0 && t.productive <= w.items() as u64, "{key}");
             match policy.kind {
                 Kind::Oracle => assert_eq!((t.claim_busy, t.empty, t.peeks), (0, 0, 0), "{key}"),
-                Kind::Scheduler { claim_aware, wake, .. } => {
+                Kind::Scheduler { claim_aware, wake, skip_served, .. } => {
                     assert_eq!(t.peeks > 0, claim_aware == Switch::On, "{key}: peeks only when claim-aware");
+                    assert_eq!(
+                        t.served > 0,
+                        skip_served == Switch::On,
+                        "{key}: requests skipped as served only when on"
+                    );
                     assert_eq!(t.wakes_sent > 0, wake != Wake::Never, "{key}: wake-ups only when configured");
                     assert!(t.claim_busy > 0, "{key}: a re-requesting fleet races at least sometimes");
                     if claim_aware == Switch::Off {

@@ -130,6 +130,7 @@ pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy], progress: 
         config: sc.summary(),
         items: w.items() as u64,
         versus_legacy: Report::versus(&policies),
+        p99_versus_oracle: Report::versus_oracle(&policies),
         policies,
         ticks,
     };

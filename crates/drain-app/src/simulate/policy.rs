@@ -98,7 +98,12 @@ pub(crate) fn candidates() -> Vec<Policy> {
     let window = |key, label, lo, hi| Policy {
         key,
         label,
-        kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::Never, backoff_ms: Some((lo, hi)), skip_served: Switch::Off },
+        kind: Kind::Scheduler {
+            claim_aware: Switch::On,
+            wake: Wake::Never,
+            backoff_ms: Some((lo, hi)),
+            skip_served: Switch::Off,
+        },
     };
     let wake = |key, label, wake| Policy {
         key,

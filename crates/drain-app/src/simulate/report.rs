@@ -151,6 +151,8 @@ pub(crate) struct Report {
     pub(crate) policies: Ordered<Figures>,
     /// Each non-legacy policy against legacy.
     pub(crate) versus_legacy: Ordered<VersusLegacy>,
+    /// Each policy's p99 item latency against the oracle's (the floor).
+    pub(crate) p99_versus_oracle: Ordered<f64>,
     /// The tick side once more, at the top level.
     pub(crate) ticks: Ticks,
 }
@@ -181,6 +183,22 @@ impl Report {
                         },
                     )
                 })
+                .collect(),
+        )
+    }
+
+    /// Each non-oracle policy's p99 latency over the oracle's (if present).
+    pub(crate) fn versus_oracle(policies: &Ordered<Figures>) -> Ordered<f64> {
+        let Some((_, oracle)) = policies.0.iter().find(|(k, _)| *k == "oracle") else {
+            return Ordered(Vec::new());
+        };
+        let floor = f64::from(oracle.owner_latency_p99_ms.max(1));
+        Ordered(
+            policies
+                .0
+                .iter()
+                .filter(|(k, _)| *k != "oracle")
+                .map(|(k, f)| (*k, round3(f64::from(f.owner_latency_p99_ms) / floor)))
                 .collect(),
         )
     }
@@ -246,6 +264,12 @@ impl Report {
                     v.throughput_ratio,
                     v.p99_latency_ratio
                 );
+            }
+        }
+        if !self.p99_versus_oracle.0.is_empty() {
+            let _ = writeln!(out, "\nagainst the oracle: p99 latency ratio");
+            for (k, ratio) in &self.p99_versus_oracle.0 {
+                let _ = writeln!(out, "  {k:<28}{ratio:>18.3}x");
             }
         }
         let (off, on) = (&self.ticks.lease_off, &self.ticks.lease_on);

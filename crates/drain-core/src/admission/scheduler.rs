@@ -128,7 +128,9 @@ impl<R: Rng> Scheduler<R> {
     ///
     /// * unknown -> back of the FIFO as an [`Entry::Initial`] ([`Requested::Queued`]);
     /// * queued, ready, peeking, on a retry timer or handed off -> nothing changes
-    ///   ([`Requested::Coalesced`]); a timer is not pulled forward;
+    ///   ([`Requested::Coalesced`]); a timer is not pulled forward, except a claim
+    ///   wait by a request made after the ones it holds, with
+    ///   [`SchedulerConfig::skip_served`] On ([`Requested::Queued`]: peeked again);
     /// * running -> marked dirty, so it runs again after its turn
     ///   ([`Requested::MarkedDirty`]).
     ///

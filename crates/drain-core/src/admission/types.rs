@@ -111,10 +111,14 @@ impl TurnOutcome {
 #[must_use]
 pub enum Requested {
     /// The owner was unknown: it joined the back of the FIFO as an initial entry.
+    /// With [`SchedulerConfig::skip_served`](super::SchedulerConfig::skip_served) On,
+    /// also an owner waiting on a claim retry timer when the request was made after
+    /// every one the wait holds: the wait ends and the owner is peeked again, so a
+    /// drain mark (or a free claim) answers at once instead of the timer.
     Queued,
     /// The owner already had a pending intent (queued, ready, peeking, on a retry
-    /// timer or handed off): nothing changed. A request never pulls a retry timer
-    /// forward: that is the point of the backoff.
+    /// timer or handed off): nothing changed. Otherwise a request never pulls a retry
+    /// timer forward: that is the point of the backoff.
     Coalesced,
     /// The owner is running: it runs again after the turn.
     MarkedDirty,

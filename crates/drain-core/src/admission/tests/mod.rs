@@ -33,8 +33,9 @@ const NO_MORE: TurnOutcome = Productive { more: false };
 
 type S = Scheduler<SmallRng>;
 
+/// Claim-aware admission as it is without drain marks (`served` tests them).
 fn config(mode: Switch, workers: usize) -> SchedulerConfig {
-    SchedulerConfig { claim_aware: mode, workers, ..SchedulerConfig::default() }
+    SchedulerConfig { claim_aware: mode, workers, skip_served: Off, ..SchedulerConfig::default() }
 }
 
 fn sched(config: SchedulerConfig) -> S {

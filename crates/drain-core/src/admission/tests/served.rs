@@ -102,3 +102,26 @@ fn a_served_owner_frees_its_slot() {
     assert_eq!(s.poll_action(t(7)), peek(&["y"]));
     assert_eq!(s.request(t(8), id("x")), Ok(Requested::Queued), "a forgotten owner is requested afresh");
 }
+
+/// With the switch On, a request made after the ones a claim wait holds ends the
+/// wait: a peek (not a turn) tells whether a drain served it. A repeat of a request
+/// already held, Shadow and Off leave the timer alone.
+#[test]
+fn a_newer_request_ends_a_claim_wait() {
+    for (mode, made, expected) in [
+        (On, 20, Requested::Queued),
+        (On, 10, Requested::Coalesced),
+        (Shadow, 20, Requested::Coalesced),
+        (Off, 20, Requested::Coalesced),
+    ] {
+        let mut s = sched(skip(mode));
+        let _ = s.request_made(t(10), id("x"), t(10));
+        assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+        s.on_peek(t(11), [(id("x"), PeekResult::Held)]);
+        assert!(s.waits_for_claim(&id("x")), "{mode:?}");
+        assert_eq!(s.request_made(t(30), id("x"), t(made)), Ok(expected), "{mode:?} made {made}");
+        let queued = expected == Requested::Queued;
+        assert_eq!(s.timer_count(), usize::from(!queued), "{mode:?} made {made}");
+        assert_eq!(s.poll_action(t(30)).is_some(), queued, "{mode:?} made {made}: peeked again");
+    }
+}

@@ -88,7 +88,8 @@ where
     let got = s.call("release_drained", store.release_drained(&o2, &b, false, false)).await?;
     s.ensure(got.release == Release::Released, Rule::MarksRelease, || format!("beta's release answered {got:?}"))?;
     let got = s.call("peek_marked", store.peek_marked(std::slice::from_ref(&o2), None)).await?;
-    let right = matches!(got.as_slice(), [MarkedClaim { drained: Some(d), .. }] if *d + Duration::from_millis(2) >= first);
+    let right =
+        matches!(got.as_slice(), [MarkedClaim { drained: Some(d), .. }] if *d + Duration::from_millis(2) >= first);
     s.ensure(right, Rule::MarksReleaseQuiet, || {
         format!("after an undrained turn the mark, {first:?} old before, answered {got:?}")
     })?;
