@@ -242,6 +242,16 @@ impl KeySpace {
         format!("{}:waiters:{{{}}}", self.prefix, encode_name(owner.as_bytes()))
     }
 
+    /// The owner's drain keys `<prefix>:drain-start:{<owner>}` (the token of the turn
+    /// that took the claim, expiring the marks' time to live after it did) and
+    /// `<prefix>:drained:{<owner>}` (the drain mark: expiring the marks' time to live
+    /// after the latest drained turn took the claim), in the claim's hash slot.
+    #[must_use]
+    pub fn owner_drain(&self, owner: &str) -> (String, String) {
+        let name = encode_name(owner.as_bytes());
+        (format!("{}:drain-start:{{{name}}}", self.prefix), format!("{}:drained:{{{name}}}", self.prefix))
+    }
+
     /// The pub/sub channel `<prefix>:wake:<instance>` on which `instance` hears that
     /// an owner it waits for was released. A channel, not a key (no hash tag: plain
     /// `PUBLISH` reaches every node of a Cluster); the ACL grants `&<prefix>:wake:*`.

@@ -83,6 +83,7 @@
 mod claim;
 mod config;
 mod conn;
+mod drained;
 mod error;
 mod fenced;
 pub mod keys;
