@@ -28,6 +28,9 @@ pub(crate) struct Statements {
     pub(crate) wake_channel: Statement,
     pub(crate) purge_expired: Statement,
     pub(crate) admit_fence: Statement,
+    pub(crate) acquire_marked: Statement,
+    pub(crate) release_drained: Statement,
+    pub(crate) peek_marked: Statement,
     pub(crate) end_backends: Statement,
 }
 
@@ -125,6 +128,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT {s}.wake_channel($1, $2)"),
         format!("SELECT {s}.purge_expired($1, $2)"),
         format!("SELECT accepted, mark FROM {s}.admit_fence($1, $2, $3)"),
+        format!("SELECT acquired, fence, holder, remaining_us FROM {s}.acquire_marked($1, $2, $3, $4, $5, $6, $7)"),
+        format!("SELECT released, woke FROM {s}.release_drained($1, $2, $3, $4, $5)"),
+        format!("SELECT ord, holder, remaining_us, drained_us FROM {s}.peek_marked($1, $2, $3, $4)"),
         END_BACKENDS.to_owned(),
     ];
     // Prepared at once, beside the question of which backend this is: the client
@@ -156,9 +162,12 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             wake_channel,
             purge_expired,
             admit_fence,
+            acquire_marked,
+            release_drained,
+            peek_marked,
             end_backends,
         ],
-    ) = <[Statement; 14]>::try_from(prepared)
+    ) = <[Statement; 17]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -180,6 +189,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         wake_channel,
         purge_expired,
         admit_fence,
+        acquire_marked,
+        release_drained,
+        peek_marked,
         end_backends,
     };
     Ok(Conn { client, stmts, backend })

@@ -34,6 +34,8 @@ pub mod functions {
     /// Fences checked where the writes land (schema version 2): the lease check
     /// of `PostgresStore::fenced` and the marks of `FenceMarks`.
     pub const FENCES: &[&str] = &["current_fence", "fence_is_current", "admit_fence"];
+    /// Drain marks (schema version 4): skipping served requests.
+    pub const MARKS: &[&str] = &["peek_marked", "acquire_marked", "release_drained"];
 }
 
 /// drain's schema as [`inspect`] found it.

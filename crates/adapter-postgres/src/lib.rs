@@ -91,6 +91,7 @@
 mod claims;
 mod config;
 mod conn;
+mod drained;
 mod error;
 mod fenced;
 mod inspect;
