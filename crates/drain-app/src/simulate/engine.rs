@@ -202,11 +202,10 @@ impl<'a> Fleet<'a> {
                         let claim = if held { PeekResult::Held } else { PeekResult::Free };
                         // As drain-core's driver converts the store's answer: the peek's
                         // send time less the mark's age, less a millisecond of rounding.
-                        let drained = match self.marks {
-                            true => self.claims.drained_ago(index_of(o) as usize, self.now),
-                            false => None,
-                        };
-                        let drained = drained.map(|ago| Time::from_millis(sent.saturating_sub(ago + 1)));
+                        // An owner never drained is marked at the origin, as the driver does.
+                        let ago = self.claims.drained_ago(index_of(o) as usize, self.now);
+                        let at = ago.map_or(Time::ZERO, |ago| Time::from_millis(sent.saturating_sub(ago + 1)));
+                        let drained = self.marks.then_some(at);
                         (o.clone(), Peeked { claim, drained })
                     })
                     .collect();

@@ -262,8 +262,10 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
                                 OwnerClaim::Free => PeekResult::Free,
                             };
                             // The store answered after `sent`: its mark began no later
-                            // than `sent` less the mark's age, on this clock.
-                            let drained = c.drained.map(|ago| drained_before(sent, ago));
+                            // than `sent` less the mark's age, on this clock; an owner
+                            // never drained is marked at the origin.
+                            let at = c.drained.map_or(Time::ZERO, |ago| drained_before(sent, ago));
+                            let drained = marks.map(|_| at);
                             (o, Peeked { claim, drained })
                         })
                         .collect(),

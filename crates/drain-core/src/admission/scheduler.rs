@@ -48,6 +48,10 @@ struct Slot {
     /// When the latest request the owner still owes was made (for a running owner:
     /// the request that made it dirty). A drain mark after it means it was served.
     requested: Time,
+    /// The owner's last peek answered with drain marks (the store keeps them): only
+    /// then does a newer request end a claim wait, since only then can a peek tell
+    /// that a drain served it.
+    marked: bool,
 }
 
 /// The claim-aware owner admission scheduler: a sans-IO state machine.
@@ -130,7 +134,8 @@ impl<R: Rng> Scheduler<R> {
     /// * queued, ready, peeking, on a retry timer or handed off -> nothing changes
     ///   ([`Requested::Coalesced`]); a timer is not pulled forward, except a claim
     ///   wait by a request made after the ones it holds, with
-    ///   [`SchedulerConfig::skip_served`] On ([`Requested::Queued`]: peeked again);
+    ///   [`SchedulerConfig::skip_served`] On and the owner's last peek answered with
+    ///   drain marks ([`Requested::Queued`]: peeked again);
     /// * running -> marked dirty, so it runs again after its turn
     ///   ([`Requested::MarkedDirty`]).
     ///
@@ -165,7 +170,7 @@ impl<R: Rng> Scheduler<R> {
                     // A request made after the ones a claim wait holds: with drain marks,
                     // a peek (not a turn) tells at once whether it is served or due.
                     Place::Timer { due, seq, claim: true }
-                        if made > slot.requested && self.config.skip_served.enforces() =>
+                        if slot.marked && made > slot.requested && self.config.skip_served.enforces() =>
                     {
                         let key = (*due, *seq);
                         slot.requested = made;
@@ -269,6 +274,9 @@ impl<R: Rng> Scheduler<R> {
             if let Some(Place::Peeking { batch }) = self.place_of(&owner) {
                 answered.push(batch);
                 let result = result.into();
+                if let Some(slot) = self.owners.get_mut(&owner) {
+                    slot.marked = result.drained.is_some();
+                }
                 if !self.served(&owner, result) {
                     self.settle_peek(now, owner, result.claim);
                 }
@@ -554,7 +562,7 @@ impl<R: Rng> Scheduler<R> {
         match self.owners.get_mut(owner) {
             Some(slot) => slot.place = place,
             None => {
-                self.owners.insert(owner.clone(), Slot { place, failures: 0, requested: self.latest });
+                self.owners.insert(owner.clone(), Slot { place, failures: 0, requested: self.latest, marked: false });
             }
         }
     }
@@ -586,7 +594,8 @@ impl<R: Rng> Scheduler<R> {
 
     /// Give the intent back to the caller; the failure count is forgotten with it.
     fn hand_off(&mut self, owner: OwnerId) {
-        self.owners.insert(owner.clone(), Slot { place: Place::HandedOff, failures: 0, requested: self.latest });
+        let slot = Slot { place: Place::HandedOff, failures: 0, requested: self.latest, marked: false };
+        self.owners.insert(owner.clone(), slot);
         self.handoffs.push_back(owner);
     }
 

@@ -57,6 +57,9 @@ pub struct Peeked {
     /// When, on the scheduler's clock, the owner's latest completed drain began, at
     /// the latest (convert the store's answer conservatively: the peek's send time
     /// less the mark's age). A request made before it was served by that drain.
+    /// `None`: the peek knows no marks (the store keeps none). A store that keeps
+    /// them answers an owner never drained as [`Time::ZERO`], which no request
+    /// precedes.
     pub drained: Option<Time>,
 }
 
@@ -113,8 +116,9 @@ pub enum Requested {
     /// The owner was unknown: it joined the back of the FIFO as an initial entry.
     /// With [`SchedulerConfig::skip_served`](super::SchedulerConfig::skip_served) On,
     /// also an owner waiting on a claim retry timer when the request was made after
-    /// every one the wait holds: the wait ends and the owner is peeked again, so a
-    /// drain mark (or a free claim) answers at once instead of the timer.
+    /// every one the wait holds and its last peek answered with drain marks: the wait
+    /// ends and the owner is peeked again, so a drain mark (or a free claim) answers
+    /// at once instead of the timer.
     Queued,
     /// The owner already had a pending intent (queued, ready, peeking, on a retry
     /// timer or handed off): nothing changed. Otherwise a request never pulls a retry

@@ -117,11 +117,23 @@ fn a_newer_request_ends_a_claim_wait() {
         let mut s = sched(skip(mode));
         let _ = s.request_made(t(10), id("x"), t(10));
         assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-        s.on_peek(t(11), [(id("x"), PeekResult::Held)]);
+        s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
         assert!(s.waits_for_claim(&id("x")), "{mode:?}");
         assert_eq!(s.request_made(t(30), id("x"), t(made)), Ok(expected), "{mode:?} made {made}");
         let queued = expected == Requested::Queued;
         assert_eq!(s.timer_count(), usize::from(!queued), "{mode:?} made {made}");
         assert_eq!(s.poll_action(t(30)).is_some(), queued, "{mode:?} made {made}: peeked again");
     }
+}
+
+/// A claim wait whose peek knew no drain marks (the store keeps none) is not ended
+/// by a newer request: no peek could tell it was served, so the backoff stands.
+#[test]
+fn without_marks_a_newer_request_leaves_the_claim_wait() {
+    let mut s = sched(skip(On));
+    let _ = s.request_made(t(10), id("x"), t(10));
+    assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+    s.on_peek(t(11), [(id("x"), PeekResult::Held)]);
+    assert_eq!(s.request_made(t(30), id("x"), t(20)), Ok(Requested::Coalesced));
+    assert_eq!(s.timer_count(), 1);
 }
