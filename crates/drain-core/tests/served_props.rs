@@ -1,15 +1,17 @@
 //! Property test of skipping served requests: a requested item is never left unserved.
 //!
 //! A world of a few owners, each with a backlog of items: a writer adds an item and
-//! requests its owner (the request made at the write, delivered up to 50 ms later);
-//! another instance drains owners now and then, completely, publishing its drain
-//! mark (the time it began); the scheduler under test peeks with the marks (exact,
-//! or earlier as a driver's conservative conversion makes them) and runs turns that
-//! drain the owner and publish their own mark, or fail. Whatever the order, once
-//! everything has run out, every item ever written has been drained: a request is
-//! only dropped for a drain that began after it.
+//! requests its owner (the request made at the write, delivered up to 50 ms later,
+//! so requests arrive out of the order they were made); another instance drains
+//! owners now and then, completely, publishing its drain mark (the time it began);
+//! the scheduler under test peeks with the marks (exact, or earlier as a driver's
+//! conservative conversion makes them) and runs turns that take the owner's items
+//! when they start and end later: failed (the items go back), with more (items were
+//! written meanwhile), or drained (publishing their start as the mark). Whatever the
+//! order, once everything has run out, every item ever written has been drained: a
+//! request is only dropped for a drain that began after it.
 
-use drain_core::admission::{Action, OwnerId, PeekResult, Peeked, Scheduler, SchedulerConfig, TurnOutcome};
+use drain_core::admission::{Action, OwnerId, OwnerState, PeekResult, Peeked, Scheduler, SchedulerConfig, TurnOutcome};
 use drain_core::{Switch, Time};
 use proptest::prelude::*;
 use rand::SeedableRng;
@@ -24,9 +26,11 @@ enum Op {
     Write { owner: usize, late: u64 },
     /// Another instance drains the owner (when nobody holds it here).
     OtherDrain(usize),
-    /// Poll one action and answer it: a peek with the marks less `slack` ms, a launch
-    /// with a turn that drains (or fails, with `fail`).
-    Poll { slack: u64, fail: bool },
+    /// Poll one action: a peek is answered with the marks less `slack` ms, a launch
+    /// starts a turn that takes the owner's items.
+    Poll { slack: u64 },
+    /// End the `pick`-th running turn, failed or not.
+    Finish { pick: usize, fail: bool },
     /// Time passes.
     Advance(u64),
 }
@@ -35,10 +39,14 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => (0..OWNERS, prop_oneof![Just(0u64), 0..50u64]).prop_map(|(owner, late)| Op::Write { owner, late }),
         2 => (0..OWNERS).prop_map(Op::OtherDrain),
-        4 => (prop_oneof![Just(0u64), 0..20u64], prop::bool::weighted(0.2)).prop_map(|(slack, fail)| Op::Poll { slack, fail }),
+        3 => prop_oneof![Just(0u64), 0..20u64].prop_map(|slack| Op::Poll { slack }),
+        3 => (0..4usize, prop::bool::weighted(0.2)).prop_map(|(pick, fail)| Op::Finish { pick, fail }),
         2 => (1..40u64).prop_map(Op::Advance),
     ]
 }
+
+/// A turn running here: the owner, when it took the claim, the items it took.
+type Turn = (usize, u64, Vec<u64>);
 
 struct World {
     now: u64,
@@ -48,11 +56,11 @@ struct World {
     mark: Vec<Option<u64>>,
     /// Requests written but not yet delivered: (due, owner, made).
     pending: Vec<(u64, usize, u64)>,
+    running: Vec<Turn>,
 }
 
 impl World {
-    fn drain(&mut self, owner: usize, began: u64) {
-        self.backlog[owner].clear();
+    fn publish(&mut self, owner: usize, began: u64) {
         self.mark[owner] = Some(self.mark[owner].map_or(began, |m| m.max(began)));
     }
 
@@ -65,7 +73,7 @@ impl World {
         }
     }
 
-    fn poll(&mut self, s: &mut Scheduler<SmallRng>, slack: u64, fail: bool) -> bool {
+    fn poll(&mut self, s: &mut Scheduler<SmallRng>, slack: u64) -> bool {
         let now = Time::from_millis(self.now);
         let Some(action) = s.poll_action(now) else { return false };
         match action {
@@ -80,16 +88,31 @@ impl World {
                 s.on_peek(now, answers);
             }
             Action::Launch { owner, .. } => {
-                let outcome = if fail {
-                    TurnOutcome::Failed
-                } else {
-                    self.drain(index(&owner), self.now);
-                    TurnOutcome::Done
-                };
-                s.on_turn(now, &owner, outcome).expect("running");
+                let o = index(&owner);
+                let taken = std::mem::take(&mut self.backlog[o]);
+                self.running.push((o, self.now, taken));
             }
         }
         true
+    }
+
+    fn finish(&mut self, s: &mut Scheduler<SmallRng>, pick: usize, fail: bool) {
+        if self.running.is_empty() {
+            return;
+        }
+        let (owner, start, taken) = self.running.remove(pick % self.running.len());
+        let outcome = if fail {
+            let mut back = taken;
+            back.append(&mut self.backlog[owner]);
+            self.backlog[owner] = back;
+            TurnOutcome::Failed
+        } else if self.backlog[owner].is_empty() {
+            self.publish(owner, start);
+            TurnOutcome::Productive { more: false }
+        } else {
+            TurnOutcome::Productive { more: true }
+        };
+        s.on_turn(Time::from_millis(self.now), &name(owner), outcome).expect("running");
     }
 }
 
@@ -105,12 +128,18 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_requested_item_is_never_left_unserved(ops in prop::collection::vec(op(), 1..80)) {
+    fn a_requested_item_is_never_left_unserved(ops in prop::collection::vec(op(), 1..100)) {
         let mut config = SchedulerConfig::default();
         config.skip_served = Switch::On;
         config.workers = 2;
         let mut s = Scheduler::new(config, SmallRng::seed_from_u64(3));
-        let mut w = World { now: 0, backlog: vec![Vec::new(); OWNERS], mark: vec![None; OWNERS], pending: Vec::new() };
+        let mut w = World {
+            now: 0,
+            backlog: vec![Vec::new(); OWNERS],
+            mark: vec![None; OWNERS],
+            pending: Vec::new(),
+            running: Vec::new(),
+        };
         for op in ops {
             match op {
                 Op::Write { owner, late } => {
@@ -118,14 +147,16 @@ proptest! {
                     w.pending.push((w.now + late, owner, w.now));
                 }
                 Op::OtherDrain(owner) => {
-                    let running = matches!(s.state_of(&name(owner)), Some(drain_core::admission::OwnerState::Running { .. }));
+                    let running = matches!(s.state_of(&name(owner)), Some(OwnerState::Running { .. }));
                     if !running {
-                        w.drain(owner, w.now);
+                        w.backlog[owner].clear();
+                        w.publish(owner, w.now);
                     }
                 }
-                Op::Poll { slack, fail } => {
-                    w.poll(&mut s, slack, fail);
+                Op::Poll { slack } => {
+                    w.poll(&mut s, slack);
                 }
+                Op::Finish { pick, fail } => w.finish(&mut s, pick, fail),
                 Op::Advance(ms) => {
                     w.now += ms;
                     s.handle_timeout(Time::from_millis(w.now));
@@ -133,10 +164,16 @@ proptest! {
             }
             w.deliver(&mut s);
         }
-        // Run everything out: deliver, poll (turns drain from now on), fire timers.
+        // Run everything out: deliver, poll, end every turn (drained from now on),
+        // fire timers.
         for _ in 0..10_000 {
             w.deliver(&mut s);
-            while w.poll(&mut s, 0, false) {}
+            while w.poll(&mut s, 0) {}
+            if !w.running.is_empty() {
+                w.now += 1;
+                w.finish(&mut s, 0, false);
+                continue;
+            }
             let next = s.next_deadline().map(Time::as_millis).into_iter().chain(w.pending.iter().map(|p| p.0)).min();
             match next {
                 Some(at) => {

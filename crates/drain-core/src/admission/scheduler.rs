@@ -45,8 +45,8 @@ struct Slot {
     place: Place,
     /// Consecutive failed turns; reset by any other outcome, forgotten with the slot.
     failures: u32,
-    /// When the latest request the owner still owes was made (for a running owner:
-    /// the request that made it dirty). A drain mark after it means it was served.
+    /// When the latest request the owner owes was made (a running owner's included:
+    /// its turn may fail). A drain mark after it means every one was served.
     requested: Time,
     /// The owner's last peek answered with drain marks (the store keeps them): only
     /// then does a newer request end a claim wait, since only then can a peek tell
@@ -179,15 +179,14 @@ impl<R: Rng> Scheduler<R> {
                         self.gauges();
                         return Ok(Requested::Queued);
                     }
-                    Place::Running { dirty } if *dirty => Requested::MarkedDirty,
                     Place::Running { dirty } => {
-                        // The request the turn started for is the turn's: only this one is owed.
                         *dirty = true;
-                        slot.requested = made;
                         Requested::MarkedDirty
                     }
                     _ => Requested::Coalesced,
                 };
+                // The latest: a mark after it covers every request the owner owes (the
+                // turn running may still fail, owing the one it started for).
                 slot.requested = slot.requested.max(made);
                 requested
             }
