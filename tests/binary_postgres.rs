@@ -159,7 +159,7 @@ fn the_least_privilege_role_runs_lists_and_passes_doctor() {
     assert!(direct.as_ref().is_err_and(|e| e.to_string().contains("42501")), "{direct:?}");
     let owner_tables =
         value(&pg, "SELECT count(*)::text FROM pg_tables WHERE schemaname = 'drain' AND tableowner = 'drain_owner'");
-    assert_eq!(owner_tables.as_deref(), Some("5"), "the owner created them");
+    assert_eq!(owner_tables.as_deref(), Some("6"), "the owner created them");
 }
 
 #[test]
