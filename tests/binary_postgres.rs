@@ -159,8 +159,8 @@ fn the_least_privilege_role_runs_lists_and_passes_doctor() {
     assert!(direct.as_ref().is_err_and(|e| e.to_string().contains("42501")), "{direct:?}");
     let owner_tables =
         value(&pg, "SELECT count(*)::text FROM pg_tables WHERE schemaname = 'drain' AND tableowner = 'drain_owner'");
-    // leases, claims, waiters, schema_version, fence_marks, backlog_items, backlog_processed.
-    assert_eq!(owner_tables.as_deref(), Some("7"), "the owner created them");
+    // leases, claims, waiters, schema_version, fence_marks, backlog_items, backlog_processed, drain_marks.
+    assert_eq!(owner_tables.as_deref(), Some("8"), "the owner created them");
 }
 
 #[test]

@@ -58,6 +58,7 @@ async fn every_known_label_set_is_exported_at_zero_before_its_first_event() {
         r#"drain_messages_total{queue="requests",outcome="cancelled",mode="shadow"} 0"#,
         r#"drain_messages_total{queue="requests",outcome="claim_expired",mode="shadow"} 0"#,
         r#"drain_owner_skipped_total{reason="claim_held",mode="on"} 0"#,
+        r#"drain_owner_skipped_total{reason="served",mode="on"} 0"#,
         r#"drain_owner_claim_busy_backoff_total{mode="on"} 0"#,
         "drain_owner_retry_overflow_total 0",
         "drain_owner_peek_errors_total 0",

@@ -32,6 +32,9 @@ pub(crate) struct Statements {
     pub(crate) take_batch: Statement,
     pub(crate) record_batch: Statement,
     pub(crate) backlog_pending: Statement,
+    pub(crate) acquire_marked: Statement,
+    pub(crate) release_drained: Statement,
+    pub(crate) peek_marked: Statement,
     pub(crate) end_backends: Statement,
 }
 
@@ -133,6 +136,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT recovered, items FROM {s}.take_batch($1, $2, $3)"),
         format!("SELECT {s}.record_batch($1, $2, $3)"),
         format!("SELECT ord, pending FROM {s}.backlog_pending($1, $2)"),
+        format!("SELECT acquired, fence, holder, remaining_us FROM {s}.acquire_marked($1, $2, $3, $4, $5, $6, $7)"),
+        format!("SELECT released, woke FROM {s}.release_drained($1, $2, $3, $4, $5)"),
+        format!("SELECT ord, holder, remaining_us, drained_us FROM {s}.peek_marked($1, $2, $3, $4)"),
         END_BACKENDS.to_owned(),
     ];
     // Prepared at once, beside the question of which backend this is: the client
@@ -168,9 +174,12 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             take_batch,
             record_batch,
             backlog_pending,
+            acquire_marked,
+            release_drained,
+            peek_marked,
             end_backends,
         ],
-    ) = <[Statement; 18]>::try_from(prepared)
+    ) = <[Statement; 21]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -196,6 +205,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         take_batch,
         record_batch,
         backlog_pending,
+        acquire_marked,
+        release_drained,
+        peek_marked,
         end_backends,
     };
     Ok(Conn { client, stmts, backend })

@@ -9,13 +9,14 @@ use crate::error::map_error;
 
 /// The schema version this crate writes and reads: 2 adds the fence checks
 /// (`src/schema_v2.sql`), 3 the owner backlogs of `drain owners`
-/// (`src/schema_v3.sql`). A store that finds an older version upgrades it as it
-/// would create it (the SQL is idempotent).
-pub const SCHEMA_VERSION: i32 = 3;
+/// (`src/schema_v3.sql`), 4 the drain marks (`src/schema_v4.sql`). A store that
+/// finds an older version upgrades it as it would create it (the SQL is idempotent).
+pub const SCHEMA_VERSION: i32 = 4;
 
 const SCHEMA_V1: &str = include_str!("schema_v1.sql");
 const SCHEMA_V2: &str = include_str!("schema_v2.sql");
 const SCHEMA_V3: &str = include_str!("schema_v3.sql");
+const SCHEMA_V4: &str = include_str!("schema_v4.sql");
 
 /// The SQL that creates drain's schema `schema` (tables, functions, version rows),
 /// or upgrades an older version of it, idempotent: run it as a role that may create
@@ -27,7 +28,7 @@ const SCHEMA_V3: &str = include_str!("schema_v3.sql");
 /// digits and `_`, not starting with a digit, 1 to 63 bytes).
 pub fn schema_sql(schema: &str) -> Result<String, PortError> {
     check_schema(schema)?;
-    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}\n{SCHEMA_V3}").replace("@SCHEMA@", schema))
+    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}\n{SCHEMA_V3}\n{SCHEMA_V4}").replace("@SCHEMA@", schema))
 }
 
 /// The SQL that lets `role` run drain on schema `schema` and nothing more: `USAGE`

@@ -325,4 +325,9 @@ impl OwnerClaims for PostgresStore {
     fn release_wake(&self) -> Option<&dyn drain_core::ports::ReleaseWake> {
         Some(self)
     }
+
+    /// The drain marks of `src/drained.rs`: a table beside the leases.
+    fn drain_marks(&self) -> Option<&dyn drain_core::ports::DrainMarks> {
+        Some(self)
+    }
 }

@@ -55,6 +55,16 @@ async fn passes_the_owner_claims_and_release_wake_contracts() {
     all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passes_the_drain_marks_contract() {
+    let Some(pg) = server() else { return };
+    let stores = fleet(&pg.url()).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
+    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("marks", contract::drain_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+}
+
 /// Every suite at once on one server under different names: the functions keep
 /// their promises while other callers work on the same tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

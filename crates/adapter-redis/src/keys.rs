@@ -5,6 +5,7 @@
 //! | a queue's lease ([`LeaseName::queue`]) | `<prefix>:lease:{<queue>}` holds the token; `<prefix>:fence:{<queue>}` the fence counter |
 //! | an owner's claim ([`LeaseName::owner`]) | `<prefix>:claim:{<owner>}` holds the token; `<prefix>:claim-fence:{<owner>}` the fence counter |
 //! | an owner's waiters (release wake-up) | `<prefix>:waiters:{<owner>}`, a list of wake channels |
+//! | an owner's drain marks | `<prefix>:drain-start:{<owner>}` holds the token of the turn that took the claim, `<prefix>:drained:{<owner>}` marks the latest drain (both keep time in their TTL) |
 //! | a message's claim | `<prefix>:msg:{<queue>}:<id>` holds `pending:<token>` or `done:<token>` |
 //! | an instance's wake channel (pub/sub, not a key) | `<prefix>:wake:<instance>` |
 //! | a resource's fence mark ([`KeySpace::mark`]) | `<prefix>:mark:{<tag>}:<resource>`, in the resource key's hash slot |
@@ -240,6 +241,16 @@ impl KeySpace {
     #[must_use]
     pub fn owner_waiters(&self, owner: &str) -> String {
         format!("{}:waiters:{{{}}}", self.prefix, encode_name(owner.as_bytes()))
+    }
+
+    /// The owner's drain keys `<prefix>:drain-start:{<owner>}` (the token of the turn
+    /// that took the claim, expiring the marks' time to live after it did) and
+    /// `<prefix>:drained:{<owner>}` (the drain mark: expiring the marks' time to live
+    /// after the latest drained turn took the claim), in the claim's hash slot.
+    #[must_use]
+    pub fn owner_drain(&self, owner: &str) -> (String, String) {
+        let name = encode_name(owner.as_bytes());
+        (format!("{}:drain-start:{{{name}}}", self.prefix), format!("{}:drained:{{{name}}}", self.prefix))
     }
 
     /// The pub/sub channel `<prefix>:wake:<instance>` on which `instance` hears that
@@ -521,6 +532,10 @@ mod tests {
         assert_eq!(hash_tag(&owner.fence), hash_tag(&owner.lease));
         assert_eq!(ks.owner_waiters("o{1}"), "drain:waiters:{o%7B1%7D}");
         assert_eq!(hash_tag(&ks.owner_waiters("o{1}")), hash_tag(&ks.owner_claim("o{1}")));
+        let (start, mark) = ks.owner_drain("o{1}");
+        assert_eq!((start.as_str(), mark.as_str()), ("drain:drain-start:{o%7B1%7D}", "drain:drained:{o%7B1%7D}"));
+        assert_eq!(hash_tag(&start), hash_tag(&ks.owner_claim("o{1}")));
+        assert_eq!(hash_tag(&mark), hash_tag(&ks.owner_claim("o{1}")));
         assert_eq!(ks.wake_channel("host-42"), "drain:wake:host-42");
         assert_eq!(ks.wake_channel("a b:{c}"), "drain:wake:a%20b%3A%7Bc%7D");
         let m = ks.message_claim("q:1", &MessageId::from("id}x"));

@@ -92,6 +92,11 @@ impl OwnerClaims for RedisStore {
     fn release_wake(&self) -> Option<&dyn drain_core::ports::ReleaseWake> {
         Some(self)
     }
+
+    /// The drain marks of `src/drained.rs`: two keys beside the claim.
+    fn drain_marks(&self) -> Option<&dyn drain_core::ports::DrainMarks> {
+        Some(self)
+    }
 }
 
 impl RedisStore {

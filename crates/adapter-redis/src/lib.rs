@@ -5,7 +5,8 @@
 //! [`RedisStore`] implements [`LeaseStore`](drain_core::ports::LeaseStore),
 //! [`ClaimStore`](drain_core::ports::ClaimStore),
 //! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
-//! [`ReleaseWake`](drain_core::ports::ReleaseWake) and
+//! [`ReleaseWake`](drain_core::ports::ReleaseWake),
+//! [`DrainMarks`](drain_core::ports::DrainMarks) and
 //! [`FenceMarks`](drain_core::ports::FenceMarks); [`RedisStore::fenced_write`]
 //! writes an embedder's key only while the writer's fence is not below the key's
 //! mark. The key layout is this crate's
@@ -27,8 +28,8 @@
 //! | [`RedisStore::fenced_write`] | `EVALSHA fence`: the key's mark checked, the write (`SET`, `SET PX`, `HSET`, `DEL`), the mark raised | 1 |
 //! | `admit` ([`FenceMarks`](drain_core::ports::FenceMarks)) | `EVALSHA fence`: the mark checked and raised | 1 |
 //!
-//! The release wake-up's operations are one round trip each too (see the `wake`
-//! module's table). Besides the ports, a few list and hash operations serve an
+//! The release wake-up's operations and the drain marks' are one round trip each too
+//! (see the `wake` and `drained` modules' tables). Besides the ports, a few list and hash operations serve an
 //! embedder's owner work on the same connection, without ever losing an item:
 //! [`RedisStore::take_batch`] moves a batch from an owner's backlog into its
 //! in-flight list (or hands back what the list still holds),
@@ -83,6 +84,7 @@
 mod claim;
 mod config;
 mod conn;
+mod drained;
 mod error;
 mod fenced;
 pub mod keys;

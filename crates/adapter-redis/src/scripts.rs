@@ -32,11 +32,14 @@ pub(crate) struct Scripts {
     pub(crate) take_batch: LuaScript,
     pub(crate) record_batch: LuaScript,
     pub(crate) fence: LuaScript,
+    pub(crate) acquire_marked: LuaScript,
+    pub(crate) release_drained: LuaScript,
+    pub(crate) peek_marked: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 10] {
+    pub(crate) fn all(&self) -> [&LuaScript; 13] {
         [
             &self.acquire,
             &self.release,
@@ -48,6 +51,9 @@ impl Scripts {
             &self.take_batch,
             &self.record_batch,
             &self.fence,
+            &self.acquire_marked,
+            &self.release_drained,
+            &self.peek_marked,
         ]
     }
 }
@@ -64,6 +70,9 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     take_batch: LuaScript::new("take_batch", include_str!("scripts/take_batch.lua")),
     record_batch: LuaScript::new("record_batch", include_str!("scripts/record_batch.lua")),
     fence: LuaScript::new("fence", include_str!("scripts/fence.lua")),
+    acquire_marked: LuaScript::new("acquire_marked", include_str!("scripts/acquire_marked.lua")),
+    release_drained: LuaScript::new("release_drained", include_str!("scripts/release_drained.lua")),
+    peek_marked: LuaScript::new("peek_marked", include_str!("scripts/peek_marked.lua")),
 });
 
 #[cfg(test)]

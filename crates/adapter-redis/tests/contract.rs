@@ -1,4 +1,4 @@
-//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
+//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up, drain marks,
 //! concurrency and the error rules included) against a private redis-server and a
 //! private 3-master Redis Cluster, each through three stores as a fleet's processes
 //! would have them.
@@ -57,6 +57,16 @@ async fn standalone_passes_the_owner_claims_and_release_wake_contracts() {
     all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
 
+#[tokio::test]
+async fn standalone_passes_the_drain_marks_contract() {
+    let Some(redis) = RedisServer::start() else { return };
+    let stores = fleet(&redis.url()).await;
+    let all: Vec<&RedisStore> = stores.iter().collect();
+    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let env = env(&clock, "").outage(&outage).instances(&all);
+    all_checked("marks", contract::drain_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+}
+
 /// One cluster for every suite (forming one takes a few seconds). They run at once
 /// on one store under different names (the outage, which freezes every node, after
 /// them), and no node may have answered `CROSSSLOT`.
@@ -67,16 +77,26 @@ async fn cluster_passes_every_store_contract() {
     let all: Vec<&RedisStore> = stores.iter().collect();
     let store = all[0];
     let clock = TokioClock::new();
-    let envs = [env(&clock, "l-"), env(&clock, "c-"), env(&clock, "o-"), env(&clock, "w-"), env(&clock, "f-")]
-        .map(|e| e.instances(&all));
-    let (lease, claim, owners, wake, fence) = tokio::join!(
+    let envs = [
+        env(&clock, "l-"),
+        env(&clock, "c-"),
+        env(&clock, "o-"),
+        env(&clock, "w-"),
+        env(&clock, "f-"),
+        env(&clock, "m-"),
+    ]
+    .map(|e| e.instances(&all));
+    let (lease, claim, owners, wake, fence, marks) = tokio::join!(
         contract::lease_store(store, &envs[0]),
         contract::claim_store(store, &envs[1]),
         contract::owner_claims(store, &envs[2]),
         contract::release_wake(store, &envs[3]),
         contract::fence_marks(store, &envs[4]),
+        contract::drain_marks(store, &envs[5]),
     );
-    for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence)] {
+    let all_suites =
+        [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence), ("marks", marks)];
+    for (what, r) in all_suites {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
     // The error rules, one suite at a time, with every node frozen.
@@ -87,6 +107,7 @@ async fn cluster_passes_every_store_contract() {
     all_checked("owners", contract::owner_claims(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("wake", contract::release_wake(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("fence", contract::fence_marks(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("marks", contract::drain_marks(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 
     for node in cluster.nodes() {
         let errors = node.info("errorstats").expect("INFO errorstats");

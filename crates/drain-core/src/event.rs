@@ -163,17 +163,21 @@ impl MessageOutcome {
 pub enum SkipReason {
     /// The peek found the owner's claim held by someone.
     ClaimHeld,
+    /// The peek found a drain of the owner that began after the request was made and
+    /// left nothing behind: the request was served already (label `served`).
+    Served,
 }
 
 impl SkipReason {
     /// Every reason, for exporting each label set before its first event.
-    pub const ALL: [SkipReason; 1] = [SkipReason::ClaimHeld];
+    pub const ALL: [SkipReason; 2] = [SkipReason::ClaimHeld, SkipReason::Served];
 
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
             SkipReason::ClaimHeld => "claim_held",
+            SkipReason::Served => "served",
         }
     }
 }
@@ -324,6 +328,7 @@ mod tests {
         fn reason(o: SkipReason) -> usize {
             match o {
                 SkipReason::ClaimHeld => 0,
+                SkipReason::Served => 1,
             }
         }
         // (positions in ALL, the number of arms of the match above)
@@ -334,7 +339,7 @@ mod tests {
         check(MessageOutcome::ALL.map(message).to_vec(), 10);
         check(TurnOutcome::ALL.map(turn).to_vec(), 5);
         check(LeaseOp::ALL.map(op).to_vec(), 3);
-        check(SkipReason::ALL.map(reason).to_vec(), 1);
+        check(SkipReason::ALL.map(reason).to_vec(), 2);
         for o in LeaseOp::ALL {
             assert!(o.results().contains(&"error"), "{o:?}: every operation can fail");
         }

@@ -81,6 +81,8 @@ fn config(mode: Switch) -> impl Strategy<Value = SchedulerConfig> {
                 let mut m = SchedulerConfig::default();
                 m.claim_aware = mode;
                 m.release_wake = Switch::On;
+                // The model is admission without drain marks (tests/served_props.rs has them).
+                m.skip_served = Switch::Off;
                 m.workers = workers;
                 m.backoff_min = ms(min);
                 m.backoff_max = ms(max);

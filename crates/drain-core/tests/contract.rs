@@ -20,7 +20,8 @@ where
         + drain_core::ports::ClaimStore
         + drain_core::ports::OwnerClaims
         + drain_core::ports::ReleaseWake
-        + drain_core::ports::FenceMarks,
+        + drain_core::ports::FenceMarks
+        + drain_core::ports::DrainMarks,
 {
     let mut all = Checked::default();
     for checked in [
@@ -29,6 +30,7 @@ where
         contract::owner_claims(store, env).await?,
         contract::release_wake(store, env).await?,
         contract::fence_marks(store, env).await?,
+        contract::drain_marks(store, env).await?,
     ] {
         all.checked.extend(checked.checked);
         all.skipped.extend(checked.skipped);
@@ -87,6 +89,7 @@ fn without_an_outage_hook_or_instances_the_rules_they_need_are_skipped_not_passe
         "owners.error",
         "wake.error",
         "fence.error",
+        "marks.error",
         "store.one_clock",
     ]
     .into_iter()
@@ -194,6 +197,10 @@ fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violat
     let all = [&store, &b, &c];
     let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     out.push(("wake", block_on(&clock, contract::release_wake(&store, &env))));
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("marks", block_on(&clock, contract::drain_marks(&store, &env))));
     out
 }
 

@@ -49,8 +49,13 @@ impl Backlogs {
 }
 
 fn config() -> SchedulerConfig {
+    config_skipping(Switch::On)
+}
+
+fn config_skipping(skip_served: Switch) -> SchedulerConfig {
     {
         let mut m = SchedulerConfig::default();
+        m.skip_served = skip_served;
         m.claim_aware = Switch::On;
         m.release_wake = Switch::On;
         m.workers = 2;
@@ -63,9 +68,17 @@ fn config() -> SchedulerConfig {
 /// Three instances, 12 owners of 7 items each, every owner requested of every
 /// instance: each item is worked exactly once, under a claim, and the driver's peeks
 /// and the turns' lost races registered waiters that releases woke, with nothing wired
-/// but the store as `claims`.
+/// but the store as `claims`; with drain marks (switch On) through the marked calls,
+/// which also drop requests a drain served, and without them (Off) through the plain
+/// wake-up calls alone.
 #[test]
 fn a_fleet_works_every_item_once_and_wakes_waiters_by_itself() {
+    for skip in [Switch::On, Switch::Off] {
+        fleet_works_every_item_once(skip);
+    }
+}
+
+fn fleet_works_every_item_once(skip: Switch) {
     let clock = Arc::new(ManualClock::new());
     let store = Arc::new(MemoryStore::new(clock.clone() as Arc<dyn Clock>));
     let backlogs = Backlogs::default();
@@ -76,13 +89,15 @@ fn a_fleet_works_every_item_once_and_wakes_waiters_by_itself() {
     let observer = RecordingObserver::new();
     let instances: Vec<_> = (0..3)
         .map(|i| {
-            OwnerTurns::new(&*store, &*clock, format!("i{i}"), Duration::from_secs(10), TestRng::new(i), |o, h| {
-                backlogs.turn(&clock, o, h)
-            })
+            let turns =
+                OwnerTurns::new(&*store, &*clock, format!("i{i}"), Duration::from_secs(10), TestRng::new(i), |o, h| {
+                    backlogs.turn(&clock, o, h)
+                });
+            if skip == Switch::Off { turns.without_marks() } else { turns }
         })
         .collect();
     let drivers = instances.iter().enumerate().map(|(i, turns)| {
-        let mut s = Scheduler::new(config(), SmallRng::seed_from_u64(i as u64));
+        let mut s = Scheduler::new(config_skipping(skip), SmallRng::seed_from_u64(i as u64));
         let ports = DriverPorts { claims: Some(&*store), work: turns, clock: &*clock, observer: &observer };
         let requests = stream::iter(owners.clone());
         async move { drive(&mut s, ports, requests, futures::future::pending::<()>()).await }
@@ -97,9 +112,23 @@ fn a_fleet_works_every_item_once_and_wakes_waiters_by_itself() {
         assert_eq!(store.lease_token(&LeaseName::owner(o.as_str())), None, "{o}: released");
     }
     let calls = store.calls();
-    assert!(calls.get("peek_and_wait").copied().unwrap_or(0) > 0, "peeks registered waiters: {calls:?}");
-    assert_eq!(calls.get("peek_owners"), None, "no peek went around the wake-up: {calls:?}");
-    assert!(calls.get("release_and_wake").copied().unwrap_or(0) > 0, "{calls:?}");
+    let count = |op: &str| calls.get(op).copied().unwrap_or(0);
+    let (peeks, releases) = match skip {
+        Switch::Off => ("peek_and_wait", "release_and_wake"),
+        _ => ("peek_marked", "release_drained"),
+    };
+    assert!(count(peeks) > 0, "{skip:?}: peeks registered waiters: {calls:?}");
+    assert_eq!(count("peek_owners"), 0, "{skip:?}: no peek went around the wake-up: {calls:?}");
+    assert!(count(releases) > 0, "{skip:?}: {calls:?}");
+    let unused = if skip == Switch::Off {
+        ["peek_marked", "acquire_marked", "release_drained"]
+    } else {
+        ["peek_and_wait", "acquire_or_wait", "release_and_wake"]
+    };
+    assert!(unused.iter().all(|op| count(op) == 0), "{skip:?}: {calls:?}");
+    let served =
+        observer.count(|e| matches!(e, Event::OwnerSkipped { reason: drain_core::event::SkipReason::Served, .. }));
+    assert_eq!(served > 0, skip == Switch::On, "{skip:?}: requests a drain served, dropped only with the marks");
     assert!(observer.count(|e| matches!(e, Event::ReleaseWake { .. })) > 0, "a release woke a waiter");
     assert!(instances.iter().all(|t| t.fatal().is_none() && t.panics() == 0));
 }

@@ -85,6 +85,7 @@ pub(crate) struct Config {
     pub(crate) max_lock_renewal: Duration,
     pub(crate) claim_aware: Switch,
     pub(crate) release_wake: Switch,
+    pub(crate) skip_served: Switch,
     pub(crate) backoff_min: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) max_retry_timers: usize,
@@ -132,6 +133,7 @@ impl Config {
             let mut m = SchedulerConfig::default();
             m.claim_aware = self.claim_aware;
             m.release_wake = self.release_wake;
+            m.skip_served = self.skip_served;
             m.workers = self.worker_concurrency;
             m.backoff_min = self.backoff_min;
             m.backoff_max = self.backoff_max;
@@ -304,6 +306,7 @@ pub(crate) fn resolve(
         max_lock_renewal: Duration::from_secs(r.int("SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS")),
         claim_aware: r.switch("PROJECTION_DRAIN_CLAIM_AWARE"),
         release_wake: r.switch("PROJECTION_DRAIN_RELEASE_WAKE"),
+        skip_served: r.switch("PROJECTION_DRAIN_SKIP_SERVED"),
         backoff_min: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", bmin)),
         backoff_max: Duration::from_secs(r.take("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", bmax)),
         max_retry_timers: r.count("PROJECTION_DRAIN_MAX_RETRY_TIMERS"),

@@ -164,6 +164,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
         OWNERS,
         "Release wake-up for claim-aware owner drains on Redis and PostgreSQL: an instance that finds an owner's claim held registers as a waiter, and the holder's release notifies one waiter (Redis pub/sub on `<prefix>:wake:<instance>`; PostgreSQL `NOTIFY` on the instance's channel), which retries at once instead of after the backoff window (kept as the backstop). Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `shadow` does the store's side and counts the wakes without acting on them.",
     ),
+    switch(
+        "PROJECTION_DRAIN_SKIP_SERVED",
+        On,
+        OWNERS,
+        "Skip served requests: a turn that drained its owner leaves a drain mark beside the owner's claim (when it took the claim, on the store's clock), the peek admission already makes reads it, and a request made before it is dropped instead of running a turn that would find nothing (`drain_owner_skipped_total{reason=\"served\"}`). A request made after the mark is always served. Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `off` restores today's peeks and turns exactly; `shadow` reads the marks and counts without dropping.",
+    ),
     int(
         "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS",
         rule(5, 1, 3_600),

@@ -20,6 +20,8 @@ fn defaults() {
     assert_eq!((c.lease_renew, c.atomic_claim, c.claim_aware), (Switch::On, Switch::On, Switch::On));
     assert_eq!(c.release_wake, Switch::On);
     assert_eq!(c.scheduler_config().release_wake, Switch::On);
+    assert_eq!(c.skip_served, Switch::On);
+    assert_eq!(c.scheduler_config().skip_served, Switch::On);
     assert_eq!((c.drain_concurrency, c.drain_batch, c.worker_concurrency), (1, 32, 4));
     assert_eq!((c.backoff_min, c.backoff_max), (Duration::from_secs(5), Duration::from_secs(15)));
     assert_eq!(c.max_lock_renewal, Duration::from_secs(300));

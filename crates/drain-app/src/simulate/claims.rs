@@ -37,17 +37,20 @@ impl Hold {
     }
 }
 
-/// Claims and release waiters, by owner index.
+/// Claims, release waiters and drain marks, by owner index.
 #[derive(Debug, Clone)]
 pub(crate) struct Claims {
     holds: Vec<Option<Hold>>,
     waiters: Vec<VecDeque<u16>>,
+    /// When the latest drained turn took the claim (ms): the drain mark, published by
+    /// [`Claims::release_drained`] as drain-core's `DrainMarks` does.
+    marks: Vec<Option<u64>>,
 }
 
 impl Claims {
     /// No claim held, nobody waiting.
     pub(crate) fn new(owners: usize) -> Claims {
-        Claims { holds: vec![None; owners], waiters: vec![VecDeque::new(); owners] }
+        Claims { holds: vec![None; owners], waiters: vec![VecDeque::new(); owners], marks: vec![None; owners] }
     }
 
     /// The live claim of `owner` at `now` (expired claims are gone, as with `PX`).
@@ -73,6 +76,22 @@ impl Claims {
             }
             _ => false,
         }
+    }
+
+    /// [`Claims::release`], and when it released and `drained`, publish the drain
+    /// mark: the time the released claim was taken.
+    pub(crate) fn release_drained(&mut self, owner: usize, holder: u16, now: u64, drained: bool) -> bool {
+        let since = self.peek(owner, now).map(|h| h.since);
+        let released = self.release(owner, holder, now);
+        if let (true, true, Some(since)) = (released, drained, since) {
+            self.marks[owner] = Some(self.marks[owner].map_or(since, |m| m.max(since)));
+        }
+        released
+    }
+
+    /// How long before `now` the owner's latest drained turn took the claim.
+    pub(crate) fn drained_ago(&self, owner: usize, now: u64) -> Option<u64> {
+        self.marks[owner].map(|m| now.saturating_sub(m))
     }
 
     /// Register `instance` as waiting for `owner`'s release (at most once).

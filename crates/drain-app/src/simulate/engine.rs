@@ -11,8 +11,10 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use drain_core::admission::{Action, OwnerId, PeekResult, Requested, Scheduler, SchedulerConfig, TurnOutcome, Woken};
-use drain_core::event::Event;
+use drain_core::admission::{
+    Action, OwnerId, PeekResult, Peeked, Requested, Scheduler, SchedulerConfig, TurnOutcome, Woken,
+};
+use drain_core::event::{Event, SkipReason};
 use drain_core::{Switch, Time};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -50,8 +52,9 @@ enum End {
 enum Ev {
     /// The `n`-th arrival lands in its owner's backlog.
     Arrival(u32),
-    /// A request for `owner` reaches `inst`.
-    Deliver { inst: u16, owner: u32 },
+    /// A request for `owner`, made at `made` (ms: its arrival's time, as a request
+    /// message keeps the time it was sent), reaches `inst`.
+    Deliver { inst: u16, owner: u32, made: u64 },
     /// The oldest outstanding peek batch of `inst` comes back.
     PeekDone { inst: u16 },
     /// A launched turn's acquire reaches the claim store.
@@ -70,8 +73,9 @@ struct Instance {
     sched: Scheduler<SmallRng>,
     /// The deadline a `Timer` event is queued for.
     armed: Option<Time>,
-    /// Outstanding peek batches, oldest first (every peek takes the same round trip).
-    peeks: VecDeque<Vec<OwnerId>>,
+    /// Outstanding peek batches and when each was sent, oldest first (every peek
+    /// takes the same round trip).
+    peeks: VecDeque<(u64, Vec<OwnerId>)>,
     /// Timers pending at the last look (for the fleet-wide maximum).
     timers: usize,
 }
@@ -81,6 +85,8 @@ pub(crate) struct Fleet<'a> {
     sc: &'a Scenario,
     w: &'a Workload,
     wake: Wake,
+    /// Turns publish drain marks and peeks read them (`skip_served` computes).
+    marks: bool,
     now: u64,
     agenda: Agenda<Ev>,
     insts: Vec<Instance>,
@@ -102,10 +108,12 @@ pub(crate) fn scheduler_config(
     claim_aware: Switch,
     wake: Wake,
     backoff_ms: (u64, u64),
+    skip_served: Switch,
 ) -> SchedulerConfig {
     {
         let mut m = SchedulerConfig::default();
         m.claim_aware = claim_aware;
+        m.skip_served = skip_served;
         m.release_wake = if wake == Wake::Never { Switch::Off } else { Switch::On };
         m.workers = sc.workers;
         m.backoff_min = Duration::from_millis(backoff_ms.0);
@@ -135,6 +143,7 @@ impl<'a> Fleet<'a> {
             sc,
             w,
             wake,
+            marks: config.skip_served.computes(),
             now: 0,
             agenda: Agenda::new(),
             insts,
@@ -184,16 +193,17 @@ impl<'a> Fleet<'a> {
         }
         match ev {
             Ev::Arrival(n) => {
+                let made = self.now;
                 let (deliveries, next) = self.w.arrive(n, &mut self.backlog);
                 for (at, inst, owner) in deliveries {
-                    self.at(at, Ev::Deliver { inst, owner });
+                    self.at(at, Ev::Deliver { inst, owner, made });
                 }
                 if let Some(at) = next {
                     self.at(at, Ev::Arrival(n + 1));
                 }
             }
-            Ev::Deliver { inst, owner } => {
-                self.request(inst, owner);
+            Ev::Deliver { inst, owner, made } => {
+                self.request(inst, owner, made);
                 self.pump(inst);
             }
             Ev::Pass { inst } => {
@@ -205,18 +215,25 @@ impl<'a> Fleet<'a> {
                 }
                 let next = self.now + passes.every_ms();
                 for owner in wanted {
-                    self.request(inst, owner);
+                    self.request(inst, owner, self.now);
                 }
                 self.pump(inst);
                 self.at(next, Ev::Pass { inst });
             }
             Ev::PeekDone { inst } => {
-                let owners = self.insts[usize::from(inst)].peeks.pop_front().unwrap_or_default();
-                let results: Vec<(OwnerId, PeekResult)> = owners
+                let (sent, owners) = self.insts[usize::from(inst)].peeks.pop_front().unwrap_or_default();
+                let results: Vec<(OwnerId, Peeked)> = owners
                     .iter()
                     .map(|o| {
                         let held = self.claims.peek(index_of(o) as usize, self.now).is_some();
-                        (o.clone(), if held { PeekResult::Held } else { PeekResult::Free })
+                        let claim = if held { PeekResult::Held } else { PeekResult::Free };
+                        // As drain-core's driver converts the store's answer: the peek's
+                        // send time less the mark's age, less a millisecond of rounding.
+                        // An owner never drained is marked at the origin, as the driver does.
+                        let ago = self.claims.drained_ago(index_of(o) as usize, self.now);
+                        let at = ago.map_or(Time::ZERO, |ago| Time::from_millis(sent.saturating_sub(ago + 1)));
+                        let drained = self.marks.then_some(at);
+                        (o.clone(), Peeked { claim, drained })
                     })
                     .collect();
                 self.insts[usize::from(inst)].sched.on_peek(now, results);
@@ -247,11 +264,11 @@ impl<'a> Fleet<'a> {
     }
 
     /// A request for `owner` reaches `inst`'s scheduler.
-    fn request(&mut self, inst: u16, owner: u32) {
+    fn request(&mut self, inst: u16, owner: u32, made: u64) {
         let now = Time::from_millis(self.now);
         let s = &mut self.insts[usize::from(inst)].sched;
         let name = &self.names[owner as usize];
-        if let Ok(Requested::Coalesced) = s.request(now, name.clone())
+        if let Ok(Requested::Coalesced) = s.request_made(now, name.clone(), Time::from_millis(made))
             && s.waits_for_claim(name)
         {
             self.tally.absorbed_by_backoff += 1;
@@ -293,8 +310,9 @@ impl<'a> Fleet<'a> {
                 TurnOutcome::ClaimBusy
             }
             End::Empty | End::Worked => {
-                self.claims.release(o, inst, self.now);
                 let more = end == End::Worked && !self.backlog[o].is_empty();
+                // A turn that left nothing behind publishes its drain mark (with marks).
+                self.claims.release_drained(o, inst, self.now, self.marks && !more);
                 if end == End::Empty {
                     self.tally.empty(self.now);
                 } else {
@@ -364,7 +382,7 @@ impl<'a> Fleet<'a> {
                 Action::Peek(owners) => {
                     self.tally.peeks += owners.len() as u64;
                     self.tally.peek_round_trips += 1;
-                    i.peeks.push_back(owners);
+                    i.peeks.push_back((self.now, owners));
                     self.agenda.push(after_rtt, Ev::PeekDone { inst });
                 }
                 Action::Launch { owner, .. } => {
@@ -373,16 +391,21 @@ impl<'a> Fleet<'a> {
             }
         }
         while let Some(event) = i.sched.poll_event() {
-            if let Event::RetryTimers(n) = event {
-                self.fleet_timers = self.fleet_timers + n - i.timers;
-                i.timers = n;
-                self.tally.timers_max = self.tally.timers_max.max(n);
-                self.tally.timers_fleet_max = self.tally.timers_fleet_max.max(self.fleet_timers);
+            match event {
+                Event::RetryTimers(n) => {
+                    self.fleet_timers = self.fleet_timers + n - i.timers;
+                    i.timers = n;
+                    self.tally.timers_max = self.tally.timers_max.max(n);
+                    self.tally.timers_fleet_max = self.tally.timers_fleet_max.max(self.fleet_timers);
+                }
+                Event::OwnerSkipped { reason: SkipReason::Served, mode: Switch::On } => self.tally.served += 1,
+                _ => {}
             }
         }
         while let Some(owner) = i.sched.poll_handoff() {
             self.tally.handoffs += 1;
-            self.agenda.push(self.now + HANDOFF_PASS_MS, Ev::Deliver { inst, owner: index_of(&owner) });
+            let (owner, made) = (index_of(&owner), self.now);
+            self.agenda.push(self.now + HANDOFF_PASS_MS, Ev::Deliver { inst, owner, made });
         }
         if let Some(d) = i.sched.next_deadline()
             && i.armed != Some(d)
@@ -414,8 +437,13 @@ mod tests {
             assert!(t.productive > 0 && t.productive <= w.items() as u64, "{key}");
             match policy.kind {
                 Kind::Oracle => assert_eq!((t.claim_busy, t.empty, t.peeks), (0, 0, 0), "{key}"),
-                Kind::Scheduler { claim_aware, wake, .. } => {
+                Kind::Scheduler { claim_aware, wake, skip_served, .. } => {
                     assert_eq!(t.peeks > 0, claim_aware == Switch::On, "{key}: peeks only when claim-aware");
+                    assert_eq!(
+                        t.served > 0,
+                        skip_served == Switch::On,
+                        "{key}: requests skipped as served only when on"
+                    );
                     assert_eq!(t.wakes_sent > 0, wake != Wake::Never, "{key}: wake-ups only when configured");
                     assert!(t.claim_busy > 0, "{key}: a re-requesting fleet races at least sometimes");
                     if claim_aware == Switch::Off {

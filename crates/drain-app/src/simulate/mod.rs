@@ -58,9 +58,9 @@ pub(crate) struct Outcome {
 /// Run one policy on the workload.
 fn run_policy(sc: &Scenario, w: &Workload, policy: &Policy, seed: u64, reached: &Reached) -> Tally {
     match policy.kind {
-        Kind::Scheduler { claim_aware, wake, backoff_ms } => {
+        Kind::Scheduler { claim_aware, wake, backoff_ms, skip_served } => {
             let window = backoff_ms.unwrap_or((sc.backoff_s.0 * 1000, sc.backoff_s.1 * 1000));
-            let config = engine::scheduler_config(sc, claim_aware, wake, window);
+            let config = engine::scheduler_config(sc, claim_aware, wake, window, skip_served);
             Fleet::new(sc, w, &config, wake, seed).run(reached)
         }
         Kind::Oracle => oracle::run(sc, w, reached),
@@ -131,6 +131,7 @@ pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy], progress: 
         config: sc.summary(),
         items: w.items() as u64,
         versus_legacy: Report::versus(&policies),
+        p99_versus_oracle: Report::versus_oracle(&policies),
         policies,
         ticks,
     };

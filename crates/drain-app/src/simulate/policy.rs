@@ -35,6 +35,9 @@ pub(crate) enum Kind {
         wake: Wake,
         /// The claim-busy window in milliseconds; `None`: the scenario's.
         backoff_ms: Option<(u64, u64)>,
+        /// `SchedulerConfig::skip_served`: turns publish drain marks and peeks read
+        /// them, dropping the requests a drain already served.
+        skip_served: Switch,
     },
     /// A model, not drain-core code: an omniscient dispatcher that knows every claim
     /// and backlog, so it never peeks, never loses a claim race and never runs an
@@ -57,21 +60,29 @@ pub(crate) struct Policy {
 pub(crate) const LEGACY: Policy = Policy {
     key: "legacy",
     label: "PROJECTION_DRAIN_CLAIM_AWARE=off: no peek, immediate FIFO re-entry",
-    kind: Kind::Scheduler { claim_aware: Switch::Off, wake: Wake::Never, backoff_ms: None },
+    kind: Kind::Scheduler { claim_aware: Switch::Off, wake: Wake::Never, backoff_ms: None, skip_served: Switch::Off },
 };
 
 /// The first claim-aware policy: peek before initial launches, 5–15 s backoff.
 pub(crate) const CLAIM_AWARE: Policy = Policy {
     key: "claim_aware",
     label: "claim-aware (seed): peek, 5-15 s jittered backoff",
-    kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::Never, backoff_ms: None },
+    kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::Never, backoff_ms: None, skip_served: Switch::Off },
 };
 
 /// Claim-aware plus release wake-up of one waiter: the part-2 policy.
 pub(crate) const CLAIM_AWARE_WAKE: Policy = Policy {
     key: "claim_aware_wake",
     label: "claim-aware + release wakes one deferred instance (PROJECTION_DRAIN_RELEASE_WAKE=on)",
-    kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::One, backoff_ms: None },
+    kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::One, backoff_ms: None, skip_served: Switch::Off },
+};
+
+/// Claim-aware, the release wake-up, and served requests skipped: turns publish
+/// drain marks, and a peek that shows a drain which began after the request drops it.
+pub(crate) const SKIP_SERVED: Policy = Policy {
+    key: "skip_served",
+    label: "claim-aware + wake-up + requests a later drain served are skipped (PROJECTION_DRAIN_SKIP_SERVED=on)",
+    kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::One, backoff_ms: None, skip_served: Switch::On },
 };
 
 /// The omniscient model.
@@ -79,7 +90,7 @@ pub(crate) const ORACLE: Policy =
     Policy { key: "oracle", label: "oracle (a model): knows every claim, never wastes a turn", kind: Kind::Oracle };
 
 /// The policies of the report, in column order.
-pub(crate) const REPORTED: [Policy; 4] = [LEGACY, CLAIM_AWARE, CLAIM_AWARE_WAKE, ORACLE];
+pub(crate) const REPORTED: [Policy; 5] = [LEGACY, CLAIM_AWARE, CLAIM_AWARE_WAKE, SKIP_SERVED, ORACLE];
 
 /// The search of part 2: the first claim-aware policy, shorter windows, a backoff shaped by the
 /// holder's remaining TTL, and release notifications to all or one waiter.
@@ -87,12 +98,17 @@ pub(crate) fn candidates() -> Vec<Policy> {
     let window = |key, label, lo, hi| Policy {
         key,
         label,
-        kind: Kind::Scheduler { claim_aware: Switch::On, wake: Wake::Never, backoff_ms: Some((lo, hi)) },
+        kind: Kind::Scheduler {
+            claim_aware: Switch::On,
+            wake: Wake::Never,
+            backoff_ms: Some((lo, hi)),
+            skip_served: Switch::Off,
+        },
     };
     let wake = |key, label, wake| Policy {
         key,
         label,
-        kind: Kind::Scheduler { claim_aware: Switch::On, wake, backoff_ms: None },
+        kind: Kind::Scheduler { claim_aware: Switch::On, wake, backoff_ms: None, skip_served: Switch::Off },
     };
     vec![
         LEGACY,
@@ -106,6 +122,7 @@ pub(crate) fn candidates() -> Vec<Policy> {
         ),
         wake("wake_all", "claim-aware, release notifies every waiter", Wake::All),
         CLAIM_AWARE_WAKE,
+        SKIP_SERVED,
         ORACLE,
     ]
 }

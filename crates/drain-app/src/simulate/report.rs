@@ -66,6 +66,8 @@ pub(crate) struct Figures {
     pub(crate) release_wakes_effective: u64,
     /// Requests coalesced into a pending claim-retry timer (they wait for it).
     pub(crate) requests_absorbed_by_backoff: u64,
+    /// Requests dropped at a peek because a drain that began after them served them.
+    pub(crate) requests_skipped_as_served: u64,
     /// The tick side (independent of the owner policy: the same in every column).
     pub(crate) ticks: Ticks,
 }
@@ -103,6 +105,7 @@ impl Figures {
             release_wakes: t.wakes_sent,
             release_wakes_effective: t.wakes_effective,
             requests_absorbed_by_backoff: t.absorbed_by_backoff,
+            requests_skipped_as_served: t.served,
             ticks: ticks.clone(),
         }
     }
@@ -148,6 +151,8 @@ pub(crate) struct Report {
     pub(crate) policies: Ordered<Figures>,
     /// Each non-legacy policy against legacy.
     pub(crate) versus_legacy: Ordered<VersusLegacy>,
+    /// Each policy's p99 item latency against the oracle's (the floor).
+    pub(crate) p99_versus_oracle: Ordered<f64>,
     /// The tick side once more, at the top level.
     pub(crate) ticks: Ticks,
 }
@@ -182,6 +187,22 @@ impl Report {
         )
     }
 
+    /// Each non-oracle policy's p99 latency over the oracle's (if present).
+    pub(crate) fn versus_oracle(policies: &Ordered<Figures>) -> Ordered<f64> {
+        let Some((_, oracle)) = policies.0.iter().find(|(k, _)| *k == "oracle") else {
+            return Ordered(Vec::new());
+        };
+        let floor = f64::from(oracle.owner_latency_p99_ms.max(1));
+        Ordered(
+            policies
+                .0
+                .iter()
+                .filter(|(k, _)| *k != "oracle")
+                .map(|(k, f)| (*k, round3(f64::from(f.owner_latency_p99_ms) / floor)))
+                .collect(),
+        )
+    }
+
     /// The table for humans.
     pub(crate) fn table(&self) -> String {
         let mut out = String::new();
@@ -205,7 +226,7 @@ impl Report {
         }
         out.push('\n');
         type Row = (&'static str, fn(&Figures) -> String);
-        let rows: [Row; 17] = [
+        let rows: [Row; 18] = [
             ("runs", |f| if f.runs == "model" { "model".to_owned() } else { "core Scheduler".to_owned() }),
             ("claim-busy turns", |f| f.claim_busy_turns.to_string()),
             ("useful turns", |f| f.useful_turns.to_string()),
@@ -219,6 +240,7 @@ impl Report {
             ("item latency max ms", |f| f.owner_latency_max_ms.to_string()),
             ("items waiting >= 5 s", |f| f.items_over_5s.to_string()),
             ("requests absorbed by backoff", |f| f.requests_absorbed_by_backoff.to_string()),
+            ("requests skipped as served", |f| f.requests_skipped_as_served.to_string()),
             ("throughput items/s", |f| format!("{:.3}", f.throughput_per_s)),
             ("release wakes (effective)", |f| format!("{} ({})", f.release_wakes, f.release_wakes_effective)),
             ("timers max (fleet)", |f| format!("{} ({})", f.timers, f.timers_fleet)),
@@ -241,6 +263,12 @@ impl Report {
                     v.throughput_ratio,
                     v.p99_latency_ratio
                 );
+            }
+        }
+        if !self.p99_versus_oracle.0.is_empty() {
+            let _ = writeln!(out, "\nagainst the oracle: p99 latency ratio");
+            for (k, ratio) in &self.p99_versus_oracle.0 {
+                let _ = writeln!(out, "  {k:<28}{ratio:>18.3}x");
             }
         }
         let (off, on) = (&self.ticks.lease_off, &self.ticks.lease_on);

@@ -26,6 +26,9 @@ pub(crate) struct Tally {
     /// Requests that reached an instance while it held the owner on a claim retry
     /// timer: coalesced into the backoff (the request does not pull it forward).
     pub(crate) absorbed_by_backoff: u64,
+    /// Requests dropped at a peek because a drain that began after they were made
+    /// served them (drain marks).
+    pub(crate) served: u64,
     /// Per completed item: milliseconds from its arrival to the end of its work.
     pub(crate) latencies: Vec<u32>,
     /// Items completed by the end of the arrival window.

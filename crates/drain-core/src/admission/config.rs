@@ -31,6 +31,14 @@ pub struct SchedulerConfig {
     /// otherwise), and only when the driver hears releases (it subscribes by itself
     /// when the store offers the wake-up: see [`drive`](super::drive)).
     pub release_wake: Switch,
+    /// Skip served requests: when a peek answers the owner's drain mark (a drain that
+    /// began after the request was made and left nothing behind, see
+    /// [`Peeked::drained`](super::Peeked::drained)), the request was served and the
+    /// owner is forgotten instead of launched ([`Event::OwnerSkipped`](crate::Event::OwnerSkipped),
+    /// reason `Served`). [`Switch::Shadow`] counts the same decisions and launches
+    /// anyway; [`Switch::Off`] ignores marks (and the driver does not ask for them).
+    /// It only acts on peeked owners, so only while `claim_aware` computes.
+    pub skip_served: Switch,
     /// Turn slots: owners running or being peeked at the same time (at least 1).
     pub workers: usize,
     /// Lower bound of the claim-busy / claim-held retry window (inclusive).
@@ -57,12 +65,13 @@ impl SchedulerConfig {
 }
 
 impl Default for SchedulerConfig {
-    /// Claim-aware on, release wake-up on, 4 workers, a 5–15 s claim-busy window,
+    /// Claim-aware on, release wake-up on, served requests skipped, 4 workers, a 5–15 s claim-busy window,
     /// 1024 timers, and failure backoff from 1 s doubling up to 300 s.
     fn default() -> Self {
         SchedulerConfig {
             claim_aware: Switch::On,
             release_wake: Switch::On,
+            skip_served: Switch::On,
             workers: 4,
             backoff_min: Duration::from_secs(5),
             backoff_max: Duration::from_secs(15),
@@ -153,6 +162,7 @@ mod tests {
         let config = SchedulerConfig::default();
         assert_eq!(config.claim_aware, Switch::On);
         assert_eq!(config.release_wake, Switch::On);
+        assert_eq!(config.skip_served, Switch::On);
         assert_eq!(config.claim_busy_window(), (ms(5000), ms(15_000)));
         assert_eq!(config.max_retry_timers, 1024);
         assert_eq!(config.failure_ceiling(1), ms(1000));

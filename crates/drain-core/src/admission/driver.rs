@@ -19,10 +19,10 @@ use async_trait::async_trait;
 use futures::future::{BoxFuture, poll_fn};
 use futures::stream::{FuturesUnordered, Stream, StreamExt};
 
-use super::{Action, Entry, OwnerId, OwnerState, PeekResult, Scheduler, TurnOutcome, Woken};
+use super::{Action, Entry, OwnerId, OwnerState, PeekResult, Peeked, Scheduler, TurnOutcome, Woken};
 use crate::error::{ErrorKind, PortError};
 use crate::event::Event;
-use crate::ports::{Clock, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter};
+use crate::ports::{Clock, DrainMarks, MarkedClaim, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter};
 use crate::switch::Switch;
 use crate::time::Time;
 
@@ -69,8 +69,8 @@ pub struct DriverPorts<'a> {
     pub observer: &'a dyn Observer,
 }
 
-/// One batched peek: the owners asked about and what the store said.
-type PeekDone = (Vec<OwnerId>, Result<Vec<OwnerClaim>, PortError>);
+/// One batched peek: the owners asked about, when it was sent, and what the store said.
+type PeekDone = (Vec<OwnerId>, Time, Result<Vec<MarkedClaim>, PortError>);
 /// The armed timer: its deadline and the sleep.
 type Timer<'a> = (Time, Pin<Box<dyn Future<Output = ()> + Send + 'a>>);
 
@@ -123,6 +123,9 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
     F: Future<Output = ()> + Send,
 {
     let (wake, waiter, heard) = subscribe(scheduler, ports).await;
+    // Peeks ask for drain marks while skipping served requests computes.
+    let marks: Option<&dyn DrainMarks> =
+        ports.claims.and_then(|c| c.drain_marks()).filter(|_| scheduler.config().skip_served.computes());
     let mut releases = futures::stream::select(releases.boxed(), heard);
     let mut shutdown = Some(Box::pin(shutdown));
     let mut input_open = true;
@@ -141,12 +144,19 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
                 Action::Peek(owners) => {
                     let waiter = waiter.as_ref();
                     peeks.push(Box::pin(async move {
-                        let r = match (ports.claims, wake.zip(waiter)) {
-                            (Some(_), Some((wake, waiter))) => wake.peek_and_wait(&owners, waiter).await,
-                            (Some(claims), None) => claims.peek_owners(&owners).await,
-                            (None, _) => Err(PortError::new(ErrorKind::Config, "no owner claims to peek at")),
+                        let sent = ports.clock.now();
+                        let unmarked = |found: Vec<OwnerClaim>| {
+                            found.into_iter().map(|claim| MarkedClaim { claim, drained: None }).collect()
                         };
-                        (owners, r)
+                        let r = match (ports.claims, marks, wake.zip(waiter)) {
+                            (Some(_), Some(marks), wait) => marks.peek_marked(&owners, wait.map(|(_, w)| w)).await,
+                            (Some(_), None, Some((wake, waiter))) => {
+                                wake.peek_and_wait(&owners, waiter).await.map(unmarked)
+                            }
+                            (Some(claims), None, None) => claims.peek_owners(&owners).await.map(unmarked),
+                            (None, ..) => Err(PortError::new(ErrorKind::Config, "no owner claims to peek at")),
+                        };
+                        (owners, sent, r)
                     }));
                 }
                 Action::Launch { owner, entry } => {
@@ -189,9 +199,9 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
                 return Poll::Ready(Wake::Turn(o, out));
             }
             if !peeks.is_empty()
-                && let Poll::Ready(Some((owners, r))) = peeks.poll_next_unpin(cx)
+                && let Poll::Ready(Some(done)) = peeks.poll_next_unpin(cx)
             {
-                return Poll::Ready(Wake::Peeked((owners, r)));
+                return Poll::Ready(Wake::Peeked(done));
             }
             // Take every request that is ready, so their peeks go out as one batch.
             if input_open && let Some((batch, ended)) = ready_items(&mut requests, cx) {
@@ -241,21 +251,26 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
                     }
                 }
             }
-            Wake::Peeked((owners, result)) => {
-                let results: Vec<(OwnerId, PeekResult)> = match result {
+            Wake::Peeked((owners, sent, result)) => {
+                let results: Vec<(OwnerId, Peeked)> = match result {
                     Ok(found) if found.len() == owners.len() => owners
                         .into_iter()
                         .zip(found)
                         .map(|(o, c)| {
-                            let result = match c {
+                            let claim = match c.claim {
                                 OwnerClaim::Held { .. } => PeekResult::Held,
                                 OwnerClaim::Free => PeekResult::Free,
                             };
-                            (o, result)
+                            // The store answered after `sent`: its mark began no later
+                            // than `sent` less the mark's age, on this clock; an owner
+                            // never drained is marked at the origin.
+                            let at = c.drained.map_or(Time::ZERO, |ago| drained_before(sent, ago));
+                            let drained = marks.map(|_| at);
+                            (o, Peeked { claim, drained })
                         })
                         .collect(),
                     // An error, or an answer we cannot match to the owners: admit (as before).
-                    _ => owners.into_iter().map(|o| (o, PeekResult::Error)).collect(),
+                    _ => owners.into_iter().map(|o| (o, Peeked::from(PeekResult::Error))).collect(),
                 };
                 // Only when a release overtook a peek is there anything to look up.
                 let answered: Vec<OwnerId> =
@@ -302,6 +317,15 @@ async fn subscribe<'a, R: rand::Rng>(
         Ok(heard) => (Some(wake), Some(Waiter { instance: instance.to_owned(), ttl: cfg.waiter_ttl() }), heard),
         Err(_) => (Some(wake), None, none()),
     }
+}
+
+/// A drain mark `ago` old in an answer to a peek sent at `sent`, on the driver's
+/// clock: no later than `sent - ago` (the store answered after `sent`), less a
+/// millisecond for the store's rounding; a mark from before the clock's origin is
+/// the origin, which no request precedes.
+fn drained_before(sent: Time, ago: std::time::Duration) -> Time {
+    let ago = u64::try_from(ago.as_micros().div_ceil(1000)).unwrap_or(u64::MAX);
+    Time::from_millis(sent.as_millis().saturating_sub(ago.saturating_add(1)))
 }
 
 /// Every item `stream` has ready now, and whether it ended after them; `None` when it

@@ -50,6 +50,11 @@
 //!   message). The window alone cuts claim-busy turns but delays the requests that
 //!   arrive while an owner waits; the wake-up keeps the cut without the delay
 //!   (`drain simulate` measures both; docs/performance.md has the figures).
+//! * With [`SchedulerConfig::skip_served`] On, the scheduler keeps when each waiting
+//!   owner was last requested ([`Scheduler::request_made`]); a peek that answers a
+//!   drain mark after it ([`Peeked::drained`]: a drain began after the request and
+//!   left nothing behind) forgets the owner instead of launching a turn that would
+//!   find nothing. A request made after the mark is always served.
 //! * Failed turns back off exponentially with full jitter, capped.
 //! * Timers are capped ([`SchedulerConfig::max_retry_timers`]); the next one is handed
 //!   back to the caller ([`Scheduler::poll_handoff`]) and counted, never dropped.
@@ -98,4 +103,4 @@ pub use driver::{DriverPorts, OwnerWork, drive};
 pub use owner::OwnerId;
 pub use scheduler::Scheduler;
 pub use turns::{OwnerTurns, Worked};
-pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};
+pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, TurnOutcome, Woken};

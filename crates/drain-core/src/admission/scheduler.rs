@@ -8,7 +8,7 @@ use rand::{Rng, RngExt};
 
 use super::config::{SchedulerConfig, millis};
 use super::owner::OwnerId;
-use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Requested, TurnOutcome, Woken};
+use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, TurnOutcome, Woken};
 use crate::event::{Event, SkipReason};
 use crate::switch::Switch;
 use crate::time::Time;
@@ -45,6 +45,13 @@ struct Slot {
     place: Place,
     /// Consecutive failed turns; reset by any other outcome, forgotten with the slot.
     failures: u32,
+    /// When the latest request the owner owes was made (a running owner's included:
+    /// its turn may fail). A drain mark after it means every one was served.
+    requested: Time,
+    /// The owner's last peek answered with drain marks (the store keeps them): only
+    /// then does a newer request end a claim wait, since only then can a peek tell
+    /// that a drain served it.
+    marked: bool,
 }
 
 /// The claim-aware owner admission scheduler: a sans-IO state machine.
@@ -125,7 +132,10 @@ impl<R: Rng> Scheduler<R> {
     ///
     /// * unknown -> back of the FIFO as an [`Entry::Initial`] ([`Requested::Queued`]);
     /// * queued, ready, peeking, on a retry timer or handed off -> nothing changes
-    ///   ([`Requested::Coalesced`]); a timer is not pulled forward;
+    ///   ([`Requested::Coalesced`]); a timer is not pulled forward, except a claim
+    ///   wait by a request made after the ones it holds, with
+    ///   [`SchedulerConfig::skip_served`] On and the owner's last peek answered with
+    ///   drain marks ([`Requested::Queued`]: peeked again);
     /// * running -> marked dirty, so it runs again after its turn
     ///   ([`Requested::MarkedDirty`]).
     ///
@@ -133,18 +143,58 @@ impl<R: Rng> Scheduler<R> {
     ///
     /// [`Closed`] after [`close`](Self::close); the request is not recorded.
     pub fn request(&mut self, now: Time, owner: OwnerId) -> Result<Requested, Closed> {
+        self.request_made(now, owner, now)
+    }
+
+    /// [`request`](Self::request) of a request made at `made` (on the scheduler's
+    /// clock, at or before `now`): the time the requester knew the owner had work,
+    /// e.g. when it wrote the work or read the backlog. [`request`](Self::request)
+    /// takes `now`, the latest the request can have been made.
+    ///
+    /// With [`SchedulerConfig::skip_served`] the scheduler keeps the latest `made` the
+    /// owner owes, and a peek whose drain mark is after it forgets the owner. A
+    /// `made` later than the truth only costs a turn; an earlier one could drop a
+    /// request a drain did not serve.
+    ///
+    /// # Errors
+    ///
+    /// [`Closed`] after [`close`](Self::close); the request is not recorded.
+    pub fn request_made(&mut self, now: Time, owner: OwnerId, made: Time) -> Result<Requested, Closed> {
         self.observe(now);
         if self.closed {
             return Err(Closed);
         }
         let requested = match self.owners.get_mut(&owner) {
-            Some(Slot { place: Place::Running { dirty }, .. }) => {
-                *dirty = true;
-                Requested::MarkedDirty
+            Some(slot) => {
+                let requested = match &mut slot.place {
+                    // A request made after the ones a claim wait holds: with drain marks,
+                    // a peek (not a turn) tells at once whether it is served or due.
+                    Place::Timer { due, seq, claim: true }
+                        if slot.marked && made > slot.requested && self.config.skip_served.enforces() =>
+                    {
+                        let key = (*due, *seq);
+                        slot.requested = made;
+                        self.timers.remove(&key);
+                        self.queue(owner, Entry::Initial);
+                        self.gauges();
+                        return Ok(Requested::Queued);
+                    }
+                    Place::Running { dirty } => {
+                        *dirty = true;
+                        Requested::MarkedDirty
+                    }
+                    _ => Requested::Coalesced,
+                };
+                // The latest: a mark after it covers every request the owner owes (the
+                // turn running may still fail, owing the one it started for).
+                slot.requested = slot.requested.max(made);
+                requested
             }
-            Some(_) => Requested::Coalesced,
             None => {
-                self.queue(owner, Entry::Initial);
+                self.queue(owner.clone(), Entry::Initial);
+                if let Some(slot) = self.owners.get_mut(&owner) {
+                    slot.requested = made;
+                }
                 Requested::Queued
             }
         };
@@ -196,6 +246,10 @@ impl<R: Rng> Scheduler<R> {
     ///   backoff_max]` and [`Event::OwnerSkipped`] (`mode` On). Shadow: the same event
     ///   with `mode` Shadow, and ready anyway.
     /// * [`PeekResult::Error`] -> ready (admitted as before) and [`Event::PeekError`].
+    /// * Before any of these, with [`SchedulerConfig::skip_served`] computing: a drain
+    ///   mark ([`Peeked::drained`]) later than the owner's latest request means a
+    ///   drain that began after the request served it: [`Event::OwnerSkipped`]
+    ///   (reason `Served`); On forgets the owner, Shadow goes on as above.
     ///
     /// Results are applied in the order given. A result for an owner that is not
     /// peeking (a stale or repeated answer, or one after [`close`](Self::close)) is
@@ -207,9 +261,10 @@ impl<R: Rng> Scheduler<R> {
     /// Any iterator will do: a driver that zips the owners of
     /// [`Action::Peek`](super::Action::Peek) with the store's answers (draining the
     /// vector, then handing it back with [`recycle`](Self::recycle)) allocates nothing.
-    pub fn on_peek<I>(&mut self, now: Time, results: I)
+    pub fn on_peek<I, P>(&mut self, now: Time, results: I)
     where
-        I: IntoIterator<Item = (OwnerId, PeekResult)>,
+        I: IntoIterator<Item = (OwnerId, P)>,
+        P: Into<Peeked>,
     {
         let now = self.observe(now);
         let mut answered = std::mem::take(&mut self.answered);
@@ -217,7 +272,13 @@ impl<R: Rng> Scheduler<R> {
         for (owner, result) in results {
             if let Some(Place::Peeking { batch }) = self.place_of(&owner) {
                 answered.push(batch);
-                self.settle_peek(now, owner, result);
+                let result = result.into();
+                if let Some(slot) = self.owners.get_mut(&owner) {
+                    slot.marked = result.drained.is_some();
+                }
+                if !self.served(&owner, result) {
+                    self.settle_peek(now, owner, result.claim);
+                }
             }
         }
         answered.sort_unstable();
@@ -500,7 +561,7 @@ impl<R: Rng> Scheduler<R> {
         match self.owners.get_mut(owner) {
             Some(slot) => slot.place = place,
             None => {
-                self.owners.insert(owner.clone(), Slot { place, failures: 0 });
+                self.owners.insert(owner.clone(), Slot { place, failures: 0, requested: self.latest, marked: false });
             }
         }
     }
@@ -532,7 +593,8 @@ impl<R: Rng> Scheduler<R> {
 
     /// Give the intent back to the caller; the failure count is forgotten with it.
     fn hand_off(&mut self, owner: OwnerId) {
-        self.owners.insert(owner.clone(), Slot { place: Place::HandedOff, failures: 0 });
+        let slot = Slot { place: Place::HandedOff, failures: 0, requested: self.latest, marked: false };
+        self.owners.insert(owner.clone(), slot);
         self.handoffs.push_back(owner);
     }
 
@@ -576,6 +638,24 @@ impl<R: Rng> Scheduler<R> {
         kept.extend(owners.iter().cloned());
         self.batches.push_back((batch, kept));
         owners
+    }
+
+    /// Whether a peek's drain mark shows that `owner`'s requests were served (then,
+    /// with the switch On, the owner is forgotten and its slot freed).
+    fn served(&mut self, owner: &OwnerId, peeked: Peeked) -> bool {
+        let mode = self.config.skip_served;
+        let (Some(drained), true) = (peeked.drained, mode.computes()) else { return false };
+        let Some(slot) = self.owners.get(owner) else { return false };
+        if slot.requested >= drained {
+            return false;
+        }
+        self.events.push_back(Event::OwnerSkipped { reason: SkipReason::Served, mode });
+        if !mode.enforces() {
+            return false;
+        }
+        self.peeking -= 1;
+        self.owners.remove(owner);
+        true
     }
 
     fn settle_peek(&mut self, now: Time, owner: OwnerId, result: PeekResult) {

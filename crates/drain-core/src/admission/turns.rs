@@ -13,7 +13,7 @@ use super::driver::OwnerWork;
 use super::{Entry, OwnerId, TurnOutcome};
 use crate::error::PortError;
 use crate::guard::{Ended, LeaseGuard, Start};
-use crate::ports::{Clock, Fence, LeaseName, LeaseStore, OwnerClaims, ReleaseWake, Waiter};
+use crate::ports::{Clock, DrainMarks, Fence, LeaseName, LeaseStore, OwnerClaims, ReleaseWake, Waiter};
 use crate::token::LeaseToken;
 
 /// What one turn of an owner's work did.
@@ -33,7 +33,11 @@ pub struct Worked {
 /// the lost race registers it as a waiter in the same step), runs `work(owner, fence)`
 /// under a [`LeaseGuard`] that renews the claim every TTL/3 and drops the work when the
 /// claim is lost (hand the fence to what receives the work's writes), and releases the claim, waking one waiter unless `more` (the store's
-/// [`ReleaseWake`], when it offers one). A panicking work is caught: the claim is
+/// [`ReleaseWake`], when it offers one). When the store keeps drain marks
+/// ([`DrainMarks`]), the claim is taken with the store noting when, and a turn whose
+/// work left nothing behind (`more` false, no error) publishes that time as the
+/// owner's drain mark in its release: admission elsewhere then drops the requests
+/// made before it. A panicking work is caught: the claim is
 /// released, the panic counted ([`OwnerTurns::panics`]) and the turn failed, and the
 /// driver goes on. A permanent error (a missing right, a wrong setting: retrying cannot
 /// mend it) stops the driver ([`OwnerWork::must_stop`]); a temporary one fails the
@@ -42,6 +46,7 @@ pub struct Worked {
 pub struct OwnerTurns<'a, F, R> {
     leases: &'a dyn LeaseStore,
     wake: Option<&'a dyn ReleaseWake>,
+    marks: Option<&'a dyn DrainMarks>,
     clock: &'a dyn Clock,
     instance: String,
     ttl: Duration,
@@ -78,6 +83,7 @@ where
         OwnerTurns {
             leases: store,
             wake: store.release_wake(),
+            marks: store.drain_marks(),
             clock,
             instance: instance.into(),
             ttl,
@@ -98,6 +104,15 @@ where
     #[must_use]
     pub fn without_wake(mut self) -> Self {
         self.wake = None;
+        self
+    }
+
+    /// Turns off the store's drain marks for these turns (claims taken and released
+    /// without them), as [`SchedulerConfig::skip_served`](super::SchedulerConfig::skip_served)
+    /// Off wants: nothing is written that today's turns do not write.
+    #[must_use]
+    pub fn without_marks(mut self) -> Self {
+        self.marks = None;
         self
     }
 
@@ -143,7 +158,17 @@ where
         TurnOutcome::Failed
     }
 
-    async fn release(&self, guard: &LeaseGuard<'_>, owner: &OwnerId, token: &LeaseToken, more: bool) {
+    /// Release the claim; `drained`: the work left nothing behind, so the drain mark
+    /// is published (with marks).
+    async fn release(&self, guard: &LeaseGuard<'_>, owner: &OwnerId, token: &LeaseToken, more: bool, drained: bool) {
+        if let Some(marks) = self.marks {
+            if let Ok(done) = marks.release_drained(owner, token, drained, self.wake.is_some() && !more).await
+                && done.woke
+            {
+                self.wakes_sent.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
         match self.wake {
             // Unless the holder continues at once, the release wakes one waiter.
             Some(wake) => {
@@ -200,8 +225,11 @@ where
         let token = self.token();
         let guard = LeaseGuard::new(self.leases, self.clock, LeaseName::owner(owner.as_str()), self.ttl);
         let sent = self.clock.now();
-        let answer = match (self.wake, waiter) {
-            (Some(wake), Some(waiter)) => wake.acquire_or_wait(owner, &token, self.ttl, waiter).await,
+        let answer = match (self.marks, self.wake, waiter) {
+            (Some(marks), wake, waiter) => {
+                marks.acquire_marked(owner, &token, self.ttl, waiter.filter(|_| wake.is_some())).await
+            }
+            (None, Some(wake), Some(waiter)) => wake.acquire_or_wait(owner, &token, self.ttl, waiter).await,
             _ => self.leases.acquire(guard.lease(), &token, self.ttl).await,
         };
         let begun = match guard.start(Some(answer), sent) {
@@ -210,7 +238,7 @@ where
             Start::Refused { error, timed_out } => {
                 if timed_out {
                     // The acquire may have landed: give the claim back at once.
-                    self.release(&guard, owner, &token, false).await;
+                    self.release(&guard, owner, &token, false, false).await;
                 }
                 return self.failed(error);
             }
@@ -219,7 +247,8 @@ where
         let Some(fence) = begun.held.fence().cloned() else { return TurnOutcome::Failed };
         let (ended, _) = guard.keep_while(&begun, &token, (self.work)(owner.clone(), fence)).await;
         let more = matches!(ended, Ended::Done(Ok(Worked { more: true, .. })));
-        self.release(&guard, owner, &token, more).await;
+        let drained = matches!(ended, Ended::Done(Ok(Worked { more: false, .. })));
+        self.release(&guard, owner, &token, more, drained).await;
         match ended {
             Ended::Done(Ok(Worked { items: 0, more: false })) => TurnOutcome::Done,
             Ended::Done(Ok(Worked { more, .. })) => TurnOutcome::Productive { more },

@@ -45,6 +45,30 @@ pub enum PeekResult {
     Error,
 }
 
+/// A peek's answer for one owner: what it found of the claim and, when the store
+/// keeps drain marks, when the owner's latest completed drain began.
+///
+/// A [`PeekResult`] converts into one without a mark, so drivers that know no marks
+/// answer [`Scheduler::on_peek`](super::Scheduler::on_peek) as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Peeked {
+    /// The claim.
+    pub claim: PeekResult,
+    /// When, on the scheduler's clock, the owner's latest completed drain began, at
+    /// the latest (convert the store's answer conservatively: the peek's send time
+    /// less the mark's age). A request made before it was served by that drain.
+    /// `None`: the peek knows no marks (the store keeps none). A store that keeps
+    /// them answers an owner never drained as [`Time::ZERO`], which no request
+    /// precedes.
+    pub drained: Option<Time>,
+}
+
+impl From<PeekResult> for Peeked {
+    fn from(claim: PeekResult) -> Self {
+        Peeked { claim, drained: None }
+    }
+}
+
 /// How one owner turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TurnOutcome {
@@ -90,10 +114,15 @@ impl TurnOutcome {
 #[must_use]
 pub enum Requested {
     /// The owner was unknown: it joined the back of the FIFO as an initial entry.
+    /// With [`SchedulerConfig::skip_served`](super::SchedulerConfig::skip_served) On,
+    /// also an owner waiting on a claim retry timer when the request was made after
+    /// every one the wait holds and its last peek answered with drain marks: the wait
+    /// ends and the owner is peeked again, so a drain mark (or a free claim) answers
+    /// at once instead of the timer.
     Queued,
     /// The owner already had a pending intent (queued, ready, peeking, on a retry
-    /// timer or handed off): nothing changed. A request never pulls a retry timer
-    /// forward: that is the point of the backoff.
+    /// timer or handed off): nothing changed. Otherwise a request never pulls a retry
+    /// timer forward: that is the point of the backoff.
     Coalesced,
     /// The owner is running: it runs again after the turn.
     MarkedDirty,

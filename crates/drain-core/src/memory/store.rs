@@ -62,6 +62,8 @@ pub(crate) struct State {
     /// Fence marks by resource: the highest fence accepted, and when it was raised
     /// (the broken stores of the testkit let marks lapse by it).
     pub(crate) marks: HashMap<String, (u64, Time)>,
+    /// Drain marks by owner (see `memory::drained`).
+    pub(crate) drains: HashMap<String, super::drained::DrainRow>,
     calls: BTreeMap<&'static str, u64>,
     pub(crate) failing: Option<ErrorKind>,
     fail_next: u32,
@@ -313,6 +315,10 @@ impl OwnerClaims for MemoryStore {
     }
 
     fn release_wake(&self) -> Option<&dyn ReleaseWake> {
+        Some(self)
+    }
+
+    fn drain_marks(&self) -> Option<&dyn crate::ports::DrainMarks> {
         Some(self)
     }
 }

@@ -54,4 +54,11 @@ pub trait OwnerClaims: Send + Sync {
     fn release_wake(&self) -> Option<&dyn crate::ports::ReleaseWake> {
         None
     }
+
+    /// The drain marks, when this store offers them (the same store's
+    /// [`DrainMarks`](crate::ports::DrainMarks)): admission's driver then peeks with
+    /// the marks and drops the requests a drain already served. `None` by default.
+    fn drain_marks(&self) -> Option<&dyn crate::ports::DrainMarks> {
+        None
+    }
 }

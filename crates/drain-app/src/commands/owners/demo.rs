@@ -88,11 +88,14 @@ async fn over<S: LeaseStore + OwnerClaims>(
     let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
     let backlogs = Backlogs::default();
     let clock = &*rt.ticks.clock;
-    let turns =
+    let mut turns =
         OwnerTurns::new(store, clock, c.instance_id.clone(), CLAIM_TTL, rand::make_rng::<StdRng>(), |owner, _| {
             let backlogs = &backlogs;
             async move { Ok(backlogs.turn(clock, &owner).await) }
         });
+    if c.skip_served == drain_core::Switch::Off {
+        turns = turns.without_marks();
+    }
     let ports = DriverPorts { claims, work: &turns, clock, observer: &*rt.ticks.observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
         Poll::Ready(v) => Poll::Ready(v),

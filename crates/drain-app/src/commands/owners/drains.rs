@@ -242,6 +242,9 @@ where
     if !wake {
         turns = turns.without_wake();
     }
+    if c.skip_served == Switch::Off {
+        turns = turns.without_marks();
+    }
     let peeks = Peeks::new(store.clone());
     let observer = Counted::new(rt.ticks.observer.clone());
     let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.ticks.clock, observer: &observer };

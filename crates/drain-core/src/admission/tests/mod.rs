@@ -3,6 +3,7 @@
 //! * [`admit`]: requests, peeks and the order of launches.
 //! * [`retry`]: turn outcomes, both backoffs and the timer cap.
 //! * [`lifecycle`]: close, events, determinism and scale.
+//! * [`served`]: requests a drain mark shows served.
 //! * [`wake`]: release wake-up, examples and properties.
 //! * `releases`: the driver fed release notifications, in virtual time.
 
@@ -24,6 +25,7 @@ mod lifecycle;
 #[cfg(feature = "testkit")]
 mod releases;
 mod retry;
+mod served;
 mod wake;
 
 const MORE: TurnOutcome = Productive { more: true };
@@ -31,8 +33,9 @@ const NO_MORE: TurnOutcome = Productive { more: false };
 
 type S = Scheduler<SmallRng>;
 
+/// Claim-aware admission as it is without drain marks (`served` tests them).
 fn config(mode: Switch, workers: usize) -> SchedulerConfig {
-    SchedulerConfig { claim_aware: mode, workers, ..SchedulerConfig::default() }
+    SchedulerConfig { claim_aware: mode, workers, skip_served: Off, ..SchedulerConfig::default() }
 }
 
 fn sched(config: SchedulerConfig) -> S {

@@ -113,4 +113,13 @@ defects! {
     MarksExpire => FenceKeeps: "marks lapse 100 ms after they were raised, like a key with a time to live";
     ResourcesShareMarks => FenceResources: "marks are keyed by the resource's letters and digits only: `r{a}` and `ra` share one";
     AdmitErrorAsAccepted => FenceError: "an admit the store cannot answer answers Accepted";
+
+    MarkedPeekMissesHeld => MarksPeekClaims: "a marked peek answers every claim Free";
+    UnmarkedAnswersZero => MarksPeekNone: "an owner never drained answers a mark of age zero";
+    MarkedAcquireIgnoresHolder => MarksAcquire: "a marked acquire takes a held claim over";
+    MarkAtAcquire => MarksAcquireUnmarked: "the mark is published when the turn takes the claim: a turn that fails or dies drops the requests it never served";
+    DrainedReleaseIgnoresToken => MarksRelease: "a drained release deletes the claim whoever holds it";
+    MarkAtRelease => MarksReleaseStamps: "the mark is the release's time, not the acquire's: items written during the turn count as drained";
+    MarkWithoutDrained => MarksReleaseQuiet: "every release by the holder publishes the mark, drained or not";
+    MarksErrorAsAnswer => MarksError: "a marked peek or acquire the store cannot answer answers as if free and unmarked";
 }

@@ -36,6 +36,7 @@ use crate::time::Time;
 use crate::token::LeaseToken;
 
 mod defect;
+mod drained;
 mod fence;
 mod wake;
 

@@ -39,6 +39,7 @@
 
 mod claim;
 mod clocks;
+mod drained;
 mod fence;
 mod lease;
 mod owners;
@@ -47,6 +48,7 @@ mod source;
 mod wake;
 
 pub use claim::claim_store;
+pub use drained::drain_marks;
 pub use fence::fence_marks;
 pub use lease::lease_store;
 pub use owners::owner_claims;

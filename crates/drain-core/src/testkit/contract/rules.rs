@@ -18,6 +18,8 @@ pub enum Port {
     Source,
     /// [`FenceMarks`](crate::ports::FenceMarks).
     Fence,
+    /// [`DrainMarks`](crate::ports::DrainMarks).
+    Marks,
 }
 
 impl Port {
@@ -32,6 +34,7 @@ impl Port {
             Port::Wake => "drain_core::ports::ReleaseWake",
             Port::Source => "drain_core::ports::MessageSource",
             Port::Fence => "drain_core::ports::FenceMarks",
+            Port::Marks => "drain_core::ports::DrainMarks",
         }
     }
 }
@@ -146,6 +149,15 @@ rules! {
     FenceKeeps => Fence, "fence.keeps";
     FenceResources => Fence, "fence.resources";
     FenceError => Fence, "fence.error";
+
+    MarksPeekClaims => Marks, "marks.peek.claims";
+    MarksPeekNone => Marks, "marks.peek.none";
+    MarksAcquire => Marks, "marks.acquire";
+    MarksAcquireUnmarked => Marks, "marks.acquire.unmarked";
+    MarksRelease => Marks, "marks.release";
+    MarksReleaseStamps => Marks, "marks.release.stamps";
+    MarksReleaseQuiet => Marks, "marks.release.quiet";
+    MarksError => Marks, "marks.error";
 }
 
 #[cfg(test)]
@@ -166,6 +178,7 @@ mod tests {
         ("ports/clock.rs", include_str!("../../ports/clock.rs")),
         ("ports/observer.rs", include_str!("../../ports/observer.rs")),
         ("ports/marks.rs", include_str!("../../ports/marks.rs")),
+        ("ports/drained.rs", include_str!("../../ports/drained.rs")),
     ];
 
     /// The doc comments of a file as sentences, with the file's name.
@@ -240,6 +253,7 @@ mod tests {
                 Port::Wake => "wake.",
                 Port::Source => "source.",
                 Port::Fence => "fence.",
+                Port::Marks => "marks.",
             };
             assert!(r.id().starts_with(prefix), "{r:?}");
         }
