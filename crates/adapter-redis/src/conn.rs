@@ -1,5 +1,5 @@
 //! The hot-path connection: one multiplexed connection (standalone) or the async
-//! cluster connection, shared by every task, never checked out of a pool.
+//! cluster connection, shared by every task.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{PoisonError, RwLock};
@@ -92,6 +92,14 @@ impl Conn {
             .collect()
     }
 
+    /// The standalone server's client, to open a connection of its own.
+    pub(crate) fn client(&self) -> Option<&redis::Client> {
+        match self {
+            Conn::Single(s) => Some(&s.client),
+            Conn::Cluster(_) => None,
+        }
+    }
+
     /// The cluster connection, when in cluster mode.
     pub(crate) fn cluster(&self) -> Option<&ClusterConnection> {
         match self {
@@ -171,8 +179,8 @@ fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
         .set_number_of_retries(0)
 }
 
-/// The connection settings for pool connections (same timeouts as the hot path).
-pub(crate) fn pool_connection_config(config: &RedisConfig) -> AsyncConnectionConfig {
+/// The settings of a connection opened for one exclusive call (same timeouts as the hot path).
+pub(crate) fn exclusive_config(config: &RedisConfig) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.response_timeout))
