@@ -57,8 +57,8 @@ impl RabbitNode {
         fs::write(dir.join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").map_err(io)?;
         fs::write(dir.join("rabbitmq.conf"), "loopback_users.guest = true\n").map_err(io)?;
         fs::write(dir.join("env.conf"), "").map_err(io)?;
-        let port = port(&[]);
-        let dist = port(&[port]);
+        let port = free_port(&[]);
+        let dist = free_port(&[port]);
         let log = File::create(dir.join("node.log")).map_err(io)?;
         let started = Instant::now();
         let mut server = Command::new(Path::new(RABBIT_BIN).join("rabbitmq-server"));
@@ -199,7 +199,7 @@ impl Drop for RabbitNode {
 
 /// A free loopback port, not in `not`, outside 35672..=35682, where RabbitMQ's CLI
 /// tools listen for their own distribution.
-fn port(not: &[u16]) -> u16 {
+fn free_port(not: &[u16]) -> u16 {
     loop {
         let p = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).and_then(|l| l.local_addr()).map_or(0, |a| a.port());
         if p != 0 && !not.contains(&p) && !(35_672..=35_682).contains(&p) {
