@@ -1,5 +1,4 @@
 //! Lease tokens from a CSPRNG never collide and are not sequential.
-#![allow(clippy::disallowed_types, reason = "this test is about the OS generator")]
 
 use std::collections::HashSet;
 
