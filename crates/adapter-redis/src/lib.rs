@@ -95,9 +95,7 @@ mod spare;
 mod store;
 mod wake;
 
-pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url,
-};
+pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url};
 pub use error::map_error;
 pub use fenced::FencedWrite;
 pub use keys::{KeySpace, LeaseKeys};

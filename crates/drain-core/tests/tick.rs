@@ -13,7 +13,7 @@ use drain_core::ports::{
     Acquire, Capabilities, ClaimState, ClaimStore, Delivery, DeliveryHandle, Holding, LeaseName, LeaseStore, Message,
     MessageId, MessageSource, Release, Renew, SettleResult, Settlement, SubmitContext, Submitter,
 };
-use drain_core::testkit::{RecordingSubmitter, TestRng, message};
+use drain_core::testkit::{FailSettle, RecordingSubmitter, TestRng, message};
 use drain_core::tick::{TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
@@ -560,28 +560,6 @@ fn source_error_ends_the_drain_and_releases() {
 /// until the pending TTL.
 #[test]
 fn claim_settle_error_is_counted_and_submits_nothing_twice() {
-    struct FailSettle(Arc<MemoryStore>);
-    #[async_trait]
-    impl ClaimStore for FailSettle {
-        async fn claim_batch(
-            &self,
-            queue: &str,
-            ids: &[MessageId],
-            token: &LeaseToken,
-            ttl: Duration,
-        ) -> Result<Vec<ClaimState>, PortError> {
-            self.0.claim_batch(queue, ids, token, ttl).await
-        }
-        async fn settle_batch(
-            &self,
-            _: &str,
-            _: &[Settlement],
-            _: &LeaseToken,
-            _: Duration,
-        ) -> Result<Vec<SettleResult>, PortError> {
-            Err(PortError::new(ErrorKind::Connection, "settle refused by the test"))
-        }
-    }
     let mut h = Harness::new();
     h.feed(&["a", "b", "c"]);
     let claims = FailSettle(h.store.clone());

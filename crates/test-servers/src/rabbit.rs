@@ -7,10 +7,10 @@
 //! the gates run when the code does not compile, includes this file by path.
 
 use std::fs::{self, File};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -126,7 +126,10 @@ impl RabbitNode {
                 return Err(format!("the private RabbitMQ node exited ({status}):\n{}", self.log_tail()));
             }
             if started.elapsed() > RABBIT_BOOT {
-                return Err(format!("the private RabbitMQ node did not listen within {RABBIT_BOOT:?}:\n{}", self.log_tail()));
+                return Err(format!(
+                    "the private RabbitMQ node did not listen within {RABBIT_BOOT:?}:\n{}",
+                    self.log_tail()
+                ));
             }
             thread::sleep(Duration::from_millis(200));
         }
