@@ -65,7 +65,6 @@ impl Conn {
     /// One command, one round trip. A server error reply is an `Err`.
     pub(crate) async fn cmd(&self, cmd: &Cmd) -> RedisResult<Value> {
         let value = match self {
-            // The manager's own method: the `ConnectionLike` one boxes its future.
             Conn::Single(s) => s.handle().send_packed_command(cmd).await,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await,
         }?;

@@ -91,7 +91,6 @@ mod releases;
 mod reply;
 pub mod rights;
 mod scripts;
-mod spare;
 mod store;
 mod wake;
 

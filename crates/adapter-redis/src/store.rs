@@ -17,7 +17,6 @@ use crate::error::{deadline_error, map_error, shape_error};
 use crate::keys::KeySpace;
 use crate::reply;
 use crate::scripts::{LuaScript, SCRIPTS};
-use crate::spare::SpareCmd;
 
 /// drain-core's [`LeaseStore`](drain_core::ports::LeaseStore) and
 /// [`ClaimStore`](drain_core::ports::ClaimStore) on Redis, standalone or Cluster.
@@ -162,20 +161,20 @@ impl RedisStore {
         if let Some(client) = self.inner.conn.client() {
             let config = exclusive_config(&self.inner.config);
             let mut conn = self
-                .timed("scan", || client.get_multiplexed_async_connection_with_config(&config))
+                .timed("scan", client.get_multiplexed_async_connection_with_config(&config))
                 .await
                 .map_err(|f| self.error("scan", f))?;
             let mut cursor = 0u64;
             loop {
                 let cmd = scan_cmd(cursor, pattern);
                 let (next, keys) = self
-                    .timed("scan", || cmd.query_async::<(u64, Vec<String>)>(&mut conn))
+                    .timed("scan", cmd.query_async::<(u64, Vec<String>)>(&mut conn))
                     .await
                     .map_err(|f| self.error("scan", f))?;
                 if !keys.is_empty() {
                     let pipe = peek_pipe(&keys);
                     let values: Vec<Value> = self
-                        .timed("scan", || pipe.query_async::<Vec<Value>>(&mut conn))
+                        .timed("scan", pipe.query_async::<Vec<Value>>(&mut conn))
                         .await
                         .map_err(|f| self.error("scan", f))?;
                     collect(&mut found, keys, &values, "scan", &self.inner.endpoint)?;
@@ -192,7 +191,7 @@ impl RedisStore {
                     let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port });
                     let mut node = cluster.clone();
                     let value = self
-                        .timed("scan", || node.route_command(scan_cmd(cursor, pattern), route))
+                        .timed("scan", node.route_command(scan_cmd(cursor, pattern), route))
                         .await
                         .map_err(|f| self.error("scan", f))?;
                     let (next, keys): (u64, Vec<String>) = redis::from_redis_value(value)
@@ -244,11 +243,7 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Run one round trip, timed and observed: `call` makes its future here, so it
-    /// lives in this future only once. A future passed in by value was held twice,
-    /// as the argument and as the awaited value, and moved between the two: a lease
-    /// call's boxed future was 3,352 bytes; it is 1,912 with this and the boxed
-    /// `NOSCRIPT` fallback of [`RedisStore::eval_keys`].
+    /// Run one round trip, timed and observed.
     ///
     /// No timer of its own on the hot path: redis-rs bounds every round trip
     /// already (connect timeout with no reconnect retries, response timeout; the
@@ -256,13 +251,13 @@ impl RedisStore {
     pub(crate) async fn timed<T, E, F: Future<Output = Result<T, E>>>(
         &self,
         op: &'static str,
-        call: impl FnOnce() -> F,
+        call: F,
     ) -> Result<T, Failure>
     where
         Failure: From<E>,
     {
         let start = self.observer.as_ref().map(|_| Instant::now());
-        let result = call().await.map_err(Failure::from);
+        let result = call.await.map_err(Failure::from);
         if let (Some(observer), Some(start)) = (&self.observer, start) {
             observer.observe(&Event::StoreOp { op, duration: start.elapsed() });
         }
@@ -277,12 +272,12 @@ impl RedisStore {
 
     /// One command on the hot-path connection.
     pub(crate) async fn query(&self, op: &'static str, cmd: &Cmd) -> Result<Value, PortError> {
-        self.timed(op, || self.inner.conn.cmd(cmd)).await.map_err(|f| self.error(op, f))
+        self.timed(op, self.inner.conn.cmd(cmd)).await.map_err(|f| self.error(op, f))
     }
 
     /// One pipeline on the hot-path connection.
     pub(crate) async fn pipeline(&self, op: &'static str, pipe: &Pipeline) -> Result<Vec<Value>, PortError> {
-        self.timed(op, || self.inner.conn.pipe(pipe)).await.map_err(|f| self.error(op, f))
+        self.timed(op, self.inner.conn.pipe(pipe)).await.map_err(|f| self.error(op, f))
     }
 
     /// `EVALSHA`, and on `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node
@@ -310,22 +305,18 @@ impl RedisStore {
         key_bytes: usize,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, PortError> {
-        // Sized up front: growing the command's buffers argument by argument cost
-        // several reallocations per call, a tenth of a lease cycle's client time
-        // at 16 tasks (benches/lease_cycle.rs); small commands reuse a kept buffer.
-        // Room for the verb, the key count and the callers' few arguments (a token, a TTL).
+        // Sized up front, with room for the verb, the key count and the callers' few
+        // arguments: without it the lease bench fell under its guard (docs/performance.md).
         let build = |verb: &str, body: &str| {
-            let mut cmd = SpareCmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
+            let mut cmd = Cmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
             cmd.arg(verb).arg(body).arg(keys.len()).arg(keys);
             args(&mut cmd);
             cmd
         };
-        let sha = build("EVALSHA", &script.sha);
-        match self.timed(op, || self.inner.conn.cmd(&sha)).await {
+        match self.timed(op, self.inner.conn.cmd(&build("EVALSHA", &script.sha))).await {
             Ok(v) => Ok(v),
             Err(Failure::Redis(e)) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // Boxed: the rare path adds nothing to the size of the hot one's future.
-                Box::pin(self.query(op, &build("EVAL", script.source))).await
+                self.query(op, &build("EVAL", script.source)).await
             }
             Err(f) => Err(self.error(op, f)),
         }
