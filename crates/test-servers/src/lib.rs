@@ -1,6 +1,6 @@
 //! # test-servers
 //!
-//! Private `redis-server` and PostgreSQL processes for tests and benchmarks: one standalone server
+//! Private `redis-server`, PostgreSQL and RabbitMQ processes for tests and benchmarks: one standalone server
 //! ([`RedisServer`]) or a Redis Cluster of N masters ([`RedisCluster`]), each on free
 //! loopback ports, with nothing persisted, in a temporary directory of its own that
 //! is removed on drop. The shared server on 6379 is never touched.
