@@ -6,23 +6,19 @@
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpStream};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use drain_core::ports::{Message, MessageSource, SubmitContext, Submitter};
 use drain_core::testkit::message;
 use futures::stream::{self, StreamExt};
+use test_servers::RabbitNode;
 
 const SHARED_URL: &str = "amqp://guest:guest@127.0.0.1:5672";
-/// Where Debian keeps the real scripts (`/usr/sbin/*` re-run them as user `rabbitmq`).
-const RABBIT_BIN: &str = "/usr/lib/rabbitmq/bin";
-/// How long a private node may take to boot.
-const BOOT: Duration = Duration::from_secs(60);
 
 /// What [`Broker::collect`] counts a message without a message id under.
 pub const NO_ID: &str = "<no id>";
@@ -53,16 +49,17 @@ fn missing<T>(test: &str, why: &str) -> Option<T> {
 pub struct Broker {
     /// `amqp://user:password@host:port`, no path.
     pub base: String,
-    ctl: Vec<String>,
-    home: Option<PathBuf>,
-    node: Option<Node>,
+    /// `rabbitmqctl` with what reaches this broker's node (`-n`, `HOME`).
+    ctl: Ctl,
+    node: Option<RabbitNode>,
 }
 
-/// A private node: its process group and directory.
-struct Node {
-    name: String,
-    dir: PathBuf,
-    child: Child,
+/// How to reach a broker with `rabbitmqctl`.
+enum Ctl {
+    /// A private node: `rabbitmqctl -n <node>` with `HOME=<dir>`.
+    Node { name: String, home: PathBuf },
+    /// The machine's broker, through the `rabbitmqctl` found on the machine.
+    Machine(PathBuf),
 }
 
 impl Broker {
@@ -80,86 +77,34 @@ impl Broker {
             );
             return missing(test, &why);
         }
-        if let (Ok(node), Some(home)) =
+        if let (Ok(name), Some(home)) =
             (std::env::var("DRAIN_TEST_AMQP_NODE"), std::env::var_os("DRAIN_TEST_AMQP_HOME"))
         {
-            let ctl = find("rabbitmqctl", &[RABBIT_BIN]).expect("rabbitmqctl next to rabbitmq-server");
-            let ctl = vec![ctl.display().to_string(), "-n".to_owned(), node];
-            return Some(Broker { base, ctl, home: Some(PathBuf::from(home)), node: None });
+            return Some(Broker { base, ctl: Ctl::Node { name, home: PathBuf::from(home) }, node: None });
         }
         let Some(ctl) = find("rabbitmqctl", &["/usr/sbin", "/usr/local/sbin", "/sbin"]) else {
             return missing(test, "rabbitmqctl is not installed: run `bash .ci/setup-services.sh`");
         };
-        let ctl = vec![ctl.display().to_string()];
-        Some(Broker { base, ctl, home: None, node: None })
+        Some(Broker { base, ctl: Ctl::Machine(ctl), node: None })
     }
 
-    /// A private node `drain-test-…@localhost` with only `rabbitmq_amqp1_0`, on free
-    /// loopback ports, in a directory of its own (its own Erlang cookie in `HOME`).
+    /// A private node `drain-test-…@localhost` of this test (test-servers'
+    /// [`RabbitNode`], in a process group of its own), which it may stop and start.
     pub fn private(test: &str) -> Option<Broker> {
-        let Some(server) = find("rabbitmq-server", &[RABBIT_BIN]) else {
+        if !RabbitNode::installed() {
             return missing(test, "rabbitmq-server is not installed: run `bash .ci/setup-services.sh`");
-        };
-        let ctl = find("rabbitmqctl", &[RABBIT_BIN]).expect("rabbitmqctl next to rabbitmq-server");
+        }
         let name = format!("{}@localhost", unique("drain-test"));
         let dir = std::env::temp_dir().join(unique("drain-e2e-rabbit"));
-        std::fs::create_dir_all(&dir).expect("node directory");
-        std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
-        std::fs::write(dir.join("rabbitmq.conf"), "loopback_users.guest = true\n").expect("config");
-        std::fs::write(dir.join("env.conf"), "").expect("env file");
-        let port = port();
-        let dist = std::iter::repeat_with(self::port).find(|p| *p != port).expect("a second port");
-        let log = std::fs::File::create(dir.join("node.log")).expect("node log");
-        let child = Command::new(server)
-            .current_dir(&dir)
-            .env("HOME", &dir)
-            .env("RABBITMQ_NODENAME", &name)
-            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
-            .env("RABBITMQ_NODE_PORT", port.to_string())
-            .env("RABBITMQ_DIST_PORT", dist.to_string())
-            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
-            .env("RABBITMQ_LOG_BASE", dir.join("log"))
-            .env("RABBITMQ_PID_FILE", dir.join("pid"))
-            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
-            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
-            .env("RABBITMQ_CONF_ENV_FILE", dir.join("env.conf"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .expect("spawn rabbitmq-server");
-        let broker = Broker {
-            base: format!("amqp://guest:guest@127.0.0.1:{port}"),
-            ctl: vec![ctl.display().to_string(), "-n".to_owned(), name.clone()],
-            home: Some(dir.clone()),
-            node: Some(Node { name, dir, child }),
-        };
-        broker.await_up(port);
-        Some(broker)
-    }
-
-    fn await_up(&self, port: u16) {
-        let deadline = Instant::now() + BOOT;
-        let addr = SocketAddr::from(([127, 0, 0, 1], port));
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(Instant::now() < deadline, "the private node did not listen within {BOOT:?}: {}", self.node_log());
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        self.ctl(&["await_startup", "--timeout", "60"]);
-    }
-
-    fn node_log(&self) -> String {
-        self.node
-            .as_ref()
-            .map(|n| std::fs::read_to_string(n.dir.join("node.log")).unwrap_or_default())
-            .unwrap_or_default()
+        let node = RabbitNode::start(&name, &dir, true).unwrap_or_else(|e| panic!("{test}: {e}"));
+        let ctl = Ctl::Node { name: node.name().to_owned(), home: node.dir().to_path_buf() };
+        Some(Broker { base: node.url(), ctl, node: Some(node) })
     }
 
     /// Stop the broker application (every connection closes) for `down`, then start
     /// it again: durable queues and persistent messages survive.
     pub fn restart(&self, down: Duration) {
-        let name = &self.node.as_ref().expect("only a private node restarts").name;
+        let name = self.node.as_ref().expect("only a private node restarts").name().to_owned();
         self.ctl(&["stop_app"]);
         eprintln!("{name}: stopped");
         std::thread::sleep(down);
@@ -182,11 +127,15 @@ impl Broker {
     }
 
     fn ctl_command(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(&self.ctl[0]);
-        c.args(&self.ctl[1..]).arg("-q").args(args).stdin(Stdio::null());
-        if let Some(home) = &self.home {
-            c.env("HOME", home);
-        }
+        let mut c = match &self.ctl {
+            Ctl::Node { name, home } => test_servers::rabbitmqctl(name, home),
+            Ctl::Machine(ctl) => {
+                let mut c = Command::new(ctl);
+                c.arg("-q").stdin(Stdio::null());
+                c
+            }
+        };
+        c.args(args);
         c
     }
 
@@ -254,17 +203,6 @@ impl Broker {
             source.close().await.expect("close collector");
             seen
         })
-    }
-}
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        let Some(mut node) = self.node.take() else { return };
-        let _ = self.ctl_command(&["stop", "--timeout", "10"]).output();
-        // The group: the start script, beam.smp and its helpers.
-        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", node.child.id())]).status();
-        let _ = node.child.wait();
-        let _ = std::fs::remove_dir_all(&node.dir);
     }
 }
 
@@ -337,16 +275,6 @@ impl Drop for Queue<'_> {
 
 fn num(field: Option<&&str>) -> u64 {
     field.and_then(|n| n.parse().ok()).unwrap_or(0)
-}
-
-/// A free loopback port outside 35672..=35682, where `rabbitmqctl` listens.
-fn port() -> u16 {
-    loop {
-        let p = crate::free_port();
-        if !(35_672..=35_682).contains(&p) {
-            return p;
-        }
-    }
 }
 
 /// `program` in `dirs`, then in `PATH`.

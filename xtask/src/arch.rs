@@ -1,11 +1,12 @@
 //! `cargo xtask arch`: the architecture invariants of docs/architecture.md, from
-//! `cargo metadata` and a scan of drain-core's source.
+//! `cargo metadata`, drain-core's clippy.toml (its purity rules, which the `clippy`
+//! gate enforces) and a scan of drain-core's source for what clippy cannot say.
 
 use std::fs;
 
 use crate::files::{project_files, rust_files_under};
 use crate::metadata::{DepKind, Metadata, Package};
-use crate::scan::{self, Group, Pattern};
+use crate::scan::{self, Word};
 use crate::util::{Failure, GateResult, Outcome, project_root, rel};
 use crate::vocabulary;
 
@@ -27,45 +28,34 @@ const E2E: &str = "drain-e2e";
 const BANNED: &[&str] =
     &["tokio", "redis", "deadpool*", "fe2o3*", "metrics-exporter*", "hyper", "reqwest", "mio", "async-std", "smol"];
 
-const CLOCK: &str = "reads the clock; take `now` as an argument";
 const RANDOM: &str = "OS randomness; take an injected `Rng`";
-const IO: &str = "I/O; go through a port in `ports`";
-const SPAWN: &str = "spawns; the adapters and the app own threads and tasks";
 
-/// Paths drain-core's source must not use.
-const CORE_FORBIDDEN: &[Pattern] = &[
-    Pattern::word("Instant::now", CLOCK),
-    Pattern::word("SystemTime::now", CLOCK),
-    Pattern::word("thread_rng", RANDOM),
-    Pattern::word("rand::rng", RANDOM),
-    Pattern::word("rand::random", RANDOM),
-    Pattern::word("OsRng", RANDOM),
-    Pattern::word("SysRng", RANDOM),
-    Pattern::word("getrandom", RANDOM),
-    Pattern::word("std::env", "reads the environment; configuration is drain-app's"),
-    Pattern::word("std::fs", IO),
-    Pattern::word("std::net", IO),
-    Pattern::word("std::process", IO),
-    Pattern::word("thread::spawn", SPAWN),
-    Pattern::word("thread::Builder", SPAWN),
-];
+/// Words drain-core's source must not use that clippy's `disallowed-types` misses:
+/// the OS generators are unit structs, used as values.
+const CORE_WORDS: &[Word] = &[("OsRng", RANDOM), ("SysRng", RANDOM), ("getrandom", RANDOM)];
 
-/// The same modules and functions brought in by a grouped import, `use std::{env, fs};`
-/// or `use rand::{rng, Rng};`.
-const CORE_FORBIDDEN_GROUPED: &[Group] = &[
-    Group {
-        open: "std::{",
-        inner: &[
-            Pattern::word("env", "reads the environment; configuration is drain-app's"),
-            Pattern::word("fs", IO),
-            Pattern::word("net", IO),
-            Pattern::word("process", IO),
-        ],
-    },
-    Group {
-        open: "rand::{",
-        inner: &[Pattern::word("rng", RANDOM), Pattern::word("random", RANDOM), Pattern::word("thread_rng", RANDOM)],
-    },
+/// drain-core's clippy configuration, relative to its directory.
+const CORE_CLIPPY: &str = "clippy.toml";
+
+/// Paths drain-core's clippy.toml must disallow: the clock, OS randomness, the
+/// environment, I/O and threads (the `clippy` gate enforces them).
+const CORE_DISALLOWED: &[&str] = &[
+    "std::time::Instant::now",
+    "std::time::SystemTime::now",
+    "rand::rng",
+    "rand::random",
+    "std::env::var",
+    "std::env::var_os",
+    "std::env::vars",
+    "std::env::vars_os",
+    "std::fs::read",
+    "std::fs::write",
+    "std::fs::File",
+    "std::net::TcpStream",
+    "std::net::TcpListener",
+    "std::process::Command",
+    "std::thread::spawn",
+    "std::thread::Builder",
 ];
 
 /// Run the gate.
@@ -75,6 +65,7 @@ pub(crate) fn run() -> GateResult {
     violations.extend(banned_dependencies(&meta)?);
     violations.extend(workspace_edges(&meta));
     violations.extend(core_source(&meta)?);
+    violations.extend(core_lints(&meta)?);
     violations.extend(core_vocabulary(&meta)?);
     violations.extend(production_build(&meta)?);
     violations.extend(code_references()?);
@@ -192,11 +183,27 @@ fn core_source(meta: &Metadata) -> Result<Vec<String>, Failure> {
     for file in rust_files_under(&src) {
         let text =
             fs::read_to_string(&file).map_err(|e| Failure::new(format!("cannot read {}: {e}", file.display())))?;
-        for hit in scan::find(&text, CORE_FORBIDDEN, CORE_FORBIDDEN_GROUPED) {
+        for hit in scan::find(&text, CORE_WORDS) {
             out.push(format!("{}:{}: `{}` {}", rel(&file), hit.line, hit.needle, hit.why));
         }
     }
     Ok(out)
+}
+
+/// The entries of [`CORE_DISALLOWED`] missing from drain-core's clippy.toml.
+fn core_lints(meta: &Metadata) -> Result<Vec<String>, Failure> {
+    let dir = meta
+        .member(CORE)
+        .and_then(|id| meta.packages[id].manifest_path.parent().map(std::path::Path::to_path_buf))
+        .ok_or_else(|| Failure::new(format!("cannot find {CORE}'s directory")))?;
+    let file = dir.join(CORE_CLIPPY);
+    let text = fs::read_to_string(&file).unwrap_or_default();
+    Ok(missing_lints(&text).into_iter().map(|p| format!("{}: `{p}` is not disallowed", rel(&file))).collect())
+}
+
+/// The paths of [`CORE_DISALLOWED`] that no `path = "…"` entry of `clippy_toml` names.
+fn missing_lints(clippy_toml: &str) -> Vec<&'static str> {
+    CORE_DISALLOWED.iter().copied().filter(|p| !clippy_toml.contains(&format!("path = \"{p}\""))).collect()
 }
 
 /// drain-core's feature that carries test code (contract suites, broken stores,
@@ -343,31 +350,28 @@ mod tests {
     }
 
     #[test]
-    fn core_source_patterns() {
+    fn core_source_words() {
         let check = |src: &str, expected: &[&str]| {
-            let hits = scan::find(src, CORE_FORBIDDEN, CORE_FORBIDDEN_GROUPED);
-            let got: Vec<&str> = hits.iter().map(|h| h.needle).collect();
+            let got: Vec<&str> = scan::find(src, CORE_WORDS).iter().map(|h| h.needle).collect();
             assert_eq!(got, expected, "{src}");
         };
-        check("let now = std::time::Instant::now();", &["Instant::now"]);
-        check("SystemTime::now()", &["SystemTime::now"]);
-        check("let mut rng = rand::rng();", &["rand::rng"]);
+        check("let r = StdRng::try_from_rng(&mut rand::rngs::SysRng);", &["SysRng"]);
         check("use rand::rngs::OsRng;", &["OsRng"]);
-        check("let r = rand::thread_rng();", &["thread_rng"]);
-        check("use std::env;", &["std::env"]);
-        check("use std::{env, fs::File};", &["env", "fs"]);
-        check("std::fs::read(p)", &["std::fs"]);
-        check("std::net::TcpStream::connect(a)", &["std::net"]);
-        check("std::thread::spawn(f)", &["thread::spawn"]);
-        check("std::process::exit(1)", &["std::process"]);
-        check("// Instant::now() is forbidden here", &[]);
-        check("/// never calls `SystemTime::now`", &[]);
-        check("fn tick(now: Time, rng: &mut impl rand::Rng) {}", &[]);
-        check("use rand::rngs::StdRng; use std::time::Duration;", &[]);
-        check("use std::{fmt, time::Duration};", &[]);
-        check("use rand::{rng, Rng};", &["rng"]);
-        check("use rand::{random, thread_rng};", &["random", "thread_rng"]);
+        check("getrandom::fill(&mut buf)", &["getrandom"]);
+        check("/// never uses `SysRng`", &[]);
         check("use rand::{rngs::StdRng, Rng, SeedableRng};", &[]);
+    }
+
+    #[test]
+    fn core_clippy_toml_holds_every_rule() {
+        let full: String =
+            CORE_DISALLOWED.iter().map(|p| format!("    {{ path = \"{p}\", reason = \"r\" }},\n")).collect();
+        assert_eq!(missing_lints(&full), Vec::<&str>::new());
+        let without_clock = full.replace("std::time::Instant::now", "std::time::Instant::elapsed");
+        assert_eq!(missing_lints(&without_clock), vec!["std::time::Instant::now"]);
+        assert_eq!(missing_lints("").len(), CORE_DISALLOWED.len());
+        let real = fs::read_to_string(project_root().join("crates/drain-core").join(CORE_CLIPPY)).expect("clippy.toml");
+        assert_eq!(missing_lints(&real), Vec::<&str>::new(), "crates/drain-core/clippy.toml");
     }
 
     #[test]

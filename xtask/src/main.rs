@@ -52,7 +52,9 @@ Gates (`ci` runs them in this order and stops at the first failure):
            (docs/architecture.md)
   flags    docs/flags.md matches `drain config --flags-markdown`
            (`cargo xtask flags --write` regenerates it)
-  env      only the config layer reads the environment
+  env      only the config layer reads the environment: the root clippy.toml
+           disallows the reads, and only the config layer and test harnesses
+           allow them
   deploy   deploy/: promtool check and test the alerting rules, the Grafana
            dashboard queries only keep-list metrics, systemd-analyze verify the
            unit (installs promtool as root, via .ci/setup-services.sh)

@@ -1,92 +1,40 @@
-//! A small Rust source scanner for the `arch` and `env` gates: it blanks comments and
-//! the contents of string and char literals, then finds forbidden paths with
+//! A small Rust source scanner for the `arch` gate: it blanks comments and the
+//! contents of string and char literals, then finds forbidden words with
 //! identifier boundaries, reporting 1-based line numbers.
 //!
-//! It is a lint, not a compiler: a determined alias (`use std::time::Instant as I;
-//! I::now()`) gets through. The clippy lints and code review cover the rest.
+//! Only for what clippy's configuration cannot say: `disallowed-types` does not
+//! fire on a unit struct used as a value (`&mut SysRng`). Every other rule of
+//! drain-core's purity lives in its clippy.toml, which resolves paths (an alias
+//! does not get through).
 
-/// One forbidden path.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Pattern {
-    /// The text to find, e.g. `Instant::now`.
-    pub(crate) needle: &'static str,
-    /// Whether the needle may continue into a longer identifier (`env::var` also
-    /// matches `env::var_os`). The start is always an identifier boundary.
-    pub(crate) prefix: bool,
-    /// Why it is forbidden, for the message.
-    pub(crate) why: &'static str,
-}
-
-impl Pattern {
-    /// A needle that must end at an identifier boundary.
-    pub(crate) const fn word(needle: &'static str, why: &'static str) -> Self {
-        Pattern { needle, prefix: false, why }
-    }
-
-    /// A needle that may continue into a longer identifier.
-    pub(crate) const fn prefix(needle: &'static str, why: &'static str) -> Self {
-        Pattern { needle, prefix: true, why }
-    }
-}
-
-/// A grouped import such as `use std::{env, fs};`: inside the braces that follow
-/// `open`, the `inner` patterns are searched as well.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Group {
-    /// The path that opens the group, ending in `{`, e.g. `std::{`.
-    pub(crate) open: &'static str,
-    /// What is forbidden inside it.
-    pub(crate) inner: &'static [Pattern],
-}
+/// One forbidden word and why.
+pub(crate) type Word = (&'static str, &'static str);
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Hit {
     /// 1-based line.
     pub(crate) line: usize,
-    /// The needle that matched.
+    /// The word that matched.
     pub(crate) needle: &'static str,
     /// Why it is forbidden.
     pub(crate) why: &'static str,
 }
 
-/// Find every forbidden path in `src` outside comments and literals, in line order.
-/// Overlapping matches count once (`env::var_os` is not also `var_os`), and a needle
-/// counts once per line.
-pub(crate) fn find(src: &str, patterns: &[Pattern], groups: &[Group]) -> Vec<Hit> {
+/// Every forbidden word in `src` outside comments and literals, in line order,
+/// once per line.
+pub(crate) fn find(src: &str, words: &[Word]) -> Vec<Hit> {
     let code = code_only(src);
-    // (start, end, pattern)
-    let mut found: Vec<(usize, usize, &Pattern)> = Vec::new();
-    for p in patterns {
-        for at in matches(&code, p.needle, p.prefix, 0, code.len()) {
-            found.push((at, at + p.needle.len(), p));
-        }
-    }
-    for g in groups {
-        for open in matches(&code, g.open, true, 0, code.len()) {
-            let start = open + g.open.len();
-            let end = group_end(&code, start);
-            for p in g.inner {
-                for at in matches(&code, p.needle, p.prefix, start, end) {
-                    found.push((at, at + p.needle.len(), p));
-                }
+    let mut hits: Vec<Hit> = Vec::new();
+    for &(needle, why) in words {
+        for at in matches(&code, needle) {
+            let line = line_of(&code, at);
+            if !hits.iter().any(|h| h.line == line && h.needle == needle) {
+                hits.push(Hit { line, needle, why });
             }
         }
     }
-    // Earliest first, longest first among equals; drop what overlaps a kept match.
-    found.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
-    let mut hits: Vec<Hit> = Vec::new();
-    let mut kept_until = 0;
-    for (start, end, p) in found {
-        if start < kept_until {
-            continue;
-        }
-        kept_until = end;
-        let line = line_of(&code, start);
-        if !hits.iter().any(|h| h.line == line && h.needle == p.needle) {
-            hits.push(Hit { line, needle: p.needle, why: p.why });
-        }
-    }
+    hits.sort_by_key(|h| h.line);
     hits
 }
 
@@ -94,42 +42,22 @@ fn is_ident(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_' || b >= 0x80
 }
 
-/// Byte offsets in `code[from..to]` where `needle` starts at an identifier boundary
-/// (and, unless `prefix`, ends at one).
-fn matches(code: &str, needle: &str, prefix: bool, from: usize, to: usize) -> Vec<usize> {
+/// Byte offsets in `code` where `needle` stands as a whole identifier.
+fn matches(code: &str, needle: &str) -> Vec<usize> {
     let bytes = code.as_bytes();
     let mut out = Vec::new();
-    let mut pos = from;
-    while let Some(found) = code[pos..to].find(needle) {
+    let mut pos = 0;
+    while let Some(found) = code[pos..].find(needle) {
         let at = pos + found;
         let end = at + needle.len();
         let starts_clean = at == 0 || !is_ident(bytes[at - 1]);
-        let last_is_ident = needle.as_bytes().last().is_some_and(|&b| is_ident(b));
-        let ends_clean = prefix || !last_is_ident || end >= bytes.len() || !is_ident(bytes[end]);
+        let ends_clean = end >= bytes.len() || !is_ident(bytes[end]);
         if starts_clean && ends_clean {
             out.push(at);
         }
         pos = at + 1;
     }
     out
-}
-
-/// The offset of the `}` that closes a group opened just before `start`.
-fn group_end(code: &str, start: usize) -> usize {
-    let mut depth = 1usize;
-    for (i, b) in code.bytes().enumerate().skip(start) {
-        match b {
-            b'{' => depth += 1,
-            b'}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return i;
-                }
-            }
-            _ => {}
-        }
-    }
-    code.len()
 }
 
 fn line_of(code: &str, at: usize) -> usize {
@@ -285,35 +213,24 @@ mod tests {
         check_code("s = \"a\nb\"; std::fs", "s = \" \n \"; std::fs");
     }
 
-    const PATTERNS: &[Pattern] =
-        &[Pattern::word("Instant::now", "clock"), Pattern::word("std::fs", "I/O"), Pattern::prefix("env::var", "env")];
-    const GROUPS: &[Group] = &[Group { open: "std::{", inner: &[Pattern::word("fs", "I/O")] }];
+    const WORDS: &[Word] = &[("SysRng", "OS randomness"), ("getrandom", "OS randomness")];
 
     #[track_caller]
     fn check(src: &str, expected: &[(usize, &str)]) {
-        let got: Vec<(usize, &str)> = find(src, PATTERNS, GROUPS).iter().map(|h| (h.line, h.needle)).collect();
+        let got: Vec<(usize, &str)> = find(src, WORDS).iter().map(|h| (h.line, h.needle)).collect();
         assert_eq!(got, expected, "find({src:?})");
     }
 
     #[test]
-    fn finds_paths_at_identifier_boundaries() {
-        check("let t = Instant::now();", &[(1, "Instant::now")]);
-        check("let t = std::time::Instant::now();", &[(1, "Instant::now")]);
-        check("let t = MyInstant::now();", &[]);
-        check("let t = Instant::now_or_never();", &[]);
-        check("use std::fs;\nuse std::fsx;", &[(1, "std::fs")]);
-        check("::std::fs::read(p)", &[(1, "std::fs")]);
-        check("std::env::var_os(\"X\")", &[(1, "env::var")]);
-        check("myenv::var()", &[]);
-        check("// Instant::now()\n/// std::fs\nok", &[]);
-        check("let s = \"Instant::now\";", &[]);
-        check("a\nb Instant::now(); Instant::now()", &[(2, "Instant::now")]);
-    }
-
-    #[test]
-    fn finds_names_inside_grouped_imports() {
-        check("use std::{\n    collections::HashMap,\n    fs,\n};", &[(3, "fs")]);
-        check("use std::{io::{self, Read}, fs::File};", &[(1, "fs")]);
-        check("use std::{io, time};", &[]);
+    fn finds_words_at_identifier_boundaries() {
+        check("let mut g = rand::rngs::SysRng;", &[(1, "SysRng")]);
+        check("try_from_rng(&mut SysRng)", &[(1, "SysRng")]);
+        check("use rand::rngs::{SysRng, StdRng};", &[(1, "SysRng")]);
+        check("let g = MySysRng;", &[]);
+        check("let g = SysRngs;", &[]);
+        check("getrandom::fill(&mut b)", &[(1, "getrandom")]);
+        check("// SysRng\n/// getrandom\nok", &[]);
+        check("let s = \"SysRng\";", &[]);
+        check("a\nb SysRng; SysRng", &[(2, "SysRng")]);
     }
 }

@@ -7,7 +7,7 @@ mod support;
 use adapter_postgres::PostgresStore;
 use drain_core::testkit::contract::{self, Checked};
 
-use support::{Frozen, TokioClock, env, fleet, server};
+use support::{TokioClock, env, fleet, frozen, server};
 
 /// Nothing skipped: the outage hook checks the error rules too.
 fn all_checked(what: &str, checked: Checked) {
@@ -19,7 +19,8 @@ async fn passes_the_lease_contract() {
     let Some(pg) = server() else { return };
     let stores = fleet(&pg.url()).await;
     let all: Vec<&PostgresStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(pg.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
@@ -29,7 +30,8 @@ async fn passes_the_claim_contract() {
     let Some(pg) = server() else { return };
     let stores = fleet(&pg.url()).await;
     let all: Vec<&PostgresStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(pg.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("claim", contract::claim_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
@@ -39,7 +41,8 @@ async fn passes_the_fence_marks_contract() {
     let Some(pg) = server() else { return };
     let stores = fleet(&pg.url()).await;
     let all: Vec<&PostgresStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(pg.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("fence", contract::fence_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
@@ -49,7 +52,8 @@ async fn passes_the_owner_claims_and_release_wake_contracts() {
     let Some(pg) = server() else { return };
     let stores = fleet(&pg.url()).await;
     let all: Vec<&PostgresStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(pg.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("owners", contract::owner_claims(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));

@@ -13,7 +13,7 @@ use drain_core::ports::{
     ClaimState, ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims, SettleAction,
     SettleResult, Settlement,
 };
-use drain_core::testkit::RecordingObserver;
+use drain_core::testkit::{RecordingObserver, half_done};
 use test_servers::PostgresServer;
 
 use support::{calls, calls_in, connect, observed, reset_stats, round_trips, server, token};
@@ -69,14 +69,7 @@ async fn every_operation_is_one_function_call() {
     let (got, d, n) = measure(&pg, &obs, store.claim_batch("q", &ids, &me, ttl)).await;
     assert!(got.expect("claim_batch").iter().all(|s| *s == ClaimState::Claimed));
     assert_eq!((d, n), (calls(&[("claim_batch", 1)]), 1), "100 claims = one call");
-    let settlements: Vec<Settlement> = ids
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Settlement {
-            id: id.clone(),
-            action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
-        })
-        .collect();
+    let settlements = half_done(&ids);
     let (got, d, n) = measure(&pg, &obs, store.settle_batch("q", &settlements, &me, ttl)).await;
     assert_eq!(got.expect("settle_batch").len(), 100);
     assert_eq!((d, n), (calls(&[("settle_batch", 1)]), 1), "100 settlements = one call");

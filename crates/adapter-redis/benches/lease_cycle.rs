@@ -3,9 +3,6 @@
 //!
 //! * `adapter` — [`RedisStore`] as shipped: `EVALSHA acquire` + `EVALSHA release` on
 //!   one shared multiplexed connection;
-//! * `adapter_scripts_via_pool` — the same two `EVALSHA`s, each on a connection
-//!   checked out of deadpool-redis (`pool.get()` sends `UNWATCH` + `PING` to recycle):
-//!   the design the adapter does not use on its hot path;
 //! * `hand_written` — a bare redis-rs loop sending the same two `EVALSHA`s on a
 //!   `MultiplexedConnection`: the floor of what Redis allows through this client;
 //! * `hand_written_manager` — the same bare loop on redis-rs' reconnecting
@@ -21,7 +18,7 @@
 //! same noise; the median round is reported, and each ratio is the median of the
 //! per-round ratios, with its spread: the interquartile range of those ratios over
 //! their median (and their full range). `ci` length (the default): 5 rounds of 3
-//! slices of 20 ms; `--full`: 20 rounds (a multiple of 2n for the five clients) of
+//! slices of 20 ms; `--full`: 24 rounds (a multiple of 2n for the four clients) of
 //! 24 slices of 20 ms (on a noisy machine 24 short slices kept the spreads of the
 //! per-round ratios under 10 %, where 12 of 30 ms did not). `hand_written /
 //! rslock` is reported too: what the fence costs, the adapter's code aside.
@@ -57,12 +54,11 @@ const WARMUP: Duration = Duration::from_millis(5);
 const TASKS: [usize; 2] = [1, 16];
 const TTL: Duration = Duration::from_secs(30);
 const CI: Length = Length { name: "ci", rounds: 5, slices: 3, run: Duration::from_millis(20) };
-const FULL: Length = Length { name: "full", rounds: 20, slices: 24, run: Duration::from_millis(20) };
+const FULL: Length = Length { name: "full", rounds: 24, slices: 24, run: Duration::from_millis(20) };
 
 #[derive(Clone)]
 enum Client {
     Adapter(RedisStore),
-    Pool(deadpool_redis::Pool),
     HandWritten(redis::aio::MultiplexedConnection),
     Manager(redis::aio::ConnectionManager),
     Rslock(rslock::LockManager),
@@ -74,7 +70,6 @@ impl LeaseClient for Client {
     fn name(&self) -> &'static str {
         match self {
             Client::Adapter(_) => "adapter",
-            Client::Pool(_) => "adapter_scripts_via_pool",
             Client::HandWritten(_) => "hand_written",
             Client::Manager(_) => "hand_written_manager",
             Client::Rslock(_) => "rslock",
@@ -91,15 +86,6 @@ impl LeaseClient for Client {
                 let a = store.acquire(&task.key, &task.token, TTL).await.expect("acquire");
                 assert!(matches!(a, Acquire::Acquired { .. }), "{a:?}");
                 assert_eq!(store.release(&task.key, &task.token).await.expect("release"), Release::Released);
-            }
-            Client::Pool(pool) => {
-                let mut c = pool.get().await.expect("pool.get");
-                let v = c.req_packed_command(&task.acquire).await.expect("acquire");
-                assert!(matches!(&v, redis::Value::Int(fence) if *fence > 0), "{v:?}");
-                drop(c);
-                let mut c = pool.get().await.expect("pool.get");
-                let v = c.req_packed_command(&task.release).await.expect("release");
-                assert_eq!(v, redis::Value::Int(1));
             }
             Client::HandWritten(conn) => {
                 let v = conn.req_packed_command(&task.acquire).await.expect("acquire");
@@ -169,12 +155,6 @@ fn main() {
     let (rounds, per_op) = rt.block_on(async {
         let store = RedisStore::connect(RedisConfig::new(redis.url())).await.expect("connect");
         let per_op = commands::measure(&redis, &store).await;
-        let manager = deadpool_redis::Manager::new(redis.url()).expect("deadpool manager");
-        let pool = deadpool_redis::Pool::builder(manager)
-            .max_size(16)
-            .runtime(deadpool_redis::Runtime::Tokio1)
-            .build()
-            .expect("pool");
         let conn = redis::Client::open(redis.url())
             .expect("client")
             .get_multiplexed_async_connection()
@@ -187,7 +167,6 @@ fn main() {
         // `cargo bench --bench lease_cycle -- adapter rslock` runs only those clients.
         let clients = lease::chosen([
             Client::Adapter(store),
-            Client::Pool(pool),
             Client::HandWritten(conn),
             Client::Manager(manager),
             Client::Rslock(rslock),
@@ -201,7 +180,7 @@ fn main() {
         println!("{:<18} {:>12.2} {:>12.2} {:>10}", r.op, r.commands, r.round_trips, r.specified);
     }
     lease::print_table(&results, 26);
-    let others = ["hand_written", "hand_written_manager", "rslock", "adapter_scripts_via_pool"];
+    let others = ["hand_written", "hand_written_manager", "rslock"];
     let mut ratios = rounds.ratios(&TASKS, "adapter", &others);
     // What the fence costs: the same two scripts as the adapter's, hand-written,
     // against rslock's plain `SET NX PX` acquire.

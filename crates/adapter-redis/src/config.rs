@@ -20,9 +20,6 @@ pub struct RedisConfig {
     /// Every key the store reads or writes starts with `<key_prefix>:`
     /// (`DRAIN_KEY_PREFIX`): tenants sharing one Redis keep apart by prefix.
     pub key_prefix: String,
-    /// Connections of the pool used for exclusive, non-hot-path work (`SCAN`).
-    /// The hot path never uses the pool. At least 1.
-    pub pool_size: usize,
     /// How long one connection attempt (TCP, TLS, `HELLO`/`AUTH`) may take.
     pub connect_timeout: Duration,
     /// How long one round trip may take once connected.
@@ -36,8 +33,6 @@ pub struct RedisConfig {
 
 /// Default [`RedisConfig::key_prefix`].
 pub const DEFAULT_KEY_PREFIX: &str = "drain";
-/// Default [`RedisConfig::pool_size`].
-pub const DEFAULT_POOL_SIZE: usize = 4;
 /// Default [`RedisConfig::connect_timeout`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default [`RedisConfig::response_timeout`].
@@ -45,15 +40,13 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl RedisConfig {
     /// A standalone configuration for `url` with the defaults: key prefix
-    /// [`DEFAULT_KEY_PREFIX`], pool of
-    /// [`DEFAULT_POOL_SIZE`], [`DEFAULT_CONNECT_TIMEOUT`], [`DEFAULT_RESPONSE_TIMEOUT`].
+    /// [`DEFAULT_KEY_PREFIX`], [`DEFAULT_CONNECT_TIMEOUT`], [`DEFAULT_RESPONSE_TIMEOUT`].
     #[must_use]
     pub fn new(url: impl Into<String>) -> Self {
         RedisConfig {
             url: url.into(),
             cluster: false,
             key_prefix: DEFAULT_KEY_PREFIX.to_owned(),
-            pool_size: DEFAULT_POOL_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             tls_ca_file: None,
@@ -133,7 +126,6 @@ impl fmt::Debug for RedisConfig {
             .field("url", &redact_url(&self.url))
             .field("cluster", &self.cluster)
             .field("key_prefix", &self.key_prefix)
-            .field("pool_size", &self.pool_size)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("tls_ca_file", &self.tls_ca_file)
@@ -318,7 +310,6 @@ mod tests {
         let c =
             RedisConfig::new("redis://h").cluster(true).timeouts(Duration::from_millis(5), Duration::from_millis(7));
         assert!(c.cluster);
-        assert_eq!(c.pool_size, DEFAULT_POOL_SIZE);
         assert_eq!(c.operation_deadline(), Duration::from_millis(12));
         assert!(!c.uses_tls());
         assert!(RedisConfig::new("rediss://h").uses_tls());

@@ -1,5 +1,5 @@
 //! The hot-path connection: one multiplexed connection (standalone) or the async
-//! cluster connection, shared by every task, never checked out of a pool.
+//! cluster connection, shared by every task.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{PoisonError, RwLock};
@@ -65,7 +65,6 @@ impl Conn {
     /// One command, one round trip. A server error reply is an `Err`.
     pub(crate) async fn cmd(&self, cmd: &Cmd) -> RedisResult<Value> {
         let value = match self {
-            // The manager's own method: the `ConnectionLike` one boxes its future.
             Conn::Single(s) => s.handle().send_packed_command(cmd).await,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await,
         }?;
@@ -90,6 +89,14 @@ impl Conn {
                 v => Ok(v),
             })
             .collect()
+    }
+
+    /// The standalone server's client, to open a connection of its own.
+    pub(crate) fn client(&self) -> Option<&redis::Client> {
+        match self {
+            Conn::Single(s) => Some(&s.client),
+            Conn::Cluster(_) => None,
+        }
     }
 
     /// The cluster connection, when in cluster mode.
@@ -171,8 +178,8 @@ fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
         .set_number_of_retries(0)
 }
 
-/// The connection settings for pool connections (same timeouts as the hot path).
-pub(crate) fn pool_connection_config(config: &RedisConfig) -> AsyncConnectionConfig {
+/// The settings of a connection opened for one exclusive call (same timeouts as the hot path).
+pub(crate) fn exclusive_config(config: &RedisConfig) -> AsyncConnectionConfig {
     AsyncConnectionConfig::new()
         .set_connection_timeout(Some(config.connect_timeout))
         .set_response_timeout(Some(config.response_timeout))

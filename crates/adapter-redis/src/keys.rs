@@ -66,8 +66,8 @@ fn encode_pieces(name: &[u8], mut emit: impl FnMut(&[u8])) {
 }
 
 /// A lease's key (`<prefix>:<kind>:{<name>}`) written straight into a command's
-/// arguments, without a string of its own: the lease operations build their keys
-/// on every call. The same bytes as [`KeySpace::lease`].
+/// arguments, without a string of its own: the lease bench fell under its guard
+/// without it (docs/performance.md). The same bytes as [`KeySpace::lease`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LeaseKeyArg<'a> {
     prefix: &'a str,
@@ -82,8 +82,7 @@ impl LeaseKeyArg<'_> {
     }
 
     /// The key in `buf` when it fits and no byte of the name needs escaping (the
-    /// usual case): a few slice copies, where writing piece by piece into the
-    /// command cost several times as many instructions per key (benches/lease_cycle.rs).
+    /// usual case), so that it is written into the command at once.
     fn plain_into<'b>(&self, buf: &'b mut [u8; 256]) -> Option<&'b [u8]> {
         // An empty name is written `%` (see `encode_pieces`).
         if self.name.is_empty() || self.plain_len() > buf.len() || !self.name.iter().all(|&b| plain(b)) {
@@ -216,8 +215,7 @@ impl KeySpace {
         ]
     }
 
-    /// `<prefix>:<kind>:{<tag>}`, sized once, without the formatting machinery:
-    /// the lease operations build their keys on every call.
+    /// `<prefix>:<kind>:{<tag>}`.
     fn tagged(&self, kind: &str, tag: &str) -> String {
         let mut key = String::with_capacity(self.prefix.len() + kind.len() + tag.len() + 4);
         key.push_str(&self.prefix);

@@ -47,11 +47,9 @@
 //! Every port operation goes through **one shared multiplexed connection**
 //! (redis-rs `ConnectionManager`; the async cluster connection in Cluster mode):
 //! concurrent callers pipeline onto it, and nothing is sent besides the operation
-//! itself (no `PING`, no `UNWATCH`). A deadpool-redis pool (bounded by
-//! [`RedisConfig::pool_size`]) serves only exclusive, off-hot-path work:
-//! [`RedisStore::scan`]. The benchmark `benches/lease_cycle.rs` shows why:
-//! checking a connection out of deadpool-redis costs an `UNWATCH` + `PING` round
-//! trip per checkout.
+//! itself (no `PING`, no `UNWATCH`). [`RedisStore::scan`], exclusive and off the
+//! hot path, opens a connection of its own for the call, so that its pages never
+//! queue in front of a lease renewal.
 //!
 //! A connection that broke is replaced by the next call: the caller sees one
 //! failed call (a temporary error), never a hang: no reconnect retries run inside
@@ -95,13 +93,10 @@ mod releases;
 mod reply;
 pub mod rights;
 mod scripts;
-mod spare;
 mod store;
 mod wake;
 
-pub use config::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_POOL_SIZE, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url,
-};
+pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url};
 pub use error::map_error;
 pub use fenced::FencedWrite;
 pub use keys::{KeySpace, LeaseKeys};

@@ -12,19 +12,18 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo, Slot};
 use redis::{Cmd, Pipeline, RedisError, ServerErrorKind, Value};
 
 use crate::config::{RedisConfig, scrub};
-use crate::conn::{Conn, pool_connection_config};
+use crate::conn::{Conn, exclusive_config};
 use crate::error::{deadline_error, map_error, shape_error};
 use crate::keys::KeySpace;
 use crate::reply;
 use crate::scripts::{LuaScript, SCRIPTS};
-use crate::spare::SpareCmd;
 
 /// drain-core's [`LeaseStore`](drain_core::ports::LeaseStore) and
 /// [`ClaimStore`](drain_core::ports::ClaimStore) on Redis, standalone or Cluster.
 ///
 /// Cheap to clone (clones share the connection). Every port operation is one
 /// round trip on one shared multiplexed connection (per hash slot in Cluster
-/// mode); the bounded pool serves only [`RedisStore::scan`]. Must be used inside
+/// mode); [`RedisStore::scan`] opens one of its own. Must be used inside
 /// a Tokio runtime with time enabled.
 #[derive(Clone)]
 pub struct RedisStore {
@@ -34,7 +33,6 @@ pub struct RedisStore {
 
 struct Inner {
     conn: Conn,
-    pool: Option<deadpool_redis::Pool>,
     keys: KeySpace,
     releases: crate::releases::ReleaseCounters,
     config: RedisConfig,
@@ -68,8 +66,7 @@ pub(crate) enum Failure {
 }
 
 impl RedisStore {
-    /// Connect to Redis (or the Cluster's seed nodes), load the scripts, and set up
-    /// the lazily filled pool.
+    /// Connect to Redis (or the Cluster's seed nodes) and load the scripts.
     ///
     /// # Errors
     /// `Config` for an unusable configuration; otherwise the mapped error of the
@@ -92,15 +89,9 @@ impl RedisStore {
             Ok(Err(e)) => return Err(fail(Failure::Redis(e))),
             Err(_) => return Err(fail(Failure::Deadline)),
         };
-        let pool = if config.cluster {
-            None
-        } else {
-            Some(build_pool(&config, ca.as_deref()).map_err(|e| fail(Failure::Redis(e)))?)
-        };
         let store = RedisStore {
             inner: Arc::new(Inner {
                 conn,
-                pool,
                 keys: KeySpace::new(config.key_prefix.clone()),
                 releases: crate::releases::ReleaseCounters::default(),
                 endpoint: endpoint.clone(),
@@ -156,8 +147,8 @@ impl RedisStore {
 
     /// Every string key under the store's prefix ([`KeySpace::scan_pattern`]) with
     /// its value and TTL, sorted by key (`drain leases` sorts them with
-    /// [`KeySpace::parse`]). Uses `SCAN … TYPE string` (never `KEYS`) on a pooled
-    /// connection (on every primary in Cluster mode), one page of up to 1000 keys
+    /// [`KeySpace::parse`]). Uses `SCAN … TYPE string` (never `KEYS`) on a
+    /// connection opened for the call (on every primary in Cluster mode), one page of up to 1000 keys
     /// per round trip, then one pipelined read per page. Keys that expire meanwhile
     /// are left out.
     ///
@@ -167,19 +158,23 @@ impl RedisStore {
         let pattern = self.inner.keys.scan_pattern();
         let pattern = pattern.as_str();
         let mut found = BTreeMap::new();
-        if let Some(pool) = &self.inner.pool {
-            let mut conn = self.timed("scan", || pool.get()).await.map_err(|f| self.error("scan", f))?;
+        if let Some(client) = self.inner.conn.client() {
+            let config = exclusive_config(&self.inner.config);
+            let mut conn = self
+                .timed("scan", client.get_multiplexed_async_connection_with_config(&config))
+                .await
+                .map_err(|f| self.error("scan", f))?;
             let mut cursor = 0u64;
             loop {
                 let cmd = scan_cmd(cursor, pattern);
                 let (next, keys) = self
-                    .timed("scan", || cmd.query_async::<(u64, Vec<String>)>(&mut conn))
+                    .timed("scan", cmd.query_async::<(u64, Vec<String>)>(&mut conn))
                     .await
                     .map_err(|f| self.error("scan", f))?;
                 if !keys.is_empty() {
                     let pipe = peek_pipe(&keys);
                     let values: Vec<Value> = self
-                        .timed("scan", || pipe.query_async::<Vec<Value>>(&mut conn))
+                        .timed("scan", pipe.query_async::<Vec<Value>>(&mut conn))
                         .await
                         .map_err(|f| self.error("scan", f))?;
                     collect(&mut found, keys, &values, "scan", &self.inner.endpoint)?;
@@ -196,7 +191,7 @@ impl RedisStore {
                     let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.clone(), port });
                     let mut node = cluster.clone();
                     let value = self
-                        .timed("scan", || node.route_command(scan_cmd(cursor, pattern), route))
+                        .timed("scan", node.route_command(scan_cmd(cursor, pattern), route))
                         .await
                         .map_err(|f| self.error("scan", f))?;
                     let (next, keys): (u64, Vec<String>) = redis::from_redis_value(value)
@@ -248,25 +243,21 @@ impl RedisStore {
         Ok(())
     }
 
-    /// Run one round trip, timed and observed: `call` makes its future here, so it
-    /// lives in this future only once. A future passed in by value was held twice,
-    /// as the argument and as the awaited value, and moved between the two: a lease
-    /// call's boxed future was 3,352 bytes; it is 1,912 with this and the boxed
-    /// `NOSCRIPT` fallback of [`RedisStore::eval_keys`].
+    /// Run one round trip, timed and observed.
     ///
     /// No timer of its own on the hot path: redis-rs bounds every round trip
     /// already (connect timeout with no reconnect retries, response timeout; the
-    /// cluster connection's overall timeout), and the pool bounds its waits.
+    /// cluster connection's overall timeout).
     pub(crate) async fn timed<T, E, F: Future<Output = Result<T, E>>>(
         &self,
         op: &'static str,
-        call: impl FnOnce() -> F,
+        call: F,
     ) -> Result<T, Failure>
     where
         Failure: From<E>,
     {
         let start = self.observer.as_ref().map(|_| Instant::now());
-        let result = call().await.map_err(Failure::from);
+        let result = call.await.map_err(Failure::from);
         if let (Some(observer), Some(start)) = (&self.observer, start) {
             observer.observe(&Event::StoreOp { op, duration: start.elapsed() });
         }
@@ -281,12 +272,12 @@ impl RedisStore {
 
     /// One command on the hot-path connection.
     pub(crate) async fn query(&self, op: &'static str, cmd: &Cmd) -> Result<Value, PortError> {
-        self.timed(op, || self.inner.conn.cmd(cmd)).await.map_err(|f| self.error(op, f))
+        self.timed(op, self.inner.conn.cmd(cmd)).await.map_err(|f| self.error(op, f))
     }
 
     /// One pipeline on the hot-path connection.
     pub(crate) async fn pipeline(&self, op: &'static str, pipe: &Pipeline) -> Result<Vec<Value>, PortError> {
-        self.timed(op, || self.inner.conn.pipe(pipe)).await.map_err(|f| self.error(op, f))
+        self.timed(op, self.inner.conn.pipe(pipe)).await.map_err(|f| self.error(op, f))
     }
 
     /// `EVALSHA`, and on `NOSCRIPT` (a restart, `SCRIPT FLUSH`, a failover to a node
@@ -314,22 +305,18 @@ impl RedisStore {
         key_bytes: usize,
         args: impl Fn(&mut Cmd),
     ) -> Result<Value, PortError> {
-        // Sized up front: growing the command's buffers argument by argument cost
-        // several reallocations per call, a tenth of a lease cycle's client time
-        // at 16 tasks (benches/lease_cycle.rs); small commands reuse a kept buffer.
-        // Room for the verb, the key count and the callers' few arguments (a token, a TTL).
+        // Sized up front, with room for the verb, the key count and the callers' few
+        // arguments: without it the lease bench fell under its guard (docs/performance.md).
         let build = |verb: &str, body: &str| {
-            let mut cmd = SpareCmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
+            let mut cmd = Cmd::with_capacity(keys.len() + 8, key_bytes + body.len() + 128);
             cmd.arg(verb).arg(body).arg(keys.len()).arg(keys);
             args(&mut cmd);
             cmd
         };
-        let sha = build("EVALSHA", &script.sha);
-        match self.timed(op, || self.inner.conn.cmd(&sha)).await {
+        match self.timed(op, self.inner.conn.cmd(&build("EVALSHA", &script.sha))).await {
             Ok(v) => Ok(v),
             Err(Failure::Redis(e)) if e.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                // Boxed: the rare path adds nothing to the size of the hot one's future.
-                Box::pin(self.query(op, &build("EVAL", script.source))).await
+                self.query(op, &build("EVAL", script.source)).await
             }
             Err(f) => Err(self.error(op, f)),
         }
@@ -377,21 +364,6 @@ impl From<RedisError> for Failure {
     }
 }
 
-impl From<deadpool_redis::PoolError> for Failure {
-    fn from(e: deadpool_redis::PoolError) -> Self {
-        use deadpool_redis::PoolError as P;
-        match e {
-            P::Backend(e) => Failure::Redis(e),
-            P::Timeout(_) => Failure::Deadline,
-            other => Failure::Redis(RedisError::from((
-                redis::ErrorKind::Client,
-                "the connection pool failed",
-                other.to_string(),
-            ))),
-        }
-    }
-}
-
 fn validate(config: &RedisConfig) -> Result<(), PortError> {
     let bad = |what: &str| Err(PortError::new(ErrorKind::Config, what.to_owned()));
     if config.urls().is_empty() {
@@ -399,9 +371,6 @@ fn validate(config: &RedisConfig) -> Result<(), PortError> {
     }
     if config.key_prefix.is_empty() {
         return bad("the Redis key prefix is empty: set DRAIN_KEY_PREFIX");
-    }
-    if config.pool_size == 0 {
-        return bad("the Redis pool size must be at least 1");
     }
     if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
         return bad("the Redis connect and response timeouts must be above zero");
@@ -436,20 +405,6 @@ pub(crate) fn read_ca(config: &RedisConfig) -> Result<Option<Vec<u8>>, PortError
         Ok(_) => bad(format!("the TLS CA file {} holds no PEM certificate", path.display())),
         Err(e) => bad(format!("cannot read the TLS CA file {}: {e}", path.display())),
     }
-}
-
-fn build_pool(config: &RedisConfig, ca: Option<&[u8]>) -> Result<deadpool_redis::Pool, RedisError> {
-    // The client's connection info carries the TLS roots too.
-    let info = crate::conn::client(config, ca)?.get_connection_info().clone();
-    let manager = deadpool_redis::Manager::new_with_config(info, pool_connection_config(config))?;
-    deadpool_redis::Pool::builder(manager)
-        .max_size(config.pool_size)
-        .runtime(deadpool_redis::Runtime::Tokio1)
-        .wait_timeout(Some(config.operation_deadline()))
-        .create_timeout(Some(config.connect_timeout))
-        .recycle_timeout(Some(config.response_timeout))
-        .build()
-        .map_err(|e| RedisError::from((redis::ErrorKind::InvalidClientConfig, "cannot build the pool", e.to_string())))
 }
 
 fn scan_cmd(cursor: u64, pattern: &str) -> Cmd {

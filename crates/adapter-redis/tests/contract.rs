@@ -9,7 +9,7 @@ use adapter_redis::RedisStore;
 use drain_core::testkit::contract::{self, Checked};
 use test_servers::{RedisCluster, RedisServer};
 
-use support::{Frozen, TokioClock, cluster_fleet, env, fleet};
+use support::{TokioClock, cluster_fleet, env, fleet, frozen};
 
 /// Nothing skipped: the outage hook checks the error rules too.
 fn all_checked(what: &str, checked: Checked) {
@@ -21,7 +21,8 @@ async fn standalone_passes_the_lease_contract() {
     let Some(redis) = RedisServer::start() else { return };
     let stores = fleet(&redis.url()).await;
     let all: Vec<&RedisStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(redis.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
@@ -31,7 +32,8 @@ async fn standalone_passes_the_claim_contract() {
     let Some(redis) = RedisServer::start() else { return };
     let stores = fleet(&redis.url()).await;
     let all: Vec<&RedisStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(redis.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("claim", contract::claim_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
@@ -41,7 +43,8 @@ async fn standalone_passes_the_fence_marks_contract() {
     let Some(redis) = RedisServer::start() else { return };
     let stores = fleet(&redis.url()).await;
     let all: Vec<&RedisStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(redis.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("fence", contract::fence_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
@@ -51,7 +54,8 @@ async fn standalone_passes_the_owner_claims_and_release_wake_contracts() {
     let Some(redis) = RedisServer::start() else { return };
     let stores = fleet(&redis.url()).await;
     let all: Vec<&RedisStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(redis.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("owners", contract::owner_claims(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
@@ -100,7 +104,7 @@ async fn cluster_passes_every_store_contract() {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
     // The error rules, one suite at a time, with every node frozen.
-    let outage = Frozen(cluster.freezer());
+    let outage = frozen(cluster.freezer(), &clock);
     let env = env(&clock, "e-").concurrency(2, 1).outage(&outage).instances(&all);
     all_checked("lease", contract::lease_store(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("claim", contract::claim_store(store, &env).await.unwrap_or_else(|v| panic!("{v}")));

@@ -13,7 +13,7 @@ use drain_core::ports::{
     ClaimState, ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, SettleResult,
     Settlement,
 };
-use drain_core::testkit::RecordingObserver;
+use drain_core::testkit::{RecordingObserver, half_done};
 use test_servers::{RedisCluster, RedisServer};
 
 use support::{calls, connect, connect_cluster, delta, observed, round_trips, slot, token};
@@ -103,14 +103,7 @@ async fn standalone_operations_cost_one_round_trip_each() {
     .await;
     assert_eq!((sent_by_scripts(d), n), (calls(&[("evalsha", 1)]), 1), "claim_batch of 32 = one EVALSHA");
 
-    let settle: Vec<Settlement> = msgs
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Settlement {
-            id: id.clone(),
-            action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
-        })
-        .collect();
+    let settle = half_done(&msgs);
     let (d, n) = measure(stats, &obs, async {
         store.settle_batch("q", &settle, &me, ttl).await.expect("settle_batch");
     })

@@ -3,6 +3,7 @@
 //! the built binary, on the embedded defaults (no `DRAIN_*` variables; metrics off, so
 //! parallel tests do not compete for the default port), and checks that it exits 0
 //! and prints the output lines shown under it (a line ending in `…` is a prefix).
+#![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
 use std::process::Command;
 

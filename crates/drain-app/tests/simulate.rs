@@ -1,6 +1,7 @@
 //! `drain simulate` as a reviewer runs it: the built binary, its JSON, its table and
 //! its chart. Every assertion is on counts and ratios of virtual time, never on
 //! wall time.
+#![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
 use std::process::{Command, Output};
 

@@ -16,6 +16,7 @@
 //!
 //! Writes `<target>/bench/scheduler.json` and prints a table. Runs in about 10 s
 //! (bench profile) on two cores.
+#![allow(clippy::disallowed_methods, reason = "a benchmark reads its arguments, times itself and writes its JSON")]
 
 use std::alloc::System;
 use std::fmt::Write as _;

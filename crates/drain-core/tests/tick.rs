@@ -10,10 +10,10 @@ use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
 use drain_core::guard::LeaseStatus;
 use drain_core::memory::{MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, Capabilities, ClaimState, ClaimStore, Delivery, DeliveryHandle, Holding, LeaseName, LeaseStore, Message,
-    MessageId, MessageSource, Release, Renew, SettleResult, Settlement, SubmitContext, Submitter,
+    Acquire, Capabilities, Delivery, DeliveryHandle, Holding, LeaseName, LeaseStore, Message, MessageId, MessageSource,
+    Release, Renew, SubmitContext, Submitter,
 };
-use drain_core::testkit::{RecordingSubmitter, TestRng, message};
+use drain_core::testkit::{FailSettle, RecordingSubmitter, TestRng, message};
 use drain_core::tick::{TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
@@ -81,36 +81,14 @@ impl LeaseStore for KeyRecorder {
     }
 }
 
-#[async_trait]
-impl ClaimStore for KeyRecorder {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.inner.claim_batch(queue, ids, token, ttl).await
-    }
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        s: &[Settlement],
-        token: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.inner.settle_batch(queue, s, token, ttl).await
-    }
-}
-
 #[test]
 fn acquire_then_release_the_queue_s_lease() {
     let mut h = Harness::new();
     h.cfg.queue = "orders.eu".into();
     h.feed(&["a"]);
-    let rec = Arc::new(KeyRecorder { inner: h.store.clone(), seen: Mutex::new(Vec::new()) });
-    let target = h.target.clone();
-    let r = h.tick_with(rec.clone(), &*target);
+    let rec = KeyRecorder { inner: h.store.clone(), seen: Mutex::new(Vec::new()) };
+    let (store, target) = (h.store.clone(), h.target.clone());
+    let r = h.tick_on(&rec, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::Held));
     assert_eq!(r.fence, Some(1));
     let seen = rec.seen.lock().unwrap().clone();
@@ -560,28 +538,6 @@ fn source_error_ends_the_drain_and_releases() {
 /// until the pending TTL.
 #[test]
 fn claim_settle_error_is_counted_and_submits_nothing_twice() {
-    struct FailSettle(Arc<MemoryStore>);
-    #[async_trait]
-    impl ClaimStore for FailSettle {
-        async fn claim_batch(
-            &self,
-            queue: &str,
-            ids: &[MessageId],
-            token: &LeaseToken,
-            ttl: Duration,
-        ) -> Result<Vec<ClaimState>, PortError> {
-            self.0.claim_batch(queue, ids, token, ttl).await
-        }
-        async fn settle_batch(
-            &self,
-            _: &str,
-            _: &[Settlement],
-            _: &LeaseToken,
-            _: Duration,
-        ) -> Result<Vec<SettleResult>, PortError> {
-            Err(PortError::new(ErrorKind::Connection, "settle refused by the test"))
-        }
-    }
     let mut h = Harness::new();
     h.feed(&["a", "b", "c"]);
     let claims = FailSettle(h.store.clone());

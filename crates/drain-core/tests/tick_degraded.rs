@@ -16,7 +16,7 @@ use drain_core::ports::{
     Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
     Renew, SettleAction, SettleResult, Settlement, SubmitContext, Submitter, settle_then_claim_in_two_calls,
 };
-use drain_core::testkit::{RecordingSubmitter, TestRng, message};
+use drain_core::testkit::{FailSettle, RecordingSubmitter, TestRng, message};
 use drain_core::tick::{
     ClaimHealth, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
 };
@@ -512,31 +512,6 @@ impl Submitter for Takeover {
         let other = StoredClaim::Pending { token: "other:1".into() };
         self.store.put_claim(ctx.queue, &id, other, Duration::from_secs(300));
         if id == MessageId::from("c") { Err(PortError::new(ErrorKind::Other, "refused")) } else { r }
-    }
-}
-
-/// Fails every settlement with a connection error; claims work.
-struct FailSettle(Arc<MemoryStore>);
-
-#[async_trait]
-impl ClaimStore for FailSettle {
-    async fn claim_batch(
-        &self,
-        q: &str,
-        ids: &[MessageId],
-        t: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.0.claim_batch(q, ids, t, ttl).await
-    }
-    async fn settle_batch(
-        &self,
-        _: &str,
-        _: &[Settlement],
-        _: &LeaseToken,
-        _: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        Err(PortError::new(ErrorKind::Connection, "connection reset"))
     }
 }
 

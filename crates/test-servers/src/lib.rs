@@ -1,6 +1,6 @@
 //! # test-servers
 //!
-//! Private `redis-server` and PostgreSQL processes for tests and benchmarks: one standalone server
+//! Private `redis-server`, PostgreSQL and RabbitMQ processes for tests and benchmarks: one standalone server
 //! ([`RedisServer`]) or a Redis Cluster of N masters ([`RedisCluster`]), each on free
 //! loopback ports, with nothing persisted, in a temporary directory of its own that
 //! is removed on drop. The shared server on 6379 is never touched.
@@ -29,16 +29,15 @@
 //! Every process is a child of the test process: [`RedisServer::kill`] (SIGKILL),
 //! [`RedisServer::stop`] (SIGTERM), [`RedisServer::pause`] / [`RedisServer::resume`]
 //! (SIGSTOP / SIGCONT through the `kill` command), [`RedisServer::restart`] (same
-//! port, same directory). [`RedisServer::command`] speaks RESP over a fresh TCP
-//! connection (authenticating with `--requirepass` when it was given), for
-//! `INFO commandstats`, `SCRIPT FLUSH` and other test setup.
+//! port, same directory). [`RedisServer::command`] sends one command on a fresh
+//! connection of redis-rs' blocking client (authenticating with `--requirepass`
+//! when it was given), for `INFO commandstats`, `SCRIPT FLUSH` and other test setup.
 //!
 //! [`PostgresServer`] is a private PostgreSQL the same way: `initdb` into a
 //! temporary directory (trust authentication on loopback), `postgres` itself as the
 //! child on a free port (`fsync=off`, `pg_stat_statements` preloaded), run as the
 //! `postgres` system user when the tests run as root (PostgreSQL refuses root).
-//! [`PostgresServer::sql`] runs setup SQL over the wire protocol, without a client
-//! library; kill, stop, pause/resume (its whole process group) and restart on the
+//! [`PostgresServer::sql`] runs setup SQL through tokio-postgres; kill, stop, pause/resume (its whole process group) and restart on the
 //! same port and data directory, where what was committed survives. It skips and
 //! fails exactly as `RedisServer` does when PostgreSQL is missing:
 //!
@@ -49,11 +48,16 @@
 //! println!("talk to {}", pg.url());
 //! # }
 //! ```
+//!
+//! [`RabbitNode`] is a private RabbitMQ node with the AMQP 1.0 plugin, the one
+//! start-up of the repository: `cargo xtask` starts one for a test run, and a test
+//! that stops and starts its broker starts one of its own.
 #![forbid(unsafe_code)]
 
-mod pgwire;
+mod pg_sql;
 mod postgres;
-mod resp;
+mod rabbit;
+mod redis_cmd;
 
 use std::fs::{self, File};
 use std::io;
@@ -64,9 +68,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub use pgwire::Row;
+pub use pg_sql::Row;
 pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer, SqlHandle};
-pub use resp::Reply;
+pub use rabbit::{RABBIT_BIN, RABBIT_BOOT, RabbitNode, ctl as rabbitmqctl};
+pub use redis_cmd::Reply;
 
 /// How long a server may take to answer its first `PING`.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
@@ -229,7 +234,7 @@ impl RedisServer {
     /// When the server cannot be reached or answers garbage. A Redis error reply
     /// is `Ok(Reply::Error(..))`.
     pub fn command(&self, args: &[&str]) -> io::Result<Reply> {
-        resp::command(self.port, self.password(), args, Duration::from_secs(5))
+        redis_cmd::command(self.port, self.password(), args, Duration::from_secs(5))
     }
 
     /// `INFO <section>` as `(field, value)` pairs.
@@ -499,7 +504,7 @@ fn wait_for_pong(
 ) -> Result<(), String> {
     let deadline = Instant::now() + within;
     loop {
-        if let Ok(Reply::Simple(s)) = resp::command(port, password, &["PING"], Duration::from_millis(500))
+        if let Ok(Reply::Simple(s)) = redis_cmd::command(port, password, &["PING"], Duration::from_millis(500))
             && s == "PONG"
         {
             return Ok(());
@@ -646,12 +651,12 @@ mod tests {
         assert!(redis.command_calls().expect("stats").get("set").is_some_and(|&n| n == 1));
         let dir = redis.dir().to_path_buf();
         redis.pause();
-        assert!(resp::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "paused");
+        assert!(redis_cmd::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "paused");
         redis.resume();
         assert_eq!(redis.command(&["PING"]).expect("ping"), Reply::Simple("PONG".into()));
         let freezer = redis.freezer();
         freezer.freeze();
-        assert!(resp::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "frozen");
+        assert!(redis_cmd::command(redis.port(), None, &["PING"], Duration::from_millis(200)).is_err(), "frozen");
         freezer.thaw();
         assert_eq!(redis.command(&["PING"]).expect("ping"), Reply::Simple("PONG".into()));
         redis.restart();

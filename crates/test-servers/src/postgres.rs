@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::pgwire::{self, Row};
+use crate::pg_sql::{self, Row};
 use crate::{IN_CI, free_port, signal_tree, tail, temp_dir};
 
 /// How long a PostgreSQL server may take to accept its first query (crash recovery
@@ -122,7 +122,7 @@ impl PostgresServer {
     /// # Errors
     /// As [`PostgresServer::sql`].
     pub fn sql_as(&self, user: &str, database: &str, sql: &str) -> io::Result<Vec<Row>> {
-        pgwire::query(self.port, user, database, sql, Duration::from_secs(10))
+        pg_sql::query(self.port, user, database, sql, Duration::from_secs(10))
     }
 
     /// A handle that runs SQL as the superuser from another thread, while the
@@ -288,7 +288,7 @@ impl SqlHandle {
     /// # Errors
     /// As [`PostgresServer::sql`].
     pub fn sql(&self, sql: &str, timeout: Duration) -> io::Result<Vec<Row>> {
-        pgwire::query(self.port, PG_SUPERUSER, "postgres", sql, timeout)
+        pg_sql::query(self.port, PG_SUPERUSER, "postgres", sql, timeout)
     }
 }
 
@@ -417,7 +417,7 @@ mod tests {
         let err = pg.sql("SELECT * FROM missing").expect_err("no such table");
         assert!(err.to_string().contains("42P01"), "{err}");
         pg.pause();
-        assert!(pgwire::query(pg.port(), PG_SUPERUSER, "postgres", "SELECT 1", Duration::from_millis(300)).is_err());
+        assert!(pg_sql::query(pg.port(), PG_SUPERUSER, "postgres", "SELECT 1", Duration::from_millis(300)).is_err());
         pg.resume();
         pg.sql("SELECT 1").expect("answers after resume");
         // A frozen server does not answer on a connection opened before the freeze

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use drain_core::LeaseToken;
+use drain_core::testkit::OutageBy;
 use drain_core::testkit::contract::{ContractEnv, Outage};
 use test_servers::{Freezer, PostgresServer};
 
@@ -26,20 +27,12 @@ pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a, Postgre
     ContractEnv::new(clock).names(names).short_ttl(Duration::from_millis(300))
 }
 
-/// An outage for the contract suites: the private server and its backends frozen
-/// with SIGSTOP, so every call waits out its timeout.
-pub struct Frozen(pub Freezer);
-
-#[drain_core::async_trait]
-impl Outage for Frozen {
-    async fn begin(&self) {
-        self.0.freeze();
-    }
-
-    async fn end(&self) {
-        self.0.thaw();
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// An outage for the contract suites: the private server and its backends frozen with SIGSTOP, so every
+/// call waits out its timeout; after the thaw, 100 ms for the server to work
+/// through what queued up.
+pub fn frozen(freezer: Freezer, clock: &TokioClock) -> impl Outage + '_ {
+    let thaw = freezer.clone();
+    OutageBy::new(move || freezer.freeze(), move || thaw.thaw(), clock, Duration::from_millis(100))
 }
 
 /// Short timeouts so failure tests stay fast.

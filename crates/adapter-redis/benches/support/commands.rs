@@ -9,10 +9,8 @@ use std::time::Duration;
 use adapter_redis::RedisStore;
 use bench_support::stats::rounded;
 use drain_core::admission::OwnerId;
-use drain_core::ports::{
-    ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaims, SettleAction, Settlement,
-};
-use drain_core::testkit::{RecordingObserver, TestRng};
+use drain_core::ports::{ClaimStore, ClaimTtls, LeaseName, LeaseStore, MessageId, OwnerClaims};
+use drain_core::testkit::{RecordingObserver, TestRng, half_done};
 use drain_core::{Event, LeaseToken};
 use test_servers::RedisServer;
 
@@ -53,14 +51,7 @@ pub(crate) async fn measure(redis: &RedisServer, store: &RedisStore) -> Vec<Row>
     let lease = LeaseName::queue("bench-commands-q");
     let owners: Vec<OwnerId> = (0..K).map(|i| OwnerId::from(format!("bench-owner-{i}"))).collect();
     let msgs: Vec<MessageId> = (0..K).map(|i| MessageId::from(format!("m{i}"))).collect();
-    let settle: Vec<Settlement> = msgs
-        .iter()
-        .enumerate()
-        .map(|(i, id)| Settlement {
-            id: id.clone(),
-            action: if i % 2 == 0 { SettleAction::MarkDone } else { SettleAction::Release },
-        })
-        .collect();
+    let settle = half_done(&msgs);
     let stats = || redis.command_calls().expect("INFO commandstats");
 
     let mut rows = Vec::new();

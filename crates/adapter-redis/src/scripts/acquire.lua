@@ -3,14 +3,11 @@
 -- ARGV[1] token, ARGV[2] ttl in milliseconds
 -- Returns the fence (an integer) when acquired, {holder_token, pttl} when held.
 --
--- The hot path runs two commands (SET NX PX, INCR) and answers a bare integer: a
--- table reply cost the server about as much as the INCR itself (docs/performance.md).
--- When the fence key cannot be incremented (another
--- type, not a counter, no right to INCR) the lease just written is deleted again
--- before the error is returned: the script is atomic, so nobody ever sees a lease
--- without a fence, and an error never leaves a lease behind. The INCR answers a
--- number or an error table; `tonumber` tells them apart for less than `type`
--- (which builds its answer, a type name, as a string on every call).
+-- Two commands when the lease is free (SET NX PX, INCR), answering the fence as a
+-- bare integer. When the fence key cannot be incremented, the lease just written is
+-- deleted again before the error is returned: the script is atomic, so nobody sees
+-- a lease without a fence, and an error never leaves a lease behind. The INCR
+-- answers a number or an error table, which `tonumber` tells apart.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   local fence = redis.pcall('INCR', KEYS[2])
   if not tonumber(fence) then

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use adapter_redis::{RedisConfig, RedisStore};
 use drain_core::LeaseToken;
+use drain_core::testkit::OutageBy;
 use drain_core::testkit::contract::{ContractEnv, Outage};
 use test_servers::Freezer;
 
@@ -21,20 +22,12 @@ pub fn env<'a>(clock: &'a TokioClock, names: &'a str) -> ContractEnv<'a, RedisSt
 }
 
 /// An outage for the contract suites: the private server (or every node of a
-/// private Cluster) frozen with SIGSTOP, so every call waits out its timeout.
-pub struct Frozen(pub Freezer);
-
-#[drain_core::async_trait]
-impl Outage for Frozen {
-    async fn begin(&self) {
-        self.0.freeze();
-    }
-
-    async fn end(&self) {
-        self.0.thaw();
-        // Let the thawed server work through what queued up meanwhile.
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+/// private Cluster) frozen with SIGSTOP, so every
+/// call waits out its timeout; after the thaw, 100 ms for the server to work
+/// through what queued up.
+pub fn frozen(freezer: Freezer, clock: &TokioClock) -> impl Outage + '_ {
+    let thaw = freezer.clone();
+    OutageBy::new(move || freezer.freeze(), move || thaw.thaw(), clock, Duration::from_millis(100))
 }
 
 /// Short timeouts so failure tests stay fast.

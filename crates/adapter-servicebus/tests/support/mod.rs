@@ -7,6 +7,7 @@
 //! or `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
 //! test panics, otherwise it prints why it skips and returns.
 #![allow(dead_code, unreachable_pub)]
+#![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
 use std::net::{SocketAddr, TcpStream as StdTcpStream, ToSocketAddrs};
 use std::path::PathBuf;

@@ -162,6 +162,7 @@ impl Config {
 }
 
 /// Read the process environment (registry names only) and the optional file.
+#[allow(clippy::disallowed_methods, reason = "the configuration layer is what reads the environment")]
 pub(crate) fn load(file: Option<&Path>) -> Result<Loaded, ConfigError> {
     let mut env = BTreeMap::new();
     let mut warnings = Vec::new();

@@ -7,8 +7,8 @@
 //!   adapter's tests, concurrency included. Each answers `Ok` with the rules it
 //!   checked or `Err` naming the rule that broke.
 //! * [`broken`]: stores with one defect each, and the rule each must fail.
-//! * [`RecordingObserver`], [`RecordingSubmitter`], [`BacklogWork`]: parts of a
-//!   test harness; [`TestRng`] and [`message`] make tokens and messages repeatable.
+//! * [`RecordingObserver`], [`RecordingSubmitter`], [`BacklogWork`], [`FailSettle`],
+//!   [`OutageBy`]: parts of a test harness; [`TestRng`] and [`message`] make tokens and messages repeatable.
 //!
 //! Production code does not need this feature: the embedded default uses
 //! [`crate::memory`] alone.
@@ -16,10 +16,12 @@
 pub mod broken;
 pub mod contract;
 
+mod faults;
 mod observer;
 mod submitter;
 mod work;
 
+pub use faults::{FailSettle, OutageBy};
 pub use observer::RecordingObserver;
 pub use submitter::RecordingSubmitter;
 pub use work::BacklogWork;
@@ -28,7 +30,7 @@ use async_trait::async_trait;
 
 use crate::error::ErrorKind;
 use crate::memory::MemoryStore;
-use crate::ports::{Message, MessageId};
+use crate::ports::{Message, MessageId, SettleAction, Settlement};
 
 /// The memory store's outage: every call fails with a temporary connection error
 /// until it ends.
@@ -41,6 +43,14 @@ impl contract::Outage for MemoryStore {
     async fn end(&self) {
         self.set_failing(None);
     }
+}
+
+/// A settlement of every id, the first and every other one after it marked done,
+/// the rest released: a batch that exercises both branches of a settle call.
+#[must_use]
+pub fn half_done(ids: &[MessageId]) -> Vec<Settlement> {
+    let action = |i: usize| if i.is_multiple_of(2) { SettleAction::MarkDone } else { SettleAction::Release };
+    ids.iter().enumerate().map(|(i, id)| Settlement { id: id.clone(), action: action(i) }).collect()
 }
 
 /// A message with `id` and a small body derived from it.
