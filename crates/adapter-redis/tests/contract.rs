@@ -66,7 +66,8 @@ async fn standalone_passes_the_drain_marks_contract() {
     let Some(redis) = RedisServer::start() else { return };
     let stores = fleet(&redis.url()).await;
     let all: Vec<&RedisStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(redis.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(redis.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("marks", contract::drain_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }
