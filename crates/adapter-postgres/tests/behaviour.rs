@@ -142,10 +142,6 @@ async fn racing_stores_create_the_schema_once() {
     PostgresStore::connect(config(&url).schema("raced")).await.expect("again");
     let count = pg.sql("SELECT count(*) FROM raced.schema_version").expect("count");
     assert_eq!(count, vec![vec![Some(SCHEMA_VERSION.to_string())]]);
-    assert_eq!(rows, vec![vec![Some("1".to_owned())], vec![Some("2".to_owned())], vec![Some("4".to_owned())]]);
-    // Connecting again changes nothing.
-    PostgresStore::connect(config(&url).schema("raced")).await.expect("again");
-    assert_eq!(pg.sql("SELECT count(*) FROM raced.schema_version").expect("count"), vec![vec![Some("3".to_owned())]]);
 }
 
 #[tokio::test]

@@ -64,7 +64,8 @@ async fn passes_the_drain_marks_contract() {
     let Some(pg) = server() else { return };
     let stores = fleet(&pg.url()).await;
     let all: Vec<&PostgresStore> = stores.iter().collect();
-    let (clock, outage) = (TokioClock::new(), Frozen(pg.freezer()));
+    let clock = TokioClock::new();
+    let outage = frozen(pg.freezer(), &clock);
     let env = env(&clock, "").outage(&outage).instances(&all);
     all_checked("marks", contract::drain_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }

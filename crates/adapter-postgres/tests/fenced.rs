@@ -169,11 +169,6 @@ async fn a_version_1_schema_is_upgraded_on_connect_or_named_when_it_may_not_be()
     let rows = pg.sql("SELECT version FROM old.schema_version ORDER BY version").expect("versions");
     let versions: Vec<Vec<Option<String>>> = (1..=SCHEMA_VERSION).map(|v| vec![Some(v.to_string())]).collect();
     assert_eq!(rows, versions);
-    assert!(err.message.contains("at version 1 (this drain needs 4)") && err.message.contains("schema_sql"), "{err}");
-
-    let store = PostgresStore::connect(config(&pg.url()).schema("old")).await.expect("upgraded");
-    let rows = pg.sql("SELECT version FROM old.schema_version ORDER BY version").expect("versions");
-    assert_eq!(rows, vec![vec![Some("1".to_owned())], vec![Some("2".to_owned())], vec![Some("4".to_owned())]]);
     assert_eq!(store.admit("r", 1).await.expect("admit"), FenceVerdict::Accepted);
 }
 
