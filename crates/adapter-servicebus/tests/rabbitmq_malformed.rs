@@ -19,7 +19,7 @@ use drain_core::ports::{
     Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageId as Id, MessageSource, NoopObserver, PropertyValue,
 };
 use drain_core::testkit::TestRng;
-use drain_core::tick::{MISSING_ID_REASON, TickConfig, TickPorts, run_tick};
+use drain_core::tick::{TickConfig, TickPorts, run_tick};
 use drain_runtime::TokioClock;
 use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Batch, Body, Data, Message as AmqpMessage, MessageId, Properties,
@@ -229,7 +229,7 @@ async fn malformed_messages_never_crash_the_drain(r: Rabbit) {
     );
     let reasons = source.reasons.lock().expect("reasons").clone();
     assert_eq!(reasons.len(), 1, "one dead-letter: {reasons:?}");
-    assert_eq!(reasons[0].0, MISSING_ID_REASON);
+    assert_eq!(reasons[0].0, drain_core::ports::MessageId::MISSING_REASON);
     assert!(!reasons[0].1.is_empty(), "with a description");
 
     let rest = step("receive the rest", source.receive(10, Duration::from_millis(300))).await.unwrap();

@@ -376,7 +376,7 @@ fn message_without_id_is_dead_lettered() {
     assert_eq!(stats(&r), (2, 1, 0, 0, 1));
     let dead = h.source.dead_letters();
     assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0].1, drain_core::tick::MISSING_ID_REASON);
+    assert_eq!(dead[0].1, MessageId::MISSING_REASON);
 }
 
 /// A later copy of an id in the same batch waits for the first: a duplicate once the

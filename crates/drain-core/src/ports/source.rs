@@ -46,6 +46,9 @@ pub enum MessageId {
 }
 
 impl MessageId {
+    /// The reason the tick gives when it dead-letters a message that has no id.
+    pub const MISSING_REASON: &'static str = "MissingMessageId";
+
     /// A short stable name of the type (`string`, `ulong`, `uuid`, `binary`), for
     /// logs and for a store that keeps the type beside the id.
     #[must_use]

@@ -28,7 +28,7 @@ use futures::stream::{self, StreamExt};
 use crate::error::{ErrorKind, PortError};
 use crate::event::Event;
 use crate::guard::Held;
-use crate::ports::{ClaimTtls, SettledThenClaimed, SubmitContext};
+use crate::ports::{ClaimTtls, MessageId, SettledThenClaimed, SubmitContext};
 use crate::tick::health::Health;
 use crate::tick::planner::{
     ClaimCall, DrainOutcome, ForSource, Job, Next, Planner, Receive, SourceOp, Start, Stop, ToSource,
@@ -36,8 +36,6 @@ use crate::tick::planner::{
 use crate::tick::{TickConfig, TickControl, TickPorts};
 use crate::token::LeaseToken;
 
-/// Reason given when dead-lettering a message that has no message id.
-pub const MISSING_ID_REASON: &str = "MissingMessageId";
 const MISSING_ID_DESCRIPTION: &str =
     "the message has no message-id; drain keys its single-submit claim on it and cannot process it safely";
 
@@ -139,7 +137,7 @@ impl<'a> Drain<'a> {
             return;
         };
         for handle in prepared.dead_letters {
-            let r = self.ports.source.dead_letter(handle, MISSING_ID_REASON, MISSING_ID_DESCRIPTION).await;
+            let r = self.ports.source.dead_letter(handle, MessageId::MISSING_REASON, MISSING_ID_DESCRIPTION).await;
             self.plan(|p| p.handle_dead_lettered(r.is_ok()));
         }
         let answer = self.settle_then_claim(&prepared.call).await;

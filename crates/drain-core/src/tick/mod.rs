@@ -34,7 +34,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use drain::MISSING_ID_REASON;
 pub use outage::{Gate, Outage, OutagePolicy, StaleClaims, Step};
 pub use report::{ClaimHealth, DrainStats, TickReport};
 
