@@ -14,61 +14,28 @@ fn all_checked(what: &str, checked: Checked) {
     assert!(checked.skipped.is_empty(), "{what}: skipped {:?}", checked.skipped);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passes_the_lease_contract() {
-    let Some(pg) = server() else { return };
-    let stores = fleet(&pg.url()).await;
-    let all: Vec<&PostgresStore> = stores.iter().collect();
-    let clock = TokioClock::new();
-    let outage = frozen(pg.freezer(), &clock);
-    let env = env(&clock, "").outage(&outage).instances(&all);
-    all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+/// A test that runs suites through three stores on a private server, the outage
+/// hook on, nothing skipped.
+macro_rules! suites {
+    ($name:ident: $($what:literal => $suite:path),+) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let Some(pg) = server() else { return };
+            let stores = fleet(&pg.url()).await;
+            let all: Vec<&PostgresStore> = stores.iter().collect();
+            let clock = TokioClock::new();
+            let outage = frozen(pg.freezer(), &clock);
+            let env = env(&clock, "").outage(&outage).instances(&all);
+            $(all_checked($what, $suite(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));)+
+        }
+    };
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passes_the_claim_contract() {
-    let Some(pg) = server() else { return };
-    let stores = fleet(&pg.url()).await;
-    let all: Vec<&PostgresStore> = stores.iter().collect();
-    let clock = TokioClock::new();
-    let outage = frozen(pg.freezer(), &clock);
-    let env = env(&clock, "").outage(&outage).instances(&all);
-    all_checked("claim", contract::claim_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passes_the_fence_marks_contract() {
-    let Some(pg) = server() else { return };
-    let stores = fleet(&pg.url()).await;
-    let all: Vec<&PostgresStore> = stores.iter().collect();
-    let clock = TokioClock::new();
-    let outage = frozen(pg.freezer(), &clock);
-    let env = env(&clock, "").outage(&outage).instances(&all);
-    all_checked("fence", contract::fence_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passes_the_owner_claims_and_release_wake_contracts() {
-    let Some(pg) = server() else { return };
-    let stores = fleet(&pg.url()).await;
-    let all: Vec<&PostgresStore> = stores.iter().collect();
-    let clock = TokioClock::new();
-    let outage = frozen(pg.freezer(), &clock);
-    let env = env(&clock, "").outage(&outage).instances(&all);
-    all_checked("owners", contract::owner_claims(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("wake", contract::release_wake(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn passes_the_drain_marks_contract() {
-    let Some(pg) = server() else { return };
-    let stores = fleet(&pg.url()).await;
-    let all: Vec<&PostgresStore> = stores.iter().collect();
-    let clock = TokioClock::new();
-    let outage = frozen(pg.freezer(), &clock);
-    let env = env(&clock, "").outage(&outage).instances(&all);
-    all_checked("marks", contract::drain_marks(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
-}
+suites!(passes_the_lease_contract: "lease" => contract::lease_store);
+suites!(passes_the_claim_contract: "claim" => contract::claim_store);
+suites!(passes_the_fence_marks_contract: "fence" => contract::fence_marks);
+suites!(passes_the_owner_claims_and_release_wake_contracts: "owners" => contract::owner_claims, "wake" => contract::release_wake);
+suites!(passes_the_drain_marks_contract: "marks" => contract::drain_marks);
 
 /// Every suite at once on one server under different names: the functions keep
 /// their promises while other callers work on the same tables.
