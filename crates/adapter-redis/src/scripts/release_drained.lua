@@ -4,7 +4,7 @@
 -- left nothing behind) its time left becomes the mark's: the mark key then expires
 -- the marks' TTL after the claim was taken, so its PTTL tells how long ago that was.
 -- A later start never gives way to an earlier one (the larger time left wins). Then,
--- when asked, one waiter is woken as release_wake.lua does.
+-- when asked, one waiter is woken (wake_one.lua, appended to this script).
 -- KEYS[1] claim key, KEYS[2] waiter list, KEYS[3] start key, KEYS[4] mark key (one
 -- hash slot)
 -- ARGV[1] token, ARGV[2] owner name (the message), ARGV[3] waiters to try (0: wake
@@ -22,15 +22,3 @@ if redis.call('GET', KEYS[3]) == ARGV[1] then
     redis.call('SET', KEYS[4], '1', 'PX', left)
   end
 end
-local tries = tonumber(ARGV[3])
-while tries > 0 do
-  local channel = redis.call('LPOP', KEYS[2])
-  if not channel then
-    break
-  end
-  tries = tries - 1
-  if redis.call('PUBLISH', channel, ARGV[2]) > 0 or ARGV[4] ~= '1' then
-    return {1, 1}
-  end
-end
-return {1, 0}

@@ -1,6 +1,7 @@
 -- Owner claim release that wakes ONE waiter (release wake-up), one round trip.
--- Compare-and-delete as release.lua; then, when asked, pop the oldest waiter's wake
--- channel and PUBLISH the owner on it: one waiter, so nobody herds.
+-- Compare-and-delete as release.lua; then, when asked (wake_one.lua, appended to this
+-- script), pop the oldest waiter's wake channel and PUBLISH the owner on it: one
+-- waiter, so nobody herds.
 -- KEYS[1] claim key, KEYS[2] waiter list (one hash slot)
 -- ARGV[1] token, ARGV[2] owner name (the message), ARGV[3] waiters to try (0: wake
 -- nobody), ARGV[4] '1' when PUBLISH's count is the whole server's (standalone): then
@@ -12,15 +13,3 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0, 0}
 end
 redis.call('DEL', KEYS[1])
-local tries = tonumber(ARGV[3])
-while tries > 0 do
-  local channel = redis.call('LPOP', KEYS[2])
-  if not channel then
-    break
-  end
-  tries = tries - 1
-  if redis.call('PUBLISH', channel, ARGV[2]) > 0 or ARGV[4] ~= '1' then
-    return {1, 1}
-  end
-end
-return {1, 0}
