@@ -2,8 +2,9 @@
 //! `drain config --flags-markdown` renders from the switch registry.
 
 use std::fs;
+use std::process::Command;
 
-use crate::util::{Failure, GateResult, Outcome, cargo, display, project_root, run};
+use crate::util::{Failure, GateResult, Outcome, display, project_root, test_build};
 
 const DOC: &str = "docs/flags.md";
 const FIX: &str = "run `cargo xtask flags --write`";
@@ -52,12 +53,12 @@ pub(crate) fn run_gate(write: bool) -> GateResult {
     }
 }
 
-/// Build the binary (a build failure fails the gate), then ask it for the Markdown.
+/// Build the binary with the test build (a build failure fails the gate), then ask it
+/// for the Markdown.
 fn render() -> Result<Rendered, Failure> {
-    let base = ["-q", "-p", "drain-app", "--all-features", "--bin", "drain"];
-    run(cargo().arg("build").args(base)).map_err(|f| Failure::new(format!("drain does not build: {}", f.what)))?;
-    let mut cmd = cargo();
-    cmd.arg("run").args(base).args(["--", "config", "--flags-markdown"]);
+    let debug = test_build().map_err(|f| Failure::new(format!("drain does not build: {}", f.what)))?;
+    let mut cmd = Command::new(debug.join(format!("drain{}", std::env::consts::EXE_SUFFIX)));
+    cmd.args(["config", "--flags-markdown"]);
     println!("$ {}", display(&cmd));
     let output = cmd.output().map_err(|e| Failure::new(format!("could not run `{}`: {e}", display(&cmd))))?;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();

@@ -13,9 +13,8 @@
 
 use std::process::Command;
 
-use crate::metadata::Metadata;
 use crate::services;
-use crate::util::{Failure, GateResult, Outcome, cargo, run};
+use crate::util::{Failure, GateResult, Outcome, run, test_build};
 
 /// Seconds of load for `cargo xtask soak`.
 pub(crate) const DEFAULT_SECONDS: u64 = 60;
@@ -50,17 +49,13 @@ pub(crate) fn run_gate(seconds: u64) -> GateResult {
     if let services::Need::Missing(why) = services::ensure(&["redis-server"])? {
         return Ok(Outcome::Skipped(why));
     }
-    let meta = Metadata::load()?;
-    let mut build = cargo();
-    build.args(["test", "--workspace", "--all-features", "--no-run", "--quiet"]);
-    run(&mut build).map_err(|f| f.fix("fix the build errors above"))?;
-
-    let exe = meta.target_directory.join("debug").join(format!("drain-load{}", std::env::consts::EXE_SUFFIX));
+    let debug = test_build()?;
+    let exe = debug.join(format!("drain-load{}", std::env::consts::EXE_SUFFIX));
     if !exe.is_file() {
         return Err(Failure::new(format!("the test build did not produce {}", exe.display()))
             .fix("check the `drain-load` [[bin]] in tests/Cargo.toml"));
     }
-    let out = meta.target_directory.join("bench").join("load.json");
+    let out = debug.parent().unwrap_or(&debug).join("bench").join("load.json");
     let mut load = Command::new(&exe);
     load.args(["--seconds", &seconds.to_string(), "--out", &out.to_string_lossy()]);
     run(&mut load).map_err(|f| {

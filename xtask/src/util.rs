@@ -66,6 +66,15 @@ pub(crate) fn cargo() -> Command {
     cmd
 }
 
+/// Build what `cargo xtask test` builds (a no-op after it) and return the debug
+/// directory holding its binaries: the gates that run `drain` or the load program
+/// use those, instead of a `cargo build -p` whose other features rebuild dependencies.
+pub(crate) fn test_build() -> Result<PathBuf, Failure> {
+    run(cargo().args(["test", "--workspace", "--all-features", "--no-run", "--quiet"]))
+        .map_err(|f| f.fix("fix the build errors above"))?;
+    Ok(crate::metadata::Metadata::load()?.target_directory.join("debug"))
+}
+
 /// Whether we run under CI (`CI=true`, as CI services set it).
 pub(crate) fn is_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| {
