@@ -85,8 +85,8 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
+    use super::super::policy::REPORTED;
     use super::*;
-    use crate::policy::REPORTED;
 
     #[test]
     fn progress_counts_virtual_time_up_to_the_window_and_finished_jobs_fully() {
