@@ -14,6 +14,8 @@ use crate::vocabulary;
 const CORE: &str = "drain-core";
 /// The composition root, the only crate that knows every adapter.
 const APP: &str = "drain-app";
+/// The fleet simulator: drain-core's code on in-memory stores, nothing else.
+const SIMULATOR: &str = "drain-simulate";
 /// Adapters are the members whose name starts with this.
 const ADAPTER_PREFIX: &str = "adapter-";
 /// Test support (private servers, the Service Bus test broker, the benches' shared
@@ -108,12 +110,16 @@ fn banned_dependencies(meta: &Metadata) -> Result<Vec<String>, Failure> {
     Ok(out)
 }
 
+/// Whether `name` is a test-support crate.
+fn is_test_support(name: &str) -> bool {
+    TEST_SUPPORT_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 /// Whether `member` may depend on the test-support crate `dep` with these kinds: test
 /// support depends on no workspace crate, and everything but the end-to-end package
 /// (and test support itself) takes it as a dev-dependency only, so it is never
 /// linked into the `drain` binary or a library users embed.
 fn test_support_rule(member: &str, dep: &str, kinds: &[DepKind]) -> Option<&'static str> {
-    let is_test_support = |n: &str| TEST_SUPPORT_PREFIXES.iter().any(|p| n.starts_with(p));
     if is_test_support(member) {
         return Some("test support must not depend on workspace crates (it tests them from outside)");
     }
@@ -123,10 +129,28 @@ fn test_support_rule(member: &str, dep: &str, kinds: &[DepKind]) -> Option<&'sta
     None
 }
 
+/// Why `member` must not depend on the workspace member `dep` (any kind of
+/// dependency), if it must not.
+fn member_rule(member: &str, dep: &str) -> Option<&'static str> {
+    let is_adapter = |name: &str| name.starts_with(ADAPTER_PREFIX);
+    if member == CORE {
+        Some("drain-core must not depend on any workspace crate")
+    } else if is_adapter(member) && is_adapter(dep) {
+        Some("adapters must not depend on each other")
+    } else if member == SIMULATOR && dep != CORE && !is_test_support(dep) {
+        Some("the simulator runs drain-core's code on in-memory stores: it depends on drain-core alone")
+    } else if member == "xtask" {
+        Some("xtask must not depend on workspace crates (it must build when they do not)")
+    } else {
+        None
+    }
+}
+
 /// Rules between workspace members, over every kind of dependency (normal, dev,
-/// build): the core depends on no member; adapters only on the core; nothing but
-/// drain-app depends on every adapter; xtask on no member; test support only as a
-/// dev-dependency, and on no member itself.
+/// build): the core depends on no member; adapters only on the core; the simulator
+/// only on the core (and test support); nothing but drain-app depends on every
+/// adapter; xtask on no member; test support only as a dev-dependency, and on no
+/// member itself.
 fn workspace_edges(meta: &Metadata) -> Vec<String> {
     let is_adapter = |name: &str| name.starts_with(ADAPTER_PREFIX);
     let adapters: Vec<&str> = meta.members.iter().map(|id| meta.name(id)).filter(|n| is_adapter(n)).collect();
@@ -144,16 +168,7 @@ fn workspace_edges(meta: &Metadata) -> Vec<String> {
         deps.sort_unstable();
         deps.dedup();
         for dep in &deps {
-            let rule = if name == CORE {
-                Some("drain-core must not depend on any workspace crate")
-            } else if is_adapter(name) && is_adapter(dep) {
-                Some("adapters must not depend on each other")
-            } else if name == "xtask" {
-                Some("xtask must not depend on workspace crates (it must build when they do not)")
-            } else {
-                None
-            };
-            if let Some(rule) = rule {
+            if let Some(rule) = member_rule(name, dep) {
                 out.push(format!("{name} depends on {dep}: {rule}"));
             }
         }
@@ -207,7 +222,8 @@ fn missing_lints(clippy_toml: &str) -> Vec<&'static str> {
 }
 
 /// drain-core's feature that carries test code (contract suites, broken stores,
-/// recorders): a production build of drain-app must not turn it on.
+/// recorders): a production build of drain-app (or of the simulator it links) must
+/// not turn it on.
 const TEST_ONLY_FEATURE: &str = "testkit";
 
 fn production_build(meta: &Metadata) -> Result<Vec<String>, Failure> {
@@ -216,7 +232,10 @@ fn production_build(meta: &Metadata) -> Result<Vec<String>, Failure> {
             .map(|id| &meta.packages[id])
             .ok_or_else(|| Failure::new(format!("no workspace member is called {name}")))
     };
-    Ok(test_features_in_production(package(APP)?, package(CORE)?))
+    let core = package(CORE)?;
+    let mut out = test_features_in_production(package(APP)?, core);
+    out.extend(test_features_in_production(package(SIMULATOR)?, core));
+    Ok(out)
 }
 
 /// The violations when `app`'s normal dependency on `core`, with `app`'s default
@@ -347,6 +366,24 @@ mod tests {
         check("drain-e2e", "bench-support", &[Normal], true);
         check("bench-support", "drain-core", &[Normal], false);
         check("drain-app", "drain-core", &[Normal], true);
+    }
+
+    #[test]
+    fn member_rules() {
+        let check = |member: &str, dep: &str, allowed: bool| {
+            assert_eq!(member_rule(member, dep).is_none(), allowed, "{member} -> {dep}");
+        };
+        check("drain-core", "drain-simulate", false);
+        check("drain-core", "test-servers", false);
+        check("adapter-redis", "drain-core", true);
+        check("adapter-redis", "adapter-metrics", false);
+        check("drain-simulate", "drain-core", true);
+        check("drain-simulate", "test-servers", true);
+        check("drain-simulate", "drain-runtime", false);
+        check("drain-simulate", "adapter-redis", false);
+        check("drain-app", "drain-simulate", true);
+        check("drain-app", "adapter-redis", true);
+        check("xtask", "drain-core", false);
     }
 
     #[test]

@@ -14,7 +14,6 @@ mod out;
 mod panic_hook;
 mod purge;
 mod report;
-mod simulate;
 
 use std::process::ExitCode;
 

@@ -4,10 +4,11 @@
 //!
 //! Plain `std::time::Instant` timing, no harness: each scheduler cycle runs in three
 //! rounds of about half a second and the median round is reported (the machine is
-//! shared). The simulator is drain-app's own code, compiled into this bench from its
-//! source directory (it depends only on drain-core's public API, its `memory` feature and
-//! crates drain-core already uses), so the figure is the one `drain simulate
-//! --scenario large` gives, without building the binary.
+//! shared). The simulator is the drain-simulate crate, compiled into this bench from
+//! its source directory (it depends only on drain-core's public API, its `memory`
+//! feature and crates drain-core already uses, and drain-core must not depend on it),
+//! so the figure is the one `drain simulate --scenario large` gives, without building
+//! the binary.
 //!
 //! Heap allocations per operation in steady state are counted by a wrapping global
 //! allocator (`stats_alloc`), over a separate, untimed pass of each cycle after the
@@ -48,7 +49,7 @@ const COUNTED: u64 = 10_000;
 // Its unit tests (compiled out here) leave imports unused; its report-only items
 // are unused by the bench.
 #[allow(dead_code, unused_imports, unreachable_pub)]
-#[path = "../../drain-app/src/simulate/mod.rs"]
+#[path = "../../drain-simulate/src/lib.rs"]
 mod simulate;
 
 const ROUNDS: usize = 3;
@@ -305,10 +306,10 @@ fn main() {
 
 /// The `large` scenario (one hour, 50 instances): its wall time per job.
 fn simulate_large(table: &mut String) -> serde_json::Value {
-    let sc = simulate::scenario::Scenario::preset("large").expect("the large preset");
+    let sc = simulate::Scenario::preset("large").expect("the large preset");
     let started = Instant::now();
-    let progress = simulate::progress::Progress::new(&sc, &simulate::policy::REPORTED);
-    let outcome = simulate::simulate(&sc, 1, &simulate::policy::REPORTED, &progress);
+    let progress = simulate::Progress::new(&sc, &simulate::REPORTED);
+    let outcome = simulate::simulate(&sc, 1, &simulate::REPORTED, &progress);
     let wall = started.elapsed();
     let report = &outcome.report;
     let jobs: serde_json::Map<String, serde_json::Value> =
@@ -339,9 +340,9 @@ fn simulate_large(table: &mut String) -> serde_json::Value {
 fn scenario_table(table: &mut String) -> serde_json::Value {
     let mut out = serde_json::Map::new();
     for name in ["default", "seed-fleet"] {
-        let sc = simulate::scenario::Scenario::preset(name).expect("a preset");
-        let progress = simulate::progress::Progress::new(&sc, &simulate::policy::REPORTED);
-        let report = simulate::simulate(&sc, 1, &simulate::policy::REPORTED, &progress).report;
+        let sc = simulate::Scenario::preset(name).expect("a preset");
+        let progress = simulate::Progress::new(&sc, &simulate::REPORTED);
+        let report = simulate::simulate(&sc, 1, &simulate::REPORTED, &progress).report;
         let _ = writeln!(
             table,
             "\nsimulate --scenario {name}: {:<18}{:>12}{:>14}{:>9}{:>9}{:>12}",

@@ -1,5 +1,6 @@
-//! `drain simulate`: the fleet simulator. The simulation itself lives in
-//! `crate::simulate`; this is its command line.
+//! `drain simulate`: the fleet simulator's command line. The simulation itself is
+//! the drain-simulate crate; this parses the arguments, shows progress on a
+//! terminal, and prints or writes what it returns.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -7,15 +8,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use drain_simulate::{BadOverride, Overrides, PRESETS, Progress, REPORTED, Scenario, candidates, chart, simulate};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-
-use crate::simulate::policy::{REPORTED, candidates};
-use crate::simulate::progress::Progress;
-use crate::simulate::scenario::{PRESETS, Scenario};
-use crate::simulate::{chart, simulate};
-
-/// The largest workload accepted (items), about 20 times the `large` scenario.
-const MAX_ITEMS: f64 = 20_000_000.0;
 
 /// Arguments of `drain simulate`.
 #[derive(Debug, Args)]
@@ -70,39 +64,25 @@ pub(crate) struct SimulateArgs {
 impl SimulateArgs {
     /// The preset with the overrides applied, or why they do not fit.
     pub(crate) fn scenario(&self) -> Result<Scenario, String> {
-        let mut sc = Scenario::preset(&self.scenario).map_err(|e| e.to_string())?;
-        if let Some(n) = self.instances {
-            sc.instances = usize::from(n);
-            sc.requested_of = sc.requested_of.min(sc.instances);
-        }
-        if let Some(n) = self.owners {
-            sc.owners = n as usize;
-        }
-        if let Some(d) = self.duration {
-            sc.duration_s = d;
-        }
-        if let Some(rate) = self.rate {
-            if !(rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0) {
-                return Err(format!("--rate {rate}: must be a number of items per second in (0, 1000000]"));
+        let overrides = Overrides {
+            instances: self.instances.map(usize::from),
+            owners: self.owners.map(|n| n as usize),
+            duration_s: self.duration,
+            rate_per_s: self.rate,
+            requested_of: self.requested_of.map(usize::from),
+            item_ms: self.item_ms,
+        };
+        let sc = Scenario::preset(&self.scenario).map_err(|e| e.to_string())?;
+        sc.with(&overrides).map_err(|e| match e {
+            BadOverride::Rate(rate) => format!("--rate {rate}: must be a number of items per second in (0, 1000000]"),
+            BadOverride::RequestedOf { requested_of, instances } => {
+                format!("--requested-of {requested_of}: more than the {instances} instances")
             }
-            sc.rate_per_s = rate;
-        }
-        if let Some(ms) = self.item_ms {
-            sc.service_median_ms = f64::from(ms);
-        }
-        if let Some(k) = self.requested_of {
-            if usize::from(k) > sc.instances {
-                return Err(format!("--requested-of {k}: more than the {} instances", sc.instances));
-            }
-            sc.requested_of = usize::from(k);
-        }
-        let items = sc.rate_per_s * sc.duration_s as f64;
-        if items > MAX_ITEMS {
-            return Err(format!(
-                "--rate x --duration asks for about {items:.0} items; at most {MAX_ITEMS:.0} fit in memory comfortably"
-            ));
-        }
-        Ok(sc)
+            BadOverride::TooManyItems { items, max } => format!(
+                "--rate x --duration asks for about {items:.0} items; at most {max:.0} fit in memory comfortably"
+            ),
+            other => other.to_string(),
+        })
     }
 }
 
@@ -123,10 +103,10 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
         let all = candidates();
         let mut chosen = Vec::new();
         for key in &args.policy {
-            match all.iter().find(|p| p.key == key) {
+            match all.iter().find(|p| p.key() == key) {
                 Some(p) => chosen.push(*p),
                 None => {
-                    let keys: Vec<&str> = all.iter().map(|p| p.key).collect();
+                    let keys: Vec<&str> = all.iter().map(|p| p.key()).collect();
                     eprintln!("drain simulate: unknown policy `{key}`; one of: {}", keys.join(", "));
                     return ExitCode::from(2);
                 }
@@ -149,7 +129,7 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
     let started = Instant::now();
     let progress = Progress::new(&sc, &policies);
     let outcome = std::thread::scope(|s| {
-        let bar = s.spawn(|| show_progress(&progress, sc.duration_s));
+        let bar = s.spawn(|| show_progress(&progress, sc.duration_s()));
         let outcome = simulate(&sc, args.seed, &policies, &progress);
         progress.finish();
         let _ = bar.join();
@@ -160,7 +140,7 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
             outcome.wall.iter().map(|(job, took)| format!("{job} {:.2} s", took.as_secs_f64())).collect();
         eprintln!(
             "drain simulate: {} in {:.2} s of wall time (jobs in parallel: {})",
-            sc.name,
+            sc.name(),
             started.elapsed().as_secs_f64(),
             jobs.join(", ")
         );
@@ -177,7 +157,7 @@ pub(crate) fn main(args: &SimulateArgs) -> ExitCode {
         crate::out::out!("{}", outcome.report.table());
     }
     if let (Some(path), Some(file)) = (&args.svg, chart_file.as_mut()) {
-        if let Err(e) = std::io::Write::write_all(file, chart(&outcome, sc.duration_s).as_bytes()) {
+        if let Err(e) = std::io::Write::write_all(file, chart(&outcome, sc.duration_s()).as_bytes()) {
             eprintln!("drain simulate: cannot write {}: {e}", path.display());
             return ExitCode::FAILURE;
         }

@@ -5,9 +5,10 @@
 
 use std::fmt;
 
-/// One simulated situation.
+/// One simulated situation: a preset ([`Scenario::preset`]), perhaps with
+/// [`Overrides`] ([`Scenario::with`]).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Scenario {
+pub struct Scenario {
     /// Preset name (`default`, `seed-fleet`, `large`).
     pub(crate) name: &'static str,
     /// Instances, each with its own scheduler.
@@ -112,12 +113,15 @@ pub(crate) struct TickScenario {
     pub(crate) lock_s: u64,
 }
 
-/// The preset names, for `--help` and errors.
-pub(crate) const PRESETS: [&str; 4] = ["default", "seed-fleet", "large", "owners"];
+/// The preset names: `default` (8 instances, 200 owners, 40 items/s, each arrival
+/// requested of 3), `seed-fleet` (a fleet of 6 re-requesting a few hot owners),
+/// `large` (50 instances, 10,000 owners, one hour), `owners` (`drain owners`'
+/// benchmark: 4 instances, 200 owners, 20,000 items in the backlogs at the start).
+pub const PRESETS: [&str; 4] = ["default", "seed-fleet", "large", "owners"];
 
 /// An unknown preset name.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct UnknownPreset(pub(crate) String);
+pub struct UnknownPreset(String);
 
 impl fmt::Display for UnknownPreset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -125,9 +129,80 @@ impl fmt::Display for UnknownPreset {
     }
 }
 
+impl std::error::Error for UnknownPreset {}
+
+/// The largest workload accepted (items), about 20 times the `large` scenario.
+const MAX_ITEMS: f64 = 20_000_000.0;
+/// The fastest arrival rate accepted, items per second.
+const MAX_RATE: f64 = 1_000_000.0;
+
+/// Changes to a preset, each one `None` to keep the preset's value.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overrides {
+    /// Instances (at least 1); each arrival is then requested of at most this many.
+    pub instances: Option<usize>,
+    /// Owners (1 to 1,000,000).
+    pub owners: Option<usize>,
+    /// The arrival window in seconds (1 to 604,800, a week); the run then drains.
+    pub duration_s: Option<u64>,
+    /// The mean arrival rate, items per second (above 0, at most 1,000,000).
+    pub rate_per_s: Option<f64>,
+    /// How many instances each arrival is requested of (at most the instances).
+    pub requested_of: Option<usize>,
+    /// The median work of one item in milliseconds (1 to 60,000).
+    pub item_ms: Option<u32>,
+}
+
+/// Overrides that do not fit ([`Scenario::with`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum BadOverride {
+    /// A count or a duration outside its range (see [`Overrides`]).
+    OutOfRange {
+        /// The field of [`Overrides`].
+        field: &'static str,
+        /// The value given.
+        value: u64,
+    },
+    /// The rate is not a number of items per second above 0 and at most 1,000,000.
+    Rate(f64),
+    /// Each arrival requested of more instances than there are.
+    RequestedOf {
+        /// The instances each arrival would be requested of.
+        requested_of: usize,
+        /// The instances of the scenario.
+        instances: usize,
+    },
+    /// Rate times duration is more items than fit in memory comfortably.
+    TooManyItems {
+        /// About this many items.
+        items: f64,
+        /// The most accepted.
+        max: f64,
+    },
+}
+
+impl fmt::Display for BadOverride {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadOverride::OutOfRange { field, value } => write!(f, "{field} {value}: out of range"),
+            BadOverride::Rate(rate) => {
+                write!(f, "rate {rate}: must be a number of items per second in (0, {MAX_RATE}]")
+            }
+            BadOverride::RequestedOf { requested_of, instances } => {
+                write!(f, "requested of {requested_of}: more than the {instances} instances")
+            }
+            BadOverride::TooManyItems { items, max } => {
+                write!(f, "rate x duration asks for about {items:.0} items; at most {max:.0} fit in memory comfortably")
+            }
+        }
+    }
+}
+
+impl std::error::Error for BadOverride {}
+
 impl Scenario {
-    /// The preset called `name`.
-    pub(crate) fn preset(name: &str) -> Result<Scenario, UnknownPreset> {
+    /// The preset called `name` (one of [`PRESETS`]).
+    pub fn preset(name: &str) -> Result<Scenario, UnknownPreset> {
         match name {
             "default" => Ok(Scenario::default_preset()),
             "seed-fleet" => Ok(Scenario::seed_fleet()),
@@ -247,6 +322,60 @@ impl Scenario {
             seeded: Some(Seeded { items: 20_000, pass_ms: 100 }),
             ..base
         }
+    }
+
+    /// This scenario with `o` applied, or why they do not fit.
+    pub fn with(mut self, o: &Overrides) -> Result<Scenario, BadOverride> {
+        let check = |field, value: Option<u64>, range: std::ops::RangeInclusive<u64>| match value {
+            Some(v) if !range.contains(&v) => Err(BadOverride::OutOfRange { field, value: v }),
+            _ => Ok(()),
+        };
+        let wide = |v: Option<usize>| v.map(|v| v as u64);
+        check("instances", wide(o.instances), 1..=u64::MAX)?;
+        check("owners", wide(o.owners), 1..=1_000_000)?;
+        check("duration_s", o.duration_s, 1..=604_800)?;
+        check("item_ms", o.item_ms.map(u64::from), 1..=60_000)?;
+        check("requested_of", wide(o.requested_of), 1..=u64::MAX)?;
+        if let Some(n) = o.instances {
+            self.instances = n;
+            self.requested_of = self.requested_of.min(n);
+        }
+        if let Some(n) = o.owners {
+            self.owners = n;
+        }
+        if let Some(d) = o.duration_s {
+            self.duration_s = d;
+        }
+        if let Some(rate) = o.rate_per_s {
+            if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
+                return Err(BadOverride::Rate(rate));
+            }
+            self.rate_per_s = rate;
+        }
+        if let Some(ms) = o.item_ms {
+            self.service_median_ms = f64::from(ms);
+        }
+        if let Some(k) = o.requested_of {
+            if k > self.instances {
+                return Err(BadOverride::RequestedOf { requested_of: k, instances: self.instances });
+            }
+            self.requested_of = k;
+        }
+        let items = self.rate_per_s * self.duration_s as f64;
+        if items > MAX_ITEMS {
+            return Err(BadOverride::TooManyItems { items, max: MAX_ITEMS });
+        }
+        Ok(self)
+    }
+
+    /// The preset's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The arrival window, in seconds.
+    pub fn duration_s(&self) -> u64 {
+        self.duration_s
     }
 
     /// Milliseconds of the arrival window.

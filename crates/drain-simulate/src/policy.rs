@@ -45,15 +45,22 @@ pub(crate) enum Kind {
     Oracle,
 }
 
-/// One policy.
+/// One policy the fleet runs: [`REPORTED`] or one of [`candidates`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Policy {
+pub struct Policy {
     /// Key in the JSON report.
     pub(crate) key: &'static str,
     /// One line for humans.
     pub(crate) label: &'static str,
     /// How it runs.
     pub(crate) kind: Kind,
+}
+
+impl Policy {
+    /// Its key in the report (`legacy`, `claim_aware`, `oracle`, …).
+    pub fn key(&self) -> &'static str {
+        self.key
+    }
 }
 
 /// The legacy behaviour: no peek, immediate re-entry after a lost race.
@@ -90,11 +97,13 @@ pub(crate) const ORACLE: Policy =
     Policy { key: "oracle", label: "oracle (a model): knows every claim, never wastes a turn", kind: Kind::Oracle };
 
 /// The policies of the report, in column order.
-pub(crate) const REPORTED: [Policy; 5] = [LEGACY, CLAIM_AWARE, CLAIM_AWARE_WAKE, SKIP_SERVED, ORACLE];
+pub const REPORTED: [Policy; 5] = [LEGACY, CLAIM_AWARE, CLAIM_AWARE_WAKE, SKIP_SERVED, ORACLE];
 
-/// The search of part 2: the first claim-aware policy, shorter windows, a backoff shaped by the
-/// holder's remaining TTL, and release notifications to all or one waiter.
-pub(crate) fn candidates() -> Vec<Policy> {
+/// The search for a low-latency claim-aware policy, legacy and the oracle included:
+/// the first claim-aware policy, shorter windows, a backoff shaped by the holder's
+/// remaining TTL, release notifications to all or one waiter, and served requests
+/// skipped.
+pub fn candidates() -> Vec<Policy> {
     let window = |key, label, lo, hi| Policy {
         key,
         label,

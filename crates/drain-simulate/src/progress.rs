@@ -1,5 +1,4 @@
-//! How far each job of a simulation has got in virtual time, for `drain simulate`'s
-//! progress bar. The jobs write, a display thread reads; nothing here changes what
+//! How far each job of a simulation has got in virtual time, for a progress bar. The jobs write, a display thread reads; nothing here changes what
 //! is simulated.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -25,17 +24,19 @@ impl Reached {
     }
 }
 
-/// Every job of one simulation: both tick runs, then each policy.
+/// How far a simulation has got: every job of it (both tick runs, then each policy).
+/// [`simulate`](crate::simulate) writes it from its threads; another thread may read
+/// [`Progress::per_mille`] and [`Progress::jobs_done`] meanwhile, to show a bar.
 #[derive(Debug)]
-pub(crate) struct Progress {
+pub struct Progress {
     jobs: Vec<Reached>,
     window_ms: u64,
     all_done: AtomicBool,
 }
 
 impl Progress {
-    /// The jobs [`super::simulate`] runs for `policies` on `sc`.
-    pub(crate) fn new(sc: &Scenario, policies: &[Policy]) -> Self {
+    /// The jobs [`simulate`](crate::simulate) runs for `policies` on `sc`.
+    pub fn new(sc: &Scenario, policies: &[Policy]) -> Self {
         Progress {
             jobs: (0..policies.len() + 2).map(|_| Reached::default()).collect(),
             window_ms: sc.duration_ms().max(1),
@@ -53,19 +54,20 @@ impl Progress {
         self.jobs[i].finish();
     }
 
-    /// The whole simulation finished.
-    pub(crate) fn finish(&self) {
+    /// The whole simulation finished: the caller says so once
+    /// [`simulate`](crate::simulate) returned, to stop its display.
+    pub fn finish(&self) {
         self.all_done.store(true, Ordering::Release);
     }
 
     /// Whether [`Progress::finish`] was called.
-    pub(crate) fn finished(&self) -> bool {
+    pub fn finished(&self) -> bool {
         self.all_done.load(Ordering::Acquire)
     }
 
     /// Per mille of the work done: each job counts up to the end of the arrival
     /// window (draining after it counts as the window's end), a finished job fully.
-    pub(crate) fn per_mille(&self) -> u64 {
+    pub fn per_mille(&self) -> u64 {
         let w = self.window_ms;
         let sum: u64 = self
             .jobs
@@ -76,15 +78,15 @@ impl Progress {
     }
 
     /// `(finished jobs, all jobs)`.
-    pub(crate) fn jobs_done(&self) -> (usize, usize) {
+    pub fn jobs_done(&self) -> (usize, usize) {
         (self.jobs.iter().filter(|j| j.done.load(Ordering::Acquire)).count(), self.jobs.len())
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::policy::REPORTED;
     use super::*;
-    use crate::simulate::policy::REPORTED;
 
     #[test]
     fn progress_counts_virtual_time_up_to_the_window_and_finished_jobs_fully() {

@@ -1,4 +1,4 @@
-//! The figures of a run: one JSON object (`--json`) or a table for humans.
+//! The figures of a run: one JSON object or a table for humans.
 
 use std::fmt::Write as _;
 
@@ -136,9 +136,10 @@ pub(crate) struct VersusLegacy {
     pub(crate) p99_latency_ratio: f64,
 }
 
-/// Everything `drain simulate` prints.
+/// The figures of a run, per policy and for the tick side: one JSON object through
+/// its `serde::Serialize` (`serde_json::to_string`), or [`Report::table`] for humans.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub(crate) struct Report {
+pub struct Report {
     /// The RNG seed.
     pub(crate) seed: u64,
     /// The preset.
@@ -203,8 +204,8 @@ impl Report {
         )
     }
 
-    /// The table for humans.
-    pub(crate) fn table(&self) -> String {
+    /// The table for humans, one column per policy.
+    pub fn table(&self) -> String {
         let mut out = String::new();
         let cfg = &self.config;
         let arrivals = match cfg.get("seeded") {

@@ -1,31 +1,34 @@
-//! `drain simulate`: a deterministic discrete-event simulation of a fleet in virtual
-//! time (docs/operations.md, `drain simulate`).
+#![doc = include_str!("../README.md")]
 //!
-//! * [`workload`]: the request stream, drawn once from the seed — Zipf-like owner
+//! ## How it works
+//!
+//! * The workload: the request stream, drawn once from the seed — Zipf-like owner
 //!   popularity, rate bursts, several items per arrival, each arrival requested of K
 //!   instances after exponential delivery delays, heavy-tailed per-item work.
-//! * [`engine`]: the owner side. Every instance runs drain-core's real
+//! * The owner side: every instance runs drain-core's real
 //!   [`Scheduler`](drain_core::admission::Scheduler); the engine only delivers
-//!   requests, answers peeks and runs turns against [`claims`], an in-memory claim
-//!   store with TTLs, and fires timers and release notifications.
-//! * [`oracle`]: a model, not drain-core code — an omniscient dispatcher that never
+//!   requests, answers peeks and runs turns against an in-memory claim store with
+//!   TTLs, and fires timers and release notifications.
+//! * The oracle: a model, not drain-core code — an omniscient dispatcher that never
 //!   wastes a turn, the floor for waste and latency.
-//! * [`ticks`]: the tick side — drain-core's real `run_tick` on its in-memory
-//!   ports (feature `memory`), beat every 10 s on 4 workers, lease off and on.
-//! * [`report`] and [`svg`]: the figures, as a table, one JSON object, or a chart.
+//! * The tick side: drain-core's real `run_tick` on its in-memory ports (feature
+//!   `memory`), beat every 10 s on 4 workers, lease off and on.
+//! * The figures: [`Report`] (one JSON object through `serde`, or
+//!   [`Report::table`]) and [`chart`] (an SVG document).
 //!
 //! The same seed gives byte-identical output: every random draw comes from a
-//! `SmallRng` seeded from it, time is virtual, and nothing iterates a hash map.
+//! `SmallRng` seeded from it, time is virtual, and nothing iterates a hash map. Jobs
+//! run on threads of their own; only [`Outcome::wall`] reads the wall clock.
 
 mod agenda;
 mod claims;
 mod engine;
 mod oracle;
 mod passes;
-pub(crate) mod policy;
-pub(crate) mod progress;
-pub(crate) mod report;
-pub(crate) mod scenario;
+mod policy;
+mod progress;
+mod report;
+mod scenario;
 mod svg;
 mod tally;
 mod ticks;
@@ -35,24 +38,28 @@ use std::time::{Duration, Instant};
 
 use drain_core::Switch;
 
+pub use self::policy::{Policy, REPORTED, candidates};
+pub use self::progress::Progress;
+pub use self::report::Report;
+pub use self::scenario::{BadOverride, Overrides, PRESETS, Scenario, UnknownPreset};
+
 use self::engine::Fleet;
-use self::policy::{Kind, Policy};
-use self::progress::{Progress, Reached};
-use self::report::{Figures, Ordered, Report, Ticks};
-use self::scenario::Scenario;
+use self::policy::Kind;
+use self::progress::Reached;
+use self::report::{Figures, Ordered, Ticks};
 use self::tally::{Series, Tally};
 use self::workload::Workload;
 
 /// A finished simulation: the report and, per policy, its series for the chart.
 #[derive(Debug, Clone)]
-pub(crate) struct Outcome {
-    /// What is printed.
-    pub(crate) report: Report,
+pub struct Outcome {
+    /// The figures: serialize it for one JSON object, or print [`Report::table`].
+    pub report: Report,
     /// Per policy (report order): the series over time.
     pub(crate) series: Vec<(Policy, Series)>,
-    /// Wall time of each job (tick runs, then policies), for `--timing` and the bench;
-    /// never part of the report.
-    pub(crate) wall: Vec<(&'static str, Duration)>,
+    /// Wall time of each job (the two tick runs, then each policy by its key); never
+    /// part of the report.
+    pub wall: Vec<(&'static str, Duration)>,
 }
 
 /// Run one policy on the workload.
@@ -80,8 +87,11 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration) {
 }
 
 /// Simulate `sc` with `seed` under each of `policies`, reporting how far each job
-/// got to `progress` (made for the same scenario and policies).
-pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy], progress: &Progress) -> Outcome {
+/// got to `progress` (made by [`Progress::new`] for the same scenario and policies).
+///
+/// Every policy and both tick runs run on threads of their own, at once; the result
+/// does not depend on how they are scheduled.
+pub fn simulate(sc: &Scenario, seed: u64, policies: &[Policy], progress: &Progress) -> Outcome {
     let w = Workload::generate(sc, seed);
     // Every policy and both tick runs are independent: run them on threads and
     // collect the results in order, so the output does not depend on scheduling.
@@ -138,8 +148,10 @@ pub(crate) fn simulate(sc: &Scenario, seed: u64, policies: &[Policy], progress: 
     Outcome { report, series, wall }
 }
 
-/// The chart of `outcome` as an SVG document.
-pub(crate) fn chart(outcome: &Outcome, window_s: u64) -> String {
+/// The chart of `outcome` as an SVG document: wasted turns and p99 item latency over
+/// the first `window_s` seconds (the scenario's [`Scenario::duration_s`]), a line per
+/// policy.
+pub fn chart(outcome: &Outcome, window_s: u64) -> String {
     let lines: Vec<svg::Line<'_>> = outcome
         .series
         .iter()
