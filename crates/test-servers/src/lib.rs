@@ -171,6 +171,35 @@ impl RedisServer {
         redis_cmd::command(self.port, self.password(), args, Duration::from_secs(5))
     }
 
+    /// Make ACL user `user` with `password`, allowed the keys matching each of `keys`
+    /// (`drain:*`), the channels matching each of `channels`, and no command but
+    /// `rights` (`+get`, `+script|load`, …): `ACL SETUSER <user> on ><password>
+    /// resetkeys ~<key>… resetchannels &<channel>… -@all <right>…`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command`], and when the server does not answer `OK`.
+    pub fn acl_user(
+        &self,
+        user: &str,
+        password: &str,
+        keys: &[&str],
+        channels: &[&str],
+        rights: &[&str],
+    ) -> io::Result<()> {
+        let mut args: Vec<String> = ["ACL", "SETUSER", user, "on"].map(str::to_owned).into();
+        args.push(format!(">{password}"));
+        args.push("resetkeys".to_owned());
+        args.extend(keys.iter().map(|k| format!("~{k}")));
+        args.push("resetchannels".to_owned());
+        args.extend(channels.iter().map(|c| format!("&{c}")));
+        args.push("-@all".to_owned());
+        args.extend(rights.iter().map(|r| (*r).to_owned()));
+        match self.command(&args.iter().map(String::as_str).collect::<Vec<_>>())? {
+            Reply::Simple(ok) if ok == "OK" => Ok(()),
+            other => Err(io::Error::other(format!("ACL SETUSER {user} answered {other:?}"))),
+        }
+    }
+
     /// `INFO <section>` as `(field, value)` pairs.
     ///
     /// # Errors
