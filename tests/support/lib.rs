@@ -133,6 +133,19 @@ impl Running {
         Running { child, lines, seen: Vec::new() }
     }
 
+    /// The tick reports of the JSON log lines seen so far whose message is `message`
+    /// (`tick done`, `resident batch`, …): each line carries its report as a JSON
+    /// string.
+    #[must_use]
+    pub fn reports(&self, message: &str) -> Vec<serde_json::Value> {
+        self.seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == message)
+            .filter_map(|v| v["report"].as_str().and_then(|r| serde_json::from_str(r).ok()))
+            .collect()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
