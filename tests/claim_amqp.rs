@@ -24,7 +24,7 @@ use drain_core::ports::{ClaimState, Message, SubmitContext, Submitter};
 use drain_core::testkit::{Forward, Hooks, RecordingObserver, TestRng};
 use drain_core::tick::{DrainStats, TickConfig, TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
-use drain_e2e::rabbit::{Broker, Queue, block_on};
+use drain_e2e::rabbit::{Broker, block_on};
 use drain_e2e::{TokioClock, redis};
 use futures::future::join_all;
 use test_servers::Reply;
@@ -157,8 +157,6 @@ fn claim_values(redis: &test_servers::RedisServer) -> (i64, i64) {
 fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_over_a_flaky_target() {
     let Some(broker) = Broker::shared("claim_amqp") else { return };
     let Some(redis) = redis() else { return };
-    let source_q = Queue::declare(&broker, "claim-source");
-    let target_q = Queue::declare(&broker, "claim-target");
     let ids: Vec<String> = (0..N).map(|i| format!("c-{i:05}")).collect();
     let mut feed = Vec::new();
     for (i, id) in ids.iter().enumerate() {
@@ -168,8 +166,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
         }
     }
     let copies = (feed.len() - N) as u64;
-    broker.feed(&source_q.name, &feed);
-    assert_eq!(broker.counts(&source_q.name), (feed.len() as u64, 0));
+    let (source_q, target_q) = broker.source_and_target("claim", &feed);
 
     let endpoint = |q: &str| Endpoint::parse(&broker.url(q)).expect("queue URL").endpoint;
     let (source, target, store) = block_on(async {

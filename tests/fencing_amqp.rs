@@ -27,7 +27,7 @@ use drain_core::fence::{FenceCheck, FenceDecision};
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, LeaseName, MessageSource};
 use drain_e2e::proxy::Proxy;
-use drain_e2e::rabbit::{self, Broker, Queue};
+use drain_e2e::rabbit::{self, Broker};
 use drain_e2e::{RedisServer, Running, TokioClock, drain, drain_bin, redis};
 use test_servers::Reply;
 
@@ -175,10 +175,8 @@ fn a_holder_frozen_past_its_ttl_sends_nothing_after_the_next_holder_s_first_mess
     let Some(broker) = Broker::shared("fencing_amqp") else { return };
     let Some(redis) = redis() else { return };
     drain_bin(); // built before the clock starts
-    let source = Queue::declare(&broker, "fencing-source");
-    let target = Queue::declare(&broker, "fencing-target");
-    let ids: Vec<String> = (0..N).map(|i| format!("m-{i:05}")).collect();
-    broker.feed(&source.name, &ids);
+    let ids = rabbit::ids(N);
+    let (source, target) = broker.source_and_target("fencing", &ids);
 
     let started = Instant::now();
     let upstream = Endpoint::parse(&broker.base).expect("the broker's URL").endpoint;
