@@ -1,20 +1,17 @@
 //! The `drain` binary as an operator runs it, on the embedded default.
 #![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The built `drain` on a clean slate, its metrics endpoint off.
 fn drain() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_drain"));
-    // Start from a clean slate: only what each test sets.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("DRAIN_") || k.starts_with("SERVICEBUS_") || k.starts_with("PROJECTION_") {
-            c.env_remove(k);
-        }
-    }
+    let mut c = support::drain();
     c.env("DRAIN_METRICS_ADDR", "off");
     c
 }
