@@ -10,7 +10,7 @@ use adapter_redis::KeySpace;
 use adapter_redis::keys::KeyKind;
 use drain_core::ports::LeaseName;
 use drain_e2e::rabbit::{Broker, ids};
-use drain_e2e::{RedisServer, Running, drain, drain_bin, redis, servicebus};
+use drain_e2e::{RedisServer, Running, beat_started, drain_bin, fleet_member, redis, servicebus};
 use test_servers::Reply;
 use test_servicebus::{QueueConfig, SubQueue};
 
@@ -26,26 +26,12 @@ const TAIL_BOUND: Duration = Duration::from_secs(60);
 /// One `drain run` of the fleet from `urls.0` to `urls.1`: lease and claims on,
 /// short TTLs, a beat every second.
 fn start(redis: &RedisServer, urls: (&str, &str), concurrency: u32, instance: &str) -> Running {
-    let (source, target) = urls;
-    let mut cmd = drain();
-    cmd.arg("run")
-        .env("DRAIN_LOG", "info")
-        .env("DRAIN_REDIS_URL", redis.url())
-        .env("DRAIN_SOURCE_URL", source)
-        .env("DRAIN_TARGET_URL", target)
-        .env("DRAIN_INSTANCE_ID", instance)
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
-        .env("SERVICEBUS_ATOMIC_CLAIM", "on")
-        .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
+    let mut cmd = fleet_member(redis, urls, instance);
+    cmd.env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
         .env("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS", TTL.to_string())
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
         .env("SERVICEBUS_DRAIN_CONCURRENCY", concurrency.to_string())
-        .env("SERVICEBUS_DRAIN_BATCH", "32")
-        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500")
         .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "5");
-    let mut p = Running::spawn(cmd);
-    assert!(p.wait_for("beat started", Duration::from_secs(30)), "{instance} did not start: {}", p.log());
-    p
+    beat_started(cmd, instance)
 }
 
 /// Processes of one test, each in a slot; a restarted slot gets a new instance id.
