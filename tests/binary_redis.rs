@@ -34,17 +34,6 @@ fn changed(
     after.iter().filter(|(c, n)| *c != "info" && before.get(*c) != Some(*n)).map(|(c, _)| c.clone()).collect()
 }
 
-/// The tick reports of the JSON log lines whose message is `message` (`tick done`,
-/// `resident batch`, …): each carries its report as a JSON string.
-fn reports(lines: &[String], message: &str) -> Vec<serde_json::Value> {
-    lines
-        .iter()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["message"] == message)
-        .filter_map(|v| v["report"].as_str().and_then(|r| serde_json::from_str(r).ok()))
-        .collect()
-}
-
 /// Wait (bounded) for a `message` report that satisfies `wanted`.
 fn wait_report(
     run: &mut Running,
@@ -54,7 +43,7 @@ fn wait_report(
 ) -> Option<serde_json::Value> {
     let deadline = Instant::now() + within;
     loop {
-        if let Some(r) = reports(&run.seen, message).into_iter().find(|r| wanted(r)) {
+        if let Some(r) = run.reports(message).into_iter().find(|r| wanted(r)) {
             return Some(r);
         }
         let left = deadline.checked_duration_since(Instant::now())?;
@@ -168,7 +157,7 @@ fn redis_stopped_mid_run_fails_open_and_counts_it() {
         r["lease"] == "fail_open" && n(r, "submitted") > 0
     });
     assert!(drained.is_some(), "a fail-open tick submitted messages:\n{}", run.log());
-    for r in reports(&run.seen, "tick done").iter().filter(|r| r["lease"] == "fail_open") {
+    for r in run.reports("tick done").iter().filter(|r| r["lease"] == "fail_open") {
         assert_eq!(n(r, "received"), n(r, "submitted") + n(r, "abandoned") + n(r, "dead_lettered"), "{r}");
     }
     run.terminate();
@@ -386,8 +375,8 @@ fn leases_lists_the_holder_its_ttl_and_the_minted_fence() {
     // The tick that held it reports the same fence when it is stopped.
     run.terminate();
     assert!(run.wait_exit(Duration::from_secs(15)).is_some_and(|s| s.success()), "{}", run.log());
-    let mut held = reports(&run.seen, "tick done");
-    held.extend(reports(&run.seen, "tick ended early"));
+    let mut held = run.reports("tick done");
+    held.extend(run.reports("tick ended early"));
     assert_eq!(held.len(), 1, "one tick ran:\n{}", run.log());
     assert_eq!((&held[0]["lease"], &held[0]["fence"]), (&"held".into(), &minted.into()), "{}", held[0]);
     assert!(leases(false).lines().any(|l| l.starts_with("lease ") && l.contains("(free)")), "released");
@@ -431,18 +420,18 @@ fn resident_consumer_drains_while_a_foreign_lease_skips_the_beat() {
     let mut run = Running::spawn(cmd);
     let batch = wait_report(&mut run, "resident batch", Duration::from_secs(20), |r| n(r, "submitted") > 0);
     assert!(batch.is_some(), "the resident consumer drains past the foreign lease:\n{}", run.log());
-    let skipped = |run: &Running| reports(&run.seen, "tick skipped: another tick holds the lease").len();
+    let skipped = |run: &Running| run.reports("tick skipped: another tick holds the lease").len();
     let deadline = Instant::now() + Duration::from_secs(20);
     while skipped(&run) < 2 && Instant::now() < deadline {
         run.wait_for("\u{0}", Duration::from_millis(200));
     }
     assert!(skipped(&run) >= 2, "beat ticks skip on the foreign lease:\n{}", run.log());
     assert_eq!(run.count("lease acquired"), 0, "{}", run.log());
-    assert!(reports(&run.seen, "tick done").is_empty(), "no beat tick drained:\n{}", run.log());
+    assert!(run.reports("tick done").is_empty(), "no beat tick drained:\n{}", run.log());
     run.terminate();
     assert!(run.wait_exit(Duration::from_secs(15)).is_some_and(|s| s.success()), "{}", run.log());
     assert_eq!(get(&server, key).as_deref(), Some(foreign), "the foreign lease is untouched");
-    let submitted: u64 = reports(&run.seen, "resident batch").iter().map(|r| n(r, "submitted")).sum();
+    let submitted: u64 = run.reports("resident batch").iter().map(|r| n(r, "submitted")).sum();
     let claims = match server.command(&["KEYS", "drain:msg:*"]).unwrap() {
         Reply::Array(Some(keys)) => keys.len() as u64,
         other => panic!("{other:?}"),

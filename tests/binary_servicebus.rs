@@ -3,11 +3,12 @@
 //! through emulator connection strings, claims and lease on a private Redis.
 
 use std::collections::BTreeMap;
+use std::process::Command;
 use std::time::Duration;
 
 use drain_e2e::servicebus::{broker, counts, eventually, feed, ids, url};
-use drain_e2e::{Running, drain, output, redis};
-use test_servicebus::{QueueConfig, SubQueue};
+use drain_e2e::{RedisServer, Running, drain, output, redis};
+use test_servicebus::{Broker, QueueConfig, SubQueue};
 
 fn distinct(n: usize, prefix: &str) -> Vec<String> {
     (0..n).map(|i| format!("{prefix}-{i:03}")).collect()
@@ -17,14 +18,33 @@ fn once_each(ids: &[String]) -> BTreeMap<String, u32> {
     ids.iter().map(|id| (id.clone(), 1)).collect()
 }
 
-/// The JSON lines of `message` in a JSON log, with their report parsed.
-fn reports(lines: &[String], message: &str) -> Vec<serde_json::Value> {
-    lines
-        .iter()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|v| v["message"] == message)
-        .filter_map(|v| v["report"].as_str().and_then(|r| serde_json::from_str(r).ok()))
-        .collect()
+/// `drain run <mode>` from queue `requests` to queue `work` of `b`, claims and lease
+/// on `redis`; a resident run beats once an hour and has 2 s to shut down. Each
+/// test adds its own settings.
+fn run(b: &Broker, redis: &RedisServer, mode: &str) -> Command {
+    let mut cmd = drain();
+    cmd.args(["run", mode])
+        .env("DRAIN_REDIS_URL", redis.url())
+        .env("DRAIN_SOURCE_URL", url(b, "requests"))
+        .env("DRAIN_TARGET_URL", url(b, "work"));
+    if mode == "--resident" {
+        cmd.env("DRAIN_BEAT_INTERVAL_SECONDS", "3600").env("DRAIN_SHUTDOWN_GRACE_SECONDS", "2");
+    }
+    cmd
+}
+
+/// `cmd` started, once its resident consumer runs.
+fn resident(cmd: Command) -> Running {
+    let mut run = Running::spawn(cmd);
+    assert!(run.wait_for("resident consumer started", Duration::from_secs(30)), "{}", run.log());
+    run
+}
+
+/// Stop the resident run; it exits 0, and `work` holds each of `sent` once.
+fn stop_and_check(run: &mut Running, b: &Broker, sent: &[String]) {
+    run.terminate();
+    assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
+    assert_eq!(ids(b, "work", SubQueue::Main), once_each(sent));
 }
 
 #[test]
@@ -34,14 +54,10 @@ fn run_once_moves_a_service_bus_queue_to_another_and_suppresses_the_copies() {
     let sent = distinct(40, "m");
     feed(&b, "requests", &sent);
     feed(&b, "requests", &sent[..5]); // a producer that retried
-    let mut cmd = drain();
-    cmd.args(["run", "--once"])
-        .env("DRAIN_REDIS_URL", redis.url())
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+    let mut cmd = run(&b, &redis, "--once");
+    cmd.env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
         .env("SERVICEBUS_DRAIN_CONCURRENCY", "8")
-        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500")
-        .env("DRAIN_SOURCE_URL", url(&b, "requests"))
-        .env("DRAIN_TARGET_URL", url(&b, "work"));
+        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500");
     let out = output(cmd, Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
@@ -65,27 +81,18 @@ fn the_resident_consumer_drains_service_bus() {
     let b = broker(&[("requests", QueueConfig::default()), ("work", QueueConfig::default())]);
     let sent = distinct(60, "r");
     feed(&b, "requests", &sent);
-    let mut cmd = drain();
-    cmd.args(["run", "--resident"])
-        .env("DRAIN_REDIS_URL", redis.url())
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+    let mut cmd = run(&b, &redis, "--resident");
+    cmd.env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
         .env("SERVICEBUS_DRAIN_CONCURRENCY", "8")
         .env("SERVICEBUS_DRAIN_BATCH", "16")
-        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500")
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
-        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "2")
-        .env("DRAIN_SOURCE_URL", url(&b, "requests"))
-        .env("DRAIN_TARGET_URL", url(&b, "work"));
-    let mut run = Running::spawn(cmd);
-    assert!(run.wait_for("resident consumer started", Duration::from_secs(30)), "{}", run.log());
+        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500");
+    let mut run = resident(cmd);
     let drained = eventually(Duration::from_secs(60), || counts(&b, "work").0 == sent.len());
     run.count("");
     assert!(drained, "the target got {} of {}:\n{}", counts(&b, "work").0, sent.len(), run.log());
-    run.terminate();
-    assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
-    assert_eq!(ids(&b, "work", SubQueue::Main), once_each(&sent));
+    stop_and_check(&mut run, &b, &sent);
     assert_eq!(counts(&b, "requests"), (0, 0));
-    let batches = reports(&run.seen, "resident batch");
+    let batches = run.reports("resident batch");
     assert!(!batches.is_empty() && batches.iter().all(|r| r["lease"] == "off"), "resident batches take no lease");
 }
 
@@ -98,18 +105,9 @@ fn a_redis_outage_does_not_burn_service_bus_delivery_counts() {
     let Some(mut redis) = redis() else { return };
     let queue = QueueConfig { max_delivery_count: 10, ..QueueConfig::default() };
     let b = broker(&[("requests", queue), ("work", QueueConfig::default())]);
-    let mut cmd = drain();
-    cmd.args(["run", "--resident"])
-        .env("DRAIN_LOG", "info")
-        .env("DRAIN_REDIS_URL", redis.url())
-        .env("SERVICEBUS_DRAIN_CONCURRENCY", "4")
-        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "200")
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
-        .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "2")
-        .env("DRAIN_SOURCE_URL", url(&b, "requests"))
-        .env("DRAIN_TARGET_URL", url(&b, "work"));
-    let mut run = Running::spawn(cmd);
-    assert!(run.wait_for("resident consumer started", Duration::from_secs(30)), "{}", run.log());
+    let mut cmd = run(&b, &redis, "--resident");
+    cmd.env("DRAIN_LOG", "info").env("SERVICEBUS_DRAIN_CONCURRENCY", "4").env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "200");
+    let mut run = resident(cmd);
     redis.kill();
     let sent = distinct(10, "o");
     feed(&b, "requests", &sent);
@@ -126,7 +124,5 @@ fn a_redis_outage_does_not_burn_service_bus_delivery_counts() {
     let drained = eventually(Duration::from_secs(60), || counts(&b, "work").0 == sent.len());
     run.count("");
     assert!(drained, "after the outage the target got {} of {}:\n{}", counts(&b, "work").0, sent.len(), run.log());
-    run.terminate();
-    assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
-    assert_eq!(ids(&b, "work", SubQueue::Main), once_each(&sent));
+    stop_and_check(&mut run, &b, &sent);
 }

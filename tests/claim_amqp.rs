@@ -12,22 +12,19 @@
 //! healthy run without copies no claim would ever collide or find `done`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use adapter_redis::{RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use async_trait::async_trait;
 use drain_core::event::{Event, MessageOutcome};
-use drain_core::ports::{
-    ClaimState, ClaimStore, ClaimTtls, Message, MessageId, SettleResult, SettledThenClaimed, Settlement, SubmitContext,
-    Submitter,
-};
-use drain_core::testkit::{RecordingObserver, TestRng};
+use drain_core::ports::{ClaimState, Message, SubmitContext, Submitter};
+use drain_core::testkit::{Forward, Hooks, RecordingObserver, TestRng};
 use drain_core::tick::{DrainStats, TickConfig, TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
-use drain_e2e::rabbit::{Broker, Queue, block_on};
+use drain_e2e::rabbit::{Broker, block_on};
 use drain_e2e::{TokioClock, redis};
 use futures::future::join_all;
 use test_servers::Reply;
@@ -94,57 +91,17 @@ impl Submitter for Flaky {
     }
 }
 
-/// The Redis claim store, counting the claims found pending under another tick's token.
-struct Claims {
-    store: RedisStore,
+/// Counts the claims found pending under another tick's token, for a
+/// [`Forward`] claim store.
+#[derive(Default)]
+struct CountBusy {
     pending_elsewhere: AtomicU64,
 }
 
-impl Claims {
-    /// Count the claims another holder had pending.
-    fn count_busy(&self, states: &[ClaimState]) {
+impl Hooks for CountBusy {
+    fn claimed(&self, states: &[ClaimState]) {
         let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
         self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
-    }
-}
-
-#[async_trait]
-impl ClaimStore for Claims {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        let states = self.store.claim_batch(queue, ids, token, ttl).await?;
-        self.count_busy(&states);
-        Ok(states)
-    }
-
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        s: &[Settlement],
-        token: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.store.settle_batch(queue, s, token, ttl).await
-    }
-
-    async fn settle_then_claim(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttls: ClaimTtls,
-    ) -> SettledThenClaimed {
-        let answer = self.store.settle_then_claim(queue, settlements, ids, token, ttls).await;
-        if let Ok(states) = &answer.claimed {
-            self.count_busy(states);
-        }
-        answer
     }
 }
 
@@ -200,8 +157,6 @@ fn claim_values(redis: &test_servers::RedisServer) -> (i64, i64) {
 fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_over_a_flaky_target() {
     let Some(broker) = Broker::shared("claim_amqp") else { return };
     let Some(redis) = redis() else { return };
-    let source_q = Queue::declare(&broker, "claim-source");
-    let target_q = Queue::declare(&broker, "claim-target");
     let ids: Vec<String> = (0..N).map(|i| format!("c-{i:05}")).collect();
     let mut feed = Vec::new();
     for (i, id) in ids.iter().enumerate() {
@@ -211,8 +166,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
         }
     }
     let copies = (feed.len() - N) as u64;
-    broker.feed(&source_q.name, &feed);
-    assert_eq!(broker.counts(&source_q.name), (feed.len() as u64, 0));
+    let (source_q, target_q) = broker.source_and_target("claim", &feed);
 
     let endpoint = |q: &str| Endpoint::parse(&broker.url(q)).expect("queue URL").endpoint;
     let (source, target, store) = block_on(async {
@@ -223,9 +177,10 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
         (source, target, store)
     });
     let target = Flaky { inner: target, tally: Tally::default() };
-    let claims = Claims { store, pending_elsewhere: AtomicU64::new(0) };
+    let store = Arc::new(store);
+    let claims = Forward::new(store.clone(), CountBusy::default());
     let (clock, observer) = (TokioClock::new(), RecordingObserver::new());
-    let ports = TickPorts::new(&source, &target, &clock, &observer).leases(&claims.store).claims(&claims);
+    let ports = TickPorts::new(&source, &target, &clock, &observer).leases(&*store).claims(&claims);
     let mut beat = TickConfig::new(&source_q.name);
     (beat.singleflight, beat.atomic_claim) = (Switch::Off, Switch::On);
     (beat.batch, beat.concurrency, beat.max_wait) = (16, 4, Duration::from_millis(500));
@@ -267,7 +222,7 @@ fn overlapping_ticks_and_a_resident_consumer_submit_each_message_exactly_once_ov
     let outcome =
         |o: MessageOutcome| observer.count(|e| matches!(e, Event::Message { outcome, .. } if *outcome == o)) as u64;
     let busy = outcome(MessageOutcome::ClaimedElsewhere);
-    let pending_elsewhere = claims.pending_elsewhere.load(Relaxed);
+    let pending_elsewhere = claims.hooks().pending_elsewhere.load(Relaxed);
     let (failures, sent) = (target.tally.failures.load(Relaxed), target.tally.sent.load(Relaxed));
     let failed_ids = target.tally.failed.lock().expect("failed").len();
     eprintln!(

@@ -27,8 +27,8 @@ use drain_core::fence::{FenceCheck, FenceDecision};
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, LeaseName, MessageSource};
 use drain_e2e::proxy::Proxy;
-use drain_e2e::rabbit::{self, Broker, Queue};
-use drain_e2e::{RedisServer, Running, TokioClock, drain, drain_bin, redis};
+use drain_e2e::rabbit::{self, Broker};
+use drain_e2e::{RedisServer, Running, TokioClock, beat_started, drain_bin, fleet_member, redis};
 use test_servers::Reply;
 
 /// `DRAIN_KEY_PREFIX` (the default).
@@ -44,25 +44,12 @@ const BOUND: Duration = Duration::from_secs(60);
 /// on, a beat every second. Claims stay pending for 60 s, longer than the freeze, so
 /// no other process takes over a message the frozen one may still submit.
 fn start(redis: &RedisServer, source: &str, target: &str, instance: &str) -> Running {
-    let mut cmd = drain();
-    cmd.arg("run")
-        .env("DRAIN_LOG", "info")
-        .env("DRAIN_REDIS_URL", redis.url())
-        .env("DRAIN_SOURCE_URL", source)
-        .env("DRAIN_TARGET_URL", target)
-        .env("DRAIN_TARGET_FENCE_PROPERTY", PROPERTY)
-        .env("DRAIN_INSTANCE_ID", instance)
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
-        .env("SERVICEBUS_ATOMIC_CLAIM", "on")
+    let mut cmd = fleet_member(redis, (source, target), instance);
+    cmd.env("DRAIN_TARGET_FENCE_PROPERTY", PROPERTY)
         .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
         .env("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS", "60")
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
-        .env("SERVICEBUS_DRAIN_CONCURRENCY", "2")
-        .env("SERVICEBUS_DRAIN_BATCH", "32")
-        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500");
-    let mut p = Running::spawn(cmd);
-    assert!(p.wait_for("beat started", Duration::from_secs(30)), "{instance} did not start: {}", p.log());
-    p
+        .env("SERVICEBUS_DRAIN_CONCURRENCY", "2");
+    beat_started(cmd, instance)
 }
 
 fn string(reply: Reply) -> Option<String> {
@@ -175,10 +162,8 @@ fn a_holder_frozen_past_its_ttl_sends_nothing_after_the_next_holder_s_first_mess
     let Some(broker) = Broker::shared("fencing_amqp") else { return };
     let Some(redis) = redis() else { return };
     drain_bin(); // built before the clock starts
-    let source = Queue::declare(&broker, "fencing-source");
-    let target = Queue::declare(&broker, "fencing-target");
-    let ids: Vec<String> = (0..N).map(|i| format!("m-{i:05}")).collect();
-    broker.feed(&source.name, &ids);
+    let ids = rabbit::ids(N);
+    let (source, target) = broker.source_and_target("fencing", &ids);
 
     let started = Instant::now();
     let upstream = Endpoint::parse(&broker.base).expect("the broker's URL").endpoint;

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use adapter_redis::KeySpace;
 use adapter_redis::keys::KeyKind;
 use drain_core::ports::LeaseName;
-use drain_e2e::rabbit::{Broker, Queue};
-use drain_e2e::{RedisServer, Running, drain, drain_bin, redis, servicebus};
+use drain_e2e::rabbit::{Broker, ids};
+use drain_e2e::{RedisServer, Running, beat_started, drain_bin, fleet_member, redis, servicebus};
 use test_servers::Reply;
 use test_servicebus::{QueueConfig, SubQueue};
 
@@ -26,26 +26,12 @@ const TAIL_BOUND: Duration = Duration::from_secs(60);
 /// One `drain run` of the fleet from `urls.0` to `urls.1`: lease and claims on,
 /// short TTLs, a beat every second.
 fn start(redis: &RedisServer, urls: (&str, &str), concurrency: u32, instance: &str) -> Running {
-    let (source, target) = urls;
-    let mut cmd = drain();
-    cmd.arg("run")
-        .env("DRAIN_LOG", "info")
-        .env("DRAIN_REDIS_URL", redis.url())
-        .env("DRAIN_SOURCE_URL", source)
-        .env("DRAIN_TARGET_URL", target)
-        .env("DRAIN_INSTANCE_ID", instance)
-        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
-        .env("SERVICEBUS_ATOMIC_CLAIM", "on")
-        .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
+    let mut cmd = fleet_member(redis, urls, instance);
+    cmd.env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
         .env("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS", TTL.to_string())
-        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
         .env("SERVICEBUS_DRAIN_CONCURRENCY", concurrency.to_string())
-        .env("SERVICEBUS_DRAIN_BATCH", "32")
-        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500")
         .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "5");
-    let mut p = Running::spawn(cmd);
-    assert!(p.wait_for("beat started", Duration::from_secs(30)), "{instance} did not start: {}", p.log());
-    p
+    beat_started(cmd, instance)
 }
 
 /// Processes of one test, each in a slot; a restarted slot gets a new instance id.
@@ -261,10 +247,6 @@ fn kill_while_draining(
 /// Processes of the SIGKILL fleets.
 const PROCESSES: usize = 4;
 
-fn ids(n: usize) -> Vec<String> {
-    (0..n).map(|i| format!("m-{i:05}")).collect()
-}
-
 /// Every id of `ids` arrived; the ones that arrived more than once are in `allowed`.
 fn check_target(seen: &BTreeMap<String, u32>, ids: &[String], allowed: &BTreeSet<String>) -> usize {
     let missing: Vec<&String> = ids.iter().filter(|id| !seen.contains_key(*id)).collect();
@@ -294,11 +276,8 @@ fn a_fleet_sigkilled_mid_drain_duplicates_only_what_was_in_flight_at_a_kill() {
     let Some(broker) = Broker::shared("fleet_amqp") else { return };
     let Some(redis) = redis() else { return };
     drain_bin(); // built before the clock starts
-    let source = Queue::declare(&broker, "fleet-source");
-    let target = Queue::declare(&broker, "fleet-target");
     let ids = ids(N);
-    broker.feed(&source.name, &ids);
-    assert_eq!(broker.counts(&source.name), (N as u64, 0));
+    let (source, target) = broker.source_and_target("fleet", &ids);
 
     let started = Instant::now();
     let (source_url, target_url) = (broker.url(&source.name), broker.url(&target.name));
@@ -398,11 +377,8 @@ fn a_broker_restarted_under_load_loses_nothing_and_sends_twice_only_what_failed_
     const RESTARTS: u64 = 2;
     let Some(redis) = redis() else { return };
     let Some(broker) = Broker::private("broker_restart") else { return };
-    let source = Queue::declare(&broker, "restart-source");
-    let target = Queue::declare(&broker, "restart-target");
     let ids = ids(N);
-    broker.feed(&source.name, &ids);
-    assert_eq!(broker.counts(&source.name), (N as u64, 0));
+    let (source, target) = broker.source_and_target("restart", &ids);
 
     let started = Instant::now();
     let mut fleet = Fleet::new(2);

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use adapter_redis::rights::{LEASES_AND_CLAIMS, OWNER_BACKLOGS};
 use drain_e2e::owners::{LIMIT, backlog, in_flight, recorded, seed};
 use drain_e2e::{RedisServer, Running, drain, drain_bin, output, redis};
 use test_servers::Reply;
@@ -88,30 +89,12 @@ fn frozen_with_batches_in_flight(server: &RedisServer, run: &Running) -> i64 {
 fn a_missing_hincrby_right_loses_nothing() {
     let Some(server) = redis() else { return };
     seed(&server, OWNERS, ITEMS);
-    let rights = [
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+get",
-        "+set",
-        "+del",
-        "+incr",
-        "+pexpire",
-        "+pttl",
-        "+ping",
-        "+llen",
-        "+lrange",
-        "+rpush",
-        "+ltrim",
-        "+lrem",
-        "+lpop",
-        "+publish",
-        "+subscribe",
-    ];
-    let mut acl = vec!["ACL", "SETUSER", "nohincrby", "on", ">pw", "resetkeys", "~drain:*", "resetchannels"];
-    acl.extend(["&drain:wake:*", "-@all"]);
-    acl.extend(rights);
-    assert_eq!(server.command(&acl).expect("ACL SETUSER"), Reply::Simple("OK".into()));
+    // Everything `drain owners` needs (the documented rights, and the wake-up's) but
+    // HINCRBY.
+    let backlogs = OWNER_BACKLOGS.iter().copied().filter(|r| *r != "+hincrby");
+    let wake = ["+lrem", "+lpop", "+publish", "+subscribe"];
+    let rights: Vec<&str> = LEASES_AND_CLAIMS.iter().copied().chain(backlogs).chain(wake).collect();
+    server.acl_user("nohincrby", "pw", &["drain:*"], &["drain:wake:*"], &rights).expect("ACL SETUSER");
 
     let url = format!("redis://nohincrby:pw@127.0.0.1:{}", server.port());
     let out = output(owners(&url, 0, &[]), LIMIT);

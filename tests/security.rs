@@ -52,10 +52,6 @@ fn report(out: &Output) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("one JSON line ({e}):\n{}", text(out)))
 }
 
-fn ok(reply: std::io::Result<Reply>) {
-    assert_eq!(reply.expect("redis command"), Reply::Simple("OK".into()));
-}
-
 fn keys(server: &RedisServer, pattern: &str) -> BTreeMap<String, Option<String>> {
     let Reply::Array(Some(items)) = server.command(&["KEYS", pattern]).expect("KEYS") else { panic!("KEYS") };
     items
@@ -97,16 +93,12 @@ fn minimal_rights() -> Vec<String> {
     rights
 }
 
-/// `ACL SETUSER <user> on ><password> resetkeys ~<prefix>:* resetchannels
-/// &<prefix>:wake:* -@all <rights>`.
+/// `user` with `password`, `rights` and the keys `<prefix>:*` and channels
+/// `<prefix>:wake:*`.
 fn set_user(server: &RedisServer, user: &str, password: &str, prefix: &str, rights: &[String]) {
-    let pass = format!(">{password}");
-    let pattern = format!("~{prefix}:*");
-    let channels = format!("&{prefix}:wake:*");
-    let mut args =
-        vec!["ACL", "SETUSER", user, "on", &pass, "resetkeys", &pattern, "resetchannels", &channels, "-@all"];
-    args.extend(rights.iter().map(String::as_str));
-    ok(server.command(&args));
+    let rights: Vec<&str> = rights.iter().map(String::as_str).collect();
+    let (keys, channels) = (format!("{prefix}:*"), format!("{prefix}:wake:*"));
+    server.acl_user(user, password, &[&keys], &[&channels], &rights).expect("ACL SETUSER");
 }
 
 // ---------------------------------------------------------------------------------

@@ -25,11 +25,8 @@ use async_trait::async_trait;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, TickOutcome};
 use drain_core::guard::LeaseStatus;
 use drain_core::memory::MemorySource;
-use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
-    Renew, SettleResult, SettledThenClaimed, Settlement, SubmitContext, Submitter,
-};
-use drain_core::testkit::{RecordingObserver, TestRng, message};
+use drain_core::ports::{ClaimStore, Clock, LeaseName, LeaseStore, Message, SubmitContext, Submitter};
+use drain_core::testkit::{Call, Forward, Hooks, RecordingObserver, Run, TestRng, message};
 use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
 use drain_core::{LeaseToken, PortError, Switch};
 use drain_e2e::TokioClock;
@@ -282,38 +279,49 @@ pub(crate) async fn answered<T, F: Future<Output = Result<T, PortError>>>(mut ca
 }
 
 /// Which operation [`KillDuring`] interrupts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Op {
     Acquire,
     Release,
     Claim,
 }
 
-/// Delegates to the store; the `nth` call of `op` goes out while the server is
-/// frozen, and the server is SIGKILLed 100 ms later, so the request is sent and its
-/// answer never comes: the server dies *during* the operation.
-pub(crate) struct KillDuring<S, V> {
-    store: S,
+/// Hooks for a [`Forward`] store: the `nth` call of `op` goes out while the server
+/// is frozen, and the server is SIGKILLed 100 ms later, so the request is sent and
+/// its answer never comes: the server dies *during* the operation. The tick's claims
+/// of every batch but the first come with a settlement, in one call: a kill "during
+/// a claim" lands in that call as well.
+pub(crate) struct KillDuring<V> {
     server: Shared<V>,
     op: Op,
     nth: usize,
-    seen: Mutex<BTreeMap<&'static str, usize>>,
+    seen: Mutex<BTreeMap<Op, usize>>,
 }
 
-impl<S: FaultStore, V: FaultServer> KillDuring<S, V> {
-    pub(crate) fn new(store: S, server: Shared<V>, op: Op, nth: usize) -> Self {
-        KillDuring { store, server, op, nth, seen: Mutex::new(BTreeMap::new()) }
+impl<V: FaultServer> KillDuring<V> {
+    /// `store`, whose `nth` call of `op` the server dies during.
+    pub(crate) fn new<S: FaultStore>(store: S, server: Shared<V>, op: Op, nth: usize) -> Forward<S, Self> {
+        Forward::new(Arc::new(store), KillDuring { server, op, nth, seen: Mutex::new(BTreeMap::new()) })
     }
+}
 
-    async fn call<T>(&self, op: Op, fut: impl Future<Output = T>) -> T {
+#[async_trait]
+impl<V: FaultServer> Hooks for KillDuring<V> {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        let op = match call {
+            Call::Acquire(_) => Op::Acquire,
+            Call::Release(_) => Op::Release,
+            Call::ClaimBatch(_) | Call::SettleThenClaim(_) => Op::Claim,
+            _ => return run.await,
+        };
         let n = {
             let mut seen = lock(&self.seen);
-            let n = seen.entry(op_name(op)).or_insert(0);
+            let n = seen.entry(op).or_insert(0);
             *n += 1;
             *n
         };
         if op != self.op || n != self.nth {
-            return fut.await;
+            return run.await;
         }
         lock(&self.server).pause();
         let server = self.server.clone();
@@ -321,67 +329,9 @@ impl<S: FaultStore, V: FaultServer> KillDuring<S, V> {
             std::thread::sleep(Duration::from_millis(100));
             lock(&server).kill();
         });
-        let out = fut.await;
+        let out = run.await;
         killer.join().expect("killer thread");
         out
-    }
-}
-
-fn op_name(op: Op) -> &'static str {
-    match op {
-        Op::Acquire => "acquire",
-        Op::Release => "release",
-        Op::Claim => "claim",
-    }
-}
-
-#[async_trait]
-impl<S: FaultStore, V: FaultServer> LeaseStore for KillDuring<S, V> {
-    async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.call(Op::Acquire, self.store.acquire(key, token, ttl)).await
-    }
-    async fn release(&self, key: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        self.call(Op::Release, self.store.release(key, token)).await
-    }
-    async fn renew(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.store.renew(key, token, ttl).await
-    }
-    async fn peek(&self, key: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.store.peek(key).await
-    }
-}
-
-#[async_trait]
-impl<S: FaultStore, V: FaultServer> ClaimStore for KillDuring<S, V> {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        pending_ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.call(Op::Claim, self.store.claim_batch(queue, ids, token, pending_ttl)).await
-    }
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        token: &LeaseToken,
-        done_ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.store.settle_batch(queue, settlements, token, done_ttl).await
-    }
-    /// The tick's claims of every batch but the first come this way: a kill "during
-    /// a claim" lands in this call as well.
-    async fn settle_then_claim(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttls: ClaimTtls,
-    ) -> SettledThenClaimed {
-        self.call(Op::Claim, self.store.settle_then_claim(queue, settlements, ids, token, ttls)).await
     }
 }
 

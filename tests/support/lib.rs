@@ -133,6 +133,19 @@ impl Running {
         Running { child, lines, seen: Vec::new() }
     }
 
+    /// The tick reports of the JSON log lines seen so far whose message is `message`
+    /// (`tick done`, `resident batch`, …): each line carries its report as a JSON
+    /// string.
+    #[must_use]
+    pub fn reports(&self, message: &str) -> Vec<serde_json::Value> {
+        self.seen
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == message)
+            .filter_map(|v| v["report"].as_str().and_then(|r| serde_json::from_str(r).ok()))
+            .collect()
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
@@ -263,6 +276,32 @@ pub fn cpu_seconds(pid: u32) -> f64 {
     // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after `)`.
     let ticks: f64 = fields[11].parse::<f64>().expect("utime") + fields[12].parse::<f64>().expect("stime");
     ticks / per_second
+}
+
+/// `drain run` as one process `instance` of a fleet, from `source` to `target`: lease
+/// and claims on `redis`, a beat every second, batches of 32 waited for up to
+/// 500 ms, an info log. Each test adds its own settings, then [`beat_started`].
+pub fn fleet_member(redis: &RedisServer, (source, target): (&str, &str), instance: &str) -> Command {
+    let mut cmd = drain();
+    cmd.arg("run")
+        .env("DRAIN_LOG", "info")
+        .env("DRAIN_REDIS_URL", redis.url())
+        .env("DRAIN_SOURCE_URL", source)
+        .env("DRAIN_TARGET_URL", target)
+        .env("DRAIN_INSTANCE_ID", instance)
+        .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("SERVICEBUS_ATOMIC_CLAIM", "on")
+        .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
+        .env("SERVICEBUS_DRAIN_BATCH", "32")
+        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "500");
+    cmd
+}
+
+/// `cmd` (process `instance`) running, once its beat started.
+pub fn beat_started(cmd: Command, instance: &str) -> Running {
+    let mut p = Running::spawn(cmd);
+    assert!(p.wait_for("beat started", Duration::from_secs(30)), "{instance} did not start: {}", p.log());
+    p
 }
 
 /// A private redis-server, or `None` with the skip reason printed (a failure under CI).

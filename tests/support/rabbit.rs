@@ -159,6 +159,16 @@ impl Broker {
             .unwrap_or_else(|| panic!("queue {queue} is not listed: {out}"))
     }
 
+    /// Queues `<test>-source`, holding one message for each of `ids` and nothing
+    /// else, and `<test>-target`, empty.
+    pub fn source_and_target(&self, test: &str, ids: &[String]) -> (Queue<'_>, Queue<'_>) {
+        let source = Queue::declare(self, &format!("{test}-source"));
+        let target = Queue::declare(self, &format!("{test}-target"));
+        self.feed(&source.name, ids);
+        assert_eq!(self.counts(&source.name), (ids.len() as u64, 0), "{} fed", source.name);
+        (source, target)
+    }
+
     /// Put a persistent message with each id on `queue`, 64 submits in flight.
     pub fn feed(&self, queue: &str, ids: &[String]) {
         self.feed_messages(queue, &ids.iter().map(|id| message(id)).collect::<Vec<_>>());
@@ -285,4 +295,10 @@ fn find(program: &str, dirs: &[&str]) -> Option<PathBuf> {
         .chain(std::env::split_paths(&path))
         .map(|d| d.join(program))
         .find(|p| Path::is_file(p))
+}
+
+/// `n` ids: `m-00000`, `m-00001`, …
+#[must_use]
+pub fn ids(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("m-{i:05}")).collect()
 }

@@ -1,21 +1,15 @@
 //! Counters are on `/metrics` at 0 for every label set the process can produce,
 //! before the first event (so `rate()` and `increase()` alerts see the first one).
 
+mod support;
+
 use std::time::Duration;
 
 use adapter_metrics::{Known, KnownTicks, MetricsObserver, export_known};
 use drain_core::Switch;
 use drain_core::event::{Event, MessageOutcome};
 use drain_core::ports::Observer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.expect("write");
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.expect("read");
-    body
-}
+use support::scrape;
 
 fn series(body: &str) -> Vec<&str> {
     body.lines().filter(|l| l.starts_with("drain_")).collect()

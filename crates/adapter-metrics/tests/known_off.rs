@@ -1,17 +1,11 @@
 //! With single-flight off, no resident consumer and no owner drains, none of their
 //! series is exported (a separate process from known.rs: one global recorder each).
 
+mod support;
+
 use adapter_metrics::{Known, KnownTicks, export_known};
 use drain_core::Switch;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.expect("write");
-    let mut body = String::new();
-    s.read_to_string(&mut body).await.expect("read");
-    body
-}
+use support::scrape;
 
 #[tokio::test]
 async fn off_switches_export_no_lease_series_and_no_owner_series() {

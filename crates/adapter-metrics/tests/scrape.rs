@@ -1,6 +1,8 @@
 //! Install the exporter on a free loopback port, feed scripted decisions through the
 //! observer, scrape `/metrics` over HTTP and check names, labels and values.
 
+mod support;
+
 use std::time::Duration;
 
 use adapter_metrics::{KEEP_LIST, MetricsObserver};
@@ -8,20 +10,7 @@ use drain_core::Switch;
 use drain_core::admission::TurnOutcome;
 use drain_core::event::{Event, LeaseOp, MessageOutcome, SkipReason, TickKind, TickOutcome};
 use drain_core::ports::Observer;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn scrape(addr: std::net::SocketAddr) -> String {
-    for _ in 0..50 {
-        if let Ok(mut s) = tokio::net::TcpStream::connect(addr).await {
-            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.expect("write");
-            let mut body = String::new();
-            s.read_to_string(&mut body).await.expect("read");
-            return body;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the exporter never listened on {addr}");
-}
+use support::scrape;
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()

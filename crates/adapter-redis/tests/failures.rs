@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use adapter_redis::rights::LEASES_AND_CLAIMS;
 use adapter_redis::{RedisConfig, RedisStore};
 use drain_core::admission::OwnerId;
 use drain_core::ports::{Acquire, ClaimStore, LeaseName, LeaseStore, MessageId, OwnerClaims, Release};
@@ -189,30 +190,10 @@ async fn passwords_work_and_wrong_ones_are_permanent_auth_errors() {
 #[tokio::test]
 async fn minimal_acl_suffices_and_missing_rights_are_permission_errors() {
     let Some(redis) = RedisServer::start() else { return };
-    let minimal = [
-        "ACL",
-        "SETUSER",
-        "drain",
-        "on",
-        ">drain-pass-1",
-        "resetkeys",
-        "~drain:*",
-        "resetchannels",
-        "-@all",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+get",
-        "+set",
-        "+del",
-        "+incr",
-        "+pexpire",
-        "+pttl",
-        "+scan",
-        "+ping",
-        "+cluster|nodes",
-    ];
-    assert_eq!(redis.command(&minimal).expect("acl"), Reply::Simple("OK".into()));
+    // The lease and claim rights (`drain doctor` checks them; they are the documented
+    // ones), and `drain leases`' scan.
+    let minimal = [LEASES_AND_CLAIMS, &["+scan", "+cluster|nodes"]].concat();
+    redis.acl_user("drain", "drain-pass-1", &["drain:*"], &[], &minimal).expect("acl");
     let url = format!("redis://drain:drain-pass-1@127.0.0.1:{}", redis.port());
     let store = connect(&url).await;
     let me = token("me", 1);

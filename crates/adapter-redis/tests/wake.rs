@@ -250,17 +250,10 @@ async fn on_a_cluster_waiters_and_wakes_work_across_nodes() {
 #[tokio::test]
 async fn missing_wake_rights_names_each_command_and_the_channel() {
     let Some(redis) = RedisServer::start() else { return };
-    let base =
-        ["-@all", "+evalsha", "+eval", "+script|load", "+get", "+set", "+del", "+incr", "+pexpire", "+pttl", "+ping"];
     let wake = ["+rpush", "+lrem", "+lpop", "+publish", "+subscribe"];
-    let set_user = |user: &str, channels: &str, rights: &[&str]| {
-        let mut args = vec!["ACL", "SETUSER", user, "on", ">wake-pass-1", "resetkeys", "~wk:*", "resetchannels"];
-        if !channels.is_empty() {
-            args.push(channels);
-        }
-        args.extend(base);
-        args.extend(rights);
-        assert_eq!(redis.command(&args).expect("acl"), Reply::Simple("OK".into()));
+    let set_user = |user: &str, channels: &[&str], rights: &[&str]| {
+        let rights = [adapter_redis::rights::LEASES_AND_CLAIMS, rights].concat();
+        redis.acl_user(user, "wake-pass-1", &["wk:*"], channels, &rights).expect("acl");
     };
     let keys = adapter_redis::KeySpace::new("wk");
     let (list, channel) = (keys.owner_waiters("probe"), keys.wake_channel("probe"));
@@ -269,16 +262,16 @@ async fn missing_wake_rights_names_each_command_and_the_channel() {
         let (list, channel) = (list.clone(), channel.clone());
         async move { connect(&url).await.missing_wake_rights(&list, &channel).await.expect("probe") }
     };
-    set_user("all", "&wk:wake:*", &wake);
+    set_user("all", &["wk:wake:*"], &wake);
     assert!(check("all").await.is_empty());
     assert_eq!(redis.command(&["EXISTS", &list]).expect("EXISTS"), Reply::Int(0), "the probe list is removed");
     for (user, right) in
         [("norpush", "+rpush"), ("nolpop", "+lpop"), ("nopublish", "+publish"), ("nosub", "+subscribe")]
     {
         let others: Vec<&str> = wake.iter().copied().filter(|r| *r != right).collect();
-        set_user(user, "&wk:wake:*", &others);
+        set_user(user, &["wk:wake:*"], &others);
         assert_eq!(check(user).await, [right.to_owned()], "{user}");
     }
-    set_user("nochannel", "", &wake);
+    set_user("nochannel", &[], &wake);
     assert_eq!(check("nochannel").await, [format!("&{channel}")]);
 }

@@ -1,20 +1,17 @@
 //! The `drain` binary as an operator runs it, on the embedded default.
 #![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The built `drain` on a clean slate, its metrics endpoint off.
 fn drain() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_drain"));
-    // Start from a clean slate: only what each test sets.
-    for (k, _) in std::env::vars() {
-        if k.starts_with("DRAIN_") || k.starts_with("SERVICEBUS_") || k.starts_with("PROJECTION_") {
-            c.env_remove(k);
-        }
-    }
+    let mut c = support::drain();
     c.env("DRAIN_METRICS_ADDR", "off");
     c
 }
@@ -33,8 +30,9 @@ impl Drop for Guard {
     }
 }
 
-/// Lines of the child's stderr, read on a thread.
-fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+/// `cmd` spawned, stdout discarded, with the lines of its stderr read on a thread.
+fn spawn_logged(cmd: &mut Command) -> (Guard, mpsc::Receiver<String>) {
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let (tx, rx) = mpsc::channel();
     let err = child.stderr.take().expect("piped stderr");
     std::thread::spawn(move || {
@@ -44,7 +42,7 @@ fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
             }
         }
     });
-    rx
+    (Guard(child), rx)
 }
 
 /// Wait (bounded) for a line containing `needle`; returns every line seen so far.
@@ -140,20 +138,15 @@ fn flags_markdown_matches_the_committed_docs() {
 #[test]
 fn run_skips_overlapping_ticks_serves_metrics_and_shuts_down_on_sigterm() {
     let port = free_port();
-    let mut child = drain()
-        .arg("run")
+    let mut cmd = drain();
+    cmd.arg("run")
         .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
         .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
         .env("DRAIN_SHUTDOWN_GRACE_SECONDS", "1")
         .env("DRAIN_LOG", "debug")
         .env("DRAIN_LOG_FORMAT", "json")
-        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = stderr_lines(&mut child);
-    let mut child = Guard(child);
+        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    let (mut child, rx) = spawn_logged(&mut cmd);
     let mut seen = Vec::new();
     assert!(wait_for(&rx, &mut seen, "tick skipped", Duration::from_secs(20)), "no skipped tick:\n{}", seen.join("\n"));
     for l in &seen {
@@ -242,21 +235,16 @@ fn bare_drain_says_what_drain_help_says() {
 #[test]
 fn run_says_what_it_will_do_and_exports_every_series_from_the_first_scrape() {
     let (port, redis_port) = (free_port(), free_port());
-    let mut child = drain()
-        .args(["run", "--resident"])
+    let mut cmd = drain();
+    cmd.args(["run", "--resident"])
         .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
         .env("PROJECTION_DRAIN_CLAIM_AWARE", "shadow")
         // Nothing listens there: the start line must not need the store.
         .env("DRAIN_REDIS_URL", format!("redis://drain:hunter2@127.0.0.1:{redis_port}"))
         .env("DRAIN_BEAT_INTERVAL_SECONDS", "3600")
         .env("DRAIN_LOG_FORMAT", "json")
-        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let rx = stderr_lines(&mut child);
-    let child = Guard(child);
+        .env("DRAIN_METRICS_ADDR", format!("127.0.0.1:{port}"));
+    let (child, rx) = spawn_logged(&mut cmd);
     let mut seen = Vec::new();
     assert!(wait_for(&rx, &mut seen, "drain run: queue", Duration::from_secs(20)), "{}", seen.join("\n"));
     let starts: Vec<&String> = seen.iter().filter(|l| l.contains("drain run: queue")).collect();

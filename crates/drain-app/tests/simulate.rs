@@ -3,19 +3,12 @@
 //! drain-simulate's tests.
 #![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
+mod support;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
-
-fn drain() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_drain"));
-    for (k, _) in std::env::vars() {
-        if k.starts_with("DRAIN_") || k.starts_with("SERVICEBUS_") || k.starts_with("PROJECTION_") {
-            c.env_remove(k);
-        }
-    }
-    c
-}
+use support::drain;
 
 fn run(args: &[&str]) -> Output {
     let out = drain().arg("simulate").args(args).output().expect("run drain");

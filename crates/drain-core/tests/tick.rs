@@ -10,35 +10,23 @@ use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
 use drain_core::guard::LeaseStatus;
 use drain_core::memory::{MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, Capabilities, Delivery, DeliveryHandle, Holding, LeaseName, LeaseStore, Message, MessageId, MessageSource,
-    Release, Renew, SubmitContext, Submitter,
+    Capabilities, Delivery, DeliveryHandle, LeaseName, LeaseStore, Message, MessageId, MessageSource, SubmitContext,
+    Submitter,
 };
-use drain_core::testkit::{FailSettle, RecordingSubmitter, TestRng, message};
+use drain_core::testkit::{Call, FailSettle, Forward, Hooks, RecordingSubmitter, Run, TestRng, message};
 use drain_core::tick::{TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
 
-/// The in-memory store whose acquire answer goes through `hook` (which may also
-/// change the store); every other lease call passes through.
-struct AcquireHook<F>(Arc<MemoryStore>, F);
+/// The acquire's answer goes through the closure, which may replace it with an error
+/// (or change the store); every other lease call passes through.
+struct AfterAcquire<F>(F);
 
 #[async_trait]
-impl<F> LeaseStore for AcquireHook<F>
-where
-    F: Fn(&MemoryStore, Result<Acquire, PortError>) -> Result<Acquire, PortError> + Send + Sync,
-{
-    async fn acquire(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        let r = self.0.acquire(k, t, ttl).await;
-        (self.1)(&self.0, r)
-    }
-    async fn release(&self, k: &LeaseName, t: &LeaseToken) -> Result<Release, PortError> {
-        self.0.release(k, t).await
-    }
-    async fn renew(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.0.renew(k, t, ttl).await
-    }
-    async fn peek(&self, k: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.0.peek(k).await
+impl<F: Fn(Result<(), PortError>) -> Result<(), PortError> + Send + Sync> Hooks for AfterAcquire<F> {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        let answered = run.await;
+        if matches!(call, Call::Acquire(_)) { (self.0)(answered) } else { answered }
     }
 }
 
@@ -56,28 +44,21 @@ fn lease_off_never_calls_the_store() {
     assert_eq!(h.target.submitted_ids(), ["a", "b"]);
 }
 
-/// Records which keys each lease operation used.
+/// Records which keys each lease operation but the peek used.
+#[derive(Default)]
 struct KeyRecorder {
-    inner: Arc<MemoryStore>,
     seen: Mutex<Vec<(&'static str, LeaseName)>>,
 }
 
 #[async_trait]
-impl LeaseStore for KeyRecorder {
-    async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.seen.lock().unwrap().push(("acquire", key.clone()));
-        self.inner.acquire(key, token, ttl).await
-    }
-    async fn release(&self, key: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        self.seen.lock().unwrap().push(("release", key.clone()));
-        self.inner.release(key, token).await
-    }
-    async fn renew(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.seen.lock().unwrap().push(("renew", key.clone()));
-        self.inner.renew(key, token, ttl).await
-    }
-    async fn peek(&self, key: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.inner.peek(key).await
+impl Hooks for KeyRecorder {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        if !matches!(call, Call::Peek(_))
+            && let Some(lease) = call.lease()
+        {
+            self.seen.lock().unwrap().push((call.name(), lease.clone()));
+        }
+        run.await
     }
 }
 
@@ -86,12 +67,12 @@ fn acquire_then_release_the_queue_s_lease() {
     let mut h = Harness::new();
     h.cfg.queue = "orders.eu".into();
     h.feed(&["a"]);
-    let rec = KeyRecorder { inner: h.store.clone(), seen: Mutex::new(Vec::new()) };
+    let rec = Forward::new(h.store.clone(), KeyRecorder::default());
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&rec, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::Held));
     assert_eq!(r.fence, Some(1));
-    let seen = rec.seen.lock().unwrap().clone();
+    let seen = rec.hooks().seen.lock().unwrap().clone();
     let expected = LeaseName::queue("orders.eu");
     assert_eq!(seen, vec![("acquire", expected.clone()), ("release", expected)]);
     assert_eq!(h.lease_value(), None, "released");
@@ -135,9 +116,10 @@ fn lease_store_error_fails_open() {
 #[test]
 fn a_timed_out_acquire_that_landed_is_released_after_the_drain() {
     fn late_tick(h: &mut Harness) -> TickReport {
-        let leases = AcquireHook(h.store.clone(), |_: &MemoryStore, _| {
-            Err(PortError::new(ErrorKind::Timeout, "no answer in time (the test let it land)"))
-        });
+        let leases = Forward::new(
+            h.store.clone(),
+            AfterAcquire(|_| Err(PortError::new(ErrorKind::Timeout, "no answer in time (the test let it land)"))),
+        );
         let (store, target) = (h.store.clone(), h.target.clone());
         h.tick_on(&leases, &*store, &*target)
     }
@@ -540,7 +522,7 @@ fn source_error_ends_the_drain_and_releases() {
 fn claim_settle_error_is_counted_and_submits_nothing_twice() {
     let mut h = Harness::new();
     h.feed(&["a", "b", "c"]);
-    let claims = FailSettle(h.store.clone());
+    let claims = Forward::new(h.store.clone(), FailSettle);
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&*store, &claims, &*target);
     assert_eq!(stats(&r), (3, 3, 0, 0, 0), "submitted and completed once each");
@@ -558,10 +540,14 @@ fn release_error_is_counted_and_the_ttl_frees_the_lease() {
     h.cfg.atomic_claim = Switch::Off;
     h.feed(&["a"]);
     // acquire succeeds; then every call fails (the release).
-    let leases = AcquireHook(h.store.clone(), |store: &MemoryStore, r| {
-        store.set_failing(Some(ErrorKind::Connection));
-        r
-    });
+    let failing = h.store.clone();
+    let leases = Forward::new(
+        h.store.clone(),
+        AfterAcquire(move |r| {
+            failing.set_failing(Some(ErrorKind::Connection));
+            r
+        }),
+    );
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&leases, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::Held));

@@ -13,10 +13,10 @@ use drain_core::event::{Event, LeaseOp, MessageOutcome};
 use drain_core::guard::LeaseStatus;
 use drain_core::memory::{ManualClock, MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, ClaimTtls, Clock, Holding, LeaseName, LeaseStore, Message, MessageId, Release,
-    Renew, SettleAction, SettleResult, Settlement, SubmitContext, Submitter, settle_then_claim_in_two_calls,
+    ClaimTtls, Clock, Message, MessageId, SettleAction, Settlement, SubmitContext, Submitter,
+    settle_then_claim_in_two_calls,
 };
-use drain_core::testkit::{FailSettle, RecordingSubmitter, TestRng, message};
+use drain_core::testkit::{Call, FailSettle, Forward, Hooks, RecordingSubmitter, Run, TestRng, message};
 use drain_core::tick::{
     ClaimHealth, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
 };
@@ -73,7 +73,7 @@ fn a_failed_settlement_ends_the_receiving() {
     h.cfg.singleflight = Switch::Off;
     h.cfg.batch = 2;
     h.feed(&["a", "b", "c", "d", "e", "f", "g", "h"]);
-    let claims = FailSettle(h.store.clone());
+    let claims = Forward::new(h.store.clone(), FailSettle);
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&*store, &claims, &*target);
     assert_eq!(h.source.receive_calls(), 3, "no receive after the settlement failed: {r:?}");
@@ -110,17 +110,18 @@ fn the_report_says_how_the_claim_store_fared() {
 const TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A store that answers nothing: every call waits [`TIMEOUT`] on the (virtual)
-/// clock, then fails with `Timeout`, as a frozen Redis does.
+/// clock, then fails with `Timeout`, as a frozen Redis does. The memory store
+/// beneath is never reached.
 struct Frozen {
     clock: Arc<ManualClock>,
     calls: std::sync::Mutex<Vec<&'static str>>,
 }
 
 impl Frozen {
-    async fn wait<T>(&self, op: &'static str) -> Result<T, PortError> {
-        self.calls.lock().expect("calls").push(op);
-        self.clock.sleep_until(self.clock.now() + TIMEOUT).await;
-        Err(PortError::new(ErrorKind::Timeout, "no answer within the response timeout"))
+    /// As lease and claim store.
+    fn store(clock: &Arc<ManualClock>) -> Forward<MemoryStore, Frozen> {
+        let never_reached = Arc::new(MemoryStore::new(clock.clone()));
+        Forward::new(never_reached, Frozen { clock: clock.clone(), calls: Default::default() })
     }
 
     fn calls(&self) -> Vec<&'static str> {
@@ -129,40 +130,17 @@ impl Frozen {
 }
 
 #[async_trait]
-impl LeaseStore for Frozen {
-    async fn acquire(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Acquire, PortError> {
-        self.wait("acquire").await
+impl Hooks for Frozen {
+    async fn around(&self, call: Call<'_>, _: Run<'_>) -> Result<(), PortError> {
+        self.calls.lock().expect("calls").push(call.name());
+        self.clock.sleep_until(self.clock.now() + TIMEOUT).await;
+        Err(PortError::new(ErrorKind::Timeout, "no answer within the response timeout"))
     }
-    async fn release(&self, _: &LeaseName, _: &LeaseToken) -> Result<Release, PortError> {
-        self.wait("release").await
-    }
-    async fn renew(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
-        self.wait("renew").await
-    }
-    async fn peek(&self, _: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.wait("peek").await
-    }
-}
 
-#[async_trait]
-impl ClaimStore for Frozen {
-    async fn claim_batch(
-        &self,
-        _: &str,
-        _: &[MessageId],
-        _: &LeaseToken,
-        _: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.wait("claim_batch").await
-    }
-    async fn settle_batch(
-        &self,
-        _: &str,
-        _: &[Settlement],
-        _: &LeaseToken,
-        _: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.wait("settle_batch").await
+    /// A settlement then claims are two calls, the claims never asked when the
+    /// settlements time out.
+    fn two_calls(&self) -> bool {
+        true
     }
 }
 
@@ -175,12 +153,12 @@ impl ClaimStore for Frozen {
 fn a_frozen_store_costs_a_tick_one_timeout_and_no_receive() {
     let mut h = Harness::new();
     h.feed(&["a", "b"]);
-    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let frozen = Frozen::store(&h.clock);
     let start = h.clock.now();
     let target = h.target.clone();
     let r = h.tick_on(&frozen, &frozen, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
-    assert_eq!(frozen.calls(), ["acquire", "release"]);
+    assert_eq!(frozen.hooks().calls(), ["acquire", "release"]);
     assert_eq!(h.clock.now().saturating_since(start), 2 * TIMEOUT);
     assert_eq!(h.source.receive_calls(), 0, "nothing received that could not be claimed");
     assert_eq!(r.claims, ClaimHealth::Failed);
@@ -196,11 +174,11 @@ fn a_frozen_claim_store_costs_a_tick_without_the_lease_one_timeout() {
     h.cfg.singleflight = Switch::Off;
     h.cfg.batch = 2;
     h.feed(&["a", "b", "c"]);
-    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let frozen = Frozen::store(&h.clock);
     let start = h.clock.now();
     let target = h.target.clone();
     let r = h.tick_on(&frozen, &frozen, &*target);
-    assert_eq!(frozen.calls(), ["claim_batch"]);
+    assert_eq!(frozen.hooks().calls(), ["claim_batch"]);
     assert_eq!(h.clock.now().saturating_since(start), TIMEOUT);
     assert_eq!(h.source.receive_calls(), 1);
     assert_eq!(stats(&r), (2, 0, 0, 2, 0));
@@ -213,13 +191,13 @@ fn a_frozen_claim_store_costs_a_tick_without_the_lease_one_timeout() {
 fn a_frozen_lease_store_beside_a_working_claim_store_still_drains() {
     let mut h = Harness::new();
     h.feed(&["a", "b"]);
-    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let frozen = Frozen::store(&h.clock);
     let (store, target) = (h.store.clone(), h.target.clone());
     let r = h.tick_on(&frozen, &*store, &*target);
     assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
     assert_eq!(stats(&r), (2, 2, 0, 0, 0));
     assert_eq!(r.claims, ClaimHealth::Answered);
-    assert_eq!(frozen.calls(), ["acquire", "release"]);
+    assert_eq!(frozen.hooks().calls(), ["acquire", "release"]);
 }
 
 /// A renewal that times out marks nothing down: renewals run beside the drain and
@@ -231,7 +209,7 @@ fn a_renewal_timeout_marks_nothing_down() {
     h.cfg.lease_ttl = Duration::from_secs(30);
     h.cfg.batch = 2;
     h.feed(&["a", "b", "c", "d", "e"]); // 25 s of submits: renewals at 10 s and 20 s
-    let slow = SlowRenew { inner: h.store.clone(), clock: h.clock.clone() };
+    let slow = Forward::new(h.store.clone(), SlowRenew { clock: h.clock.clone() });
     let target = h.target.clone();
     let r = h.tick_on(&slow, &*h.store.clone(), &*target);
     assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Renew, result: "error", .. })), 2, "{r:?}");
@@ -240,26 +218,19 @@ fn a_renewal_timeout_marks_nothing_down() {
     assert_eq!(r.claims, ClaimHealth::Answered);
 }
 
-/// The in-memory store whose renewals all time out.
+/// Renewals that all time out; every other call passes through.
 struct SlowRenew {
-    inner: Arc<MemoryStore>,
     clock: Arc<ManualClock>,
 }
 
 #[async_trait]
-impl LeaseStore for SlowRenew {
-    async fn acquire(&self, k: &LeaseName, t: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.inner.acquire(k, t, ttl).await
-    }
-    async fn release(&self, k: &LeaseName, t: &LeaseToken) -> Result<Release, PortError> {
-        self.inner.release(k, t).await
-    }
-    async fn renew(&self, _: &LeaseName, _: &LeaseToken, _: Duration) -> Result<Renew, PortError> {
+impl Hooks for SlowRenew {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        if !matches!(call, Call::Renew(_)) {
+            return run.await;
+        }
         self.clock.sleep_until(self.clock.now() + TIMEOUT).await;
         Err(PortError::new(ErrorKind::Timeout, "no answer in time"))
-    }
-    async fn peek(&self, k: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.inner.peek(k).await
     }
 }
 
@@ -267,11 +238,9 @@ impl LeaseStore for SlowRenew {
 // A claim call that timed out may still run
 // ---------------------------------------------------------------------------------
 
-/// The in-memory store whose claim call number `late` (counting from 1) runs but
-/// answers `kind`, as a frozen Redis runs a timed-out call when it thaws; every other
-/// call passes through.
+/// Claim call number `late` (counting from 1) runs but answers `kind`, as a frozen
+/// Redis runs a timed-out call when it thaws; every other call passes through.
 struct LateClaims {
-    inner: Arc<MemoryStore>,
     late: u32,
     kind: ErrorKind,
     /// The failing call never reaches the store (and says so) instead of running late.
@@ -280,42 +249,38 @@ struct LateClaims {
 }
 
 impl LateClaims {
-    fn new(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Self {
-        LateClaims { inner, late, kind, unsent: false, calls: std::sync::atomic::AtomicU32::new(0) }
+    fn new(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Forward<MemoryStore, Self> {
+        Self::over(inner, late, kind, false)
     }
 
-    fn never_sent(mut self) -> Self {
-        self.unsent = true;
-        self
+    fn never_sent(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Forward<MemoryStore, Self> {
+        Self::over(inner, late, kind, true)
+    }
+
+    fn over(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind, unsent: bool) -> Forward<MemoryStore, Self> {
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        Forward::new(inner, LateClaims { late, kind, unsent, calls })
     }
 }
 
 #[async_trait]
-impl ClaimStore for LateClaims {
-    async fn claim_batch(
-        &self,
-        q: &str,
-        ids: &[MessageId],
-        t: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        if self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 == self.late {
-            if self.unsent {
-                return Err(PortError::new(self.kind, "refused the connection").never_sent());
-            }
-            self.inner.claim_batch(q, ids, t, ttl).await?;
-            return Err(PortError::new(self.kind, "no answer within the response timeout"));
+impl Hooks for LateClaims {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        if !matches!(call, Call::ClaimBatch(_))
+            || self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 != self.late
+        {
+            return run.await;
         }
-        self.inner.claim_batch(q, ids, t, ttl).await
+        if self.unsent {
+            return Err(PortError::new(self.kind, "refused the connection").never_sent());
+        }
+        run.await?;
+        Err(PortError::new(self.kind, "no answer within the response timeout"))
     }
-    async fn settle_batch(
-        &self,
-        q: &str,
-        s: &[Settlement],
-        t: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.inner.settle_batch(q, s, t, ttl).await
+
+    /// The claims after settlements are a `claim_batch` of their own, counted.
+    fn two_calls(&self) -> bool {
+        true
     }
 }
 
@@ -413,8 +378,8 @@ fn only_a_call_that_may_have_run_names_stale_claims() {
         let mut h = Harness::new();
         h.cfg.singleflight = Switch::Off;
         h.feed(&["a", "b"]);
-        let late = LateClaims::new(h.store.clone(), 1, kind);
-        let late = if unsent { late.never_sent() } else { late };
+        let late = if unsent { LateClaims::never_sent } else { LateClaims::new };
+        let late = late(h.store.clone(), 1, kind);
         let (store, target) = (h.store.clone(), h.target.clone());
         let r = h.tick_on(&*store, &late, &*target);
         assert_eq!(r.claims, ClaimHealth::Failed, "{kind}");
@@ -424,7 +389,7 @@ fn only_a_call_that_may_have_run_names_stale_claims() {
     }
     let mut h = Harness::new();
     h.feed(&["a"]);
-    let frozen = Frozen { clock: h.clock.clone(), calls: Default::default() };
+    let frozen = Frozen::store(&h.clock);
     let target = h.target.clone();
     let r = h.tick_on(&frozen, &frozen, &*target);
     assert!(r.stale_claims.is_empty(), "the acquire timed out: no claim call was made");

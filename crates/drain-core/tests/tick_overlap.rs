@@ -11,10 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use drain_core::memory::{ManualClock, MemorySource, MemoryStore, block_on};
 use drain_core::ports::{
-    Capabilities, ClaimState, ClaimStore, ClaimTtls, Clock, Delivery, DeliveryHandle, Message, MessageId,
-    MessageSource, NoopObserver, SettleResult, SettledThenClaimed, Settlement, SubmitContext, Submitter,
+    Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageSource, NoopObserver, SubmitContext, Submitter,
 };
-use drain_core::testkit::{RecordingSubmitter, TestRng, message};
+use drain_core::testkit::{Call, Forward, Hooks, RecordingSubmitter, Run, TestRng, TwoCalls, message};
 use drain_core::tick::{TickConfig, TickPorts, run_tick};
 use drain_core::{LeaseToken, PortError, Time};
 
@@ -82,38 +81,22 @@ impl MessageSource for Slow<MemorySource> {
     }
 }
 
+/// The claim store's calls, each taking `CALL` (`inner`'s hooks in it) and logged as
+/// `claim`, `settle` or `settle_then_claim`; with `()` for `inner` the store's own
+/// `settle_then_claim` is one round trip, as a store with a script or a transaction for it.
 #[async_trait]
-impl ClaimStore for Slow<Arc<MemoryStore>> {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        pending_ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.call("claim", self.inner.claim_batch(queue, ids, token, pending_ttl)).await
+impl<H: Hooks> Hooks for Slow<H> {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        let name = match call {
+            Call::ClaimBatch(_) => "claim",
+            Call::SettleBatch(_) => "settle",
+            _ => call.name(),
+        };
+        self.call(name, self.inner.around(call, run)).await
     }
 
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        token: &LeaseToken,
-        done_ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.call("settle", self.inner.settle_batch(queue, settlements, token, done_ttl)).await
-    }
-
-    /// One round trip for both, as a store with a script or a transaction for it.
-    async fn settle_then_claim(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttls: ClaimTtls,
-    ) -> SettledThenClaimed {
-        self.call("settle_then_claim", self.inner.settle_then_claim(queue, settlements, ids, token, ttls)).await
+    fn two_calls(&self) -> bool {
+        self.inner.two_calls()
     }
 }
 
@@ -156,7 +139,7 @@ fn the_next_batch_is_received_and_claimed_while_one_is_submitted() {
     let (w, memory) = World::new(12);
     let (clock, log, store) = (&*w.clock, &w.log, &w.store);
     let source = w.slow(memory);
-    let claims = w.slow(store.clone());
+    let claims = Forward::new(store.clone(), w.slow(()));
     let target = w.slow(RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO));
     let mut cfg = TickConfig::new("requests");
     cfg.batch = 4;
@@ -216,7 +199,7 @@ fn the_next_batch_is_received_and_claimed_while_one_is_submitted() {
 fn a_store_without_the_one_call_settles_then_claims_in_two() {
     let (w, memory) = World::new(6);
     let (clock, log, store) = (&*w.clock, &w.log, &w.store);
-    let claims = TwoCalls(w.slow(store.clone()));
+    let claims = Forward::new(store.clone(), w.slow(TwoCalls));
     let target = RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO);
     let mut cfg = TickConfig::new("requests");
     cfg.batch = 2;
@@ -228,30 +211,4 @@ fn a_store_without_the_one_call_settles_then_claims_in_two() {
     // Batch 0's claims; batch 1's; batch 0 settled, then batch 2 claimed; batches 1
     // and 2 settled together.
     assert_eq!(order, ["claim", "claim", "settle", "claim", "settle"]);
-}
-
-/// The claim store of [`Slow`] without its one-call `settle_then_claim`.
-struct TwoCalls(Slow<Arc<MemoryStore>>);
-
-#[async_trait]
-impl ClaimStore for TwoCalls {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        pending_ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.0.claim_batch(queue, ids, token, pending_ttl).await
-    }
-
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        token: &LeaseToken,
-        done_ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        self.0.settle_batch(queue, settlements, token, done_ttl).await
-    }
 }

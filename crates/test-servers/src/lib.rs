@@ -56,6 +56,7 @@
 
 mod pg_sql;
 mod postgres;
+mod process;
 mod rabbit;
 mod redis_cmd;
 
@@ -67,6 +68,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use process::{ServerProcess, process_controls};
 
 pub use pg_sql::Row;
 pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer, SqlHandle};
@@ -90,11 +93,10 @@ pub const MISSING_IN_CI: &str = "redis-server not found: .ci/run installs it";
 /// Dropping it kills the process and removes its directory.
 #[derive(Debug)]
 pub struct RedisServer {
-    child: Option<Child>,
+    process: ServerProcess,
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
-    paused: bool,
 }
 
 impl RedisServer {
@@ -122,7 +124,7 @@ impl RedisServer {
         for _ in 0..5 {
             let port = free_port();
             let dir = temp_dir("redis");
-            let mut server = RedisServer { child: None, port, dir, extra: extra.clone(), paused: false };
+            let mut server = RedisServer { process: ServerProcess::new(false), port, dir, extra: extra.clone() };
             match server.spawn() {
                 Ok(()) => return Some(server),
                 Err(StartError::NotInstalled) => return not_installed(),
@@ -138,75 +140,7 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// The port it listens on.
-    #[must_use]
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// Its process id, `None` once killed or stopped.
-    #[must_use]
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Its private directory.
-    #[must_use]
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// Kill it at once (SIGKILL) and reap it. Does nothing when not running.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        self.paused = false;
-    }
-
-    /// Stop it gracefully (SIGTERM), waiting up to 5 s before killing it.
-    pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        if self.paused {
-            signal(child.id(), "CONT");
-            self.paused = false;
-        }
-        signal(child.id(), "TERM");
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-    }
-
-    /// Freeze the process (SIGSTOP): connections stay open, nothing is answered.
-    pub fn pause(&mut self) {
-        if let Some(pid) = self.pid() {
-            signal(pid, "STOP");
-            self.paused = true;
-        }
-    }
-
-    /// Thaw a paused process (SIGCONT).
-    pub fn resume(&mut self) {
-        if let Some(pid) = self.pid() {
-            signal(pid, "CONT");
-            self.paused = false;
-        }
-    }
-
-    /// A handle that freezes and thaws this process from shared references (an
-    /// outage a test starts while it still reads the server). Thaw before the
-    /// server is stopped: a frozen process ignores the polite stop and is killed.
-    #[must_use]
-    pub fn freezer(&self) -> Freezer {
-        Freezer { pids: self.pid().into_iter().collect(), tree: false }
-    }
+    process_controls!(what: "the process", stop: "a graceful shutdown", sig: "TERM", grace: 5);
 
     /// Kill the process if it runs, then start a new one on the same port and
     /// directory (empty: nothing is persisted) and wait until it answers `PING`.
@@ -235,6 +169,35 @@ impl RedisServer {
     /// is `Ok(Reply::Error(..))`.
     pub fn command(&self, args: &[&str]) -> io::Result<Reply> {
         redis_cmd::command(self.port, self.password(), args, Duration::from_secs(5))
+    }
+
+    /// Make ACL user `user` with `password`, allowed the keys matching each of `keys`
+    /// (`drain:*`), the channels matching each of `channels`, and no command but
+    /// `rights` (`+get`, `+script|load`, …): `ACL SETUSER <user> on ><password>
+    /// resetkeys ~<key>… resetchannels &<channel>… -@all <right>…`.
+    ///
+    /// # Errors
+    /// As [`RedisServer::command`], and when the server does not answer `OK`.
+    pub fn acl_user(
+        &self,
+        user: &str,
+        password: &str,
+        keys: &[&str],
+        channels: &[&str],
+        rights: &[&str],
+    ) -> io::Result<()> {
+        let mut args: Vec<String> = ["ACL", "SETUSER", user, "on"].map(str::to_owned).into();
+        args.push(format!(">{password}"));
+        args.push("resetkeys".to_owned());
+        args.extend(keys.iter().map(|k| format!("~{k}")));
+        args.push("resetchannels".to_owned());
+        args.extend(channels.iter().map(|c| format!("&{c}")));
+        args.push("-@all".to_owned());
+        args.extend(rights.iter().map(|r| (*r).to_owned()));
+        match self.command(&args.iter().map(String::as_str).collect::<Vec<_>>())? {
+            Reply::Simple(ok) if ok == "OK" => Ok(()),
+            other => Err(io::Error::other(format!("ACL SETUSER {user} answered {other:?}"))),
+        }
     }
 
     /// `INFO <section>` as `(field, value)` pairs.
@@ -269,11 +232,9 @@ impl RedisServer {
 
     fn spawn(&mut self) -> Result<(), StartError> {
         let args = self.args();
-        let child = spawn_redis(&self.dir, &args)?;
-        self.child = Some(child);
-        self.paused = false;
+        self.process.started(spawn_redis(&self.dir, &args)?);
         let password = self.password().map(str::to_owned);
-        match wait_for_pong(self.port, password.as_deref(), self.child.as_mut(), START_TIMEOUT) {
+        match wait_for_pong(self.port, password.as_deref(), self.process.child_mut(), START_TIMEOUT) {
             Ok(()) => Ok(()),
             Err(why) => {
                 self.kill();

@@ -5,12 +5,13 @@ use std::fs::{self, File};
 use std::io;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::pg_sql::{self, Row};
-use crate::{IN_CI, free_port, signal_tree, tail, temp_dir};
+use crate::process::{ServerProcess, process_controls};
+use crate::{IN_CI, free_port, tail, temp_dir};
 
 /// How long a PostgreSQL server may take to accept its first query (crash recovery
 /// after [`PostgresServer::restart`] included).
@@ -23,7 +24,7 @@ pub const PG_MISSING_IN_CI: &str = "PostgreSQL (initdb, postgres) not found: .ci
 pub const PG_SUPERUSER: &str = "postgres";
 
 /// A `postgres` child process on a private loopback port, its cluster in a
-/// temporary directory (trust authentication, `fsync=off`, `pg_stat_statements`
+/// temporary directory (the cluster in `data/`, the log in `postgres.log`; trust authentication, `fsync=off`, `pg_stat_statements`
 /// preloaded, its Unix socket in that directory). PostgreSQL refuses to run as
 /// root: as root, `initdb` and `postgres` run as the unprivileged `postgres` system
 /// user (Debian's package creates it); otherwise as the current user.
@@ -34,12 +35,11 @@ pub const PG_SUPERUSER: &str = "postgres";
 /// process group). Dropping it kills them and removes the directory.
 #[derive(Debug)]
 pub struct PostgresServer {
-    child: Option<Child>,
+    process: ServerProcess,
     port: u16,
     dir: PathBuf,
     bin: Option<PathBuf>,
     run_as: Option<(u32, u32)>,
-    paused: bool,
 }
 
 impl PostgresServer {
@@ -63,7 +63,7 @@ impl PostgresServer {
             std::os::unix::fs::chown(&dir, Some(uid), Some(gid))
                 .unwrap_or_else(|e| panic!("cannot hand {} to the postgres user: {e}", dir.display()));
         }
-        let mut server = PostgresServer { child: None, port: 0, dir, bin, run_as, paused: false };
+        let mut server = PostgresServer { process: ServerProcess::new(true), port: 0, dir, bin, run_as };
         server.initdb().unwrap_or_else(|why| panic!("initdb failed: {why}"));
         let mut last = String::new();
         // A free port can be taken between our probe and the server's bind: try a few.
@@ -90,25 +90,6 @@ impl PostgresServer {
         format!("postgres://{user}@127.0.0.1:{}/{database}", self.port)
     }
 
-    /// The port it listens on.
-    #[must_use]
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
-    /// The postmaster's process id, `None` once killed or
-    /// stopped.
-    #[must_use]
-    pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
-    }
-
-    /// Its private directory (the cluster is in `data/`, the log in `postgres.log`).
-    #[must_use]
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Run `sql` (one or more statements) as the superuser in database `postgres`.
     ///
     /// # Errors
@@ -133,58 +114,12 @@ impl PostgresServer {
         SqlHandle { port: self.port }
     }
 
-    /// Kill the server and its backends at once (SIGKILL to each) and
-    /// reap it. Does nothing when not running.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            signal_tree(child.id(), "KILL");
-            let _ = child.wait();
-        }
-        self.paused = false;
-    }
-
-    /// Stop it (fast shutdown, SIGINT: sessions are ended, the data is
-    /// checkpointed), waiting up to 10 s before killing it.
-    pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else { return };
-        if self.paused {
-            signal_tree(child.id(), "CONT");
-            self.paused = false;
-        }
-        signal_tree(child.id(), "INT");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-        signal_tree(child.id(), "KILL");
-        let _ = child.wait();
-    }
-
-    /// Freeze the server and its backends (SIGSTOP): connections stay open,
-    /// nothing is answered.
-    pub fn pause(&mut self) {
-        if let Some(pid) = self.pid() {
-            signal_tree(pid, "STOP");
-            self.paused = true;
-        }
-    }
-
-    /// Thaw a paused server (SIGCONT).
-    pub fn resume(&mut self) {
-        if let Some(pid) = self.pid() {
-            signal_tree(pid, "CONT");
-            self.paused = false;
-        }
-    }
-
-    /// A handle that freezes and thaws this server from shared references.
-    #[must_use]
-    pub fn freezer(&self) -> crate::Freezer {
-        crate::Freezer { pids: self.pid().into_iter().collect(), tree: true }
-    }
+    process_controls!(
+        what: "the server and its backends",
+        stop: "fast shutdown, sessions are ended and the data is checkpointed",
+        sig: "INT",
+        grace: 10
+    );
 
     /// Kill the server (SIGKILL, no shutdown checkpoint) and start it again on the
     /// same port and data directory: what was committed survives (crash recovery
@@ -252,17 +187,13 @@ impl PostgresServer {
             .stderr(log_err)
             .spawn()
             .map_err(|e| format!("cannot spawn postgres: {e}"))?;
-        self.child = Some(child);
-        self.paused = false;
+        self.process.started(child);
         let deadline = Instant::now() + PG_START_TIMEOUT;
         loop {
             if self.sql("SELECT 1").is_ok() {
                 return Ok(());
             }
-            if let Some(child) = self.child.as_mut()
-                && let Ok(Some(status)) = child.try_wait()
-            {
-                self.child = None;
+            if let Some(status) = self.process.exited() {
                 let log = fs::read_to_string(&log_path).unwrap_or_default();
                 return Err(format!("postgres exited with {status}; log tail: {}", tail(&log, 600)));
             }

@@ -1,42 +1,33 @@
 //! Doubles that tests share instead of writing them again: a claim store whose
 //! settlements fail, and an outage made by two plain calls.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 
 use crate::error::{ErrorKind, PortError};
-use crate::ports::{ClaimState, ClaimStore, Clock, MessageId, SettleResult, Settlement};
+use crate::ports::Clock;
 use crate::testkit::contract::Outage;
-use crate::token::LeaseToken;
+use crate::testkit::forward::{Call, Hooks, Run};
 
-/// A [`ClaimStore`] that forwards claims to the store it wraps and fails every
-/// settlement with a `Connection` error: what a tick meets when the claim store
-/// goes away between claiming and settling.
-#[derive(Debug, Clone)]
-pub struct FailSettle<S>(pub Arc<S>);
+/// [`Hooks`] for a [`Forward`](crate::testkit::Forward) claim store that forwards
+/// claims and fails every settlement with a `Connection` error: what a tick meets
+/// when the claim store goes away between claiming and settling. A settlement
+/// followed by claims is made as the two calls, so those claims are not asked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FailSettle;
 
 #[async_trait]
-impl<S: ClaimStore> ClaimStore for FailSettle<S> {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        self.0.claim_batch(queue, ids, token, ttl).await
+impl Hooks for FailSettle {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        match call {
+            Call::SettleBatch(_) => Err(PortError::new(ErrorKind::Connection, "settle refused by the test")),
+            _ => run.await,
+        }
     }
 
-    async fn settle_batch(
-        &self,
-        _: &str,
-        _: &[Settlement],
-        _: &LeaseToken,
-        _: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
-        Err(PortError::new(ErrorKind::Connection, "settle refused by the test"))
+    fn two_calls(&self) -> bool {
+        true
     }
 }
 
