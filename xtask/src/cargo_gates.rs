@@ -24,15 +24,15 @@ pub(crate) fn clippy() -> GateResult {
     // not in `ci`) builds them: lint them here on stable, so a change to the code they
     // cover cannot leave them broken unnoticed.
     // Without the default `link` feature libfuzzer-sys skips compiling libFuzzer's C++.
-    run(cargo().args([
-        "clippy",
-        "--manifest-path",
-        "fuzz/Cargo.toml",
-        "--bins",
-        "--no-default-features",
-        "--",
-        "-D",
-        "warnings",
+    // In the main target directory, with the main dev profile, the dependencies the
+    // lint above checked are reused.
+    let target = crate::metadata::Metadata::load()?.target_directory;
+    run(cargo().args(["clippy", "--manifest-path", "fuzz/Cargo.toml", "--bins", "--no-default-features"]).args([
+        OsString::from("--target-dir"),
+        target.into_os_string(),
+        OsString::from("--"),
+        OsString::from("-D"),
+        OsString::from("warnings"),
     ]))
     .map_err(|f| f.fix("fix the fuzz targets in fuzz/fuzz_targets/ (they build against the workspace's crates)"))?;
     Ok(Outcome::Passed)
