@@ -1,11 +1,17 @@
 //! `cargo xtask ci`: every gate in order, stopping at the first failure, then a
 //! summary table and one closing line, `xtask-ci: N passed, M failed[, K skipped]`,
-//! in the plain form CI log readers recognise.
+//! in the plain form CI log readers recognise. The gates that only compile
+//! ([`BESIDE_TESTS`]) run beside the test gate's test run when nextest runs it
+//! (crate::beside); otherwise in their place.
 
 use std::time::{Duration, Instant};
 
 use crate::Gate;
-use crate::util::{Failure, Outcome};
+use crate::beside::Lane;
+use crate::util::{Failure, GateResult, Outcome};
+
+/// Gates that need no server and only compile and read files.
+const BESIDE_TESTS: [Gate; 3] = [Gate::Clippy, Gate::Doc, Gate::Package];
 
 /// How one gate ended, for the table.
 enum Row {
@@ -20,25 +26,51 @@ pub(crate) fn run() -> Result<(), Failure> {
     let started = Instant::now();
     let mut rows: Vec<(Gate, Row, Option<Duration>)> = Vec::new();
     let mut failure = None;
-    for gate in Gate::ALL {
+    let mut ran_beside = false;
+    // The test gate right after fmt: the gates beside it start when its tests run.
+    let order = [Gate::Fmt, Gate::Test]
+        .into_iter()
+        .chain(Gate::ALL.into_iter().filter(|g| ![Gate::Fmt, Gate::Test].contains(g)));
+    for gate in order {
+        if ran_beside && BESIDE_TESTS.contains(&gate) {
+            continue;
+        }
         if failure.is_some() {
             rows.push((gate, Row::NotRun, None));
             continue;
         }
         println!("\n==> xtask {}", gate.name());
         let t = Instant::now();
-        let row = match gate.run() {
-            Ok(Outcome::Passed) => Row::Passed,
-            Ok(Outcome::Skipped(why)) => Row::Skipped(why),
-            Err(f) => {
-                failure = Some(Failure::new(format!("gate `{}` failed: {}", gate.name(), f.what)));
-                Row::Failed
+        if gate != Gate::Test {
+            let row = row_of(gate, gate.run(), &mut failure);
+            rows.push((gate, row, Some(t.elapsed())));
+            continue;
+        }
+        let mut lane = Ok(None);
+        let result = crate::test_gate::run_gate_beside(&mut || lane = Lane::start(&BESIDE_TESTS).map(Some));
+        let result = Gate::Test.report(result);
+        let lane = lane.unwrap_or_else(|f| {
+            failure.get_or_insert(f);
+            None
+        });
+        rows.push((gate, row_of(gate, result, &mut failure), Some(t.elapsed())));
+        if let Some(lane) = lane {
+            ran_beside = true;
+            for (g, ended) in lane.finish() {
+                match ended {
+                    Some((result, took)) => rows.push((g, row_of(g, result, &mut failure), Some(took))),
+                    None => rows.push((g, Row::NotRun, None)),
+                }
             }
-        };
-        rows.push((gate, row, Some(t.elapsed())));
+        }
     }
+    rows.sort_by_key(|(gate, ..)| Gate::ALL.iter().position(|g| g == gate));
 
-    println!("\nxtask ci summary");
+    if ran_beside {
+        println!("\nxtask ci summary ({} ran beside the tests)", names(&BESIDE_TESTS));
+    } else {
+        println!("\nxtask ci summary");
+    }
     println!("  {:<8} {:<9} {:>8}", "gate", "result", "time");
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (gate, row, took) in &rows {
@@ -67,4 +99,20 @@ pub(crate) fn run() -> Result<(), Failure> {
     let skipped = if skipped > 0 { format!(", {skipped} skipped") } else { String::new() };
     println!("xtask-ci: {passed} passed, {failed} failed{skipped}");
     failure.map_or(Ok(()), Err)
+}
+
+/// The row of a gate that ended with `result`; the first failure is kept in `failure`.
+fn row_of(gate: Gate, result: GateResult, failure: &mut Option<Failure>) -> Row {
+    match result {
+        Ok(Outcome::Passed) => Row::Passed,
+        Ok(Outcome::Skipped(why)) => Row::Skipped(why),
+        Err(f) => {
+            failure.get_or_insert_with(|| Failure::new(format!("gate `{}` failed: {}", gate.name(), f.what)));
+            Row::Failed
+        }
+    }
+}
+
+fn names(gates: &[Gate]) -> String {
+    gates.iter().map(|g| g.name()).collect::<Vec<_>>().join(", ")
 }

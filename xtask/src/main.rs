@@ -8,6 +8,7 @@
 mod arch;
 mod bench;
 mod bench_summary;
+mod beside;
 mod cargo_gates;
 mod ci;
 mod deploy;
@@ -33,7 +34,8 @@ use util::{Failure, GateResult, Outcome};
 const HELP: &str = "\
 cargo xtask <gate>: the drain workspace's CI gates, runnable locally
 
-Gates (`ci` runs them in this order and stops at the first failure):
+Gates (`ci` runs fmt, then test with clippy, doc and package beside its tests, then
+the rest in this order, and stops at the first failure):
   fmt      cargo fmt --all -- --check
   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings,
            and the fuzz targets (fuzz/, their own workspace) on stable
@@ -68,7 +70,8 @@ Gates (`ci` runs them in this order and stops at the first failure):
            runnable example, `cargo package --no-verify`, each crate checked
            alone; `cargo xtask package --verify` builds each crate from its
            package instead (minutes; not in `ci`)
-  ci       all of the above, then a summary
+  ci       all of the above, then a summary; with nextest, clippy, doc and
+           package run beside the test gate's tests (they need no server)
 
 Not in `ci` (needs the nightly toolchain, takes minutes):
   fuzz     every cargo-fuzz target in fuzz/ for --seconds N each (default 30);
