@@ -48,11 +48,37 @@ impl World {
 
     /// A world on `server`, with `messages` queued and submits that take `delay`.
     pub(crate) async fn on(server: PostgresServer, messages: usize, delay: Duration) -> World {
+        World::timing_out(server, messages, delay, PG_TIMEOUT).await
+    }
+
+    /// The same with patient timeouts, for a scenario whose faults are refusals, not
+    /// silence: on a busy machine the first calls after a restart can outlast the
+    /// short timeouts.
+    pub(crate) async fn patient(messages: usize, delay: Duration) -> Option<World> {
+        let server = PostgresServer::start()?;
+        Some(World::timing_out(server, messages, delay, PATIENT).await)
+    }
+
+    async fn timing_out(server: PostgresServer, messages: usize, delay: Duration, timeout: Duration) -> World {
         // The first connect also creates the schema, which can outlast the short
         // timeout on a busy machine: the schema is made with a patient connect.
-        let patient = config(&server).timeouts(Duration::from_secs(10), Duration::from_secs(10));
+        let patient = config(&server).timeouts(PATIENT, PATIENT);
         drop(PostgresStore::connect(patient).await.expect("create the schema on the private PostgreSQL"));
-        let store = PostgresStore::connect(config(&server)).await.expect("connect to the private PostgreSQL");
+        // Connecting is setup, not the fault under test: a connect that a busy
+        // machine made outlast the short timeout is tried again, a few times.
+        let short = config(&server).timeouts(timeout, timeout);
+        let mut tries = 0;
+        let store = loop {
+            tries += 1;
+            match PostgresStore::connect(short.clone()).await {
+                Ok(store) => break store,
+                Err(e) if tries < 5 && e.kind == drain_core::ErrorKind::Timeout => eprintln!("connect {tries}: {e}"),
+                Err(e) => panic!("connect to the private PostgreSQL: {e:?}"),
+            }
+        };
         World::with(server, store, messages, delay)
     }
 }
+
+/// Timeouts long enough for a busy machine.
+const PATIENT: Duration = Duration::from_secs(10);
