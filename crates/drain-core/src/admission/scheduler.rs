@@ -57,8 +57,9 @@ struct Slot {
     /// The latest the owner's drain mark can have been at its last peek with marks:
     /// a later mark is a drain that began since.
     known_mark: Option<Time>,
-    /// The peeking owner was peeked because a newer request ended its claim wait.
-    repeek: bool,
+    /// The peeking owner was peeked because a newer request ended its claim wait,
+    /// which was due then.
+    repeek: Option<Time>,
 }
 
 impl Slot {
@@ -71,7 +72,7 @@ impl Slot {
             marked: false,
             peeked_at: Time::ZERO,
             known_mark: None,
-            repeek: false,
+            repeek: None,
         }
     }
 }
@@ -198,7 +199,7 @@ impl<R: Rng> Scheduler<R> {
                     {
                         let key = (*due, *seq);
                         slot.requested = made;
-                        slot.repeek = true;
+                        slot.repeek = Some(*due);
                         self.timers.remove(&key);
                         self.queue(owner, Entry::Initial);
                         self.gauges();
@@ -305,8 +306,10 @@ impl<R: Rng> Scheduler<R> {
                     slot.marked = result.drained.is_some();
                 }
                 if !self.served(&owner, result) {
-                    let claim = self.holder_continues(now, &owner, result);
-                    self.settle_peek(now, owner, claim);
+                    match self.holder_continues(now, &owner, result) {
+                        Some(due) => self.wait_again(now, owner, due),
+                        None => self.settle_peek(now, owner, result.claim),
+                    }
                 }
             }
         }
@@ -690,24 +693,36 @@ impl<R: Rng> Scheduler<R> {
         true
     }
 
-    /// The claim a peek found, as admission should take it. A peek with a drain mark
-    /// notes the latest that mark can be (its estimate plus the peek's round trip).
-    /// A peek made because a newer request ended a claim wait that finds the claim
-    /// free with no drain begun since the owner's previous peek saw a holder release
-    /// without draining: it continues at once (its next turn takes the claim again)
-    /// or its turn failed. Racing it would cost a claim-busy turn, so the owner waits
-    /// for the claim again, as it would have without the newer request.
-    fn holder_continues(&mut self, now: Time, owner: &OwnerId, peeked: Peeked) -> PeekResult {
-        let Some(slot) = self.owners.get_mut(owner) else { return peeked.claim };
-        let repeek = std::mem::take(&mut slot.repeek);
-        let Some(drained) = peeked.drained else { return peeked.claim };
+    /// Whether a peek shows a holder that released without draining, and until when
+    /// the owner then waits. A peek with a drain mark notes the latest that mark can
+    /// be (its estimate plus the peek's round trip). A peek made because a newer
+    /// request ended a claim wait that finds the claim free with no drain begun since
+    /// the owner's previous peek saw a holder release without draining: it continues
+    /// at once (its next turn takes the claim again) or its turn failed. Racing it
+    /// would cost a claim-busy turn, so the owner waits for the claim until the wait
+    /// the request ended was due, as it would have without the newer request (not
+    /// longer: a holder that died leaves no mark either).
+    fn holder_continues(&mut self, now: Time, owner: &OwnerId, peeked: Peeked) -> Option<Time> {
+        let slot = self.owners.get_mut(owner)?;
+        let repeek = slot.repeek.take();
+        let drained = peeked.drained?;
         let undrained = slot.known_mark.is_some_and(|known| drained <= known);
         let trip = now.saturating_since(slot.peeked_at) + Duration::from_millis(1);
         slot.known_mark = Some(drained + trip);
-        match peeked.claim {
-            PeekResult::Free if repeek && undrained => PeekResult::Held,
-            claim => claim,
+        repeek.filter(|_| peeked.claim == PeekResult::Free && undrained)
+    }
+
+    /// [`holder_continues`](Self::holder_continues): the owner waits for the claim
+    /// until `due`, as after a peek that found it held, or launches when that is past.
+    fn wait_again(&mut self, now: Time, owner: OwnerId, due: Time) {
+        let mode = self.config.claim_aware;
+        if due <= now || !mode.enforces() {
+            self.settle_peek(now, owner, PeekResult::Free);
+            return;
         }
+        self.peeking -= 1;
+        self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode });
+        self.arm(owner, due, true);
     }
 
     fn settle_peek(&mut self, now: Time, owner: OwnerId, result: PeekResult) {

@@ -140,6 +140,7 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
         assert_eq!(s.poll_action(t(10)), peek(&["x"]));
         // Held, the mark at 5 (no later than 5 + the 1 ms round trip + 1 ms).
         s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(5)))]);
+        let before = s.state_of(&id("x"));
         assert_eq!(s.request_made(t(30), id("x"), t(30)), Ok(Requested::Queued));
         assert_eq!(s.poll_action(t(30)), peek(&["x"]));
         let found = match mark {
@@ -151,8 +152,14 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
         if launched {
             assert_eq!(state, Some(OwnerState::Ready), "mark {mark:?}");
         } else {
-            assert!(matches!(state, Some(OwnerState::Timer { .. })), "mark {mark:?}: waits again, {state:?}");
+            assert_eq!(state, before, "mark {mark:?}: waits again until the wait the request ended was due");
             assert!(s.waits_for_claim(&id("x")), "mark {mark:?}");
+            // However often newer requests come, the owner launches once that is due.
+            let Some(OwnerState::Timer { due }) = state else { panic!("a claim wait: {state:?}") };
+            assert_eq!(s.request_made(due, id("x"), due), Ok(Requested::Queued));
+            assert_eq!(s.poll_action(due), peek(&["x"]));
+            s.on_peek(due, [(id("x"), found)]);
+            assert_eq!(s.state_of(&id("x")), Some(OwnerState::Ready), "mark {mark:?}: due");
         }
     }
     // A claim wait after a lost race: the peek before the launch noted the mark.
