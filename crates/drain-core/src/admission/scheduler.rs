@@ -60,6 +60,10 @@ struct Slot {
     /// The peeking owner was peeked because a newer request ended its claim wait,
     /// which was due then.
     repeek: Option<Time>,
+    /// The owner's latest peek was made because a newer request ended its claim
+    /// wait: newer requests then leave the wait it is in (a requester that asks
+    /// again at every pass would otherwise peek the owner at every pass).
+    peeked_for_request: bool,
 }
 
 impl Slot {
@@ -73,6 +77,7 @@ impl Slot {
             peeked_at: Time::ZERO,
             known_mark: None,
             repeek: None,
+            peeked_for_request: false,
         }
     }
 }
@@ -158,7 +163,9 @@ impl<R: Rng> Scheduler<R> {
     ///   ([`Requested::Coalesced`]); a timer is not pulled forward, except a claim
     ///   wait by a request made after the ones it holds, with
     ///   [`SchedulerConfig::skip_served`] On and the owner's last peek answered with
-    ///   drain marks ([`Requested::Queued`]: peeked again; if that peek finds the
+    ///   drain marks and not itself made for a newer request (once a wait: a
+    ///   requester that asks at every pass does not peek at every pass)
+    ///   ([`Requested::Queued`]: peeked again; if that peek finds the
     ///   claim free but no drain begun since the owner's previous peek, the holder
     ///   released to continue, and the owner waits for the claim again);
     /// * running -> marked dirty, so it runs again after its turn
@@ -195,7 +202,10 @@ impl<R: Rng> Scheduler<R> {
                     // A request made after the ones a claim wait holds: with drain marks,
                     // a peek (not a turn) tells at once whether it is served or due.
                     Place::Timer { due, seq, claim: true }
-                        if slot.marked && made > slot.requested && self.config.skip_served.enforces() =>
+                        if slot.marked
+                            && !slot.peeked_for_request
+                            && made > slot.requested
+                            && self.config.skip_served.enforces() =>
                     {
                         let key = (*due, *seq);
                         slot.requested = made;
@@ -665,6 +675,7 @@ impl<R: Rng> Scheduler<R> {
             self.set_place(&owner, Place::Peeking { batch });
             if let Some(slot) = self.owners.get_mut(&owner) {
                 slot.peeked_at = now;
+                slot.peeked_for_request = slot.repeek.is_some();
             }
             owners.push(owner);
         }

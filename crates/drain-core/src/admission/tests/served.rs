@@ -154,9 +154,10 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
         } else {
             assert_eq!(state, before, "mark {mark:?}: waits again until the wait the request ended was due");
             assert!(s.waits_for_claim(&id("x")), "mark {mark:?}");
-            // However often newer requests come, the owner launches once that is due.
+            // Newer requests leave that wait; the owner launches once it is due.
             let Some(OwnerState::Timer { due }) = state else { panic!("a claim wait: {state:?}") };
-            assert_eq!(s.request_made(due, id("x"), due), Ok(Requested::Queued));
+            assert_eq!(s.request_made(t(40), id("x"), t(40)), Ok(Requested::Coalesced));
+            s.handle_timeout(due);
             assert_eq!(s.poll_action(due), peek(&["x"]));
             s.on_peek(due, [(id("x"), found)]);
             assert_eq!(s.state_of(&id("x")), Some(OwnerState::Ready), "mark {mark:?}: due");
@@ -183,6 +184,29 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
     assert_eq!(s.poll_action(due), peek(&["x"]));
     s.on_peek(due, [(id("x"), peeked(PeekResult::Free, Some(5)))]);
     assert_eq!(s.state_of(&id("x")), Some(OwnerState::Ready));
+}
+
+/// A newer request ends a claim wait once: the wait the peek it made starts is left
+/// to its timer (or a release) however often newer requests come, and the wait after
+/// that timer's own peek can be ended again.
+#[test]
+fn a_newer_request_ends_a_claim_wait_once() {
+    let mut s = sched(skip(On));
+    let _ = s.request_made(t(10), id("x"), t(10));
+    assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    assert_eq!(s.request_made(t(20), id("x"), t(20)), Ok(Requested::Queued));
+    assert_eq!(s.poll_action(t(20)), peek(&["x"]));
+    s.on_peek(t(21), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    for at in [30, 40, 50] {
+        assert_eq!(s.request_made(t(at), id("x"), t(at)), Ok(Requested::Coalesced), "at {at}");
+    }
+    let Some(OwnerState::Timer { due }) = s.state_of(&id("x")) else { panic!("a claim wait") };
+    s.handle_timeout(due);
+    assert_eq!(s.poll_action(due), peek(&["x"]));
+    s.on_peek(due, [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    let later = due + std::time::Duration::from_millis(1);
+    assert_eq!(s.request_made(later, id("x"), later), Ok(Requested::Queued), "a new wait");
 }
 
 /// A claim wait whose peek knew no drain marks (the store keeps none) is not ended
