@@ -169,7 +169,7 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
     assert_eq!(s.poll_action(t(10)), peek(&["x"]));
     s.on_peek(t(11), [(id("x"), peeked(PeekResult::Free, Some(5)))]);
     assert!(matches!(s.poll_action(t(11)), Some(Action::Launch { .. })));
-    assert_eq!(s.on_turn(t(12), &id("x"), TurnOutcome::ClaimBusy), Ok(()));
+    assert_eq!(s.on_turn(t(12), &id("x"), ClaimBusy), Ok(()));
     assert_eq!(s.request_made(t(30), id("x"), t(30)), Ok(Requested::Queued));
     assert_eq!(s.poll_action(t(30)), peek(&["x"]));
     s.on_peek(t(31), [(id("x"), peeked(PeekResult::Free, Some(5)))]);
@@ -205,7 +205,7 @@ fn a_newer_request_ends_a_claim_wait_once() {
     s.handle_timeout(due);
     assert_eq!(s.poll_action(due), peek(&["x"]));
     s.on_peek(due, [(id("x"), peeked(PeekResult::Held, Some(0)))]);
-    let later = due + std::time::Duration::from_millis(1);
+    let later = due + Duration::from_millis(1);
     assert_eq!(s.request_made(later, id("x"), later), Ok(Requested::Queued), "a new wait");
 }
 
