@@ -307,17 +307,18 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(old().as_deref(), Some("live"), "the expired claim was purged, the live one stays");
-    // The owner drains use the release wake-up: a LISTEN connection of their own,
-    // peeks that register waiters, releases that may notify one.
+    // The owner drains use the release wake-up (a LISTEN connection of their own,
+    // peeks that register waiters, releases that may notify one) and the drain marks
+    // (on by default): claims taken noting their start, released publishing a drained
+    // turn's mark, peeks reading the marks.
     let listening = || {
         value(&pg, "SELECT count(*)::text FROM pg_stat_activity WHERE application_name = 'drain-wake'")
             .and_then(|n| n.parse::<u64>().ok())
     };
     assert!(listening().unwrap_or(0) >= 1, "a drain-wake connection LISTENs:\n{}", run.log());
     let body = scrape(port);
-    for op in
-        ["acquire", "release", "claim_batch", "settle_batch", "purge_expired", "acquire_or_wait", "release_and_wake"]
-    {
+    let ops = ["acquire", "release", "claim_batch", "settle_batch", "purge_expired"];
+    for op in ops.into_iter().chain(["acquire_marked", "release_drained", "peek_marked"]) {
         let n = metric(&body, &format!("drain_redis_op_duration_seconds_count{{op=\"{op}\"}}"));
         assert!(n.unwrap_or(0.0) >= 1.0, "{op} round trips counted: {n:?}\n{body}");
     }

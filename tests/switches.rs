@@ -234,6 +234,27 @@ fn release_wake_positions() {
     }
 }
 
+/// `PROJECTION_DRAIN_SKIP_SERVED` for `drain owners` (claim-aware on, the default):
+/// off writes no drain key, as before the marks; shadow and on take each claim
+/// noting its start and release it moving a drained turn's start onto the owner's
+/// mark (`<prefix>:drained:{owner}`), the start key gone with the release.
+#[test]
+fn skip_served_positions() {
+    for position in POSITIONS {
+        let Some(server) = redis() else { return };
+        let r = owners(&server, &[("PROJECTION_DRAIN_SKIP_SERVED", position)]);
+        assert_eq!(r["skip_served"], position, "{r}");
+        assert_eq!(n(&r, "processed"), 100, "{r}");
+        assert_eq!(keys(&server, "drain:drain-start:*"), Vec::<String>::new(), "{position}: every start released");
+        let marks = keys(&server, "drain:drained:*");
+        if position == "off" {
+            assert_eq!(marks, Vec::<String>::new(), "off writes no drain mark");
+        } else {
+            assert!(!marks.is_empty(), "{position}: the turns that drained their owner left marks: {r}");
+        }
+    }
+}
+
 /// `DRAIN_REDIS_CLUSTER` is a switch too: shadow behaves as off (a standalone
 /// connection), on speaks the Cluster protocol (which a standalone server refuses).
 #[test]

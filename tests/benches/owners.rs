@@ -34,9 +34,10 @@ const CLAIM_AWARE_OFF: (&str, &str) = ("PROJECTION_DRAIN_CLAIM_AWARE", "off");
 const CLAIM_AWARE_ON: (&str, &str) = ("PROJECTION_DRAIN_CLAIM_AWARE", "on");
 const WAKE_OFF: (&str, &str) = ("PROJECTION_DRAIN_RELEASE_WAKE", "off");
 const WAKE_ON: (&str, &str) = ("PROJECTION_DRAIN_RELEASE_WAKE", "on");
-/// Drain marks (branch `waste`): until that switch is merged, `drain` warns that the
-/// variable is unknown and ignores it, so the policies below run as they always did.
+/// Drain marks off (the switch defaults to on): the policies before them, as they ran
+/// before the marks.
 const SKIP_SERVED_OFF: (&str, &str) = ("PROJECTION_DRAIN_SKIP_SERVED", "off");
+const SKIP_SERVED_ON: (&str, &str) = ("PROJECTION_DRAIN_SKIP_SERVED", "on");
 
 /// The policies compared. A new admission policy is one more line: its switch on,
 /// the simulator's key for it, `ci: true` to show it beside the wake-up in CI.
@@ -54,7 +55,7 @@ const POLICIES: &[Policy] = &[
         simulated: "claim_aware_wake",
         ci: true,
     },
-    // Policy { name: "skip_served", env: &[CLAIM_AWARE_ON, WAKE_ON, ("PROJECTION_DRAIN_SKIP_SERVED", "on")], simulated: "<its key>", ci: true },
+    Policy { name: "skip_served", env: &[CLAIM_AWARE_ON, WAKE_ON, SKIP_SERVED_ON], simulated: "skip_served", ci: true },
 ];
 
 /// Rounds: 7 at `--full`, 3 at the `ci` length (each real run takes a few seconds).
@@ -73,6 +74,7 @@ struct Rounds {
     empty: Vec<f64>,
     useful: Vec<f64>,
     release_wakes: Vec<f64>,
+    skipped_served: Vec<f64>,
 }
 
 impl Rounds {
@@ -85,6 +87,7 @@ impl Rounds {
         self.empty.push(r.done as f64);
         self.useful.push(r.productive as f64);
         self.release_wakes.push(r.release_wakes as f64);
+        self.skipped_served.push(r.skipped_served as f64);
     }
 
     fn simulated(&mut self, f: &Value) {
@@ -97,6 +100,7 @@ impl Rounds {
         self.empty.push(n("empty_turns"));
         self.useful.push(n("useful_turns"));
         self.release_wakes.push(n("release_wakes_effective"));
+        self.skipped_served.push(n("requests_skipped_as_served"));
     }
 
     fn json(&self) -> Value {
@@ -114,6 +118,7 @@ impl Rounds {
             "empty_turns": s(&self.empty),
             "useful_turns": s(&self.useful),
             "release_wakes": s(&self.release_wakes),
+            "skipped_served": s(&self.skipped_served),
         })
     }
 }
@@ -144,7 +149,7 @@ fn simulate(seed: usize, policies: &[&Policy]) -> Value {
 fn reset(pg: &PostgresServer) {
     let schema = adapter_postgres::schema_sql("drain").expect("schema sql");
     pg.sql(&schema).unwrap_or_else(|e| panic!("drain's schema: {e}"));
-    let tables = "drain.backlog_items, drain.backlog_processed, drain.waiters, drain.leases";
+    let tables = "drain.backlog_items, drain.backlog_processed, drain.waiters, drain.leases, drain.drain_marks";
     pg.sql(&format!("TRUNCATE {tables}")).unwrap_or_else(|e| panic!("reset: {e}"));
 }
 

@@ -122,6 +122,8 @@ pub struct OwnerRun {
     pub releases_heard: u64,
     /// Notifications that ended a claim wait.
     pub release_wakes: u64,
+    /// Requests dropped as served by a later drain (drain marks).
+    pub skipped_served: u64,
     /// Drain time of the slowest process (its own clock, quantised by the pass).
     pub drain_ms: u64,
     /// From spawning the processes to the last item any of them recorded.
@@ -155,7 +157,7 @@ impl OwnerRun {
     #[must_use]
     pub fn figures(&self, name: &str) -> String {
         format!(
-            "{name}: claim_busy={} empty={} useful={} wasted/useful={:.3} p50={}ms p99={}ms turns={} peeks={} wakes_sent={} releases_heard={} release_wakes={} drain_ms={} fleet_ms={} wall_ms={}",
+            "{name}: claim_busy={} empty={} useful={} wasted/useful={:.3} p50={}ms p99={}ms turns={} peeks={} wakes_sent={} releases_heard={} release_wakes={} skipped_served={} drain_ms={} fleet_ms={} wall_ms={}",
             self.claim_busy,
             self.done,
             self.productive,
@@ -167,6 +169,7 @@ impl OwnerRun {
             self.wakes_sent,
             self.releases_heard,
             self.release_wakes,
+            self.skipped_served,
             self.drain_ms,
             self.fleet_ms,
             self.wall.as_millis()
@@ -268,9 +271,11 @@ pub fn run_owners(store: &Store<'_>, w: Workload, env: &[(&str, &str)]) -> Owner
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "drain owners failed: {stderr}");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
-        for (setting, field) in
-            [("PROJECTION_DRAIN_CLAIM_AWARE", "claim_aware"), ("PROJECTION_DRAIN_RELEASE_WAKE", "release_wake")]
-        {
+        for (setting, field) in [
+            ("PROJECTION_DRAIN_CLAIM_AWARE", "claim_aware"),
+            ("PROJECTION_DRAIN_RELEASE_WAKE", "release_wake"),
+            ("PROJECTION_DRAIN_SKIP_SERVED", "skip_served"),
+        ] {
             if let Some((_, v)) = env.iter().find(|(k, _)| *k == setting) {
                 assert_eq!(report[field], *v, "{setting}: {report}");
             }
@@ -287,6 +292,7 @@ pub fn run_owners(store: &Store<'_>, w: Workload, env: &[(&str, &str)]) -> Owner
         total.wakes_sent += field("wakes_sent");
         total.releases_heard += field("releases_heard");
         total.release_wakes += field("release_wakes");
+        total.skipped_served += field("skipped_served");
         total.drain_ms = total.drain_ms.max(field("drain_ms"));
         total.fleet_ms = total.fleet_ms.max(field("last_item_unix_ms").saturating_sub(spawned_unix_ms));
         fleet_start = fleet_start.min(field("started_unix_ms"));

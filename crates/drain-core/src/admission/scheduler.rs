@@ -52,6 +52,34 @@ struct Slot {
     /// then does a newer request end a claim wait, since only then can a peek tell
     /// that a drain served it.
     marked: bool,
+    /// When the owner's latest peek was issued.
+    peeked_at: Time,
+    /// The latest the owner's drain mark can have been at its last peek with marks:
+    /// a later mark is a drain that began since.
+    known_mark: Option<Time>,
+    /// The peeking owner was peeked because a newer request ended its claim wait,
+    /// which was due then.
+    repeek: Option<Time>,
+    /// The owner's latest peek was made because a newer request ended its claim
+    /// wait: newer requests then leave the wait it is in (a requester that asks
+    /// again at every pass would otherwise peek the owner at every pass).
+    peeked_for_request: bool,
+}
+
+impl Slot {
+    /// A slot owing a request made at `requested`, nothing known yet.
+    fn new(requested: Time) -> Self {
+        Slot {
+            place: Place::HandedOff,
+            failures: 0,
+            requested,
+            marked: false,
+            peeked_at: Time::ZERO,
+            known_mark: None,
+            repeek: None,
+            peeked_for_request: false,
+        }
+    }
 }
 
 /// The claim-aware owner admission scheduler: a sans-IO state machine.
@@ -135,7 +163,11 @@ impl<R: Rng> Scheduler<R> {
     ///   ([`Requested::Coalesced`]); a timer is not pulled forward, except a claim
     ///   wait by a request made after the ones it holds, with
     ///   [`SchedulerConfig::skip_served`] On and the owner's last peek answered with
-    ///   drain marks ([`Requested::Queued`]: peeked again);
+    ///   drain marks and not itself made for a newer request (once a wait: a
+    ///   requester that asks at every pass does not peek at every pass)
+    ///   ([`Requested::Queued`]: peeked again; if that peek finds the
+    ///   claim free but no drain begun since the owner's previous peek, the holder
+    ///   released to continue, and the owner waits for the claim again);
     /// * running -> marked dirty, so it runs again after its turn
     ///   ([`Requested::MarkedDirty`]).
     ///
@@ -170,10 +202,14 @@ impl<R: Rng> Scheduler<R> {
                     // A request made after the ones a claim wait holds: with drain marks,
                     // a peek (not a turn) tells at once whether it is served or due.
                     Place::Timer { due, seq, claim: true }
-                        if slot.marked && made > slot.requested && self.config.skip_served.enforces() =>
+                        if slot.marked
+                            && !slot.peeked_for_request
+                            && made > slot.requested
+                            && self.config.skip_served.enforces() =>
                     {
                         let key = (*due, *seq);
                         slot.requested = made;
+                        slot.repeek = Some(*due);
                         self.timers.remove(&key);
                         self.queue(owner, Entry::Initial);
                         self.gauges();
@@ -232,7 +268,7 @@ impl<R: Rng> Scheduler<R> {
                 self.start(&owner);
                 Action::Launch { owner, entry }
             } else {
-                Action::Peek(self.take_peek_batch(free))
+                Action::Peek(self.take_peek_batch(now, free))
             }
         };
         self.gauges();
@@ -249,7 +285,10 @@ impl<R: Rng> Scheduler<R> {
     /// * Before any of these, with [`SchedulerConfig::skip_served`] computing: a drain
     ///   mark ([`Peeked::drained`]) later than the owner's latest request means a
     ///   drain that began after the request served it: [`Event::OwnerSkipped`]
-    ///   (reason `Served`); On forgets the owner, Shadow goes on as above.
+    ///   (reason `Served`); On forgets the owner, Shadow goes on as above. A peek made
+    ///   because a newer request ended a claim wait that finds the claim free with no
+    ///   drain begun since the owner's previous peek counts as `Held`: its holder
+    ///   released without draining, to take it again for its next turn.
     ///
     /// Results are applied in the order given. A result for an owner that is not
     /// peeking (a stale or repeated answer, or one after [`close`](Self::close)) is
@@ -277,7 +316,10 @@ impl<R: Rng> Scheduler<R> {
                     slot.marked = result.drained.is_some();
                 }
                 if !self.served(&owner, result) {
-                    self.settle_peek(now, owner, result.claim);
+                    match self.holder_continues(now, &owner, result) {
+                        Some(due) => self.wait_again(now, owner, due),
+                        None => self.settle_peek(now, owner, result.claim),
+                    }
                 }
             }
         }
@@ -561,7 +603,7 @@ impl<R: Rng> Scheduler<R> {
         match self.owners.get_mut(owner) {
             Some(slot) => slot.place = place,
             None => {
-                self.owners.insert(owner.clone(), Slot { place, failures: 0, requested: self.latest, marked: false });
+                self.owners.insert(owner.clone(), Slot { place, ..Slot::new(self.latest) });
             }
         }
     }
@@ -593,7 +635,7 @@ impl<R: Rng> Scheduler<R> {
 
     /// Give the intent back to the caller; the failure count is forgotten with it.
     fn hand_off(&mut self, owner: OwnerId) {
-        let slot = Slot { place: Place::HandedOff, failures: 0, requested: self.latest, marked: false };
+        let slot = Slot { place: Place::HandedOff, ..Slot::new(self.latest) };
         self.owners.insert(owner.clone(), slot);
         self.handoffs.push_back(owner);
     }
@@ -619,7 +661,7 @@ impl<R: Rng> Scheduler<R> {
     }
 
     /// Take the leading run of initial entries at the FIFO head, at most `free`.
-    fn take_peek_batch(&mut self, free: usize) -> Vec<OwnerId> {
+    fn take_peek_batch(&mut self, now: Time, free: usize) -> Vec<OwnerId> {
         let batch = self.next_seq();
         let mut owners = self.spare.pop().unwrap_or_default();
         while owners.len() < free {
@@ -631,6 +673,10 @@ impl<R: Rng> Scheduler<R> {
                 break;
             };
             self.set_place(&owner, Place::Peeking { batch });
+            if let Some(slot) = self.owners.get_mut(&owner) {
+                slot.peeked_at = now;
+                slot.peeked_for_request = slot.repeek.is_some();
+            }
             owners.push(owner);
         }
         self.peeking += owners.len();
@@ -656,6 +702,38 @@ impl<R: Rng> Scheduler<R> {
         self.peeking -= 1;
         self.owners.remove(owner);
         true
+    }
+
+    /// Whether a peek shows a holder that released without draining, and until when
+    /// the owner then waits. A peek with a drain mark notes the latest that mark can
+    /// be (its estimate plus the peek's round trip). A peek made because a newer
+    /// request ended a claim wait that finds the claim free with no drain begun since
+    /// the owner's previous peek saw a holder release without draining: it continues
+    /// at once (its next turn takes the claim again) or its turn failed. Racing it
+    /// would cost a claim-busy turn, so the owner waits for the claim until the wait
+    /// the request ended was due, as it would have without the newer request (not
+    /// longer: a holder that died leaves no mark either).
+    fn holder_continues(&mut self, now: Time, owner: &OwnerId, peeked: Peeked) -> Option<Time> {
+        let slot = self.owners.get_mut(owner)?;
+        let repeek = slot.repeek.take();
+        let drained = peeked.drained?;
+        let undrained = slot.known_mark.is_some_and(|known| drained <= known);
+        let trip = now.saturating_since(slot.peeked_at) + Duration::from_millis(1);
+        slot.known_mark = Some(drained + trip);
+        repeek.filter(|_| peeked.claim == PeekResult::Free && undrained)
+    }
+
+    /// [`holder_continues`](Self::holder_continues): the owner waits for the claim
+    /// until `due`, as after a peek that found it held, or launches when that is past.
+    fn wait_again(&mut self, now: Time, owner: OwnerId, due: Time) {
+        let mode = self.config.claim_aware;
+        if due <= now || !mode.enforces() {
+            self.settle_peek(now, owner, PeekResult::Free);
+            return;
+        }
+        self.peeking -= 1;
+        self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode });
+        self.arm(owner, due, true);
     }
 
     fn settle_peek(&mut self, now: Time, owner: OwnerId, result: PeekResult) {

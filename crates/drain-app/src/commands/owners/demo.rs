@@ -8,7 +8,8 @@
 //! `drain run --owners N` processes on one Redis to watch them compete:
 //! `drain_owner_turns_total{outcome="claim_busy"}` stays near zero with
 //! `PROJECTION_DRAIN_CLAIM_AWARE=on` and climbs with `off`. On PostgreSQL the turns
-//! and peeks use the release wake-up (`LISTEN`/`NOTIFY`) when the switches allow it.
+//! and peeks use the release wake-up (`LISTEN`/`NOTIFY`) when the switches allow it;
+//! on every store they use the drain marks unless `PROJECTION_DRAIN_SKIP_SERVED=off`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, Worked, drive};
 use drain_core::ports::{Clock, LeaseStore, OwnerClaims};
-use drain_runtime::Waking;
+use drain_runtime::{Marking, Waking};
 use rand::RngExt;
 use rand::rngs::{SmallRng, StdRng};
 use tokio::sync::{mpsc, watch};
@@ -60,11 +61,25 @@ impl Backlogs {
 /// Run the demo owner workload over `owners` owners until `shutdown` flips.
 pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, shutdown: watch::Receiver<bool>) {
     let claims = rt.owner_claims.as_deref();
+    // The drain marks, unless the skip-served switch is Off (then the turns and peeks
+    // are exactly those before the marks). grant_sql grants the PostgreSQL wake-up's
+    // functions with the rest: there the switches decide the wake-up.
+    let marks = rt.config.skip_served != drain_core::Switch::Off;
+    let wake = super::wake::switches_allow_wake(&rt);
     match &rt.backend {
         Backend::Embedded(store) => over(&rt, &**store, claims, owners, shutdown).await,
+        Backend::Redis(store) if marks => {
+            let marking = Marking::new(store.clone());
+            let claims = claims.map(|_| &marking as &dyn OwnerClaims);
+            over(&rt, &marking, claims, owners, shutdown).await;
+        }
         Backend::Redis(store) => over(&rt, &**store, claims, owners, shutdown).await,
-        // grant_sql grants the wake-up's functions with the rest: the switches decide.
-        Backend::Postgres(store) if super::wake::switches_allow_wake(&rt) => {
+        Backend::Postgres(store) if marks => {
+            let marking = if wake { Marking::new(store.clone()).waking() } else { Marking::new(store.clone()) };
+            let claims = claims.map(|_| &marking as &dyn OwnerClaims);
+            over(&rt, &marking, claims, owners, shutdown).await;
+        }
+        Backend::Postgres(store) if wake => {
             let waking = Waking(store.clone());
             let claims = claims.map(|_| &waking as &dyn OwnerClaims);
             over(&rt, &waking, claims, owners, shutdown).await;

@@ -28,7 +28,7 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
-use drain_core::ports::{LeaseStore, OwnerClaims, ReleaseWake};
+use drain_core::ports::{DrainMarks, LeaseStore, OwnerClaims, ReleaseWake};
 use drain_core::{PortError, Switch};
 use rand::rngs::{SmallRng, StdRng};
 use rand::seq::SliceRandom;
@@ -64,6 +64,9 @@ pub(crate) struct Report {
     pub(crate) claim_aware: &'static str,
     /// `PROJECTION_DRAIN_RELEASE_WAKE` (acts only with claim-aware on).
     pub(crate) release_wake: &'static str,
+    /// `PROJECTION_DRAIN_SKIP_SERVED` (acts only with claim-aware on: the marks come
+    /// with the peeks).
+    pub(crate) skip_served: &'static str,
     /// Owners served.
     pub(crate) owners: usize,
     /// Items this process recorded as processed.
@@ -89,6 +92,9 @@ pub(crate) struct Report {
     pub(crate) releases_heard: u64,
     /// Claim waits those notifications ended (`Woken::Queued`; in shadow, would have).
     pub(crate) release_wakes: u64,
+    /// Requests dropped because a drain that began after them served them (in
+    /// shadow, would have been).
+    pub(crate) skipped_served: u64,
     /// Releases of this process that notified a waiter.
     pub(crate) wakes_sent: u64,
     /// Times the release subscription was lost and made again.
@@ -214,7 +220,7 @@ pub(crate) async fn run<S, B, H>(
     mut shutdown: watch::Receiver<bool>,
 ) -> Report
 where
-    S: LeaseStore + OwnerClaims + ReleaseWake + Clone,
+    S: LeaseStore + OwnerClaims + ReleaseWake + DrainMarks + Clone,
     B: Backlogs,
     H: Fn() -> (u64, u64),
 {
@@ -242,10 +248,12 @@ where
     if !wake {
         turns = turns.without_wake();
     }
-    if c.skip_served == Switch::Off {
+    let marks = c.skip_served != Switch::Off;
+    if !marks {
         turns = turns.without_marks();
     }
-    let peeks = Peeks::new(store.clone());
+    // The peeks read the marks the turns publish (Off: neither, as before the marks).
+    let peeks = Peeks::new(store.clone(), marks);
     let observer = Counted::new(rt.ticks.observer.clone());
     let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.ticks.clock, observer: &observer };
     let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
@@ -300,6 +308,7 @@ where
         owners = options.owners,
         claim_aware = c.claim_aware.as_str(),
         release_wake = c.release_wake.as_str(),
+        skip_served = c.skip_served.as_str(),
         waiter = wake,
         batch = options.batch,
         store = %rt.store_name(),
@@ -319,6 +328,7 @@ where
     Report {
         claim_aware: c.claim_aware.as_str(),
         release_wake: c.release_wake.as_str(),
+        skip_served: c.skip_served.as_str(),
         owners: options.owners,
         processed: load(&counters.processed),
         recovered: load(&counters.recovered),
@@ -331,6 +341,7 @@ where
         peek_round_trips: load(&peeks.batches),
         releases_heard,
         release_wakes: load(&observer.wakes),
+        skipped_served: load(&observer.served),
         wakes_sent: turns.wakes_sent(),
         subscriber_reconnects,
         passes: load(&counters.passes),

@@ -4,7 +4,9 @@
 //! waiter, a release wakes one). What stays here is the decision (the switches, and on
 //! Redis the rights the wake-up needs, probed first: a user without them runs without
 //! it, and a warning says so; on PostgreSQL `grant_sql` grants them with the rest)
-//! and counting, for `drain owners`' report.
+//! and counting, for `drain owners`' report. The drain marks
+//! (`PROJECTION_DRAIN_SKIP_SERVED`) are offered the same way: the driver peeks with
+//! them, and `Peeks` counts those peeks with the others.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,16 +15,21 @@ use std::time::Duration;
 use adapter_redis::RedisStore;
 use async_trait::async_trait;
 use drain_core::admission::{OwnerId, TurnOutcome};
-use drain_core::event::Event;
-use drain_core::ports::{Acquire, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter, WakeRelease};
+use drain_core::event::{Event, SkipReason};
+use drain_core::ports::{
+    Acquire, DrainMarks, MarkedClaim, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter, WakeRelease,
+};
 use drain_core::{LeaseToken, PortError, Switch};
 
 use crate::compose::Runtime;
 
 /// Admission's peeks through the store, counted (owners and round trips) for the
-/// report; it offers the store's wake-up, counting its peeks too.
+/// report; it offers the store's wake-up, and with `marks` the store's drain marks,
+/// counting their peeks too.
 pub(crate) struct Peeks<S> {
     pub(crate) store: S,
+    /// Offer the store's drain marks (the skip-served switch is not Off).
+    marks: bool,
     /// Owners peeked.
     pub(crate) owners: AtomicU64,
     /// Peek round trips (batches).
@@ -30,8 +37,9 @@ pub(crate) struct Peeks<S> {
 }
 
 impl<S> Peeks<S> {
-    pub(crate) fn new(store: S) -> Self {
-        Peeks { store, owners: AtomicU64::new(0), batches: AtomicU64::new(0) }
+    /// Peeks through `store`, offering its drain marks when `marks`.
+    pub(crate) fn new(store: S, marks: bool) -> Self {
+        Peeks { store, marks, owners: AtomicU64::new(0), batches: AtomicU64::new(0) }
     }
 
     fn count(&self, owners: &[OwnerId]) {
@@ -41,7 +49,7 @@ impl<S> Peeks<S> {
 }
 
 #[async_trait]
-impl<S: OwnerClaims + ReleaseWake> OwnerClaims for Peeks<S> {
+impl<S: OwnerClaims + ReleaseWake + DrainMarks> OwnerClaims for Peeks<S> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
         self.count(owners);
         self.store.peek_owners(owners).await
@@ -49,6 +57,36 @@ impl<S: OwnerClaims + ReleaseWake> OwnerClaims for Peeks<S> {
 
     fn release_wake(&self) -> Option<&dyn ReleaseWake> {
         Some(self)
+    }
+
+    fn drain_marks(&self) -> Option<&dyn DrainMarks> {
+        if self.marks { Some(self) } else { None }
+    }
+}
+
+#[async_trait]
+impl<S: DrainMarks> DrainMarks for Peeks<S> {
+    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+        self.count(owners);
+        self.store.peek_marked(owners, waiter).await
+    }
+    async fn acquire_marked(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: Option<&Waiter>,
+    ) -> Result<Acquire, PortError> {
+        self.store.acquire_marked(owner, token, ttl, waiter).await
+    }
+    async fn release_drained(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        drained: bool,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        self.store.release_drained(owner, token, drained, wake).await
     }
 }
 
@@ -80,18 +118,21 @@ impl<S: OwnerClaims + ReleaseWake> ReleaseWake for Peeks<S> {
     }
 }
 
-/// The app's observer, counting turn outcomes and the driver's release wake-ups for
-/// `drain owners`' report (the wake-ups are not a kept metric).
+/// The app's observer, counting turn outcomes, the driver's release wake-ups and the
+/// requests it skipped as served for `drain owners`' report (the wake-ups are not a
+/// kept metric).
 pub(crate) struct Counted {
     pub(crate) inner: Arc<dyn Observer>,
     pub(crate) wakes: AtomicU64,
+    /// Requests a later drain served, skipped (in shadow, that would have been).
+    pub(crate) served: AtomicU64,
     /// Turns by outcome: claim-busy, productive, done, failed.
     pub(crate) turns: [AtomicU64; 4],
 }
 
 impl Counted {
     pub(crate) fn new(inner: Arc<dyn Observer>) -> Self {
-        Counted { inner, wakes: AtomicU64::new(0), turns: Default::default() }
+        Counted { inner, wakes: AtomicU64::new(0), served: AtomicU64::new(0), turns: Default::default() }
     }
 
     /// Turns that ended `outcome`'s way (`Productive` counts both kinds).
@@ -111,6 +152,9 @@ impl Observer for Counted {
         match event {
             Event::ReleaseWake { .. } => {
                 self.wakes.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::OwnerSkipped { reason: SkipReason::Served, .. } => {
+                self.served.fetch_add(1, Ordering::Relaxed);
             }
             Event::OwnerTurn { outcome } => {
                 let i = match outcome {

@@ -126,6 +126,89 @@ fn a_newer_request_ends_a_claim_wait() {
     }
 }
 
+/// The peek a newer request makes, finding the claim free: with a drain begun since
+/// the owner's previous peek (later than that peek's mark plus its round trip), the
+/// owner launches; without one, the holder released to take the claim again for its
+/// next turn (or its turn failed), and the owner waits for the claim again instead of
+/// racing it. A peek not made for a newer request launches on a free claim as ever.
+#[test]
+fn a_newer_request_races_no_holder_that_released_without_draining() {
+    // (the mark the second peek finds, where the owner ends)
+    for (mark, launched) in [(Some(5), false), (Some(7), false), (Some(8), true), (None, true)] {
+        let mut s = sched(skip(On));
+        let _ = s.request_made(t(10), id("x"), t(10));
+        assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+        // Held, the mark at 5 (no later than 5 + the 1 ms round trip + 1 ms).
+        s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(5)))]);
+        let before = s.state_of(&id("x"));
+        assert_eq!(s.request_made(t(30), id("x"), t(30)), Ok(Requested::Queued));
+        assert_eq!(s.poll_action(t(30)), peek(&["x"]));
+        let found = match mark {
+            Some(m) => peeked(PeekResult::Free, Some(m)),
+            None => Peeked::from(PeekResult::Free),
+        };
+        s.on_peek(t(31), [(id("x"), found)]);
+        let state = s.state_of(&id("x"));
+        if launched {
+            assert_eq!(state, Some(OwnerState::Ready), "mark {mark:?}");
+        } else {
+            assert_eq!(state, before, "mark {mark:?}: waits again until the wait the request ended was due");
+            assert!(s.waits_for_claim(&id("x")), "mark {mark:?}");
+            // Newer requests leave that wait; the owner launches once it is due.
+            let Some(OwnerState::Timer { due }) = state else { panic!("a claim wait: {state:?}") };
+            assert_eq!(s.request_made(t(40), id("x"), t(40)), Ok(Requested::Coalesced));
+            s.handle_timeout(due);
+            assert_eq!(s.poll_action(due), peek(&["x"]));
+            s.on_peek(due, [(id("x"), found)]);
+            assert_eq!(s.state_of(&id("x")), Some(OwnerState::Ready), "mark {mark:?}: due");
+        }
+    }
+    // A claim wait after a lost race: the peek before the launch noted the mark.
+    let mut s = sched(skip(On));
+    let _ = s.request_made(t(10), id("x"), t(10));
+    assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Free, Some(5)))]);
+    assert!(matches!(s.poll_action(t(11)), Some(Action::Launch { .. })));
+    assert_eq!(s.on_turn(t(12), &id("x"), ClaimBusy), Ok(()));
+    assert_eq!(s.request_made(t(30), id("x"), t(30)), Ok(Requested::Queued));
+    assert_eq!(s.poll_action(t(30)), peek(&["x"]));
+    s.on_peek(t(31), [(id("x"), peeked(PeekResult::Free, Some(5)))]);
+    assert!(s.waits_for_claim(&id("x")), "no drain since the peek before the lost race: waits again");
+    // A timer's own peek (no newer request) launches on a free claim.
+    let mut s = sched(skip(On));
+    let _ = s.request_made(t(10), id("x"), t(10));
+    assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(5)))]);
+    let Some(OwnerState::Timer { due }) = s.state_of(&id("x")) else { panic!("a claim wait") };
+    s.handle_timeout(due);
+    assert_eq!(s.poll_action(due), peek(&["x"]));
+    s.on_peek(due, [(id("x"), peeked(PeekResult::Free, Some(5)))]);
+    assert_eq!(s.state_of(&id("x")), Some(OwnerState::Ready));
+}
+
+/// A newer request ends a claim wait once: the wait the peek it made starts is left
+/// to its timer (or a release) however often newer requests come, and the wait after
+/// that timer's own peek can be ended again.
+#[test]
+fn a_newer_request_ends_a_claim_wait_once() {
+    let mut s = sched(skip(On));
+    let _ = s.request_made(t(10), id("x"), t(10));
+    assert_eq!(s.poll_action(t(10)), peek(&["x"]));
+    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    assert_eq!(s.request_made(t(20), id("x"), t(20)), Ok(Requested::Queued));
+    assert_eq!(s.poll_action(t(20)), peek(&["x"]));
+    s.on_peek(t(21), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    for at in [30, 40, 50] {
+        assert_eq!(s.request_made(t(at), id("x"), t(at)), Ok(Requested::Coalesced), "at {at}");
+    }
+    let Some(OwnerState::Timer { due }) = s.state_of(&id("x")) else { panic!("a claim wait") };
+    s.handle_timeout(due);
+    assert_eq!(s.poll_action(due), peek(&["x"]));
+    s.on_peek(due, [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    let later = due + Duration::from_millis(1);
+    assert_eq!(s.request_made(later, id("x"), later), Ok(Requested::Queued), "a new wait");
+}
+
 /// A claim wait whose peek knew no drain marks (the store keeps none) is not ended
 /// by a newer request: no peek could tell it was served, so the backoff stands.
 #[test]

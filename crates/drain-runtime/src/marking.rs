@@ -1,0 +1,130 @@
+//! A [`LazyStore`] that offers its store's drain marks to owner drains, and, when
+//! asked, its release wake-up too.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use drain_core::admission::OwnerId;
+use drain_core::ports::{
+    Acquire, DrainMarks, Holding, LeaseName, LeaseStore, MarkedClaim, OwnerClaim, OwnerClaims, Release, ReleaseWake,
+    Releases, Renew, Waiter, WakeRelease,
+};
+use drain_core::{LeaseToken, PortError};
+
+use crate::LazyStore;
+
+/// The owner claims of a [`LazyStore`] with the store's drain marks: its
+/// [`OwnerClaims::drain_marks`] answers itself, so `OwnerTurns` publishes the mark of
+/// a turn that drained its owner and the admission driver peeks with the marks (while
+/// `SchedulerConfig::skip_served` is not Off). [`Marking::waking`] offers the
+/// release wake-up as well, as [`Waking`](crate::Waking) does. A plain `LazyStore`
+/// offers neither. While the store is down every call fails as the lazy store's do.
+pub struct Marking<S> {
+    store: Arc<LazyStore<S>>,
+    wake: bool,
+}
+
+impl<S> Marking<S> {
+    /// `store`'s owner claims with its drain marks, without the release wake-up.
+    pub fn new(store: Arc<LazyStore<S>>) -> Self {
+        Marking { store, wake: false }
+    }
+
+    /// The same, offering the store's release wake-up too: use it where the store's
+    /// user surely has the wake-up's rights.
+    #[must_use]
+    pub fn waking(mut self) -> Self {
+        self.wake = true;
+        self
+    }
+}
+
+#[async_trait]
+impl<S: LeaseStore + Clone + 'static> LeaseStore for Marking<S> {
+    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.store.acquire(lease, token, ttl).await
+    }
+    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        self.store.release(lease, token).await
+    }
+    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.store.renew(lease, token, ttl).await
+    }
+    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.store.peek(lease).await
+    }
+}
+
+#[async_trait]
+impl<S: OwnerClaims + ReleaseWake + DrainMarks + Clone + 'static> OwnerClaims for Marking<S> {
+    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
+        self.store.peek_owners(owners).await
+    }
+
+    fn release_wake(&self) -> Option<&dyn ReleaseWake> {
+        if self.wake { Some(self) } else { None }
+    }
+
+    fn drain_marks(&self) -> Option<&dyn DrainMarks> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl<S: DrainMarks + Clone + 'static> DrainMarks for Marking<S> {
+    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.store().await?.peek_marked(owners, waiter).await
+    }
+    async fn acquire_marked(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: Option<&Waiter>,
+    ) -> Result<Acquire, PortError> {
+        self.store.store().await?.acquire_marked(owner, token, ttl, waiter).await
+    }
+    async fn release_drained(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        drained: bool,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        self.store.store().await?.release_drained(owner, token, drained, wake).await
+    }
+}
+
+#[async_trait]
+impl<S: ReleaseWake + Clone + 'static> ReleaseWake for Marking<S> {
+    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
+        self.store.store().await?.subscribe(instance).await
+    }
+    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.store.store().await?.peek_and_wait(owners, waiter).await
+    }
+    async fn acquire_or_wait(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: &Waiter,
+    ) -> Result<Acquire, PortError> {
+        self.store.store().await?.acquire_or_wait(owner, token, ttl, waiter).await
+    }
+    async fn release_and_wake(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        self.store.store().await?.release_and_wake(owner, token, wake).await
+    }
+}
