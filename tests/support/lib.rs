@@ -202,7 +202,15 @@ impl Running {
         let deadline = Instant::now() + within;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
-                self.seen.extend(self.lines.try_iter());
+                // The reader may not have read the last lines yet: take them until the
+                // pipe closes (bounded, in case a child of the process holds it open).
+                let until = Instant::now() + Duration::from_secs(5);
+                while let Some(left) = until.checked_duration_since(Instant::now()) {
+                    match self.lines.recv_timeout(left) {
+                        Ok(line) => self.seen.push(line),
+                        Err(_) => break,
+                    }
+                }
                 return Some(status);
             }
             std::thread::sleep(Duration::from_millis(50));
