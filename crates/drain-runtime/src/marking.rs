@@ -8,27 +8,28 @@ use async_trait::async_trait;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
     Acquire, DrainMarks, Holding, LeaseName, LeaseStore, MarkedClaim, OwnerClaim, OwnerClaims, Release, ReleaseWake,
-    Releases, Renew, Waiter, WakeRelease,
+    Renew, Waiter, WakeRelease,
 };
 use drain_core::{LeaseToken, PortError};
 
-use crate::LazyStore;
+use crate::{LazyStore, Waking};
 
 /// The owner claims of a [`LazyStore`] with the store's drain marks: its
 /// [`OwnerClaims::drain_marks`] answers itself, so `OwnerTurns` publishes the mark of
 /// a turn that drained its owner and the admission driver peeks with the marks (while
 /// `SchedulerConfig::skip_served` is not Off). [`Marking::waking`] offers the
-/// release wake-up as well, as [`Waking`](crate::Waking) does. A plain `LazyStore`
+/// release wake-up as well, through a [`Waking`] over the same store. A plain `LazyStore`
 /// offers neither. While the store is down every call fails as the lazy store's do.
 pub struct Marking<S> {
-    store: Arc<LazyStore<S>>,
+    /// The store, which answers for the wake-up too.
+    waking: Waking<S>,
     wake: bool,
 }
 
 impl<S> Marking<S> {
     /// `store`'s owner claims with its drain marks, without the release wake-up.
     pub fn new(store: Arc<LazyStore<S>>) -> Self {
-        Marking { store, wake: false }
+        Marking { waking: Waking(store), wake: false }
     }
 
     /// The same, offering the store's release wake-up too: use it where the store's
@@ -43,27 +44,27 @@ impl<S> Marking<S> {
 #[async_trait]
 impl<S: LeaseStore + Clone + 'static> LeaseStore for Marking<S> {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.store.acquire(lease, token, ttl).await
+        self.waking.acquire(lease, token, ttl).await
     }
     async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        self.store.release(lease, token).await
+        self.waking.release(lease, token).await
     }
     async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.store.renew(lease, token, ttl).await
+        self.waking.renew(lease, token, ttl).await
     }
     async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.store.peek(lease).await
+        self.waking.peek(lease).await
     }
 }
 
 #[async_trait]
 impl<S: OwnerClaims + ReleaseWake + DrainMarks + Clone + 'static> OwnerClaims for Marking<S> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
-        self.store.peek_owners(owners).await
+        self.waking.peek_owners(owners).await
     }
 
     fn release_wake(&self) -> Option<&dyn ReleaseWake> {
-        if self.wake { Some(self) } else { None }
+        if self.wake { Some(&self.waking) } else { None }
     }
 
     fn drain_marks(&self) -> Option<&dyn DrainMarks> {
@@ -77,7 +78,7 @@ impl<S: DrainMarks + Clone + 'static> DrainMarks for Marking<S> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
-        self.store.store().await?.peek_marked(owners, waiter).await
+        self.waking.0.store().await?.peek_marked(owners, waiter).await
     }
     async fn acquire_marked(
         &self,
@@ -86,7 +87,7 @@ impl<S: DrainMarks + Clone + 'static> DrainMarks for Marking<S> {
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquire, PortError> {
-        self.store.store().await?.acquire_marked(owner, token, ttl, waiter).await
+        self.waking.0.store().await?.acquire_marked(owner, token, ttl, waiter).await
     }
     async fn release_drained(
         &self,
@@ -95,36 +96,6 @@ impl<S: DrainMarks + Clone + 'static> DrainMarks for Marking<S> {
         drained: bool,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
-        self.store.store().await?.release_drained(owner, token, drained, wake).await
-    }
-}
-
-#[async_trait]
-impl<S: ReleaseWake + Clone + 'static> ReleaseWake for Marking<S> {
-    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        self.store.store().await?.subscribe(instance).await
-    }
-    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
-        if owners.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.store.store().await?.peek_and_wait(owners, waiter).await
-    }
-    async fn acquire_or_wait(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        ttl: Duration,
-        waiter: &Waiter,
-    ) -> Result<Acquire, PortError> {
-        self.store.store().await?.acquire_or_wait(owner, token, ttl, waiter).await
-    }
-    async fn release_and_wake(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        wake: bool,
-    ) -> Result<WakeRelease, PortError> {
-        self.store.store().await?.release_and_wake(owner, token, wake).await
+        self.waking.0.store().await?.release_drained(owner, token, drained, wake).await
     }
 }
