@@ -50,7 +50,7 @@ use faults::{lock, scenarios, stats};
 /// batch ends the tick, and once Redis is back the same store serves the next ticks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_dead_before_the_tick_fails_open_on_the_lease_and_closed_on_claims() {
-    let Some(w) = World::new(&[], 12, Duration::ZERO).await else { return };
+    let Some(w) = World::patient(12, Duration::ZERO).await else { return };
     scenarios::dead_before_the_tick(w).await;
 }
 

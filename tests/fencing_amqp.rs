@@ -10,10 +10,12 @@
 //! The frozen holder must have nothing on its way when it stops, or whatever was
 //! still inside the process would go out after the thaw, a write in flight that only
 //! the consumer's check can refuse (docs/reliability.md, "Fencing"). So its target
-//! connection runs through a proxy (`support/proxy.rs`) that the test holds for a
-//! moment first: the submits the holder started go out and wait for their outcomes,
-//! and it cannot start more. Then SIGSTOP, then the proxy lets the held messages
-//! through, long before the other process can take the lease.
+//! connection runs through a proxy (`support/proxy.rs`) that the test holds first,
+//! until the holder has sent nothing for half a second: the submits it started have
+//! gone out and wait for their outcomes, and it cannot start more (a fixed pause
+//! was not enough on a loaded machine: a message the holder had started went out
+//! after the thaw, once in ten runs). Then SIGSTOP, then the proxy lets the held
+//! messages through, long before the other process can take the lease.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -183,7 +185,7 @@ fn a_holder_frozen_past_its_ttl_sends_nothing_after_the_next_holder_s_first_mess
     let frozen = slot(&instance).expect("a holder");
     let froze = Instant::now();
     proxies[frozen].hold();
-    std::thread::sleep(Duration::from_millis(300));
+    proxies[frozen].wait_quiet(Duration::from_millis(500));
     procs[frozen].freeze();
     proxies[frozen].release();
     let at_freeze = keys(&redis);

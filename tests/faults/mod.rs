@@ -34,6 +34,11 @@ use drain_e2e::TokioClock;
 /// The longest one tick may take before the test fails as hung.
 pub(crate) const TICK_BOUND: Duration = Duration::from_secs(20);
 
+/// Store timeouts long enough for a busy machine, for scenarios whose faults are
+/// refusals: a dead server refuses at once, but a starved client can outlast a short
+/// timeout and turn the refusal into silence, which ends a tick another way.
+pub(crate) const PATIENT: Duration = Duration::from_secs(10);
+
 /// What the suites do to a private server, by pid.
 pub(crate) trait FaultServer: Send + 'static {
     /// How failure messages name the server.

@@ -5,7 +5,7 @@ use std::time::Duration;
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use test_servers::PostgresServer;
 
-use super::{FaultServer, Shared};
+use super::{FaultServer, PATIENT, Shared};
 
 /// The store's connect and response timeouts.
 pub(crate) const PG_TIMEOUT: Duration = Duration::from_millis(300);
@@ -79,6 +79,3 @@ impl World {
         World::with(server, store, messages, delay)
     }
 }
-
-/// Timeouts long enough for a busy machine.
-const PATIENT: Duration = Duration::from_secs(10);

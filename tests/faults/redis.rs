@@ -5,7 +5,7 @@ use std::time::Duration;
 use adapter_redis::{RedisConfig, RedisStore};
 use test_servers::RedisServer;
 
-use super::{FaultServer, Shared};
+use super::{FaultServer, PATIENT, Shared};
 
 /// The store's connect and response timeouts.
 pub(crate) const REDIS_TIMEOUT: Duration = Duration::from_millis(300);
@@ -41,7 +41,17 @@ impl World {
 
     /// A world on `server`, with `messages` queued and submits that take `delay`.
     pub(crate) async fn on(server: RedisServer, messages: usize, delay: Duration) -> World {
-        let store = RedisStore::connect(RedisConfig::new(server.url()).timeouts(REDIS_TIMEOUT, REDIS_TIMEOUT))
+        World::timing_out(server, messages, delay, REDIS_TIMEOUT).await
+    }
+
+    /// The same with patient timeouts, for a scenario whose faults are refusals.
+    pub(crate) async fn patient(messages: usize, delay: Duration) -> Option<World> {
+        let server = RedisServer::start_with(&[])?;
+        Some(World::timing_out(server, messages, delay, PATIENT).await)
+    }
+
+    async fn timing_out(server: RedisServer, messages: usize, delay: Duration, timeout: Duration) -> World {
+        let store = RedisStore::connect(RedisConfig::new(server.url()).timeouts(timeout, timeout))
             .await
             .expect("connect to the private redis-server");
         World::with(server, store, messages, delay)

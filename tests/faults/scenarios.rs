@@ -25,7 +25,10 @@ fn given<S: FaultStore, V: FaultServer>(w: &World<S, V>, messages: usize, delay:
 /// Dead before the tick (12 messages, no delay): twice, the acquire fails, the tick
 /// drains anyway (fail open), every claim fails so nothing is submitted (fail
 /// closed) and the first wholly abandoned batch ends the tick; once the server is
-/// back the same store drains everything at once, each message once.
+/// back the same store drains everything at once, each message once. The world's
+/// timeouts are patient (`World::patient`): the faults here are refusals, and an
+/// acquire that a starved client let time out would mark the store down and the
+/// tick would receive nothing (`crates/drain-core/src/tick/health.rs`).
 pub(crate) async fn dead_before_the_tick<S: FaultStore, V: FaultServer>(mut w: World<S, V>) {
     given(&w, 12, Duration::ZERO);
     w.server().kill();

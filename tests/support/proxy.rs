@@ -1,15 +1,16 @@
-//! A loopback TCP proxy whose traffic a test can hold back: while held, nothing is
-//! read from either side, so what a client sends waits in the sockets and nothing it
-//! waits for comes back. The end-to-end tests put one between a `drain` process and
-//! its target, to stop the process at a moment when everything it sent has left it.
+//! A loopback TCP proxy whose traffic a test can hold back: while held, what a
+//! client sends is taken and kept, not forwarded, and nothing it waits for comes
+//! back. The end-to-end tests put one between a `drain` process and its target, to
+//! stop the process at a moment when everything it sent has left it: once held, the
+//! test waits until the client has sent nothing for a while ([`Proxy::wait_quiet`]).
 //! Threads, not processes: they end within 50 ms of the proxy's drop.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a blocked read or write waits before the thread looks at its flags.
 const POLL: Duration = Duration::from_millis(50);
@@ -25,6 +26,8 @@ pub struct Proxy {
 struct Flags {
     held: AtomicBool,
     stop: AtomicBool,
+    /// Bytes read from clients so far.
+    sent: AtomicU64,
 }
 
 impl Proxy {
@@ -51,6 +54,21 @@ impl Proxy {
     /// Stop forwarding, both ways.
     pub fn hold(&self) {
         self.flags.held.store(true, Ordering::SeqCst);
+    }
+
+    /// Wait until clients have sent nothing for `quiet` (within 30 s): while held,
+    /// that means whatever a client had started to send has left it.
+    pub fn wait_quiet(&self, quiet: Duration) {
+        let bound = Instant::now() + Duration::from_secs(30);
+        let (mut last, mut since) = (self.flags.sent.load(Ordering::SeqCst), Instant::now());
+        while since.elapsed() < quiet {
+            assert!(Instant::now() < bound, "clients still sending 30 s after the proxy was held");
+            std::thread::sleep(Duration::from_millis(5));
+            let now = self.flags.sent.load(Ordering::SeqCst);
+            if now != last {
+                (last, since) = (now, Instant::now());
+            }
+        }
     }
 
     /// Forward again, what waited first.
@@ -81,27 +99,39 @@ fn accept(listener: &TcpListener, upstream: SocketAddr, flags: &Arc<Flags>, thre
         let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else { continue };
         let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else { continue };
         let mut threads = threads.lock().unwrap_or_else(PoisonError::into_inner);
-        for (from, to) in [(client, server), (server2, client2)] {
+        for (from, to, upstream) in [(client, server, true), (server2, client2, false)] {
             let flags = flags.clone();
-            threads.push(std::thread::spawn(move || pump(from, to, &flags)));
+            threads.push(std::thread::spawn(move || pump(from, to, upstream, &flags)));
         }
     }
 }
 
-/// Copy `from` to `to` until either ends or the proxy stops; nothing is read while held.
-fn pump(mut from: TcpStream, mut to: TcpStream, flags: &Flags) {
+/// Copy `from` to `to` until either ends or the proxy stops. While held, what an
+/// `upstream` pump (client to server) reads is kept for later, counted in
+/// `flags.sent`; the other reads nothing.
+fn pump(mut from: TcpStream, mut to: TcpStream, upstream: bool, flags: &Flags) {
     let ready =
         from.set_nonblocking(false).and(from.set_read_timeout(Some(POLL))).and(to.set_write_timeout(Some(POLL)));
     let mut buf = vec![0; 64 * 1024];
+    let mut kept = Vec::new();
     while ready.is_ok() && !flags.stop.load(Ordering::SeqCst) {
-        if flags.held.load(Ordering::SeqCst) {
+        let held = flags.held.load(Ordering::SeqCst);
+        if held && !upstream {
             std::thread::sleep(Duration::from_millis(2));
             continue;
+        }
+        if !held && !kept.is_empty() && !write_all(&mut to, &std::mem::take(&mut kept), flags) {
+            break;
         }
         match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                if !write_all(&mut to, &buf[..n], flags) {
+                if upstream {
+                    flags.sent.fetch_add(n as u64, Ordering::SeqCst);
+                }
+                if held {
+                    kept.extend_from_slice(&buf[..n]);
+                } else if !write_all(&mut to, &buf[..n], flags) {
                     break;
                 }
             }
