@@ -73,7 +73,9 @@ fn run_one(exe: &Path, gate: Gate, dir: &Path) -> GateResult {
     let path = log(dir, gate);
     let opened = File::create(&path).and_then(|out| Ok((out.try_clone()?, out)));
     let (stdout, stderr) = opened.map_err(|e| Failure::new(format!("cannot write {}: {e}", path.display())))?;
-    let status = Command::new(exe)
+    let mut cmd = Command::new(exe);
+    crate::util::build_env(&mut cmd);
+    let status = cmd
         .arg(gate.name())
         .stdin(Stdio::null())
         .stdout(stdout)

@@ -24,6 +24,7 @@ enum Row {
 /// Run every gate.
 pub(crate) fn run() -> Result<(), Failure> {
     let started = Instant::now();
+    crate::util::not_incremental();
     let mut rows: Vec<(Gate, Row, Option<Duration>)> = Vec::new();
     let mut failure = None;
     let mut ran_beside = false;

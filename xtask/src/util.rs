@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How a gate that did not fail ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,11 +59,30 @@ pub(crate) fn project_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Set by `ci`: see [`not_incremental`].
+static NOT_INCREMENTAL: AtomicBool = AtomicBool::new(false);
+
+/// From now on the cargo commands this process starts, and the xtask processes it
+/// starts, build without incremental compilation (unless `CARGO_INCREMENTAL` is set):
+/// `ci` builds each crate once, and writing the incremental caches only costs (the
+/// workspace's crates built in 115 s instead of 155 s on two cores).
+pub(crate) fn not_incremental() {
+    NOT_INCREMENTAL.store(true, Ordering::Relaxed);
+}
+
+/// Give `cmd` the environment [`not_incremental`] asks for.
+pub(crate) fn build_env(cmd: &mut Command) {
+    if NOT_INCREMENTAL.load(Ordering::Relaxed) && std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        cmd.env("CARGO_INCREMENTAL", "0");
+    }
+}
+
 /// `cargo`, the same binary that runs xtask when there is one, in the project root.
 pub(crate) fn cargo() -> Command {
     let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
     let mut cmd = Command::new(program);
     cmd.current_dir(project_root());
+    build_env(&mut cmd);
     cmd
 }
 
