@@ -139,6 +139,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, upstream: bool, flags: &Flags) {
             Err(_) => break,
         }
     }
+    // A side that closed while held still gets its last bytes through, not dropped.
+    if !kept.is_empty() {
+        write_all(&mut to, &kept, flags);
+    }
     let _ = from.shutdown(Shutdown::Both);
     let _ = to.shutdown(Shutdown::Both);
 }
