@@ -1,8 +1,9 @@
-//! Gates that `ci` runs beside the test gate's test run: they only compile and read
-//! files (no server), and the tests mostly wait on servers, so the two together keep
-//! both cores busy. Each runs as `xtask <gate>` in a process of its own, one after
-//! another, its output kept in `target/ci/<gate>.log` and printed when the test gate
-//! is done, so the two never interleave.
+//! Gates that `ci` runs beside others (the test gate's test run, or the gates after
+//! it): they only compile and read files (no server), and the others mostly wait on
+//! servers, so the two together keep both cores busy. Each runs as `xtask <gate>` in
+//! a process of its own, one after another, its output kept in
+//! `target/ci/<gate>.log` and printed when the lane is done, so the two never
+//! interleave.
 
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -24,13 +25,13 @@ pub(crate) struct Lane {
 }
 
 impl Lane {
-    /// Start `gates`, one after another, on a thread of their own.
-    pub(crate) fn start(gates: &'static [Gate]) -> Result<Lane, Failure> {
+    /// Start `gates`, one after another, on a thread of their own, beside `what`.
+    pub(crate) fn start(gates: &'static [Gate], what: &str) -> Result<Lane, Failure> {
         let logs = Metadata::load()?.target_directory.join("ci");
         fs::create_dir_all(&logs).map_err(|e| Failure::new(format!("cannot create {}: {e}", logs.display())))?;
         let exe = std::env::current_exe().map_err(|e| Failure::new(format!("cannot find xtask itself: {e}")))?;
         let names: Vec<&str> = gates.iter().map(|g| g.name()).collect();
-        println!("xtask ci: {} run beside the tests (their output follows the tests')", names.join(", "));
+        println!("xtask ci: {} run beside {what} (their output follows)", names.join(", "));
         let dir = logs.clone();
         let thread = std::thread::spawn(move || {
             let mut ended = Vec::new();
@@ -54,10 +55,10 @@ impl Lane {
     pub(crate) fn finish(self) -> Ended {
         let ended = self.thread.join().unwrap_or_default();
         for (gate, result) in &ended {
-            println!("\n==> xtask {} (ran beside the tests)", gate.name());
+            println!("\n==> xtask {} (ran beside other gates)", gate.name());
             match result {
                 Some(_) => print!("{}", fs::read_to_string(log(&self.logs, *gate)).unwrap_or_default()),
-                None => println!("not run: an earlier gate beside the tests failed"),
+                None => println!("not run: an earlier gate of the same lane failed"),
             }
         }
         ended

@@ -1,8 +1,11 @@
 //! `cargo xtask ci`: every gate in order, stopping at the first failure, then a
 //! summary table and one closing line, `xtask-ci: N passed, M failed[, K skipped]`,
-//! in the plain form CI log readers recognise. The gates that only compile
-//! ([`BESIDE_TESTS`]) run beside the test gate's test run when nextest runs it
-//! (crate::beside); otherwise in their place.
+//! in the plain form CI log readers recognise. The gates that only compile run
+//! beside others when nextest runs the tests (crate::beside): [`BESIDE_TESTS`]
+//! beside the test run, [`BESIDE_AFTER`] beside the gates after it; otherwise each
+//! in its place. The machine has two cores and the run is bound by them: what
+//! compiles beside the tests slows them down, what compiles beside soak and bench
+//! (about one core, mostly waiting on servers) does not.
 
 use std::time::{Duration, Instant};
 
@@ -10,8 +13,11 @@ use crate::Gate;
 use crate::beside::Lane;
 use crate::util::{Failure, GateResult, Outcome};
 
-/// Gates that need no server and only compile and read files.
-const BESIDE_TESTS: [Gate; 3] = [Gate::Clippy, Gate::Doc, Gate::Package];
+/// Gates that need no server and only compile and read files, run beside the tests.
+const BESIDE_TESTS: [Gate; 2] = [Gate::Clippy, Gate::Doc];
+/// The same, run beside the gates after the tests: package's checks of each crate
+/// alone (about 100 CPU-s) took the tests 50 s longer when they ran beside them.
+const BESIDE_AFTER: [Gate; 1] = [Gate::Package];
 
 /// How one gate ended, for the table.
 enum Row {
@@ -32,8 +38,9 @@ pub(crate) fn run() -> Result<(), Failure> {
     let order = [Gate::Fmt, Gate::Test]
         .into_iter()
         .chain(Gate::ALL.into_iter().filter(|g| ![Gate::Fmt, Gate::Test].contains(g)));
+    let mut after: Option<Lane> = None;
     for gate in order {
-        if ran_beside && BESIDE_TESTS.contains(&gate) {
+        if ran_beside && (BESIDE_TESTS.contains(&gate) || BESIDE_AFTER.contains(&gate)) {
             continue;
         }
         if failure.is_some() {
@@ -48,7 +55,8 @@ pub(crate) fn run() -> Result<(), Failure> {
             continue;
         }
         let mut lane = Ok(None);
-        let result = crate::test_gate::run_gate_beside(&mut || lane = Lane::start(&BESIDE_TESTS).map(Some));
+        let result =
+            crate::test_gate::run_gate_beside(&mut || lane = Lane::start(&BESIDE_TESTS, "the tests").map(Some));
         let result = Gate::Test.report(result);
         let lane = lane.unwrap_or_else(|f| {
             failure.get_or_insert(f);
@@ -57,18 +65,30 @@ pub(crate) fn run() -> Result<(), Failure> {
         rows.push((gate, row_of(gate, result, &mut failure), Some(t.elapsed())));
         if let Some(lane) = lane {
             ran_beside = true;
-            for (g, ended) in lane.finish() {
-                match ended {
-                    Some((result, took)) => rows.push((g, row_of(g, result, &mut failure), Some(took))),
-                    None => rows.push((g, Row::NotRun, None)),
+            finish(lane, &mut rows, &mut failure);
+            if failure.is_none() {
+                match Lane::start(&BESIDE_AFTER, "the gates after the tests") {
+                    Ok(lane) => after = Some(lane),
+                    Err(f) => {
+                        failure.get_or_insert(f);
+                    }
                 }
+            } else {
+                rows.extend(BESIDE_AFTER.iter().map(|&g| (g, Row::NotRun, None)));
             }
         }
+    }
+    if let Some(lane) = after {
+        finish(lane, &mut rows, &mut failure);
     }
     rows.sort_by_key(|(gate, ..)| Gate::ALL.iter().position(|g| g == gate));
 
     if ran_beside {
-        println!("\nxtask ci summary ({} ran beside the tests)", names(&BESIDE_TESTS));
+        println!(
+            "\nxtask ci summary ({} ran beside the tests, {} beside the gates after them)",
+            names(&BESIDE_TESTS),
+            names(&BESIDE_AFTER)
+        );
     } else {
         println!("\nxtask ci summary");
     }
@@ -100,6 +120,16 @@ pub(crate) fn run() -> Result<(), Failure> {
     let skipped = if skipped > 0 { format!(", {skipped} skipped") } else { String::new() };
     println!("xtask-ci: {passed} passed, {failed} failed{skipped}");
     failure.map_or(Ok(()), Err)
+}
+
+/// Wait for `lane` and add a row for each of its gates.
+fn finish(lane: Lane, rows: &mut Vec<(Gate, Row, Option<Duration>)>, failure: &mut Option<Failure>) {
+    for (g, ended) in lane.finish() {
+        match ended {
+            Some((result, took)) => rows.push((g, row_of(g, result, failure), Some(took))),
+            None => rows.push((g, Row::NotRun, None)),
+        }
+    }
 }
 
 /// The row of a gate that ended with `result`; the first failure is kept in `failure`.

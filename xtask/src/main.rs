@@ -34,8 +34,8 @@ use util::{Failure, GateResult, Outcome};
 const HELP: &str = "\
 cargo xtask <gate>: the drain workspace's CI gates, runnable locally
 
-Gates (`ci` runs fmt, then test with clippy, doc and package beside its tests, then
-the rest in this order, and stops at the first failure):
+Gates (`ci` runs fmt, then test with clippy and doc beside its tests, then the rest
+in this order with package beside them, and stops at the first failure):
   fmt      cargo fmt --all -- --check
   clippy   cargo clippy --workspace --all-targets --all-features -- -D warnings,
            and the fuzz targets (fuzz/, their own workspace) on stable
