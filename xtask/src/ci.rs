@@ -66,14 +66,11 @@ pub(crate) fn run() -> Result<(), Failure> {
         if let Some(lane) = lane {
             ran_beside = true;
             finish(lane, &mut rows, &mut failure);
-            if failure.is_none() {
-                match Lane::start(&BESIDE_AFTER, "the gates after the tests") {
-                    Ok(lane) => after = Some(lane),
-                    Err(f) => {
-                        failure.get_or_insert(f);
-                    }
-                }
-            } else {
+            after = match failure {
+                None => Lane::start(&BESIDE_AFTER, "the gates after the tests").map_err(|f| failure = Some(f)).ok(),
+                Some(_) => None,
+            };
+            if after.is_none() {
                 rows.extend(BESIDE_AFTER.iter().map(|&g| (g, Row::NotRun, None)));
             }
         }
