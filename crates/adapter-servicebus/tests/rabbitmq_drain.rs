@@ -154,8 +154,9 @@ async fn every_message_is_delivered_across_a_connection_outage() {
 
     // The first tick drains a part, then the "broker" goes away for 1.5 s mid-drain.
     // The drain's own claim store says when five batches (at most 100 of the 600) have
-    // been settled: asking RabbitMQ takes a `rabbitmqctl` run, which blocked this task
-    // (and with it the drain) for seconds on a loaded machine.
+    // been settled (the memory store settles each batch in a `settle_batch` call of its
+    // own): asking RabbitMQ takes a `rabbitmqctl` run, which blocked this task (and
+    // with it the drain) for seconds on a loaded machine.
     let outage = async {
         while drain.store.calls().get("settle_batch").copied().unwrap_or(0) < 5 {
             tokio::time::sleep(Duration::from_millis(5)).await;
