@@ -48,7 +48,6 @@
 //! endpoint and never contain a password, key or token.
 #![forbid(unsafe_code)]
 
-mod backoff;
 mod connect;
 mod convert;
 mod endpoint;
@@ -60,7 +59,7 @@ mod source;
 mod submit;
 mod token_refresh;
 
-pub use backoff::Backoff;
+pub use drain_core::Backoff;
 pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint, Profile, Secret};
 pub use profile::{DEAD_LETTER_CONDITION, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
 pub use renewal::{LockEvent, LockRenewal, LockToken, RenewEvent, RenewSchedule};

@@ -30,10 +30,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout};
 
-use crate::backoff::Backoff;
 use crate::connect::{self, Conn};
 use crate::endpoint::{Endpoint, Profile};
 use crate::{convert, error};
+use drain_core::Backoff;
 
 /// Settings of an [`AmqpSubmitter`].
 #[derive(Debug, Clone, PartialEq, Eq)]

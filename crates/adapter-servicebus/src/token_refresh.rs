@@ -19,8 +19,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep, timeout};
 
-use crate::backoff::Backoff;
 use crate::{error, sas};
+use drain_core::Backoff;
 
 /// Delays between attempts after a refused put: 1 s doubling to 30 s, jittered.
 pub(crate) const RETRY: Backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(30) };

@@ -49,6 +49,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
+pub mod backoff;
 pub mod error;
 pub mod event;
 pub mod fence;
@@ -65,6 +66,7 @@ pub mod memory;
 pub mod testkit;
 
 pub use admission::OwnerId;
+pub use backoff::Backoff;
 pub use error::{ErrorKind, Persistence, PortError};
 pub use event::Event;
 pub use switch::Switch;

@@ -14,12 +14,12 @@ use tokio::time::{Instant, timeout};
 
 use self::actor::{Actor, Command, Management, Settlement};
 use self::held::{Gone, Held, LockInfo};
-use crate::backoff::Backoff;
 use crate::endpoint::{Endpoint, Profile};
 use crate::error;
 use crate::renewal::{
     AutoRenew, HeldLock, LockEvent, LockLookup, RenewLockRequest, lock_duration, renew_error, unix_now_ms,
 };
+use drain_core::Backoff;
 
 /// Settings of an [`AmqpSource`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,11 +1,13 @@
-//! Jittered exponential backoff between reconnect attempts.
+//! Jittered exponential back-off: the one drain uses wherever it waits before
+//! trying again (reconnects, a store that is down, a failing pass). Sans-IO: it
+//! answers delays from the attempt and a generator; the caller sleeps.
 
 use std::time::Duration;
 
 use rand::RngExt as _;
 
-/// Reconnect delays: attempt `n` (from 0) waits a uniform random time in
-/// `[cap/2, cap]` where `cap = min(max, initial * 2^n)`, so reconnecting clients
+/// Retry delays: attempt `n` (from 0) waits a uniform random time in
+/// `[cap/2, cap]` where `cap = min(max, initial * 2^n)`, so clients that retry
 /// spread out and never retry in a tight loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Backoff {
@@ -40,9 +42,8 @@ impl Backoff {
 
 #[cfg(test)]
 mod tests {
-    use drain_core::testkit::TestRng;
-
     use super::*;
+    use crate::testkit::TestRng;
 
     #[test]
     fn caps_double_up_to_the_max() {
