@@ -221,10 +221,8 @@ async fn rediss_works_with_a_trusted_ca_and_fails_typed_without_it() {
             .expect("trusting the test CA");
     let me = LeaseToken::generate("tls", &mut TestRng::new(1));
     let lease = LeaseName::queue("q");
-    assert_eq!(
-        store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire"),
-        Acquire::Acquired { fence: 1 }
-    );
+    let got = store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire");
+    assert!(matches!(got, Acquire::Acquired { .. }), "{got:?}");
     let claims = [MessageId::from("m1")];
     assert_eq!(
         store.claim_batch("q", &claims, &me, Duration::from_secs(30)).await.expect("claim"),

@@ -3,11 +3,13 @@
 //! back. The end-to-end tests put one between a `drain` process and its target, to
 //! stop the process at a moment when everything it sent has left it: once held, the
 //! test waits until the client has sent nothing for a while ([`Proxy::wait_quiet`]).
-//! Threads, not processes: they end within 50 ms of the proxy's drop.
+//! It also stands for a managed address that moves to another node on a failover
+//! ([`Proxy::retarget`]). Threads, not processes: they end within 50 ms of the
+//! proxy's drop.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -28,6 +30,10 @@ struct Flags {
     stop: AtomicBool,
     /// Bytes read from clients so far.
     sent: AtomicU64,
+    /// Where new connections go.
+    upstream: Mutex<Option<SocketAddr>>,
+    /// Raised by `retarget`: a pump of an older generation closes its connection.
+    generation: AtomicUsize,
 }
 
 impl Proxy {
@@ -36,11 +42,11 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).expect("a non-blocking listener");
         let port = listener.local_addr().expect("the proxy's address").port();
-        let flags = Arc::new(Flags::default());
+        let flags = Arc::new(Flags { upstream: Mutex::new(Some(upstream)), ..Flags::default() });
         let threads = Arc::new(Mutex::new(Vec::new()));
         let accept = {
             let (flags, threads) = (flags.clone(), threads.clone());
-            std::thread::spawn(move || accept(&listener, upstream, &flags, &threads))
+            std::thread::spawn(move || accept(&listener, &flags, &threads))
         };
         threads.lock().unwrap_or_else(PoisonError::into_inner).push(accept);
         Proxy { port, flags, threads }
@@ -75,6 +81,13 @@ impl Proxy {
     pub fn release(&self) {
         self.flags.held.store(false, Ordering::SeqCst);
     }
+
+    /// The address moves: every open connection is closed (as a failover closes
+    /// them), and new ones go to `upstream`.
+    pub fn retarget(&self, upstream: SocketAddr) {
+        *self.flags.upstream.lock().unwrap_or_else(PoisonError::into_inner) = Some(upstream);
+        self.flags.generation.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 impl Drop for Proxy {
@@ -90,31 +103,35 @@ impl Drop for Proxy {
     }
 }
 
-fn accept(listener: &TcpListener, upstream: SocketAddr, flags: &Arc<Flags>, threads: &Mutex<Vec<JoinHandle<()>>>) {
+fn accept(listener: &TcpListener, flags: &Arc<Flags>, threads: &Mutex<Vec<JoinHandle<()>>>) {
     while !flags.stop.load(Ordering::SeqCst) {
         let Ok((client, _)) = listener.accept() else {
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
+        // Read before the upstream: a retarget in between closes this connection.
+        let generation = flags.generation.load(Ordering::SeqCst);
+        let upstream = *flags.upstream.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(upstream) = upstream else { continue };
         let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(5)) else { continue };
         let (Ok(client2), Ok(server2)) = (client.try_clone(), server.try_clone()) else { continue };
         let mut threads = threads.lock().unwrap_or_else(PoisonError::into_inner);
         for (from, to, upstream) in [(client, server, true), (server2, client2, false)] {
             let flags = flags.clone();
-            threads.push(std::thread::spawn(move || pump(from, to, upstream, &flags)));
+            threads.push(std::thread::spawn(move || pump(from, to, upstream, generation, &flags)));
         }
     }
 }
 
-/// Copy `from` to `to` until either ends or the proxy stops. While held, what an
-/// `upstream` pump (client to server) reads is kept for later, counted in
-/// `flags.sent`; the other reads nothing.
-fn pump(mut from: TcpStream, mut to: TcpStream, upstream: bool, flags: &Flags) {
+/// Copy `from` to `to` until either ends, the proxy stops or is retargeted (a newer
+/// `generation`). While held, what an `upstream` pump (client to server) reads is
+/// kept for later, counted in `flags.sent`; the other reads nothing.
+fn pump(mut from: TcpStream, mut to: TcpStream, upstream: bool, generation: usize, flags: &Flags) {
     let ready =
         from.set_nonblocking(false).and(from.set_read_timeout(Some(POLL))).and(to.set_write_timeout(Some(POLL)));
     let mut buf = vec![0; 64 * 1024];
     let mut kept = Vec::new();
-    while ready.is_ok() && !flags.stop.load(Ordering::SeqCst) {
+    while ready.is_ok() && !flags.stop.load(Ordering::SeqCst) && flags.generation.load(Ordering::SeqCst) == generation {
         let held = flags.held.load(Ordering::SeqCst);
         if held && !upstream {
             std::thread::sleep(Duration::from_millis(2));

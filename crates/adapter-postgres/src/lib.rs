@@ -8,7 +8,7 @@
 //! [`ReleaseWake`](drain_core::ports::ReleaseWake),
 //! [`DrainMarks`](drain_core::ports::DrainMarks) and
 //! [`FenceMarks`](drain_core::ports::FenceMarks) over drain's schema
-//! (`src/schema_v1.sql` to `src/schema_v4.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
+//! (`src/schema_v1.sql` to `src/schema_v5.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
 //! keep their fence when the lease is released or expires (so fences only grow,
 //! across restarts too), a table of claims, a table of waiters, a table of drain marks, a `schema_version`
 //! table, and one plpgsql function per operation. Every row carries

@@ -9,14 +9,16 @@ use crate::error::map_error;
 
 /// The schema version this crate writes and reads: 2 adds the fence checks
 /// (`src/schema_v2.sql`), 3 the owner backlogs of `drain owners`
-/// (`src/schema_v3.sql`), 4 the drain marks (`src/schema_v4.sql`). A store that
-/// finds an older version upgrades it as it would create it (the SQL is idempotent).
-pub const SCHEMA_VERSION: i32 = 4;
+/// (`src/schema_v3.sql`), 4 the drain marks (`src/schema_v4.sql`), 5 fences never
+/// below the server's clock (`src/schema_v5.sql`). A store that finds an older
+/// version upgrades it as it would create it (the SQL is idempotent).
+pub const SCHEMA_VERSION: i32 = 5;
 
 const SCHEMA_V1: &str = include_str!("schema_v1.sql");
 const SCHEMA_V2: &str = include_str!("schema_v2.sql");
 const SCHEMA_V3: &str = include_str!("schema_v3.sql");
 const SCHEMA_V4: &str = include_str!("schema_v4.sql");
+const SCHEMA_V5: &str = include_str!("schema_v5.sql");
 
 /// The SQL that creates drain's schema `schema` (tables, functions, version rows),
 /// or upgrades an older version of it, idempotent: run it as a role that may create
@@ -28,7 +30,7 @@ const SCHEMA_V4: &str = include_str!("schema_v4.sql");
 /// digits and `_`, not starting with a digit, 1 to 63 bytes).
 pub fn schema_sql(schema: &str) -> Result<String, PortError> {
     check_schema(schema)?;
-    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}\n{SCHEMA_V3}\n{SCHEMA_V4}").replace("@SCHEMA@", schema))
+    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}\n{SCHEMA_V3}\n{SCHEMA_V4}\n{SCHEMA_V5}").replace("@SCHEMA@", schema))
 }
 
 /// The SQL that lets `role` run drain on schema `schema` and nothing more: `USAGE`

@@ -62,16 +62,14 @@ async fn list_shows_the_leases_and_live_claims_of_its_prefix_only() {
     b.acquire(&LeaseName::queue("requests"), &token("host-b", 2), ttl).await.expect("b acquire");
 
     let found = list(&config(&url)).await.expect("list");
-    let leases: Vec<(&str, &str, Option<&str>, u64)> =
-        found.leases.iter().map(|l| (l.kind.as_str(), l.name.as_str(), l.holder.as_deref(), l.fence)).collect();
+    let leases: Vec<(&str, &str, Option<&str>)> =
+        found.leases.iter().map(|l| (l.kind.as_str(), l.name.as_str(), l.holder.as_deref())).collect();
     assert_eq!(
         leases,
-        [
-            ("owner", "tenant-1", Some("host-1"), 1),
-            ("queue", "idle", None, 1),
-            ("queue", "requests", Some("host-1"), 1)
-        ]
+        [("owner", "tenant-1", Some("host-1")), ("queue", "idle", None), ("queue", "requests", Some("host-1"))]
     );
+    // Each lease's first fence: the server's clock in microseconds.
+    assert!(found.leases.iter().all(|l| l.fence > 1_700_000_000_000_000), "{:?}", found.leases);
     assert!(found.leases[2].remaining.is_some_and(|r| r > Duration::from_secs(50)));
     assert_eq!(found.leases[1].remaining, None, "a free lease has no time left");
     assert_eq!(found.claims.len(), 1);

@@ -43,7 +43,7 @@ async fn a_release_wakes_exactly_the_oldest_waiter_in_one_call() {
     let (holder, other) = (token("a", 1), token("c", 2));
     let ttl = Duration::from_secs(30);
     let got = store.acquire_or_wait(&o, &holder, ttl, &waiter("a")).await.expect("acquire");
-    assert!(matches!(got, Acquire::Acquired { fence: 1 }), "{got:?}");
+    let Acquire::Acquired { fence: first } = got else { panic!("{got:?}") };
 
     for _ in 0..2 {
         reset_stats(&pg);
@@ -73,7 +73,7 @@ async fn a_release_wakes_exactly_the_oldest_waiter_in_one_call() {
 
     // c takes the claim: it leaves the waiters; its release finds nobody to wake.
     let got = store.acquire_or_wait(&o, &other, ttl, &c).await.expect("acquire");
-    assert!(matches!(got, Acquire::Acquired { fence: 2 }), "{got:?}");
+    assert!(matches!(got, Acquire::Acquired { fence } if fence > first), "{got:?}");
     assert!(waiters(&pg, "o").is_empty(), "a winner is no longer a waiter");
     let woke = store.release_and_wake(&o, &other, true).await.expect("release");
     assert_eq!((woke.release, woke.woke), (Release::Released, false));

@@ -60,12 +60,18 @@ impl Scripts {
 
 /// The scripts, hashed on first use.
 pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    acquire: LuaScript::new("acquire", include_str!("scripts/acquire.lua")),
+    acquire: LuaScript::new(
+        "acquire",
+        concat!(include_str!("scripts/take_fence.lua"), include_str!("scripts/acquire.lua")),
+    ),
     release: LuaScript::new("release", include_str!("scripts/release.lua")),
     renew: LuaScript::new("renew", include_str!("scripts/renew.lua")),
     claims: LuaScript::new("claims", include_str!("scripts/claims.lua")),
     peek_wait: LuaScript::new("peek_wait", include_str!("scripts/peek_wait.lua")),
-    acquire_wait: LuaScript::new("acquire_wait", include_str!("scripts/acquire_wait.lua")),
+    acquire_wait: LuaScript::new(
+        "acquire_wait",
+        concat!(include_str!("scripts/take_fence.lua"), include_str!("scripts/acquire_wait.lua")),
+    ),
     release_wake: LuaScript::new(
         "release_wake",
         concat!(include_str!("scripts/release_wake.lua"), include_str!("scripts/wake_one.lua")),
@@ -73,7 +79,10 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
     take_batch: LuaScript::new("take_batch", include_str!("scripts/take_batch.lua")),
     record_batch: LuaScript::new("record_batch", include_str!("scripts/record_batch.lua")),
     fence: LuaScript::new("fence", include_str!("scripts/fence.lua")),
-    acquire_marked: LuaScript::new("acquire_marked", include_str!("scripts/acquire_marked.lua")),
+    acquire_marked: LuaScript::new(
+        "acquire_marked",
+        concat!(include_str!("scripts/take_fence.lua"), include_str!("scripts/acquire_marked.lua")),
+    ),
     release_drained: LuaScript::new(
         "release_drained",
         concat!(include_str!("scripts/release_drained.lua"), include_str!("scripts/wake_one.lua")),

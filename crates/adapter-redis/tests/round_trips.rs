@@ -20,7 +20,7 @@ use support::{calls, connect, connect_cluster, delta, observed, round_trips, slo
 
 /// Commands the drain scripts run inside Redis: `INFO commandstats` counts them
 /// too, but they cost no round trip.
-const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "del", "pttl", "pexpire", "hset"];
+const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "time", "del", "pttl", "pexpire", "hset"];
 
 /// What the client itself sent during a script-only measurement: the deltas
 /// without the scripts' inner commands (which must be nothing but those).

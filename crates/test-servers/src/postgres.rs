@@ -142,6 +142,35 @@ impl PostgresServer {
         panic!("could not restart PostgreSQL on port {}: {last}", self.port);
     }
 
+    /// Stop the server cleanly, keep a copy of its data directory, and start it
+    /// again: the state an asynchronous standby that stops receiving here would
+    /// have. [`revert_to_copy`](Self::revert_to_copy) brings that state back.
+    ///
+    /// # Panics
+    /// When the copy fails or the server does not come up again.
+    pub fn copy_data(&mut self) {
+        self.stop();
+        let copy = self.dir.join("data-copy");
+        let _ = fs::remove_dir_all(&copy);
+        run_cp(&self.dir.join("data"), &copy);
+        self.restart();
+    }
+
+    /// Kill the server and start it on the copy [`copy_data`](Self::copy_data)
+    /// kept, on the same port: a failover to a standby that lost every commit
+    /// after the copy.
+    ///
+    /// # Panics
+    /// When there is no copy or the server does not come up.
+    pub fn revert_to_copy(&mut self) {
+        self.kill();
+        let (data, copy) = (self.dir.join("data"), self.dir.join("data-copy"));
+        assert!(copy.is_dir(), "revert_to_copy needs copy_data first");
+        fs::remove_dir_all(&data).unwrap_or_else(|e| panic!("cannot remove {}: {e}", data.display()));
+        run_cp(&copy, &data);
+        self.restart();
+    }
+
     fn command(&self, program: &str) -> Command {
         let mut cmd = Command::new(self.bin.as_ref().map_or_else(|| PathBuf::from(program), |dir| dir.join(program)));
         cmd.current_dir(&self.dir).stdin(Stdio::null());
@@ -284,6 +313,12 @@ fn passwd_ids(passwd: &str, user: &str) -> Option<(u32, u32)> {
         let _password = fields.next()?;
         Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
     })
+}
+
+/// `cp -a from to`: keeps the owner and modes PostgreSQL insists on.
+fn run_cp(from: &Path, to: &Path) {
+    let status = Command::new("cp").arg("-a").arg(from).arg(to).status();
+    assert!(status.is_ok_and(|s| s.success()), "cp -a {} {} failed", from.display(), to.display());
 }
 
 #[cfg(test)]

@@ -8,12 +8,9 @@
 -- none), ARGV[4] waiter registration TTL in ms, ARGV[5] the marks' TTL in ms
 -- Returns the fence (an integer) when acquired, {holder_token, pttl} when held.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = redis.pcall('INCR', KEYS[2])
+  local fence = take_fence(KEYS[2])
   if not tonumber(fence) then
     redis.call('DEL', KEYS[1])
-    if fence.err and string.find(fence.err, 'not an integer', 1, true) then
-      fence.err = 'WRONGTYPE fence key ' .. KEYS[2] .. ' does not hold a counter: ' .. fence.err
-    end
     return fence
   end
   if ARGV[3] ~= '' then
