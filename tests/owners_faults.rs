@@ -114,6 +114,30 @@ fn a_missing_hincrby_right_loses_nothing() {
     assert_every_item_once(&server);
 }
 
+/// A user without the right to read the backlogs' lengths (`LLEN`, every pass's one
+/// round trip): the first pass fails for good, and `drain owners` stops at once
+/// (exit 1, the error in the report, `complete: false`) with every item in its
+/// backlog. Before, it logged the error on every 100 ms pass, forever.
+#[test]
+fn a_missing_llen_right_stops_the_passes() {
+    let Some(server) = redis() else { return };
+    seed(&server, OWNERS, ITEMS);
+    let backlogs = OWNER_BACKLOGS.iter().copied().filter(|r| *r != "+llen");
+    let wake = ["+lrem", "+lpop", "+publish", "+subscribe"];
+    let rights: Vec<&str> = LEASES_AND_CLAIMS.iter().copied().chain(backlogs).chain(wake).collect();
+    server.acl_user("nollen", "pw", &["drain:*"], &["drain:wake:*"], &rights).expect("ACL SETUSER");
+
+    let url = format!("redis://nollen:pw@127.0.0.1:{}", server.port());
+    let out = output(owners(&url, 0, &[]), LIMIT);
+    let r = report(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "a permanent error stops the run: {r}\n{err}");
+    assert_eq!((&r["complete"], &r["processed"], &r["passes"]), (&false.into(), &0.into(), &1.into()), "{r}");
+    assert!(r["error"].as_str().is_some_and(|e| e.contains("llen")), "the report names the right: {r}");
+    assert_eq!(err.matches("failed").count(), 1, "one line says why: {err}");
+    assert_eq!(backlog(&server), ITEMS as i64, "every item is still there: {r}");
+}
+
 /// Redis (with an append-only file, so what it ran survives) killed while turns hold
 /// batches between taking and recording them, and restarted on the same port: the
 /// turns that were in flight fail (temporary errors: retried), their batches are

@@ -11,7 +11,7 @@
 
 use std::{process::ExitCode, time::Duration};
 
-use adapter_postgres::{PostgresConfig, PostgresStore};
+use adapter_postgres::{PostgresConfig, PostgresStore, map_error};
 use drain_core::PortError;
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, SchedulerConfig, Worked, drive};
 use drain_core::ports::{Fence, NoopObserver};
@@ -53,12 +53,18 @@ async fn drain_tenants(url: &str, me: &str) -> Result<serde_json::Value, PortErr
     let turns = OwnerTurns::new(&store, &clock, me, Duration::from_secs(10), rand::make_rng::<StdRng>(), work);
     let mut scheduler = Scheduler::new(SchedulerConfig::default(), rand::make_rng::<SmallRng>());
     let ports = DriverPorts { claims: Some(&store), work: &turns, clock: &clock, observer: &NoopObserver };
-    // Each pass requests every tenant with jobs to do; a pass that finds none ends it.
+    // Each pass requests every tenant with jobs to do; a pass that finds none ends it,
+    // and so does one that fails for good (a failing one is passed again later).
     let (requests, all_done) = owner_passes(Duration::from_millis(200), || async {
-        let rows = passes.query(TENANTS_TO_DO, &[]).await.unwrap_or_default();
-        rows.iter().map(|row| OwnerId::from(row.get::<_, String>(0))).chain(turns.take_handed_off()).collect()
+        let rows = passes
+            .query(TENANTS_TO_DO, &[])
+            .await
+            .map_err(|e| map_error(&e, "finding tenants", &store.config().endpoint()))?;
+        Ok(rows.iter().map(|row| OwnerId::from(row.get::<_, String>(0))).chain(turns.take_handed_off()).collect())
     });
-    drive(&mut scheduler, ports, requests, all_done).await;
+    let mut ended = Ok(());
+    drive(&mut scheduler, ports, requests, async { ended = all_done.await }).await;
+    ended?;
     turns.fatal().map_or(Ok(()), Err)?;
     let (outcomes, wakes, heard) = (turns.outcomes(), turns.wakes_sent(), store.release_counters().received());
     Ok(serde_json::json!({"instance": me, "turns": outcomes, "wakes_sent": wakes, "releases_heard": heard}))

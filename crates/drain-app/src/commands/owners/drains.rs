@@ -24,16 +24,16 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
 use drain_core::ports::{DrainMarks, LeaseStore, OwnerClaims, ReleaseWake};
 use drain_core::{PortError, Switch};
+use drain_runtime::owner_passes;
 use rand::rngs::{SmallRng, StdRng};
 use rand::seq::SliceRandom;
 use serde::Serialize;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use super::backlog::Backlogs;
 use super::keys::OwnerKeys;
@@ -232,7 +232,6 @@ where
     }
     let mut scheduler = Scheduler::new(cfg, rand::make_rng::<SmallRng>());
     let counters = Arc::new(Counters::default());
-    let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
     let batches = Batches { backlogs, options, counters: counters.clone() };
     let mut turns = OwnerTurns::new(
         &store,
@@ -256,51 +255,39 @@ where
     let peeks = Peeks::new(store.clone(), marks);
     let observer = Counted::new(rt.ticks.observer.clone());
     let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.ticks.clock, observer: &observer };
-    let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
-        Poll::Ready(v) => Poll::Ready(v),
-        Poll::Pending => Poll::Pending,
-    });
 
-    let (empty_tx, mut empty_rx) = watch::channel(false);
     let owners: Vec<OwnerId> = (0..options.owners).map(OwnerKeys::owner).collect();
     let started_unix_ms = AtomicU64::new(0);
-    let pass_loop = async {
-        let mut tick = tokio::time::interval(options.pass.max(Duration::from_millis(1)));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            let _ = started_unix_ms.compare_exchange(0, unix_ms(), Ordering::Relaxed, Ordering::Relaxed);
-            bump(&counters.passes, 1);
-            // An owner has work while items wait in its backlog or in flight.
-            let pending = match batches.backlogs.pending(&owners).await {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::warn!("reading the backlogs failed ({e}); next pass");
-                    continue;
-                }
-            };
-            if !pending.iter().any(|&p| p) {
-                let _ = empty_tx.send(true);
-                // The driver stops now; nothing more to request.
-                std::future::pending::<()>().await;
-            }
-            // An intent the scheduler handed back (its retry timers are at the cap)
-            // waits for this pass, never straight back into the scheduler.
-            let handed_off: BTreeSet<OwnerId> = turns.take_handed_off().into_iter().collect();
-            bump(&counters.handed_off, handed_off.len() as u64);
-            let mut wanted: Vec<&OwnerId> =
-                owners.iter().zip(&pending).filter(|&(o, &p)| p || handed_off.contains(o)).map(|(o, _)| o).collect();
-            // Each process in its own order, as independent instances would be.
-            wanted.shuffle(&mut rand::rng());
-            for owner in wanted {
-                let _ = tx.send(owner.clone());
-            }
+    let (requests, passes) = owner_passes(options.pass, || async {
+        let _ = started_unix_ms.compare_exchange(0, unix_ms(), Ordering::Relaxed, Ordering::Relaxed);
+        bump(&counters.passes, 1);
+        // An owner has work while items wait in its backlog or in flight.
+        let pending = batches.backlogs.pending(&owners).await?;
+        if !pending.iter().any(|&p| p) {
+            return Ok(Vec::new());
         }
-    };
+        // An intent the scheduler handed back (its retry timers are at the cap)
+        // waits for this pass, never straight back into the scheduler.
+        let handed_off: BTreeSet<OwnerId> = turns.take_handed_off().into_iter().collect();
+        bump(&counters.handed_off, handed_off.len() as u64);
+        let mut wanted: Vec<OwnerId> = owners
+            .iter()
+            .zip(&pending)
+            .filter(|&(o, &p)| p || handed_off.contains(o))
+            .map(|(o, _)| o.clone())
+            .collect();
+        // Each process in its own order, as independent instances would be.
+        wanted.shuffle(&mut rand::rng());
+        Ok(wanted)
+    });
     let complete = AtomicBool::new(false);
+    let mut pass_error = None;
     let stop = async {
         tokio::select! {
-            _ = empty_rx.wait_for(|e| *e) => complete.store(true, Ordering::Relaxed),
+            ended = passes => match ended {
+                Ok(()) => complete.store(true, Ordering::Relaxed),
+                Err(e) => pass_error = Some(e),
+            },
             _ = shutdown.wait_for(|s| *s) => {}
         }
     };
@@ -315,10 +302,7 @@ where
         "owner drains started"
     );
     let start = Instant::now();
-    tokio::select! {
-        () = drive(&mut scheduler, ports, requests, stop) => {}
-        () = pass_loop => {}
-    }
+    drive(&mut scheduler, ports, requests, stop).await;
     let drain_ms = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     // What the scheduler handed back at its close, too.
@@ -351,6 +335,6 @@ where
         last_item_unix_ms: load(&counters.last_item_unix_ms),
         complete: complete.load(Ordering::Relaxed),
         recorded_at,
-        error: turns.fatal().map(|e| e.to_string()),
+        error: turns.fatal().or(pass_error).map(|e| e.to_string()),
     }
 }
