@@ -1,5 +1,6 @@
 //! drain-core's lease guard as an object: the lease is renewed on a task of its own
-//! while you hold the [`HeldLease`], and released when you release or drop it.
+//! while you hold the [`HeldLease`], and released when you release or drop it (a
+//! panic that unwinds past it drops it too).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -137,10 +138,27 @@ impl HeldLease {
     }
 }
 
-/// Dropping a held lease stops its renewal and releases it in the background.
+/// Dropping a held lease stops its renewal and releases it. On a multi-thread
+/// runtime the drop waits for the release (at most [`DROP_RELEASE_WAIT`]), so a
+/// lease dropped as `main` returns or a panic unwinds is free when the process
+/// exits: the runtime's shutdown would otherwise cancel a release still on its way,
+/// and the next run would wait out the whole time to live. On a current-thread
+/// runtime the drop cannot wait (the runtime's thread is the one dropping): the
+/// release goes on in the background, so call [`HeldLease::release`] there.
 impl Drop for HeldLease {
     fn drop(&mut self) {
         // Dropping the sender ends the guarded wait; the task then releases.
         self.release.take();
+        let Some(task) = self.task.take() else { return };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            tokio::task::block_in_place(|| {
+                let _ = handle.block_on(tokio::time::timeout(DROP_RELEASE_WAIT, task));
+            });
+        }
     }
 }
+
+/// The longest a dropped [`HeldLease`] waits for its release; the store's own
+/// timeouts end a release well before.
+pub const DROP_RELEASE_WAIT: Duration = Duration::from_secs(5);

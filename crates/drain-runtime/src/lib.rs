@@ -15,7 +15,7 @@ pub use beat::{Beat, BeatConfig, OnReport};
 pub use clock::TokioClock;
 pub use gate::ClaimGate;
 pub use lazy::{Connect, LazyStore};
-pub use lease::{HeldLease, Taken, take};
+pub use lease::{DROP_RELEASE_WAIT, HeldLease, Taken, take};
 pub use marking::Marking;
 pub use owners::owner_passes;
 pub use ticks::Ticks;

@@ -73,3 +73,36 @@ async fn a_store_that_cannot_answer_refuses_the_lease() {
     store.set_failing(Some(ErrorKind::Connection));
     assert!(matches!(take_as(&store, &lease, "a", 1).await, Taken::Refused(e) if e.kind == ErrorKind::Connection));
 }
+
+/// A runtime of its own, as `#[tokio::main]` builds one: what is left of a held
+/// lease when `main` returns or panics is what the runtime did before it was dropped.
+fn in_main<T>(body: impl Future<Output = T>) -> std::thread::Result<T> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.block_on(body)))
+}
+
+#[test]
+fn a_lease_dropped_as_main_returns_is_released_before_the_runtime_ends() {
+    for seed in 0..20 {
+        let (store, lease) = setup();
+        let held = in_main(async {
+            let Taken::Held(held) = take_as(&store, &lease, "a", seed).await else { panic!("taken") };
+            held.fence().number()
+        });
+        assert!(held.is_ok());
+        assert_eq!(store.lease_token(&lease), None, "run {seed}: released before the process would exit");
+    }
+}
+
+#[test]
+fn a_lease_held_when_the_job_panics_is_released() {
+    for seed in 0..20 {
+        let (store, lease) = setup();
+        let ran = in_main(async {
+            let Taken::Held(_held) = take_as(&store, &lease, "a", seed).await else { panic!("taken") };
+            panic!("the job failed");
+        });
+        assert!(ran.is_err(), "the panic reaches main");
+        assert_eq!(store.lease_token(&lease), None, "run {seed}: released on the way out");
+    }
+}
