@@ -312,7 +312,7 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
     // (on by default): claims taken noting their start, released publishing a drained
     // turn's mark, peeks reading the marks.
     let listening = || {
-        value(&pg, "SELECT count(*)::text FROM pg_stat_activity WHERE application_name = 'drain-wake'")
+        value(&pg, "SELECT count(*)::text FROM pg_stat_activity WHERE application_name ~ '^drain_[0-9a-f]{32}$'")
             .and_then(|n| n.parse::<u64>().ok())
     };
     assert!(listening().unwrap_or(0) >= 1, "a drain-wake connection LISTENs:\n{}", run.log());

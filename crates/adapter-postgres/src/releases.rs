@@ -104,7 +104,9 @@ async fn listen_once(
 ) -> Result<(), PortError> {
     let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| map_error(&e, "subscribe", endpoint))?;
     pg.connect_timeout(config.connect_timeout);
-    pg.application_name("drain-wake");
+    // The channel names the connection: a release wakes only a waiter whose wake
+    // connection is alive (release_and_wake in src/schema_v5.sql).
+    pg.application_name(channel);
     let (client, mut connection) = tokio::time::timeout(config.connect_timeout, pg.connect(tokio_postgres::NoTls))
         .await
         .map_err(|_| timeout("subscribe", endpoint, config.connect_timeout))?

@@ -50,3 +50,36 @@ BEGIN
         USING ERRCODE = '40001';
 END
 $$;
+
+-- release_and_wake of version 1, waking the oldest waiter that still listens. A
+-- waiter's wake connection names its channel as its application_name (src/releases.rs),
+-- so a registration whose instance has no such connection (it exited, or its
+-- connection broke) is dropped instead of taking the wake-up a live waiter needs.
+CREATE OR REPLACE FUNCTION @SCHEMA@.release_and_wake(p_prefix text, p_name text, p_token text, p_wake boolean,
+    OUT released boolean, OUT woke boolean)
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = @SCHEMA@, pg_temp
+AS $$
+DECLARE
+    target text;
+BEGIN
+    released := release(p_prefix, 'owner', p_name, p_token);
+    woke := false;
+    IF released AND p_wake THEN
+        DELETE FROM waiters w
+        WHERE w.prefix = p_prefix AND w.owner = p_name
+          AND (w.expires_at <= clock_timestamp()
+               OR NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+                              WHERE a.application_name = wake_channel(p_prefix, w.instance)));
+        DELETE FROM waiters w
+        WHERE (w.prefix, w.owner, w.instance) IN (
+            SELECT o.prefix, o.owner, o.instance FROM waiters o
+            WHERE o.prefix = p_prefix AND o.owner = p_name
+            ORDER BY o.seq LIMIT 1 FOR UPDATE)
+        RETURNING w.instance INTO target;
+        IF target IS NOT NULL THEN
+            PERFORM pg_notify(wake_channel(p_prefix, target), p_name);
+            woke := true;
+        END IF;
+    END IF;
+END
+$$;

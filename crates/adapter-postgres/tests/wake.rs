@@ -87,7 +87,7 @@ async fn a_subscription_listens_again_after_its_connection_is_terminated() {
     let mut hears = store.subscribe("me").await.expect("subscribe");
     let channel = pg.sql("SELECT drain.wake_channel('drain', 'me')").expect("channel")[0][0].clone().expect("name");
     let ended = pg
-        .sql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'drain-wake'")
+        .sql(&format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{channel}'"))
         .expect("terminate");
     assert_eq!(ended.len(), 1, "one listening connection");
     // Notified until someone listens again (earlier ones are lost: the retry
@@ -102,4 +102,38 @@ async fn a_subscription_listens_again_after_its_connection_is_terminated() {
     }
     assert_eq!(got, Some(OwnerId::from("o")), "heard again within 5 s");
     assert!(store.release_counters().reconnects() >= 1);
+}
+
+/// A waiter whose process exited (its wake connection gone with it) no longer takes
+/// a wake-up: the release drops its registration and wakes the next waiter that
+/// listens. Before, every release within the registration's 30 s went to the exited
+/// process, and a process started 2 s after it heard none of them.
+#[tokio::test]
+async fn a_release_skips_a_waiter_whose_process_exited() {
+    let Some(pg) = server() else { return };
+    let store = connect(&pg.url()).await;
+    let o = OwnerId::from("o");
+    let ttl = Duration::from_secs(30);
+    let holder = token("a", 1);
+    assert!(matches!(store.acquire_or_wait(&o, &holder, ttl, &waiter("a")).await, Ok(Acquire::Acquired { .. })));
+    let gone = store.subscribe("gone").await.expect("subscribe gone");
+    store.peek_and_wait(std::slice::from_ref(&o), &waiter("gone")).await.expect("gone waits");
+    drop(gone);
+    let mut later = store.subscribe("later").await.expect("subscribe later");
+    store.peek_and_wait(std::slice::from_ref(&o), &waiter("later")).await.expect("later waits");
+    assert_eq!(waiters(&pg, "o"), ["gone", "later"]);
+    // The exited process's connection is closed once its backend has left.
+    let channel = pg.sql("SELECT drain.wake_channel('drain', 'gone')").expect("channel")[0][0].clone().expect("name");
+    for _ in 0..100 {
+        let live = pg.sql(&format!("SELECT 1 FROM pg_stat_activity WHERE application_name = '{channel}'"));
+        if live.expect("activity").is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let woke = store.release_and_wake(&o, &holder, true).await.expect("release");
+    assert_eq!((woke.release, woke.woke), (Release::Released, true));
+    assert_eq!(heard(&mut later, Duration::from_secs(5)).await, Some(o.clone()), "the live waiter, not the exited one");
+    assert!(waiters(&pg, "o").is_empty(), "the exited waiter's registration went too");
 }
