@@ -63,6 +63,9 @@ pub struct Inspection {
     pub database: String,
     /// The median of five `SELECT 1` round trips.
     pub rtt: Duration,
+    /// The server's clock, microseconds since the Unix epoch, when it was asked (a
+    /// fence is never below it: compare it with yours).
+    pub server_micros: i64,
     /// Whether the role may create schemas in the database (`CREATE`), which
     /// creating drain's schema on first use needs.
     pub may_create: bool,
@@ -121,7 +124,8 @@ pub async fn inspect(config: &PostgresConfig) -> Result<Inspection, PortError> {
         client.query(
             "SELECT current_user::text, current_database()::text, current_setting('server_version'), \
                     has_database_privilege(current_database(), 'CREATE'), n.oid IS NOT NULL, \
-                    coalesce(has_schema_privilege(n.oid, 'USAGE'), false) \
+                    coalesce(has_schema_privilege(n.oid, 'USAGE'), false), \
+                    floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint \
              FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1",
             &[&schema],
         ),
@@ -135,6 +139,7 @@ pub async fn inspect(config: &PostgresConfig) -> Result<Inspection, PortError> {
     let may_create: bool = row.try_get(3).map_err(|_| col(3))?;
     let exists: bool = row.try_get(4).map_err(|_| col(4))?;
     let usage: bool = row.try_get(5).map_err(|_| col(5))?;
+    let server_micros: i64 = row.try_get(6).map_err(|_| col(6))?;
     let rows = bounded(
         config,
         op,
@@ -166,7 +171,17 @@ pub async fn inspect(config: &PostgresConfig) -> Result<Inspection, PortError> {
             Err(e) => SchemaState::Unreadable(e.message),
         }
     };
-    Ok(Inspection { server_version, role, database, rtt: rtts[2], may_create, schema: schema_state, usage, executable })
+    Ok(Inspection {
+        server_version,
+        role,
+        database,
+        rtt: rtts[2],
+        server_micros,
+        may_create,
+        schema: schema_state,
+        usage,
+        executable,
+    })
 }
 
 /// A lease row of the prefix (free ones keep their fence).
@@ -351,6 +366,7 @@ mod tests {
             role: "app".into(),
             database: "db".into(),
             rtt: Duration::ZERO,
+            server_micros: 0,
             may_create: false,
             schema: SchemaState::Version(1),
             usage: true,

@@ -227,7 +227,9 @@ async fn redis_checks(r: &mut Report, mode: Mode, loaded: &Loaded) {
                 forget(r, &store, &[&stored.fence]).await;
                 match result {
                     Ok(fence) => {
-                        r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", stored.lease))
+                        r.ok("lease ops", format!("acquire (fence {fence}), renew, release on {}", stored.lease));
+                        // A fresh lease's fence is the server's clock at its acquire.
+                        server_clock(r, "redis", fence);
                     }
                     Err((op, e)) => r.fail("lease ops", format!("{op}: {}", explain(&e))),
                 }
@@ -325,6 +327,30 @@ async fn owner_checks(
 async fn forget(r: &mut Report, store: &RedisStore, keys: &[&str]) {
     if let Err(e) = store.delete_keys(keys).await {
         r.fail("cleanup", format!("could not delete the probe keys {}: {}", keys.join(" "), explain(&e)));
+    }
+}
+
+/// How far the store server's clock (microseconds since the Unix epoch) is from
+/// this host's: fences across a failover assume the servers' clocks agree, so a
+/// server more than a second off is worth a warning (docs/reliability.md, "Fences
+/// across a failover").
+pub(crate) fn server_clock(r: &mut Report, store: &str, server_micros: u64) {
+    let here = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let here = u64::try_from(here.as_micros()).unwrap_or(u64::MAX);
+    let (off, way) =
+        if server_micros >= here { (server_micros - here, "ahead of") } else { (here - server_micros, "behind") };
+    let off_ms = off as f64 / 1000.0;
+    let check = format!("{store} clock");
+    if off > 1_000_000 {
+        r.warn(
+            &check,
+            format!(
+                "the server's clock is {off_ms:.0} ms {way} this host's: fences stay unique across a failover only while \
+                 the servers' clocks agree (docs/reliability.md, Fences across a failover)"
+            ),
+        );
+    } else {
+        r.ok(&check, format!("within {off_ms:.1} ms of this host's (round trip included)"));
     }
 }
 

@@ -77,6 +77,7 @@ pub(super) async fn checks(r: &mut Report, mode: Mode, c: &Config, url: &Secret)
         ),
     );
     r.ok("postgres rtt", format!("median {:.2} ms over 5 round trips", found.rtt.as_secs_f64() * 1000.0));
+    super::server_clock(r, "postgres", u64::try_from(found.server_micros).unwrap_or(0));
     let schema = config.schema.as_str();
     match &found.schema {
         SchemaState::Version(v) if *v == SCHEMA_VERSION => r.ok("schema", format!("{schema} at version {v}")),
