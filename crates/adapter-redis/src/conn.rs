@@ -1,7 +1,7 @@
 //! The hot-path connection: one multiplexed connection (standalone) or the async
 //! cluster connection, shared by every task.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{PoisonError, RwLock};
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
@@ -10,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, TlsCertificates, Value};
 
 use crate::config::RedisConfig;
+use crate::sentinel::Sentinels;
 
 /// After this many round trips in a row timed out, the standalone connection is
 /// replaced: a half-open TCP connection (a silent failover, a dropped NAT entry)
@@ -27,10 +28,14 @@ pub(crate) enum Conn {
 
 /// The standalone connection and what it takes to replace it.
 pub(crate) struct Single {
-    client: redis::Client,
+    client: RwLock<redis::Client>,
     config: ConnectionManagerConfig,
     current: RwLock<ConnectionManager>,
     timeouts_in_a_row: AtomicU32,
+    /// The sentinels that name the primary (`redis+sentinel://`).
+    sentinels: Option<Sentinels>,
+    /// A round trip suggested that the primary moved: ask the sentinels first.
+    moved: AtomicBool,
 }
 
 impl Conn {
@@ -51,21 +56,27 @@ impl Conn {
             }
             return Ok(Conn::Cluster(builder.build()?.get_async_connection().await?));
         }
-        let client = client(config, ca)?;
+        let sentinels = Sentinels::from_url(&config.url)?;
+        let client = match &sentinels {
+            Some(sentinels) => sentinels.primary().await?,
+            None => client(config, ca)?,
+        };
         let manager_config = manager_config(config);
         let manager = ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
         Ok(Conn::Single(Box::new(Single {
-            client,
+            client: RwLock::new(client),
             config: manager_config,
             current: RwLock::new(manager),
             timeouts_in_a_row: AtomicU32::new(0),
+            sentinels,
+            moved: AtomicBool::new(false),
         })))
     }
 
     /// One command, one round trip. A server error reply is an `Err`.
     pub(crate) async fn cmd(&self, cmd: &Cmd) -> RedisResult<Value> {
         let value = match self {
-            Conn::Single(s) => s.handle().send_packed_command(cmd).await,
+            Conn::Single(s) => s.handle().await?.send_packed_command(cmd).await,
             Conn::Cluster(c) => c.clone().req_packed_command(cmd).await,
         }?;
         match value {
@@ -79,7 +90,7 @@ impl Conn {
     pub(crate) async fn pipe(&self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
         let n = pipe.len();
         let values = match self {
-            Conn::Single(s) => s.handle().send_packed_commands(pipe, 0, n).await,
+            Conn::Single(s) => s.handle().await?.send_packed_commands(pipe, 0, n).await,
             Conn::Cluster(c) => c.clone().req_packed_commands(pipe, 0, n).await,
         }?;
         values
@@ -91,11 +102,23 @@ impl Conn {
             .collect()
     }
 
-    /// The standalone server's client, to open a connection of its own.
-    pub(crate) fn client(&self) -> Option<&redis::Client> {
+    /// The standalone server's client (the primary the sentinels named last), to
+    /// open a connection of its own.
+    pub(crate) fn client(&self) -> Option<redis::Client> {
         match self {
-            Conn::Single(s) => Some(&s.client),
+            Conn::Single(s) => Some(s.client.read().unwrap_or_else(PoisonError::into_inner).clone()),
             Conn::Cluster(_) => None,
+        }
+    }
+
+    /// A round trip failed with `e`: behind sentinels, one that suggests that the
+    /// primary moved has the next round trip ask them first.
+    pub(crate) fn note_error(&self, e: &RedisError) {
+        if let Conn::Single(s) = self
+            && s.sentinels.is_some()
+            && crate::sentinel::suggests_a_move(e)
+        {
+            s.moved.store(true, Ordering::Relaxed);
         }
     }
 
@@ -119,20 +142,42 @@ impl Conn {
         }
         if s.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_RECONNECT {
             s.timeouts_in_a_row.store(0, Ordering::Relaxed);
-            s.replace();
+            if s.sentinels.is_some() {
+                // The next round trip asks the sentinels, then replaces.
+                s.moved.store(true, Ordering::Relaxed);
+            } else {
+                s.replace();
+            }
         }
     }
 }
 
 impl Single {
-    fn handle(&self) -> ConnectionManager {
-        self.current.read().unwrap_or_else(PoisonError::into_inner).clone()
+    /// The connection to use; behind sentinels that may have moved the primary,
+    /// first the primary they name now (an error when none answers).
+    async fn handle(&self) -> RedisResult<ConnectionManager> {
+        if let Some(sentinels) = &self.sentinels
+            && self.moved.swap(false, Ordering::Relaxed)
+        {
+            match sentinels.primary().await {
+                Ok(primary) => {
+                    *self.client.write().unwrap_or_else(PoisonError::into_inner) = primary;
+                    self.replace();
+                }
+                Err(e) => {
+                    self.moved.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.current.read().unwrap_or_else(PoisonError::into_inner).clone())
     }
 
     /// Swap in a fresh, lazily connecting manager; calls in flight on the old one
     /// finish or fail on their own.
     fn replace(&self) {
-        if let Ok(fresh) = ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+        let client = self.client.read().unwrap_or_else(PoisonError::into_inner).clone();
+        if let Ok(fresh) = ConnectionManager::new_lazy_with_config(client, self.config.clone()) {
             *self.current.write().unwrap_or_else(PoisonError::into_inner) = fresh;
         }
     }

@@ -110,6 +110,16 @@ pub fn map_error(err: &RedisError, endpoint: &str) -> PortError {
             ),
         )
         .never_sent(),
+        // Asked during a failover, sentinels name no primary for a moment; a wrong
+        // name answers the same, so the message says both.
+        RedisKind::MasterNameNotFoundBySentinel | RedisKind::NoValidReplicasFoundBySentinel => PortError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the sentinels at {at} name no primary now: a failover in progress (retry), or a primary name in \
+                 DRAIN_REDIS_URL that they do not watch"
+            ),
+        )
+        .never_sent(),
         RedisKind::Parse | RedisKind::UnexpectedReturnType | RedisKind::RESP3NotSupported => PortError::new(
             ErrorKind::Protocol,
             format!(

@@ -93,6 +93,7 @@ mod releases;
 mod reply;
 pub mod rights;
 mod scripts;
+mod sentinel;
 mod store;
 mod wake;
 

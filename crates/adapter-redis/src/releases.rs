@@ -101,13 +101,25 @@ impl RedisStore {
     /// ACL lacks `&<prefix>:wake:*`).
     pub async fn subscribe_releases(&self, channel: &str) -> Result<Releases, PortError> {
         let ca = read_ca(self.config())?;
-        let client =
-            crate::conn::seed_client(self.config(), ca.as_deref()).map_err(|e| self.error("subscribe", e.into()))?;
+        // A standalone primary (behind sentinels too: the one they named last) is
+        // where the hot path goes; a Cluster's subscriber stays on its first seed.
+        let seed = match self.standalone_client() {
+            Some(_) => None,
+            None => Some(
+                crate::conn::seed_client(self.config(), ca.as_deref())
+                    .map_err(|e| self.error("subscribe", e.into()))?,
+            ),
+        };
+        let store = self.clone();
+        let current = move || match &seed {
+            Some(seed) => seed.clone(),
+            None => store.standalone_client().unwrap_or_else(|| unreachable!("a standalone store stays one")),
+        };
         let deadline = self.config().operation_deadline();
-        let first = subscribe(&client, channel, deadline).await.map_err(|f| self.error("subscribe", f))?;
+        let first = subscribe(&current(), channel, deadline).await.map_err(|f| self.error("subscribe", f))?;
         let counters = self.release_counters();
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(listen(client, channel.to_owned(), deadline, first, tx, counters.clone()));
+        let task = tokio::spawn(listen(current, channel.to_owned(), deadline, first, tx, counters.clone()));
         Ok(Releases { rx, counters, task })
     }
 }
@@ -127,7 +139,7 @@ async fn subscribe(client: &redis::Client, channel: &str, deadline: Duration) ->
 /// Forward messages until the receiver is dropped, resubscribing whenever the
 /// connection is lost.
 async fn listen(
-    client: redis::Client,
+    current: impl Fn() -> redis::Client,
     channel: String,
     deadline: Duration,
     first: PubSub,
@@ -135,12 +147,12 @@ async fn listen(
     counters: ReleaseCounters,
 ) {
     let counts = &counters.0;
-    let mut current = Some(first);
+    let mut pending = Some(first);
     let mut pause = FIRST_PAUSE;
     loop {
-        let pubsub = match current.take() {
+        let pubsub = match pending.take() {
             Some(p) => p,
-            None => match subscribe(&client, &channel, deadline).await {
+            None => match subscribe(&current(), &channel, deadline).await {
                 Ok(p) => {
                     pause = FIRST_PAUSE;
                     p

@@ -243,6 +243,12 @@ impl RedisStore {
         Ok(())
     }
 
+    /// The standalone server's client (behind sentinels, the primary they named
+    /// last); `None` on a Cluster.
+    pub(crate) fn standalone_client(&self) -> Option<redis::Client> {
+        self.inner.conn.client()
+    }
+
     /// Run one round trip, timed and observed.
     ///
     /// No timer of its own on the hot path: redis-rs bounds every round trip
@@ -264,7 +270,10 @@ impl RedisStore {
         let timed_out = match &result {
             Ok(_) => false,
             Err(Failure::Deadline) => true,
-            Err(Failure::Redis(e)) => e.is_timeout(),
+            Err(Failure::Redis(e)) => {
+                self.inner.conn.note_error(e);
+                e.is_timeout()
+            }
         };
         self.inner.conn.note(timed_out);
         result
@@ -375,10 +384,18 @@ fn validate(config: &RedisConfig) -> Result<(), PortError> {
     if config.connect_timeout.is_zero() || config.response_timeout.is_zero() {
         return bad("the Redis connect and response timeouts must be above zero");
     }
-    if let Some(url) = config.urls().into_iter().find(|u| !(u.starts_with("redis://") || u.starts_with("rediss://"))) {
+    let sentinel = config.url.trim().starts_with(crate::sentinel::SCHEME);
+    if sentinel && config.cluster {
+        return bad("a redis+sentinel:// URL names one primary: turn cluster mode off");
+    }
+    let known = |u: &str| u.starts_with("redis://") || u.starts_with("rediss://");
+    if let Some(url) = config.urls().into_iter().find(|u| !sentinel && !known(u)) {
         return Err(PortError::new(
             ErrorKind::Config,
-            format!("{} is not a redis:// or rediss:// URL: check DRAIN_REDIS_URL", crate::config::redact_url(url)),
+            format!(
+                "{} is not a redis://, rediss:// or redis+sentinel:// URL: check DRAIN_REDIS_URL",
+                crate::config::redact_url(url)
+            ),
         ));
     }
     Ok(())

@@ -97,6 +97,8 @@ pub struct RedisServer {
     port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// A Sentinel's configuration file, written before each start.
+    sentinel: Option<String>,
 }
 
 impl RedisServer {
@@ -118,13 +120,33 @@ impl RedisServer {
     /// As [`RedisServer::start`].
     #[must_use]
     pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+        Self::start_as(extra, None)
+    }
+
+    /// A Sentinel (`redis-server <conf> --sentinel`) that watches the primary on
+    /// loopback port `primary` as `name`, with a quorum of one, calling it down after
+    /// 500 ms without an answer and failing over within 3 s.
+    ///
+    /// # Panics
+    /// As [`RedisServer::start`].
+    #[must_use]
+    pub fn sentinel(name: &str, primary: u16) -> Option<RedisServer> {
+        let conf = format!(
+            "sentinel monitor {name} 127.0.0.1 {primary} 1\nsentinel down-after-milliseconds {name} 500\n\
+             sentinel failover-timeout {name} 3000\nsentinel parallel-syncs {name} 1\n"
+        );
+        Self::start_as(&[], Some(conf))
+    }
+
+    fn start_as(extra: &[&str], sentinel: Option<String>) -> Option<RedisServer> {
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let mut last = String::new();
         // A free port can be taken between our probe and redis' bind: try a few.
         for _ in 0..5 {
             let port = free_port();
             let dir = temp_dir("redis");
-            let mut server = RedisServer { process: ServerProcess::new(false), port, dir, extra: extra.clone() };
+            let mut server =
+                RedisServer { process: ServerProcess::new(false), port, dir, extra: extra.clone(), sentinel: sentinel.clone() };
             match server.spawn() {
                 Ok(()) => return Some(server),
                 Err(StartError::NotInstalled) => return not_installed(),
@@ -251,6 +273,17 @@ impl RedisServer {
     }
 
     fn args(&self) -> Vec<String> {
+        if let Some(conf) = &self.sentinel {
+            // Sentinel rewrites its file as it learns; a restart starts from scratch.
+            let path = self.dir.join("sentinel.conf");
+            let _ = fs::write(&path, conf);
+            let port = self.port.to_string();
+            let dir = self.dir.to_string_lossy().into_owned();
+            return [path.to_string_lossy().as_ref(), "--sentinel", "--port", &port, "--bind", "127.0.0.1", "--dir", &dir]
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect();
+        }
         let mut args: Vec<String> = [
             "--port",
             &self.port.to_string(),

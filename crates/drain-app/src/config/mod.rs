@@ -92,7 +92,8 @@ pub(crate) struct Config {
     pub(crate) beat_interval: Duration,
     pub(crate) worker_concurrency: usize,
     pub(crate) shutdown_grace: Duration,
-    /// Redis, from `DRAIN_STORE_URL` (`redis://`, `rediss://`) or `DRAIN_REDIS_URL`.
+    /// Redis, from `DRAIN_STORE_URL` (`redis://`, `rediss://`, `redis+sentinel://`) or
+    /// `DRAIN_REDIS_URL`.
     pub(crate) redis_url: Option<Secret>,
     /// PostgreSQL, from `DRAIN_STORE_URL` (`postgres://`, `postgresql://`).
     pub(crate) postgres_url: Option<Secret>,
@@ -431,8 +432,8 @@ impl Resolver<'_> {
     /// guess. Answers (Redis, PostgreSQL); both `None` is the embedded store.
     fn store_urls(&mut self) -> Result<(Option<Secret>, Option<Secret>), ConfigError> {
         const STORE: &str = "DRAIN_STORE_URL";
-        let redis = self.url("DRAIN_REDIS_URL", &["redis://", "rediss://"])?;
-        let store = self.url(STORE, &["redis://", "rediss://", "postgres://", "postgresql://"])?;
+        let redis = self.url("DRAIN_REDIS_URL", &["redis://", "rediss://", "redis+sentinel://"])?;
+        let store = self.url(STORE, &["redis://", "rediss://", "redis+sentinel://", "postgres://", "postgresql://"])?;
         match (redis, store) {
             (Some(_), Some(_)) => Err(ConfigError::Conflict(
                 "DRAIN_STORE_URL and DRAIN_REDIS_URL are both set: set only DRAIN_STORE_URL \

@@ -221,12 +221,12 @@ pub(crate) const SETTINGS: &[Setting] = &[
     url(
         "DRAIN_STORE_URL",
         PLATFORM,
-        "Where leases and claims live, chosen by the scheme: `redis://` or `rediss://` (Redis, with ACL user and password), `postgres://` or `postgresql://` (PostgreSQL 15+, `user:password@host:port/database`; drain's schema `drain` is created on first use when the role may, see docs/operations.md). A URL that does not parse or an unknown scheme is fatal (exit 2). Unset (and no `DRAIN_REDIS_URL`): the embedded in-memory store (one process only).",
+        "Where leases and claims live, chosen by the scheme: `redis://` or `rediss://` (Redis, with ACL user and password), `redis+sentinel://user:password@sentinel:26379[,sentinel2:26379]/<primary name>` (the primary Redis Sentinel names, followed across a failover), `postgres://` or `postgresql://` (PostgreSQL 15+, `user:password@host:port/database`; drain's schema `drain` is created on first use when the role may, see docs/operations.md). A URL that does not parse or an unknown scheme is fatal (exit 2). Unset (and no `DRAIN_REDIS_URL`): the embedded in-memory store (one process only).",
     ),
     url(
         "DRAIN_REDIS_URL",
         PLATFORM,
-        "`redis://` or `rediss://`, with ACL user and password: the older name of `DRAIN_STORE_URL` for Redis, still read. Setting both is fatal (exit 2). Unset: see `DRAIN_STORE_URL`.",
+        "`redis://`, `rediss://` or `redis+sentinel://`, with ACL user and password: the older name of `DRAIN_STORE_URL` for Redis, still read. Setting both is fatal (exit 2). Unset: see `DRAIN_STORE_URL`.",
     ),
     switch("DRAIN_REDIS_CLUSTER", Off, PLATFORM, "Use Redis Cluster (every key carries a hash tag)."),
     text(
