@@ -45,18 +45,22 @@
 
 mod config;
 mod conn;
+mod emulator;
 mod inspect;
 mod message;
 mod queue;
+mod rules;
 mod sas;
 mod server;
 mod state;
 mod wire;
 
 pub use config::{BrokerConfig, DEFAULT_KEY, DEFAULT_KEY_NAME, check_queue_name, parse_queue_spec};
+pub use emulator::read_emulator_config;
 pub use inspect::{BrokerCounters, MessageInfo, QueueStats};
 pub use queue::{
     DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON, LockLost, LockToken, MAX_DELIVERY_COUNT_EXCEEDED, QueueConfig,
-    QueueCounters, SubQueue,
+    QueueCounters, SubQueue, TTL_EXPIRED,
 };
+pub use rules::{CorrelationFilter, Filter, PropertyValue, Rule, SubscriptionConfig, TopicConfig, sql_filter};
 pub use server::Broker;

@@ -11,6 +11,22 @@ use fe2o3_amqp_types::performatives::{Disposition, Performative, Transfer};
 use super::link::{INCOMING_WINDOW, Kind, LINK_CREDIT, Node, Partial};
 use super::{Conn, MAX_MESSAGE_SIZE, error};
 use crate::message::{StoredMessage, parse_transfer};
+use crate::queue::NO_SESSION_ID;
+use crate::state::{Routed, State};
+
+/// Why `entity` would refuse `message` (a session entity, or a topic with a
+/// matching session subscription, and no session id).
+fn refusal(state: &State, entity: &str, message: &StoredMessage) -> Option<String> {
+    if message.session_id().is_some() {
+        return None;
+    }
+    let needs = |key: &str| state.queue(key).is_some_and(|q| q.config.requires_session);
+    let refused = match state.topics.get(entity) {
+        Some(topic) => topic.routes(message).iter().any(|k| needs(k)),
+        None => needs(entity),
+    };
+    refused.then(|| NO_SESSION_ID.to_owned())
+}
 
 impl Conn {
     pub(super) fn on_transfer(&mut self, channel: u16, t: Transfer, payload: &[u8]) {
@@ -109,12 +125,31 @@ impl Conn {
         };
         let now = self.shared.clock.now_ms();
         let mut state = self.shared.state();
+        // A batch is kept whole or refused whole: check every message first.
+        if let Some(why) = messages.iter().find_map(|m| refusal(&state, queue, m)) {
+            return DeliveryState::Rejected(Rejected {
+                error: Some(error(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why)),
+            });
+        }
         for message in messages {
-            if state.send(queue, message, now).is_none() {
-                return DeliveryState::Rejected(Rejected {
-                    error: Some(error(ErrorCondition::AmqpError(AmqpError::NotFound), "the queue was deleted")),
-                });
+            match state.route(queue, message, now) {
+                Routed::Kept(_) | Routed::Duplicate => {}
+                Routed::Refused(why) => {
+                    return DeliveryState::Rejected(Rejected {
+                        error: Some(error(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why)),
+                    });
+                }
+                Routed::Missing => {
+                    return DeliveryState::Rejected(Rejected {
+                        error: Some(error(ErrorCondition::AmqpError(AmqpError::NotFound), "the queue was deleted")),
+                    });
+                }
             }
+        }
+        let next = state.next_deadline();
+        drop(state);
+        if let Some(at) = next {
+            self.shared.locked_until(at); // a scheduled message or a time to live may be due first
         }
         DeliveryState::Accepted(Accepted {})
     }
