@@ -4,7 +4,7 @@
 //! also for a duplicate that is dropped), which is how Microsoft's SDKs know a send
 //! completed.
 
-use fe2o3_amqp_types::definitions::{AmqpError, ErrorCondition, LinkError, Role, SessionError};
+use fe2o3_amqp_types::definitions::{AmqpError, ErrorCondition, Fields, LinkError, Role, SessionError};
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Rejected};
 use fe2o3_amqp_types::performatives::{Disposition, Performative, Transfer};
 
@@ -13,6 +13,14 @@ use super::{Conn, MAX_MESSAGE_SIZE, error};
 use crate::message::{StoredMessage, parse_transfer};
 use crate::queue::NO_SESSION_ID;
 use crate::state::{Routed, State};
+
+/// A refused send. The error carries an (empty) info map: Microsoft's Python SDK
+/// reads the error as a list of three fields and fails on a shorter one.
+fn rejection(condition: ErrorCondition, description: &str) -> DeliveryState {
+    let mut err = error(condition, description);
+    err.info = Some(Box::new(Fields::new()));
+    DeliveryState::Rejected(Rejected { error: Some(err) })
+}
 
 /// Why `entity` would refuse `message` (a session entity, or a topic with a
 /// matching session subscription, and no session id).
@@ -118,31 +126,21 @@ impl Conn {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(peer = %self.peer, %queue, error = %e, "rejected a message");
-                return DeliveryState::Rejected(Rejected {
-                    error: Some(error(ErrorCondition::AmqpError(AmqpError::DecodeError), &e.0)),
-                });
+                return rejection(ErrorCondition::AmqpError(AmqpError::DecodeError), &e.0);
             }
         };
         let now = self.shared.clock.now_ms();
         let mut state = self.shared.state();
         // A batch is kept whole or refused whole: check every message first.
         if let Some(why) = messages.iter().find_map(|m| refusal(&state, queue, m)) {
-            return DeliveryState::Rejected(Rejected {
-                error: Some(error(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why)),
-            });
+            return rejection(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why);
         }
         for message in messages {
             match state.route(queue, message, now) {
                 Routed::Kept(_) | Routed::Duplicate => {}
-                Routed::Refused(why) => {
-                    return DeliveryState::Rejected(Rejected {
-                        error: Some(error(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why)),
-                    });
-                }
+                Routed::Refused(why) => return rejection(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why),
                 Routed::Missing => {
-                    return DeliveryState::Rejected(Rejected {
-                        error: Some(error(ErrorCondition::AmqpError(AmqpError::NotFound), "the queue was deleted")),
-                    });
+                    return rejection(ErrorCondition::AmqpError(AmqpError::NotFound), "the queue was deleted");
                 }
             }
         }
