@@ -23,6 +23,7 @@ confirm fails within seconds instead of being retried or settled another way.
 
 import datetime
 import sys
+import threading
 import time
 import traceback
 
@@ -381,32 +382,34 @@ def check_peek_does_not_lock(sb):
             receiver.complete_message(m)
 
 
-CHECKS = [
-    check_send_with_ids_and_complete,
-    check_abandon_raises_the_delivery_count,
-    check_dead_letter_with_reason,
-    check_renew_lock_advances_locked_until,
-    check_an_expired_lock_redelivers_with_count_plus_one,
-    check_max_delivery_count_dead_letters,
-    check_duplicate_ids_are_dropped,
-    check_a_closed_receiver_gives_its_prefetched_messages_back_uncounted,
-    check_a_wrong_key_is_an_authentication_error,
-    check_sessions_are_fifo_exclusive_and_next_available_names_its_session,
-    check_session_state_and_lock_renewal,
-    check_a_session_lock_runs_out_and_the_session_is_free_again,
-    check_receivers_and_entities_must_agree_on_sessions,
-    check_a_topic_fans_out_by_rules,
-    check_scheduled_messages_wait_and_can_be_cancelled,
-    check_time_to_live_dead_letters_or_drops,
-    check_defer_and_receive_deferred,
-    check_peek_does_not_lock,
+# Groups of checks that share entities run in order; groups run side by side (each
+# on its own client), so that the waits of one overlap the others'.
+GROUPS = [
+    [
+        check_send_with_ids_and_complete,
+        check_abandon_raises_the_delivery_count,
+        check_dead_letter_with_reason,
+        check_renew_lock_advances_locked_until,
+        check_duplicate_ids_are_dropped,
+        check_a_closed_receiver_gives_its_prefetched_messages_back_uncounted,
+        check_a_wrong_key_is_an_authentication_error,
+    ],
+    [check_an_expired_lock_redelivers_with_count_plus_one, check_max_delivery_count_dead_letters],
+    [
+        check_sessions_are_fifo_exclusive_and_next_available_names_its_session,
+        check_session_state_and_lock_renewal,
+        check_a_session_lock_runs_out_and_the_session_is_free_again,
+        check_receivers_and_entities_must_agree_on_sessions,
+    ],
+    [check_a_topic_fans_out_by_rules],
+    [check_scheduled_messages_wait_and_can_be_cancelled, check_defer_and_receive_deferred, check_peek_does_not_lock],
+    [check_time_to_live_dead_letters_or_drops],
 ]
 
 
-def main():
-    passed = failed = 0
+def run_group(group, results, lock):
     with client() as sb:
-        for check in CHECKS:
+        for check in group:
             name = check.__name__[len("check_"):]
             if sys.argv[2:] and name not in sys.argv[2:]:
                 continue
@@ -414,12 +417,24 @@ def main():
             try:
                 check(sb)
             except Exception as e:  # pylint: disable=broad-except
-                failed += 1
-                print(f"FAILED {name}: {e!r}", flush=True)
-                traceback.print_exc()
+                with lock:
+                    results.append(False)
+                    print(f"FAILED {name}: {e!r}", flush=True)
+                    traceback.print_exc()
             else:
-                passed += 1
-                print(f"ok {name} ({time.time() - started:.1f} s)", flush=True)
+                with lock:
+                    results.append(True)
+                    print(f"ok {name} ({time.time() - started:.1f} s)", flush=True)
+
+
+def main():
+    results, lock = [], threading.Lock()
+    threads = [threading.Thread(target=run_group, args=(g, results, lock)) for g in GROUPS]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    passed, failed = results.count(True), results.count(False)
     print(f"sdk-check: {passed} passed, {failed} failed", flush=True)
     return 0 if failed == 0 else 1
 
