@@ -455,6 +455,20 @@ impl Queue {
     /// The lock under `token`, taken out of the locked set; `LockLost` when there is
     /// none or it ran out (then the message goes back, counted as a failed delivery).
     fn valid_lock(&mut self, sub: SubQueue, token: &LockToken, now: i64) -> Result<Locked, LockLost> {
+        // A lock held through a session lasts as long as the session's lock.
+        let part = self.part_ref(sub);
+        let session = part
+            .by_token
+            .get(token)
+            .and_then(|seq| part.locked.get(seq))
+            .and_then(|l| (l.until_ms == SESSION_HELD).then(|| l.entry.session.clone()).flatten());
+        if let Some(s) = session
+            && self.session_until(&s).is_none_or(|until| until <= now)
+        {
+            self.counters.lock_lost += 1;
+            self.end_session_lock(&s);
+            return Err(LockLost);
+        }
         let Some(locked) = self.part(sub).unlock(token) else {
             self.counters.lock_lost += 1;
             return Err(LockLost);

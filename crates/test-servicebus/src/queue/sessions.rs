@@ -112,7 +112,7 @@ impl Queue {
     }
 
     /// End `session`'s lock and put back what it held.
-    fn end_session_lock(&mut self, session: &str) {
+    pub(super) fn end_session_lock(&mut self, session: &str) {
         if let Some(info) = self.sessions.get_mut(session) {
             info.lock = None;
         }
