@@ -170,7 +170,7 @@ fn correlation(v: Option<&Value>, what: &str) -> Result<Filter, String> {
             other => return Err(format!("{what}: unknown CorrelationFilter field {other:?}")),
         }
     }
-    Ok(Filter::Correlation(f))
+    Ok(Filter::Correlation(Box::new(f)))
 }
 
 /// An entity's properties: its queue behaviour and its duplicate detection window.

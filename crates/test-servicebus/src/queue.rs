@@ -331,7 +331,7 @@ impl Queue {
     pub(crate) fn enqueue(&mut self, mut entry: Entry, now: i64) {
         self.counters.enqueued += 1;
         entry.enqueued_ms = now;
-        let own = entry.message.header.ttl.map(|t| i64::from(t));
+        let own = entry.message.header.ttl.map(i64::from);
         let ttl = match (own, self.config.default_ttl.map(ms)) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -349,6 +349,7 @@ impl Queue {
     }
 
     /// Lock the oldest available message of `sub` under `token`.
+    #[cfg(test)]
     pub(crate) fn lock_next(&mut self, sub: SubQueue, now: i64, token: LockToken) -> Option<Delivery> {
         self.lock_next_in(sub, None, now, token)
     }

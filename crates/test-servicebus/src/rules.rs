@@ -57,7 +57,7 @@ pub enum Filter {
     /// No message (SQL `1=0`).
     False,
     /// Messages whose fields equal the filter's.
-    Correlation(CorrelationFilter),
+    Correlation(Box<CorrelationFilter>),
 }
 
 /// A subscription rule (no actions: a rule with an action is refused at start).

@@ -181,6 +181,14 @@ impl Broker {
         names
     }
 
+    /// The names of the topics.
+    #[must_use]
+    pub fn topics(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.shared.state().topics.values().map(|t| t.name.clone()).collect();
+        names.sort();
+        names
+    }
+
     /// The counts of `queue`.
     #[must_use]
     pub fn stats(&self, queue: &str) -> Option<QueueStats> {

@@ -244,7 +244,7 @@ fn microsofts_sdk_accepts_the_broker() {
 }
 
 #[test]
-fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm_and_sigint() {
+fn the_binary_prints_one_ready_line_refuses_bad_queues_and_configs_and_stops_on_sigterm_and_sigint() {
     let broker = BrokerProcess::start(&["a:max-delivery=3,lock-secs=0.5", "b"]);
     let port = broker.conn.split("sb://127.0.0.1:").nth(1).and_then(|r| r.split(';').next()).expect("a port");
     assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "port 0 picked a free port: {port}");
@@ -264,6 +264,20 @@ fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm_and_
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     };
     check_refused(&["--port", "0", "--queue", "q:lock-secs=0"], "lock-secs");
+    // An emulator configuration with a rule the broker cannot evaluate is refused at start.
+    let bad = target_dir().join("test-servicebus-unsupported-rule.json");
+    let rule =
+        r#"{"Name": "eu", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "region = 'eu'"}}}"#;
+    let json = format!(
+        r#"{{"UserConfig": {{"Namespaces": [{{"Name": "sbemulatorns", "Topics": [{{"Name": "t", "Subscriptions": [{{"Name": "s", "Rules": [{rule}]}}]}}]}}]}}}}"#
+    );
+    std::fs::write(&bad, json).expect("write a config");
+    let bad = bad.display().to_string();
+    check_refused(
+        &["--port", "0", "--config", &bad],
+        "subscription t/s, rule eu: test-servicebus does not evaluate the SQL filter",
+    );
+    check_refused(&["--port", "0", "--config", "/nonexistent/Config.json"], "cannot read /nonexistent/Config.json");
     check_refused(&["--port", "0", "--queue", "q:bogus=1"], "unknown option");
     check_refused(&["--port", "0"], "--queue");
     check_refused(&["--queue", "q"], "--port");

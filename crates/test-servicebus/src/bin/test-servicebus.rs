@@ -76,7 +76,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(queues = ?broker.queues(), "serving");
+    tracing::info!(queues = ?broker.queues(), topics = ?broker.topics(), "serving");
     let mut stdout = std::io::stdout().lock();
     if writeln!(stdout, "ready {}", broker.connection_string()).and_then(|()| stdout.flush()).is_err() {
         return ExitCode::SUCCESS; // nobody listens for the ready line: nothing to serve

@@ -102,7 +102,7 @@ impl Queue {
         let part = self.part_ref(sub);
         if let Some(missing) = sequences
             .iter()
-            .find(|s| !part.deferred.get(s).is_some_and(|e| session.is_none_or(|id| e.session.as_deref() == Some(id))))
+            .find(|s| part.deferred.get(s).is_none_or(|e| session.is_some_and(|id| e.session.as_deref() != Some(id))))
         {
             return Err(NotDeferred(*missing));
         }

@@ -33,7 +33,7 @@ fn filters_match_as_service_bus_compares() {
         &[("region", SimpleValue::String("eu".into())), ("n", SimpleValue::Int(3)), ("ok", SimpleValue::Bool(true))],
     );
     let check = |filter: Filter, want: bool| assert_eq!(filter.matches(&m), want, "{filter:?}");
-    let c = |f: CorrelationFilter| Filter::Correlation(f);
+    let c = |f: CorrelationFilter| Filter::Correlation(Box::new(f));
     let prop =
         |name: &str, v: PropertyValue| CorrelationFilter { properties: vec![(name.into(), v)], ..Default::default() };
     check(Filter::True, true);
@@ -79,10 +79,10 @@ fn only_trivial_sql_is_evaluated() {
 fn a_topic_routes_to_each_subscription_with_a_matching_rule() {
     let eu = Rule {
         name: "eu".into(),
-        filter: Filter::Correlation(CorrelationFilter {
+        filter: Filter::Correlation(Box::new(CorrelationFilter {
             properties: vec![("region".into(), PropertyValue::String("eu".into()))],
             ..Default::default()
-        }),
+        })),
     };
     let topic = Topic {
         name: "t".into(),
