@@ -447,6 +447,13 @@ impl Queue {
     /// Extend the lock under `token` by the lock duration from now.
     pub(crate) fn renew(&mut self, sub: SubQueue, token: &LockToken, now: i64) -> Result<i64, LockLost> {
         let locked = self.valid_lock(sub, token, now)?;
+        if locked.until_ms == SESSION_HELD {
+            // A message lock in a session is the session's lock: renewing it is
+            // renew-session-lock's job, so it stays as it is.
+            let until = locked.entry.session.as_deref().and_then(|s| self.session_until(s)).unwrap_or(now);
+            self.part(sub).lock(locked.entry, *token, SESSION_HELD);
+            return Ok(until);
+        }
         let until = now.saturating_add(ms(self.config.lock_duration));
         self.part(sub).lock(locked.entry, *token, until);
         self.counters.renewals += 1;

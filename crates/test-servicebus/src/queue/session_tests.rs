@@ -65,6 +65,7 @@ fn a_session_lock_renews_and_when_it_runs_out_its_messages_come_back_counted() {
     q.lock_next_in(SubQueue::Main, Some("a"), 0, token(1)).unwrap();
     assert_eq!(q.renew_session("a", 8, 500), Err(sessions::SessionLost), "only the holder renews");
     assert_eq!(q.renew_session("a", 7, 500), Ok(1500));
+    assert_eq!(q.renew(SubQueue::Main, &token(1), 600), Ok(1500), "a message lock in a session is the session's");
     assert!(q.expire(1200).is_empty());
     assert!(q.holds_session("a", 7, 1499));
     assert_eq!(q.settle(SubQueue::Main, &token(1), Settlement::Complete, 1400), Ok(()), "still held: settles");
