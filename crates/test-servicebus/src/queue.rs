@@ -84,7 +84,7 @@ pub(crate) struct Entry {
     pub(crate) enqueued_ms: i64,
     /// Deliveries that failed (abandoned or lock expired): the header's delivery-count.
     pub(crate) delivery_count: u32,
-    /// The session id (the properties' group-id), on a session entity.
+    /// The session id: the properties' group-id.
     pub(crate) session: Option<String>,
     /// When its time to live runs out (broker ms); `None`: never.
     pub(crate) expires_ms: Option<i64>,

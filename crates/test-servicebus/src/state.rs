@@ -1,6 +1,7 @@
-//! What every connection of one broker shares: the queues (behind one mutex), the
-//! broker's clock, the policy key, counters, and the wake-ups between connections
-//! (a message became available) and the lock-expiry sweeper.
+//! What every connection of one broker shares: the queues and topics (behind one
+//! mutex), the broker's clock, the policy key, counters, and the wake-ups between
+//! connections (a message became available, a session lock ran out) and the sweeper
+//! (locks, scheduled messages, time to live, session locks).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};

@@ -1,6 +1,9 @@
 //! Attaching and detaching links: which entity an address names, whether the
-//! connection's tokens allow it, and the answer (a refusal is an attach without the
-//! terminus, then a closing detach with the error, as Service Bus answers).
+//! connection's tokens allow it, which session a receiver on a session entity gets,
+//! and the answer (a refusal is an attach without the terminus, then a closing
+//! detach with the error, as Service Bus answers). A session receiver's answer names
+//! its session in the source filter and its lock's expiry in the properties, which
+//! is where Microsoft's SDKs read them.
 
 use fe2o3_amqp_types::definitions::{AmqpError, Error, ErrorCondition, ReceiverSettleMode, Role, SenderSettleMode};
 use fe2o3_amqp_types::messaging::{Source, Target, TargetArchetype};

@@ -1,7 +1,8 @@
 //! The request/response nodes: `$cbs` (put-token of a SAS token, answered with
 //! `status-code` 202 or 401) and an entity's `$management` (`com.microsoft:renew-lock`,
 //! answered with `statusCode` 200 and the new expirations, or 410 when a lock is
-//! lost). A response carries the request's message id as its correlation id.
+//! lost; the other operations are in `management`, and one not modelled answers 501).
+//! A response carries the request's message id as its correlation id.
 
 use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};

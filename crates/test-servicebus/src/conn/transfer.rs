@@ -1,5 +1,6 @@
-//! What the broker receives: messages for a queue (one transfer, several frames, or
-//! a batch of many messages), and requests to `$cbs` and `$management`. Every
+//! What the broker receives: messages for a queue or a topic (one transfer, several
+//! frames, or a batch of many messages, kept or refused whole), and requests to
+//! `$cbs` and `$management`. Every
 //! unsettled transfer is answered at once with a settled disposition (`accepted`,
 //! also for a duplicate that is dropped), which is how Microsoft's SDKs know a send
 //! completed.
