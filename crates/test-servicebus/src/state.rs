@@ -442,4 +442,46 @@ mod tests {
         clock.advance(Duration::from_secs(3600));
         assert!(clock.now_ms() >= before + 3_600_000);
     }
+
+    fn topic_state() -> State {
+        use crate::rules::{Filter, Rule, SubscriptionConfig, TopicConfig};
+        let sub = |name: &str, session: bool, rules: Vec<Rule>| SubscriptionConfig {
+            name: name.into(),
+            queue: QueueConfig { requires_session: session, ..QueueConfig::default() },
+            rules,
+        };
+        let mut state = State::default();
+        let topic = TopicConfig {
+            name: "T".into(),
+            duplicate_detection: Some(Duration::from_secs(60)),
+            subscriptions: vec![
+                sub("a", false, vec![]),
+                sub("b", false, vec![]),
+                sub("off", true, vec![Rule { name: "off".into(), filter: Filter::False }]),
+            ],
+        };
+        assert!(state.create_topic(&topic));
+        assert!(!state.create_topic(&topic), "a name is taken once");
+        assert!(!state.create("t", QueueConfig::default()), "a queue cannot take a topic's name");
+        state
+    }
+
+    #[test]
+    fn a_topic_copies_schedules_cancels_and_drops_duplicates_for_all_its_subscriptions() {
+        let mut state = topic_state();
+        let count =
+            |s: &State, sub: &str| s.queue(&format!("t/subscriptions/{sub}")).map(|q| q.counts(SubQueue::Main).0);
+        assert_eq!(state.route("t", StoredMessage::simple(b"x", Some("m-1")), 0), Routed::Kept(vec![1, 1]));
+        assert_eq!(state.route("t", StoredMessage::simple(b"x", Some("m-1")), 1), Routed::Duplicate);
+        assert_eq!((count(&state, "a"), count(&state, "b"), count(&state, "off")), (Some(1), Some(1), Some(0)));
+        // A session subscription no rule of which matches does not need a session id.
+        let seq = state.schedule("t", StoredMessage::simple(b"y", Some("m-2")), 500, 0).unwrap();
+        let seq2 = state.schedule("t", StoredMessage::simple(b"z", Some("m-3")), 500, 0).unwrap();
+        assert_ne!(seq, seq2);
+        assert_eq!(state.cancel_scheduled("t", &[seq2]), Ok(()));
+        assert_eq!(state.cancel_scheduled("t", &[seq2]), Err(seq2), "cancelled once");
+        state.expire(500);
+        assert_eq!((count(&state, "a"), count(&state, "b")), (Some(2), Some(2)), "only the one not cancelled came");
+        assert_eq!(state.route("nope", StoredMessage::simple(b"x", None), 0), Routed::Missing);
+    }
 }
