@@ -5,6 +5,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::Duration;
 
 use crate::queue::QueueConfig;
+use crate::rules::TopicConfig;
 
 /// The shared access policy Microsoft's emulator has.
 pub const DEFAULT_KEY_NAME: &str = "RootManageSharedAccessKey";
@@ -12,7 +13,7 @@ pub const DEFAULT_KEY_NAME: &str = "RootManageSharedAccessKey";
 pub const DEFAULT_KEY: &str = "SAS_KEY_VALUE";
 
 /// How to start a [`Broker`](crate::Broker).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BrokerConfig {
     /// Address to listen on (loopback by default).
     pub address: IpAddr,
@@ -24,6 +25,8 @@ pub struct BrokerConfig {
     pub key: String,
     /// Queues that exist from the start (more can be created later).
     pub queues: Vec<(String, QueueConfig)>,
+    /// Topics with their subscriptions and rules.
+    pub topics: Vec<TopicConfig>,
 }
 
 impl Default for BrokerConfig {
@@ -34,6 +37,7 @@ impl Default for BrokerConfig {
             key_name: DEFAULT_KEY_NAME.to_owned(),
             key: DEFAULT_KEY.to_owned(),
             queues: Vec::new(),
+            topics: Vec::new(),
         }
     }
 }
@@ -43,6 +47,13 @@ impl BrokerConfig {
     #[must_use]
     pub fn queue(mut self, name: impl Into<String>, config: QueueConfig) -> Self {
         self.queues.push((name.into(), config));
+        self
+    }
+
+    /// Add a topic.
+    #[must_use]
+    pub fn topic(mut self, topic: TopicConfig) -> Self {
+        self.topics.push(topic);
         self
     }
 }

@@ -18,6 +18,10 @@ pub struct QueueStats {
     pub locked: usize,
     /// Messages in the dead-letter sub-queue (available or locked).
     pub dead_lettered: usize,
+    /// Deferred messages of the queue not locked now.
+    pub deferred: usize,
+    /// Scheduled messages not due yet.
+    pub scheduled: usize,
     /// What happened since the queue was created.
     pub counters: QueueCounters,
 }
@@ -26,7 +30,14 @@ impl QueueStats {
     pub(crate) fn of(queue: &Queue) -> QueueStats {
         let (active, locked) = queue.counts(SubQueue::Main);
         let (dl_active, dl_locked) = queue.counts(SubQueue::DeadLetter);
-        QueueStats { active, locked, dead_lettered: dl_active + dl_locked, counters: queue.counters }
+        QueueStats {
+            active,
+            locked,
+            dead_lettered: dl_active + dl_locked + queue.dead.deferred.len(),
+            deferred: queue.main.deferred.len(),
+            scheduled: queue.scheduled.len(),
+            counters: queue.counters,
+        }
     }
 }
 

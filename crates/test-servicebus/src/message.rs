@@ -156,6 +156,26 @@ impl StoredMessage {
         self.properties.as_ref()?.message_id.as_ref()
     }
 
+    /// The session id: the properties' group-id.
+    pub(crate) fn session_id(&self) -> Option<&str> {
+        self.properties.as_ref()?.group_id.as_deref()
+    }
+
+    /// When the sender asked it to be enqueued (`x-opt-scheduled-enqueue-time`), Unix ms.
+    pub(crate) fn scheduled_enqueue_ms(&self) -> Option<i64> {
+        let key: &dyn fe2o3_amqp_types::messaging::annotations::AnnotationKey = &"x-opt-scheduled-enqueue-time";
+        match self.annotations.get(key)? {
+            Value::Timestamp(t) => Some(t.milliseconds()),
+            Value::Long(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// Set `x-opt-scheduled-enqueue-time` (a `schedule-message` request's time wins).
+    pub(crate) fn set_scheduled_enqueue_ms(&mut self, due: i64) {
+        self.annotations.insert(OwnedKey::from("x-opt-scheduled-enqueue-time"), timestamp(due));
+    }
+
     /// An application property, as a string when it is one.
     pub(crate) fn string_property(&self, name: &str) -> Option<&str> {
         match self.application_properties.as_ref()?.0.get(name)? {

@@ -15,8 +15,8 @@ use tokio::task::JoinHandle;
 use crate::config::{BrokerConfig, check_queue_name};
 use crate::inspect::{BrokerCounters, MessageInfo, QueueStats};
 use crate::message::StoredMessage;
-use crate::queue::{QueueConfig, Sent, SubQueue};
-use crate::state::{Shared, sweep};
+use crate::queue::{QueueConfig, SubQueue};
+use crate::state::{Routed, Shared, sweep};
 use crate::{conn, sas};
 
 /// A Service Bus broker for tests: in memory, on a loopback port, until dropped.
@@ -54,9 +54,21 @@ impl Broker {
             .enable_all()
             .build()?;
         let shared = Arc::new(Shared::new(config.key_name.clone(), config.key.clone()));
+        let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
         for (name, queue) in &config.queues {
-            check_queue_name(name).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            shared.state().create(name, queue.clone());
+            check_queue_name(name).map_err(invalid)?;
+            if !shared.state().create(name, queue.clone()) {
+                return Err(invalid(format!("the name {name} is used twice")));
+            }
+        }
+        for topic in &config.topics {
+            check_queue_name(&topic.name).map_err(invalid)?;
+            for sub in &topic.subscriptions {
+                check_queue_name(&sub.name).map_err(invalid)?;
+            }
+            if !shared.state().create_topic(topic) {
+                return Err(invalid(format!("topic {}: a name is used twice", topic.name)));
+            }
         }
         let std_listener = std::net::TcpListener::bind((config.address, config.port))?;
         std_listener.set_nonblocking(true)?;
@@ -145,22 +157,34 @@ impl Broker {
     /// Enqueue a message with `body` (one Data section) and `message_id`, as a sender
     /// would; `false` when duplicate detection dropped it.
     ///
+    /// A topic copies it to each subscription whose rules match.
+    ///
     /// # Panics
-    /// When the queue does not exist.
+    /// When the queue does not exist, or refuses the message (a session queue).
     pub fn send(&self, queue: &str, body: &[u8], message_id: Option<&str>) -> bool {
         let message = StoredMessage::simple(body, message_id);
         let now = self.shared.clock.now_ms();
-        let sent = self.shared.state().send(&queue.to_ascii_lowercase(), message, now);
-        match sent {
-            Some(s) => s != Sent::Duplicate,
-            None => panic!("test-servicebus: no queue {queue}"),
+        let routed = self.shared.state().route(&queue.to_ascii_lowercase(), message, now);
+        match routed {
+            Routed::Kept(_) => true,
+            Routed::Duplicate => false,
+            Routed::Refused(why) => panic!("test-servicebus: {queue} refused the message: {why}"),
+            Routed::Missing => panic!("test-servicebus: no queue or topic {queue}"),
         }
     }
 
-    /// The names of the queues.
+    /// The names of the queues (subscriptions as `<topic>/Subscriptions/<name>`).
     #[must_use]
     pub fn queues(&self) -> Vec<String> {
         let mut names: Vec<String> = self.shared.state().queues.values().map(|q| q.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// The names of the topics.
+    #[must_use]
+    pub fn topics(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.shared.state().topics.values().map(|t| t.name.clone()).collect();
         names.sort();
         names
     }

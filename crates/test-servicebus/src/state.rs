@@ -1,6 +1,7 @@
-//! What every connection of one broker shares: the queues (behind one mutex), the
-//! broker's clock, the policy key, counters, and the wake-ups between connections
-//! (a message became available) and the lock-expiry sweeper.
+//! What every connection of one broker shares: the queues and topics (behind one
+//! mutex), the broker's clock, the policy key, counters, and the wake-ups between
+//! connections (a message became available, a session lock ran out) and the sweeper
+//! (locks, scheduled messages, time to live, session locks).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -12,6 +13,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::message::StoredMessage;
 use crate::queue::{Delivery, LockLost, LockToken, Queue, QueueConfig, Sent, Settlement, SubQueue};
+use crate::rules::Topic;
 
 /// The broker's time: the system clock plus an offset tests can move forward.
 #[derive(Debug, Default)]
@@ -50,7 +52,8 @@ pub(crate) fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A queue or sub-queue a link addresses.
+/// A queue or sub-queue a link addresses (a subscription is a queue here, keyed
+/// `<topic>/subscriptions/<name>`; a topic only takes sends and schedules).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct EntityRef {
     /// The queue's key (its name in lower case).
@@ -58,21 +61,68 @@ pub(crate) struct EntityRef {
     pub(crate) sub: SubQueue,
 }
 
-/// The queues and who waits for them.
+/// The queues, topics, and who waits for them.
 #[derive(Debug, Default)]
 pub(crate) struct State {
     pub(crate) queues: HashMap<String, Queue>,
+    pub(crate) topics: HashMap<String, Topic>,
     /// Connections to wake when a (sub-)queue gets a message to hand out.
     waiters: HashMap<EntityRef, Vec<Arc<Notify>>>,
+    /// Connections to wake when a session lock of theirs ran out, by link id.
+    holders: HashMap<u64, Arc<Notify>>,
+}
+
+/// What a send did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Routed {
+    /// Kept (by a queue, or by the subscriptions that matched; none may have).
+    Kept(Vec<i64>),
+    /// Dropped by duplicate detection.
+    Duplicate,
+    /// Refused, and why.
+    Refused(String),
+    /// No such queue or topic.
+    Missing,
 }
 
 impl State {
     pub(crate) fn create(&mut self, name: &str, config: QueueConfig) -> bool {
         let key = name.to_ascii_lowercase();
-        if self.queues.contains_key(&key) {
+        if self.queues.contains_key(&key) || self.topics.contains_key(&key) {
             return false;
         }
         self.queues.insert(key, Queue::new(name, config));
+        true
+    }
+
+    /// Create a topic and its subscriptions' queues; `false` when a name is taken.
+    pub(crate) fn create_topic(&mut self, config: &crate::rules::TopicConfig) -> bool {
+        let key = config.name.to_ascii_lowercase();
+        let keys: Vec<String> =
+            config.subscriptions.iter().map(|s| crate::rules::subscription_key(&config.name, &s.name)).collect();
+        if self.topics.contains_key(&key)
+            || self.queues.contains_key(&key)
+            || keys.iter().any(|k| self.queues.contains_key(k))
+        {
+            return false;
+        }
+        let mut subscriptions = Vec::new();
+        for (sub, k) in config.subscriptions.iter().zip(keys) {
+            let shown = format!("{}/Subscriptions/{}", config.name, sub.name);
+            self.queues.insert(k.clone(), Queue::new(&shown, sub.queue.clone()));
+            let rules = if sub.rules.is_empty() { vec![crate::rules::Rule::default_rule()] } else { sub.rules.clone() };
+            subscriptions.push((k, rules));
+        }
+        self.topics.insert(
+            key,
+            Topic {
+                name: config.name.clone(),
+                dedup: config.duplicate_detection.map(crate::queue::Dedup::new),
+                subscriptions,
+                scheduled: HashMap::new(),
+                next_sequence: 1,
+            },
+        );
         true
     }
 
@@ -105,16 +155,117 @@ impl State {
         Some(sent)
     }
 
-    pub(crate) fn lock_next(&mut self, entity: &EntityRef, now: i64) -> Option<Delivery> {
-        let queue = self.queues.get_mut(&entity.queue)?;
-        if !queue.has_available(entity.sub) {
-            return None;
+    /// Send to a queue, or to a topic (a copy to each subscription whose rules match;
+    /// refused as a whole when a matching one refuses it).
+    pub(crate) fn route(&mut self, entity: &str, message: StoredMessage, now: i64) -> Routed {
+        let Some(topic) = self.topics.get_mut(entity) else {
+            return match self.send(entity, message, now) {
+                Some(Sent::Enqueued(seq)) => Routed::Kept(vec![seq]),
+                Some(Sent::Duplicate) => Routed::Duplicate,
+                Some(Sent::Refused(why)) => Routed::Refused(why.to_owned()),
+                None => Routed::Missing,
+            };
+        };
+        if let Some(dedup) = &mut topic.dedup
+            && dedup.is_duplicate(&message, now)
+        {
+            return Routed::Duplicate;
         }
-        queue.lock_next(entity.sub, now, new_lock_token())
+        let targets = topic.routes(&message);
+        for key in &targets {
+            if let Some(q) = self.queues.get(key)
+                && q.config.requires_session
+                && message.session_id().is_none()
+            {
+                return Routed::Refused(crate::queue::NO_SESSION_ID.to_owned());
+            }
+        }
+        let mut kept = Vec::new();
+        for key in targets {
+            if let Some(Sent::Enqueued(seq)) = self.send(&key, message.clone(), now) {
+                kept.push(seq);
+            }
+        }
+        Routed::Kept(kept)
     }
 
-    pub(crate) fn take_next(&mut self, entity: &EntityRef) -> Option<Vec<u8>> {
-        self.queues.get_mut(&entity.queue)?.take_next(entity.sub)
+    pub(crate) fn lock_next(&mut self, entity: &EntityRef, session: Option<&str>, now: i64) -> Option<Delivery> {
+        let queue = self.queues.get_mut(&entity.queue)?;
+        if !queue.has_available_in(entity.sub, session) {
+            return None;
+        }
+        queue.lock_next_in(entity.sub, session, now, new_lock_token())
+    }
+
+    pub(crate) fn take_next(&mut self, entity: &EntityRef, session: Option<&str>, now: i64) -> Option<Vec<u8>> {
+        self.queues.get_mut(&entity.queue)?.take_next(entity.sub, session, now)
+    }
+
+    /// Lock deferred messages by sequence number.
+    pub(crate) fn lock_deferred(
+        &mut self,
+        entity: &EntityRef,
+        sequences: &[i64],
+        session: Option<&str>,
+        now: i64,
+    ) -> Option<Result<Vec<Delivery>, crate::queue::NotDeferred>> {
+        let queue = self.queues.get_mut(&entity.queue)?;
+        Some(queue.lock_deferred(entity.sub, sequences, session, now, new_lock_token))
+    }
+
+    /// Schedule `message` on a queue, or on each subscription of a topic it matches
+    /// (the topic's sequence number names every copy); the sequence number.
+    pub(crate) fn schedule(&mut self, entity: &str, message: StoredMessage, due: i64, now: i64) -> Result<i64, String> {
+        let Some(topic) = self.topics.get_mut(entity) else {
+            let queue = self.queues.get_mut(entity).ok_or("no such entity")?;
+            return queue.schedule(message, due, now).map_err(str::to_owned);
+        };
+        let seq = topic.next_sequence;
+        topic.next_sequence += 1;
+        let targets = topic.routes(&message);
+        let mut copies = Vec::new();
+        for key in targets {
+            if let Some(q) = self.queues.get_mut(&key) {
+                copies.push((key, q.schedule(message.clone(), due, now).map_err(str::to_owned)?));
+            }
+        }
+        if let Some(topic) = self.topics.get_mut(entity) {
+            topic.scheduled.insert(seq, copies);
+        }
+        Ok(seq)
+    }
+
+    /// Cancel scheduled messages; the first sequence number that names none.
+    pub(crate) fn cancel_scheduled(&mut self, entity: &str, sequences: &[i64]) -> Result<(), i64> {
+        for seq in sequences {
+            let copies = match self.topics.get_mut(entity) {
+                Some(topic) => topic.scheduled.remove(seq).ok_or(*seq)?,
+                None => vec![(entity.to_owned(), *seq)],
+            };
+            for (key, s) in copies {
+                let cancelled = self.queues.get_mut(&key).is_some_and(|q| q.cancel_scheduled(s));
+                if !cancelled && !self.topics.contains_key(entity) {
+                    return Err(*seq);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Wake `notify` when the session lock that link `holder` took runs out.
+    pub(crate) fn hold(&mut self, holder: u64, notify: &Arc<Notify>) {
+        self.holders.insert(holder, notify.clone());
+    }
+
+    /// Link `holder` is gone: it lets its session go.
+    pub(crate) fn let_go(&mut self, entity: &EntityRef, session: &str, holder: u64) {
+        self.holders.remove(&holder);
+        if let Some(queue) = self.queues.get_mut(&entity.queue) {
+            queue.release_session(session, holder);
+            if queue.has_available(entity.sub) {
+                self.wake(entity);
+            }
+        }
     }
 
     pub(crate) fn settle(
@@ -143,16 +294,30 @@ impl State {
         result
     }
 
-    /// Expire the locks that ran out by `now`, waking who waits for their messages.
+    /// Expire the locks that ran out by `now`, waking who waits for their messages
+    /// and the holders of session locks that ran out.
     pub(crate) fn expire(&mut self, now: i64) {
         let mut woke = Vec::new();
+        let mut lost = Vec::new();
         for (key, queue) in &mut self.queues {
+            for info in queue.sessions.values() {
+                if let Some((holder, until)) = info.lock
+                    && until <= now
+                {
+                    lost.push(holder);
+                }
+            }
             for sub in queue.expire(now) {
                 woke.push(EntityRef { queue: key.clone(), sub });
             }
         }
         for entity in woke {
             self.wake(&entity);
+        }
+        for holder in lost {
+            if let Some(n) = self.holders.remove(&holder) {
+                n.notify_one();
+            }
         }
     }
 
@@ -162,7 +327,7 @@ impl State {
 }
 
 /// A fresh lock token: a random (version 4) GUID.
-fn new_lock_token() -> LockToken {
+pub(crate) fn new_lock_token() -> LockToken {
     let mut token = [0u8; 16];
     if SystemRandom::new().fill(&mut token).is_err() {
         // No system randomness: unique is all a lock token must be.
@@ -188,6 +353,8 @@ pub(crate) struct Shared {
     pub(crate) sweep_at: AtomicI64,
     /// Bumped when the clock jumps, so connections re-check their tokens.
     pub(crate) clock_moved: watch::Sender<u64>,
+    /// The next link id (session locks name their holder by it).
+    next_link: AtomicU64,
 }
 
 impl Shared {
@@ -201,7 +368,13 @@ impl Shared {
             sweeper: Notify::new(),
             sweep_at: AtomicI64::new(i64::MAX),
             clock_moved: watch::Sender::new(0),
+            next_link: AtomicU64::new(1),
         }
+    }
+
+    /// A link id no other link of this broker has.
+    pub(crate) fn link_id(&self) -> u64 {
+        self.next_link.fetch_add(1, Ordering::Relaxed)
     }
 
     pub(crate) fn state(&self) -> MutexGuard<'_, State> {
@@ -268,5 +441,47 @@ mod tests {
         let before = clock.now_ms();
         clock.advance(Duration::from_secs(3600));
         assert!(clock.now_ms() >= before + 3_600_000);
+    }
+
+    fn topic_state() -> State {
+        use crate::rules::{Filter, Rule, SubscriptionConfig, TopicConfig};
+        let sub = |name: &str, session: bool, rules: Vec<Rule>| SubscriptionConfig {
+            name: name.into(),
+            queue: QueueConfig { requires_session: session, ..QueueConfig::default() },
+            rules,
+        };
+        let mut state = State::default();
+        let topic = TopicConfig {
+            name: "T".into(),
+            duplicate_detection: Some(Duration::from_secs(60)),
+            subscriptions: vec![
+                sub("a", false, vec![]),
+                sub("b", false, vec![]),
+                sub("off", true, vec![Rule { name: "off".into(), filter: Filter::False }]),
+            ],
+        };
+        assert!(state.create_topic(&topic));
+        assert!(!state.create_topic(&topic), "a name is taken once");
+        assert!(!state.create("t", QueueConfig::default()), "a queue cannot take a topic's name");
+        state
+    }
+
+    #[test]
+    fn a_topic_copies_schedules_cancels_and_drops_duplicates_for_all_its_subscriptions() {
+        let mut state = topic_state();
+        let count =
+            |s: &State, sub: &str| s.queue(&format!("t/subscriptions/{sub}")).map(|q| q.counts(SubQueue::Main).0);
+        assert_eq!(state.route("t", StoredMessage::simple(b"x", Some("m-1")), 0), Routed::Kept(vec![1, 1]));
+        assert_eq!(state.route("t", StoredMessage::simple(b"x", Some("m-1")), 1), Routed::Duplicate);
+        assert_eq!((count(&state, "a"), count(&state, "b"), count(&state, "off")), (Some(1), Some(1), Some(0)));
+        // A session subscription no rule of which matches does not need a session id.
+        let seq = state.schedule("t", StoredMessage::simple(b"y", Some("m-2")), 500, 0).unwrap();
+        let seq2 = state.schedule("t", StoredMessage::simple(b"z", Some("m-3")), 500, 0).unwrap();
+        assert_ne!(seq, seq2);
+        assert_eq!(state.cancel_scheduled("t", &[seq2]), Ok(()));
+        assert_eq!(state.cancel_scheduled("t", &[seq2]), Err(seq2), "cancelled once");
+        state.expire(500);
+        assert_eq!((count(&state, "a"), count(&state, "b")), (Some(2), Some(2)), "only the one not cancelled came");
+        assert_eq!(state.route("nope", StoredMessage::simple(b"x", None), 0), Routed::Missing);
     }
 }

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 /// The pinned requirements; the venv is rebuilt when they change.
 const REQUIREMENTS: &str = include_str!("sdk/requirements.txt");
 const SCRIPT: &str = "tests/sdk/check.py";
-/// The queues `check.py` expects.
-const QUEUES: &[&str] = &["basic", "expiry:lock-secs=2", "poison:max-delivery=2", "dedup:dedup-secs=60"];
-/// Bound on the whole SDK run (it takes about 30 s).
+/// The entities `check.py` expects, in Microsoft's emulator configuration format.
+const CONFIG: &str = "tests/sdk/Config.json";
+/// Bound on the whole SDK run (about 25 s: its groups of checks run side by side).
 const SDK_BOUND: Duration = Duration::from_secs(240);
 
 /// Skip (print why) outside CI; fail under CI.
@@ -124,11 +124,13 @@ struct BrokerProcess {
 
 impl BrokerProcess {
     fn start(queues: &[&str]) -> BrokerProcess {
+        let args: Vec<String> = queues.iter().flat_map(|q| ["--queue".to_owned(), (*q).to_owned()]).collect();
+        BrokerProcess::start_with(&args)
+    }
+
+    fn start_with(args: &[String]) -> BrokerProcess {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_test-servicebus"));
-        cmd.args(["--port", "0"]);
-        for q in queues {
-            cmd.args(["--queue", q]);
-        }
+        cmd.args(["--port", "0"]).args(args);
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -203,7 +205,8 @@ impl Drop for BrokerProcess {
 #[test]
 fn microsofts_sdk_accepts_the_broker() {
     let Some(python) = sdk_python() else { return };
-    let broker = BrokerProcess::start(QUEUES);
+    let config = Path::new(env!("CARGO_MANIFEST_DIR")).join(CONFIG);
+    let broker = BrokerProcess::start_with(&["--config".to_owned(), config.display().to_string()]);
     assert!(broker.conn.starts_with("Endpoint=sb://127.0.0.1:"), "{}", broker.conn);
     assert!(broker.conn.ends_with(";UseDevelopmentEmulator=true"), "{}", broker.conn);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(SCRIPT);
@@ -223,16 +226,25 @@ fn microsofts_sdk_accepts_the_broker() {
         "duplicate_ids_are_dropped",
         "a_closed_receiver_gives_its_prefetched_messages_back_uncounted",
         "a_wrong_key_is_an_authentication_error",
+        "sessions_are_fifo_exclusive_and_next_available_names_its_session",
+        "session_state_and_lock_renewal",
+        "a_session_lock_runs_out_and_the_session_is_free_again",
+        "receivers_and_entities_must_agree_on_sessions",
+        "a_topic_fans_out_by_rules",
+        "scheduled_messages_wait_and_can_be_cancelled",
+        "time_to_live_dead_letters_or_drops",
+        "defer_and_receive_deferred",
+        "peek_does_not_lock",
     ] {
         assert!(out.lines().any(|l| l.starts_with(&format!("ok {check} "))), "check {check} did not pass:\n{out}");
     }
-    assert!(out.contains("sdk-check: 9 passed, 0 failed"), "{out}");
+    assert!(out.contains("sdk-check: 18 passed, 0 failed"), "{out}");
     let status = broker.terminate();
     assert!(status.is_some_and(|s| s.success()), "SIGTERM ends the broker with 0: {status:?}");
 }
 
 #[test]
-fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm_and_sigint() {
+fn the_binary_prints_one_ready_line_refuses_bad_queues_and_configs_and_stops_on_sigterm_and_sigint() {
     let broker = BrokerProcess::start(&["a:max-delivery=3,lock-secs=0.5", "b"]);
     let port = broker.conn.split("sb://127.0.0.1:").nth(1).and_then(|r| r.split(';').next()).expect("a port");
     assert!(port.parse::<u16>().is_ok_and(|p| p > 0), "port 0 picked a free port: {port}");
@@ -252,6 +264,20 @@ fn the_binary_prints_one_ready_line_refuses_bad_queues_and_stops_on_sigterm_and_
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     };
     check_refused(&["--port", "0", "--queue", "q:lock-secs=0"], "lock-secs");
+    // An emulator configuration with a rule the broker cannot evaluate is refused at start.
+    let bad = target_dir().join("test-servicebus-unsupported-rule.json");
+    let rule =
+        r#"{"Name": "eu", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "region = 'eu'"}}}"#;
+    let json = format!(
+        r#"{{"UserConfig": {{"Namespaces": [{{"Name": "sbemulatorns", "Topics": [{{"Name": "t", "Subscriptions": [{{"Name": "s", "Rules": [{rule}]}}]}}]}}]}}}}"#
+    );
+    std::fs::write(&bad, json).expect("write a config");
+    let bad = bad.display().to_string();
+    check_refused(
+        &["--port", "0", "--config", &bad],
+        "subscription t/s, rule eu: test-servicebus does not evaluate the SQL filter",
+    );
+    check_refused(&["--port", "0", "--config", "/nonexistent/Config.json"], "cannot read /nonexistent/Config.json");
     check_refused(&["--port", "0", "--queue", "q:bogus=1"], "unknown option");
     check_refused(&["--port", "0"], "--queue");
     check_refused(&["--queue", "q"], "--port");

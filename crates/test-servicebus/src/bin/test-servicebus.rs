@@ -2,8 +2,11 @@
 //! checks from outside Rust (Microsoft's SDKs).
 //!
 //! ```text
-//! test-servicebus --port P [--key KEY] --queue NAME[:max-delivery=N,lock-secs=S,dedup-secs=D] …
+//! test-servicebus --port P [--key KEY] [--config Config.json] [--queue NAME[:max-delivery=N,lock-secs=S,dedup-secs=D] …]
 //! ```
+//!
+//! `--config` reads Microsoft's Service Bus emulator configuration file (queues,
+//! topics, subscriptions and their rules); `--queue` adds queues to it.
 //!
 //! Prints exactly one line, `ready <connection string>`, on stdout once it listens
 //! (port 0 picks a free one); logs go to stderr; SIGTERM or SIGINT stops it (exit 0).
@@ -12,7 +15,7 @@ use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser;
-use test_servicebus::{Broker, BrokerConfig, DEFAULT_KEY, parse_queue_spec};
+use test_servicebus::{Broker, BrokerConfig, DEFAULT_KEY, parse_queue_spec, read_emulator_config};
 
 /// An in-memory AMQP 1.0 broker that speaks Azure Service Bus, for tests.
 #[derive(Debug, Parser)]
@@ -26,8 +29,11 @@ struct Args {
     key: String,
     /// A queue: NAME[:max-delivery=N,lock-secs=S,dedup-secs=D] (repeatable).
     /// Defaults: max-delivery=10, lock-secs=60, no duplicate detection.
-    #[arg(long = "queue", required = true, value_parser = parse_queue_spec)]
+    #[arg(long = "queue", required_unless_present = "config", value_parser = parse_queue_spec)]
     queues: Vec<(String, test_servicebus::QueueConfig)>,
+    /// Microsoft's Service Bus emulator configuration file (Config.json).
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -50,7 +56,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let config = BrokerConfig { port: args.port, key: args.key, queues: args.queues, ..BrokerConfig::default() };
+    let mut config = BrokerConfig { port: args.port, key: args.key, queues: args.queues, ..BrokerConfig::default() };
+    if let Some(path) = &args.config {
+        let read = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))
+            .and_then(|json| read_emulator_config(&json, config).map_err(|e| format!("{}: {e}", path.display())));
+        config = match read {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("test-servicebus: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+    }
     let broker = match Broker::start(config) {
         Ok(b) => b,
         Err(e) => {
@@ -58,7 +76,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(queues = ?broker.queues(), "serving");
+    tracing::info!(queues = ?broker.queues(), topics = ?broker.topics(), "serving");
     let mut stdout = std::io::stdout().lock();
     if writeln!(stdout, "ready {}", broker.connection_string()).and_then(|()| stdout.flush()).is_err() {
         return ExitCode::SUCCESS; // nobody listens for the ready line: nothing to serve

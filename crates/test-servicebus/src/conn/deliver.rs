@@ -66,15 +66,21 @@ impl Conn {
                 Kind::Consumer(entity) => {
                     let now = self.shared.clock.now_ms();
                     let mut state = self.shared.state();
+                    let session = link.session.as_deref();
+                    if let Some(s) = session
+                        && !state.queue(&entity.queue).is_some_and(|q| q.holds_session(s, link.id, now))
+                    {
+                        break; // its session lock ran out: `check_sessions` detaches it
+                    }
                     let next = if link.presettled {
-                        state.take_next(entity).map(|payload| Next::Message {
+                        state.take_next(entity, session, now).map(|payload| Next::Message {
                             entity: entity.clone(),
                             token: None,
                             until: 0,
                             payload,
                         })
                     } else {
-                        state.lock_next(entity, now).map(|d| Next::Message {
+                        state.lock_next(entity, session, now).map(|d| Next::Message {
                             entity: entity.clone(),
                             token: Some(d.token),
                             until: d.until_ms,
@@ -138,7 +144,7 @@ impl Conn {
             Kind::Responses(_) => link.responses.is_empty(),
             Kind::Consumer(entity) => {
                 let state = self.shared.state();
-                state.queue(&entity.queue).is_none_or(|q| !q.has_available(entity.sub))
+                state.queue(&entity.queue).is_none_or(|q| !q.has_available_in(entity.sub, link.session.as_deref()))
             }
             _ => true,
         };
@@ -223,14 +229,13 @@ impl Conn {
 }
 
 /// What an outcome does to a locked message; `Err` for outcomes Service Bus has but
-/// this broker does not model (defer).
+/// this broker does not model (none left; kept for the next one).
 fn settlement_of(state: &DeliveryState) -> Option<Result<Settlement, String>> {
     Some(Ok(match state {
         DeliveryState::Accepted(_) => Settlement::Complete,
         DeliveryState::Released(_) => Settlement::Release,
-        DeliveryState::Modified(m) if m.undeliverable_here == Some(true) => {
-            return Some(Err("test-servicebus does not model deferral (modified with undeliverable-here)".to_owned()));
-        }
+        // Microsoft's SDKs defer with modified, undeliverable-here set.
+        DeliveryState::Modified(m) if m.undeliverable_here == Some(true) => Settlement::Defer,
         DeliveryState::Modified(m) => Settlement::Abandon {
             failed: m.delivery_failed.unwrap_or(false),
             annotations: m.message_annotations.clone().map(|f| f.into_iter().collect()).unwrap_or_default(),
@@ -326,7 +331,11 @@ mod tests {
             Some(DeliveryState::Modified(abandon)),
         );
         let defer = Modified { delivery_failed: Some(true), undeliverable_here: Some(true), message_annotations: None };
-        check(DeliveryState::Modified(defer), Some(Err(())), None);
+        check(
+            DeliveryState::Modified(defer.clone()),
+            Some(Ok(Settlement::Defer)),
+            Some(DeliveryState::Modified(defer)),
+        );
         check(
             dead_letter(Some("Poison"), Some("bad json"), DEAD_LETTER),
             Some(Ok(Settlement::DeadLetter { reason: Some("Poison".into()), description: Some("bad json".into()) })),

@@ -90,6 +90,10 @@ pub(super) struct Link {
     pub(super) partial: Option<Partial>,
     /// Until when the link's token lets it live (broker ms); `None`: no token needed.
     pub(super) auth_until: Option<i64>,
+    /// This broker's id of the link (a session lock names its holder by it).
+    pub(super) id: u64,
+    /// The session a session receiver holds.
+    pub(super) session: Option<String>,
 }
 
 /// A delivery we sent and the client has not settled.

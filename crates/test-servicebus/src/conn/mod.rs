@@ -11,6 +11,7 @@
 mod attach;
 mod deliver;
 mod link;
+mod management;
 mod requests;
 mod sasl;
 #[cfg(test)]
@@ -206,6 +207,7 @@ impl Conn {
                 () = tokio::time::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => self.on_timer(),
             }
             if !self.closed {
+                self.check_sessions();
                 self.pump();
             }
             self.flush(tx);
@@ -430,6 +432,36 @@ impl Conn {
         }
     }
 }
+
+impl Conn {
+    /// Detach every session receiver whose session lock ran out.
+    fn check_sessions(&mut self) {
+        let now = self.shared.clock.now_ms();
+        let mut lost = Vec::new();
+        {
+            let state = self.shared.state();
+            for (channel, session) in &self.sessions {
+                for (handle, link) in &session.links {
+                    if let (Some(s), link::Kind::Consumer(entity)) = (&link.session, &link.kind)
+                        && !state.queue(&entity.queue).is_some_and(|q| q.holds_session(s, link.id, now))
+                    {
+                        lost.push((*channel, *handle));
+                    }
+                }
+            }
+        }
+        for (channel, handle) in lost {
+            let err = error(
+                ErrorCondition::Custom(fe2o3_amqp_types::primitives::Symbol::from(SESSION_LOCK_LOST)),
+                "The session lock has expired on the MessageSession. Accept a new MessageSession.",
+            );
+            self.detach_with(channel, handle, err);
+        }
+    }
+}
+
+/// Error condition of a session whose lock ran out.
+pub(crate) const SESSION_LOCK_LOST: &str = "com.microsoft:session-lock-lost";
 
 /// An AMQP error.
 pub(super) fn error(condition: ErrorCondition, description: &str) -> Error {

@@ -1,7 +1,8 @@
 //! The request/response nodes: `$cbs` (put-token of a SAS token, answered with
 //! `status-code` 202 or 401) and an entity's `$management` (`com.microsoft:renew-lock`,
 //! answered with `statusCode` 200 and the new expirations, or 410 when a lock is
-//! lost). A response carries the request's message id as its correlation id.
+//! lost; the other operations are in `management`, and one not modelled answers 501).
+//! A response carries the request's message id as its correlation id.
 
 use fe2o3_amqp_types::messaging::{AmqpValue, ApplicationProperties, MessageId, Properties};
 use fe2o3_amqp_types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Value};
@@ -16,7 +17,7 @@ use crate::state::{EntityRef, bump};
 pub(crate) const RENEW_LOCK: &str = "com.microsoft:renew-lock";
 
 /// A response message: correlation id, status fields, body.
-fn response(correlation: Option<&MessageId>, status: &[(&str, SimpleValue)], body: Value) -> Vec<u8> {
+pub(super) fn response(correlation: Option<&MessageId>, status: &[(&str, SimpleValue)], body: Value) -> Vec<u8> {
     let properties = Properties { correlation_id: correlation.cloned(), ..Properties::default() };
     let mut ap = ApplicationProperties::default();
     for (k, v) in status {
@@ -37,7 +38,7 @@ fn status_code(code: u16) -> SimpleValue {
 }
 
 /// A map key that is a string or a symbol.
-fn key_is(key: &Value, name: &str) -> bool {
+pub(super) fn key_is(key: &Value, name: &str) -> bool {
     matches!(key, Value::String(s) if s == name) || matches!(key, Value::Symbol(Symbol(s)) if s == name)
 }
 
@@ -91,6 +92,10 @@ impl Conn {
         };
         let operation = request.string_property("operation").unwrap_or_default().to_owned();
         if operation != RENEW_LOCK {
+            if let Some(reply) = self.operation(entity, request, &operation) {
+                let (code, condition, description, body) = reply;
+                return answer(code, condition, &description, body);
+            }
             bump(&self.shared.counters.unsupported_requests);
             tracing::warn!(peer = %self.peer, %operation, "a $management operation this broker does not model");
             let why = format!("test-servicebus does not model the $management operation {operation:?}");
@@ -129,7 +134,7 @@ impl Conn {
 }
 
 /// `{"lock-tokens": array (or list) of uuid}`.
-fn lock_tokens(body: Option<Value>) -> Option<Vec<[u8; 16]>> {
+pub(super) fn lock_tokens(body: Option<Value>) -> Option<Vec<[u8; 16]>> {
     let Some(Value::Map(map)) = body else { return None };
     let (_, list) = map.into_iter().find(|(k, _)| key_is(k, "lock-tokens"))?;
     let items = match list {

@@ -574,3 +574,5 @@ async fn an_outage_keeps_the_queues_and_ends_every_connection() {
     let got = deliveries(&mut again, 1).await;
     assert_eq!(StoredMessage::parse(&got[0].2).unwrap().body(), b"kept");
 }
+
+mod sessions;

@@ -1,16 +1,41 @@
-//! What the broker receives: messages for a queue (one transfer, several frames, or
-//! a batch of many messages), and requests to `$cbs` and `$management`. Every
+//! What the broker receives: messages for a queue or a topic (one transfer, several
+//! frames, or a batch of many messages, kept or refused whole), and requests to
+//! `$cbs` and `$management`. Every
 //! unsettled transfer is answered at once with a settled disposition (`accepted`,
 //! also for a duplicate that is dropped), which is how Microsoft's SDKs know a send
 //! completed.
 
-use fe2o3_amqp_types::definitions::{AmqpError, ErrorCondition, LinkError, Role, SessionError};
+use fe2o3_amqp_types::definitions::{AmqpError, ErrorCondition, Fields, LinkError, Role, SessionError};
 use fe2o3_amqp_types::messaging::{Accepted, DeliveryState, Rejected};
 use fe2o3_amqp_types::performatives::{Disposition, Performative, Transfer};
 
 use super::link::{INCOMING_WINDOW, Kind, LINK_CREDIT, Node, Partial};
 use super::{Conn, MAX_MESSAGE_SIZE, error};
 use crate::message::{StoredMessage, parse_transfer};
+use crate::queue::NO_SESSION_ID;
+use crate::state::{Routed, State};
+
+/// A refused send. The error carries an (empty) info map: Microsoft's Python SDK
+/// reads the error as a list of three fields and fails on a shorter one.
+fn rejection(condition: ErrorCondition, description: &str) -> DeliveryState {
+    let mut err = error(condition, description);
+    err.info = Some(Box::new(Fields::new()));
+    DeliveryState::Rejected(Rejected { error: Some(err) })
+}
+
+/// Why `entity` would refuse `message` (a session entity, or a topic with a
+/// matching session subscription, and no session id).
+fn refusal(state: &State, entity: &str, message: &StoredMessage) -> Option<String> {
+    if message.session_id().is_some() {
+        return None;
+    }
+    let needs = |key: &str| state.queue(key).is_some_and(|q| q.config.requires_session);
+    let refused = match state.topics.get(entity) {
+        Some(topic) => topic.routes(message).iter().any(|k| needs(k)),
+        None => needs(entity),
+    };
+    refused.then(|| NO_SESSION_ID.to_owned())
+}
 
 impl Conn {
     pub(super) fn on_transfer(&mut self, channel: u16, t: Transfer, payload: &[u8]) {
@@ -102,19 +127,28 @@ impl Conn {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(peer = %self.peer, %queue, error = %e, "rejected a message");
-                return DeliveryState::Rejected(Rejected {
-                    error: Some(error(ErrorCondition::AmqpError(AmqpError::DecodeError), &e.0)),
-                });
+                return rejection(ErrorCondition::AmqpError(AmqpError::DecodeError), &e.0);
             }
         };
         let now = self.shared.clock.now_ms();
         let mut state = self.shared.state();
+        // A batch is kept whole or refused whole: check every message first.
+        if let Some(why) = messages.iter().find_map(|m| refusal(&state, queue, m)) {
+            return rejection(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why);
+        }
         for message in messages {
-            if state.send(queue, message, now).is_none() {
-                return DeliveryState::Rejected(Rejected {
-                    error: Some(error(ErrorCondition::AmqpError(AmqpError::NotFound), "the queue was deleted")),
-                });
+            match state.route(queue, message, now) {
+                Routed::Kept(_) | Routed::Duplicate => {}
+                Routed::Refused(why) => return rejection(ErrorCondition::AmqpError(AmqpError::NotAllowed), &why),
+                Routed::Missing => {
+                    return rejection(ErrorCondition::AmqpError(AmqpError::NotFound), "the queue was deleted");
+                }
             }
+        }
+        let next = state.next_deadline();
+        drop(state);
+        if let Some(at) = next {
+            self.shared.locked_until(at); // a scheduled message or a time to live may be due first
         }
         DeliveryState::Accepted(Accepted {})
     }

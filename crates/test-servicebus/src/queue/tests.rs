@@ -24,6 +24,7 @@ fn queue(lock_ms: u64, max: u32, dedup_ms: Option<u64>) -> Queue {
             lock_duration: Duration::from_millis(lock_ms),
             max_delivery_count: max,
             duplicate_detection: dedup_ms.map(Duration::from_millis),
+            ..QueueConfig::default()
         },
     )
 }
@@ -54,7 +55,7 @@ fn peek_lock_hands_out_in_order_with_the_broker_annotations() {
     assert_eq!(q.settle(SubQueue::Main, &token(1), Settlement::Complete, 200), Ok(()));
     assert_eq!(q.settle(SubQueue::Main, &token(1), Settlement::Complete, 200), Err(LockLost), "settled twice");
     assert_eq!(q.counts(SubQueue::Main), (1, 0));
-    let taken = q.take_next(SubQueue::Main).unwrap();
+    let taken = q.take_next(SubQueue::Main, None, 300).unwrap();
     assert!(StoredMessage::parse(&taken).unwrap().annotation("x-opt-lock-token").is_none());
     assert!(q.lock_next(SubQueue::Main, 300, token(2)).is_none());
 }
@@ -250,6 +251,7 @@ proptest! {
                     let dup = id.as_ref().is_some_and(|i| seen.get(i).is_some_and(|at| now - at < WINDOW));
                     match q.send(message(id.as_deref()), now) {
                         Sent::Duplicate => prop_assert!(dup, "dropped outside the window"),
+                        Sent::Refused(why) => prop_assert!(false, "refused: {}", why),
                         Sent::Enqueued(seq) => {
                             prop_assert!(!dup, "a duplicate was kept");
                             if let Some(i) = id {
