@@ -18,6 +18,7 @@ mod flags;
 mod fuzz;
 mod lines;
 mod metadata;
+mod nemesis;
 mod package;
 mod rabbit;
 mod scan;
@@ -73,9 +74,14 @@ in this order with package beside them, and stops at the first failure):
   ci       all of the above, then a summary; with nextest, clippy, doc and
            package run beside the test gate's tests (they need no server)
 
-Not in `ci` (needs the nightly toolchain, takes minutes):
+Not in `ci` (takes minutes; fuzz needs the nightly toolchain):
   fuzz     every cargo-fuzz target in fuzz/ for --seconds N each (default 30);
            installs cargo-fuzz when missing (docs/reliability.md)
+  nemesis  the fault run of tests/nemesis.rs for --minutes N (default 5): a
+           failover that loses writes, a frozen holder, slow replies, a
+           partition, an empty restart, in cycles, on private redis-servers;
+           the history checked, the checker's negative control; writes
+           target/bench/nemesis.json (the test gate runs one short cycle)
 
 Options:
   -h, --help   this text
@@ -207,6 +213,10 @@ fn main() -> ExitCode {
         },
         ["package", rest @ ..] => match package::parse_args(rest) {
             Ok(verify) => exit(Gate::Package.report(package::run_gate(verify)).map(|_| ())),
+            Err(problem) => usage(&problem),
+        },
+        ["nemesis", rest @ ..] => match nemesis::parse_args(rest) {
+            Ok(minutes) => exit(nemesis::run_and_report(minutes)),
             Err(problem) => usage(&problem),
         },
         ["fuzz", rest @ ..] => match fuzz::parse_args(rest) {

@@ -76,6 +76,16 @@ pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresSer
 pub use rabbit::{RABBIT_BIN, RABBIT_BOOT, RabbitNode, ctl as rabbitmqctl};
 pub use redis_cmd::Reply;
 
+/// One command to the Redis on loopback port `port` (no password), on a connection
+/// of its own, answered within `timeout`: what a test's hand-written store sends.
+///
+/// # Errors
+/// When nothing answers in time or the reply cannot be read; an error reply is
+/// `Ok(Reply::Error(..))`.
+pub fn redis_command(port: u16, args: &[&str], timeout: Duration) -> io::Result<Reply> {
+    redis_cmd::command(port, None, args, timeout)
+}
+
 /// How long a server may take to answer its first `PING`.
 pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -145,8 +155,13 @@ impl RedisServer {
         for _ in 0..5 {
             let port = free_port();
             let dir = temp_dir("redis");
-            let mut server =
-                RedisServer { process: ServerProcess::new(false), port, dir, extra: extra.clone(), sentinel: sentinel.clone() };
+            let mut server = RedisServer {
+                process: ServerProcess::new(false),
+                port,
+                dir,
+                extra: extra.clone(),
+                sentinel: sentinel.clone(),
+            };
             match server.spawn() {
                 Ok(()) => return Some(server),
                 Err(StartError::NotInstalled) => return not_installed(),
@@ -279,10 +294,19 @@ impl RedisServer {
             let _ = fs::write(&path, conf);
             let port = self.port.to_string();
             let dir = self.dir.to_string_lossy().into_owned();
-            return [path.to_string_lossy().as_ref(), "--sentinel", "--port", &port, "--bind", "127.0.0.1", "--dir", &dir]
-                .iter()
-                .map(|s| (*s).to_owned())
-                .collect();
+            return [
+                path.to_string_lossy().as_ref(),
+                "--sentinel",
+                "--port",
+                &port,
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                &dir,
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
         }
         let mut args: Vec<String> = [
             "--port",
