@@ -5,7 +5,7 @@
 //!   must refuse (`history/check.rs`: in real time, nothing smaller after a larger
 //!   fence's write ended), and the same rule finds such writes on the unchecked one;
 //! * **`writes.resume`**: after each fault ends, the checked resource accepts a
-//!   write of a holding taken after it within one TTL and a second (the guard's
+//!   write of a holding taken after it within one TTL and two seconds (the guard's
 //!   loss, a fresh acquire, a reconnect).
 
 use std::collections::BTreeMap;
@@ -16,7 +16,7 @@ use serde_json::json;
 use super::order::{self, Write};
 
 /// How far past one TTL a first write after a fault may come.
-const RESUME_SLACK: Duration = Duration::from_secs(1);
+const RESUME_SLACK: Duration = Duration::from_secs(2);
 
 /// The faults of the schedule, in the order a full cycle runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -34,11 +34,11 @@ impl Fault {
 
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Fault::Failover => "failover losing the last writes",
+            Fault::Failover => "failover that loses the last writes",
             Fault::FrozenHolder => "holder frozen past the TTL",
             Fault::SlowReplies => "slow replies (primary stopped 400 ms)",
             Fault::Partition => "partition (proxy held 2 TTL)",
-            Fault::EmptyRestart => "restart without persistence",
+            Fault::EmptyRestart => "restart (Redis: empty; PostgreSQL: crash recovery)",
         }
     }
 }

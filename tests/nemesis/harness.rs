@@ -1,13 +1,14 @@
-//! The fault run: holders compete for one lease on a managed Redis (a primary and a
-//! replica behind a loopback proxy standing for the one address a managed service
-//! gives) and write, at every step under the lease, to a resource on a Redis of its
-//! own: once through `fenced_write` (checked) and once plain (`RPUSH`, unchecked).
-//! A nemesis runs a schedule of faults meanwhile:
+//! The fault run: holders compete for one lease on a managed store behind a loopback
+//! proxy standing for the one address a managed service gives (Redis: a primary and
+//! a replica; PostgreSQL: a server and, for its failover, a copy of its data standing
+//! for an asynchronous standby) and write, at every step under the lease, to a
+//! resource on a Redis of its own: once through `fenced_write` (checked) and once
+//! plain (`RPUSH`, unchecked). A nemesis runs a schedule of faults meanwhile:
 //!
 //! | fault | what it does |
 //! |---|---|
-//! | `failover` | the replica stops receiving, the primary hands out more fences, is SIGKILLed, and the address moves to the replica (the last writes are lost) |
-//! | `empty-restart` | the primary restarts with nothing (no persistence) |
+//! | `failover` | Redis: the replica stops receiving, the primary hands out more fences, is SIGKILLed, and the address moves to the replica. PostgreSQL: the data is copied (the standby's state), more fences are handed out, the server is SIGKILLed and comes back on the copy. Either way the last writes are lost |
+//! | `empty-restart` | Redis: the primary restarts with nothing (no persistence); PostgreSQL: SIGKILL and crash recovery |
 //! | `frozen-holder` | a holder stops between its lease check and its write for twice the TTL (SIGSTOP of a process) |
 //! | `partition` | the proxy holds all traffic for twice the TTL |
 //! | `slow-replies` | the primary is SIGSTOPped for 400 ms |
@@ -24,13 +25,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{FencedWrite, RedisConfig, RedisStore};
 use drain_core::LeaseToken;
 use drain_core::guard::{Guarded, Held, LeaseGuard};
 use drain_core::ports::{Fence, FenceVerdict, LeaseName, LeaseStore};
 use drain_e2e::TokioClock;
 use drain_e2e::proxy::Proxy;
-use test_servers::{RedisServer, Reply};
+use test_servers::{PostgresServer, RedisServer, Reply};
 
 use super::broken::CounterFences;
 use super::check::{Attempt, Fault, FaultRun, History, Outcome, Turn};
@@ -57,7 +59,9 @@ const PLAIN: &str = "nemesis:plain";
 pub(crate) enum Store {
     /// adapter-redis, as drain ships it.
     Drain,
-    /// A hand-written `SET NX` + `INCR` store: the negative control.
+    /// adapter-postgres, as drain ships it.
+    Postgres,
+    /// A hand-written `SET NX` + `INCR` store on Redis: the negative control.
     CounterFences,
 }
 
@@ -84,11 +88,15 @@ impl Run {
     }
 }
 
-/// The servers: the managed Redis (primary, replica, the proxy for its address) and
-/// the resource's Redis.
+/// The managed store behind the proxy.
+enum Managed {
+    Redis { primary: RedisServer, replica: RedisServer },
+    Postgres(PostgresServer),
+}
+
+/// The servers: the managed store, the proxy for its address, the resource's Redis.
 struct Servers {
-    primary: RedisServer,
-    replica: RedisServer,
+    managed: Managed,
     proxy: Proxy,
     resource: RedisServer,
 }
@@ -103,28 +111,72 @@ fn ok(server: &RedisServer, args: &[&str]) {
 }
 
 impl Servers {
-    fn start() -> Option<Servers> {
-        // Roles swap at each failover: both may serve a replica at once.
-        let primary = RedisServer::start_with(SYNC_AT_ONCE)?;
-        let replica = RedisServer::start_with(SYNC_AT_ONCE)?;
-        attach(&replica, &primary);
+    fn start(store: Store) -> Option<Servers> {
+        let managed = if store == Store::Postgres {
+            Managed::Postgres(PostgresServer::start()?)
+        } else {
+            // Roles swap at each failover: both may serve a replica at once.
+            let primary = RedisServer::start_with(SYNC_AT_ONCE)?;
+            let replica = RedisServer::start_with(SYNC_AT_ONCE)?;
+            attach(&replica, &primary);
+            Managed::Redis { primary, replica }
+        };
         let resource = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])?;
-        let proxy = Proxy::start(addr(primary.port()));
-        Some(Servers { primary, replica, proxy, resource })
+        let port = match &managed {
+            Managed::Redis { primary, .. } => primary.port(),
+            Managed::Postgres(pg) => pg.port(),
+        };
+        let proxy = Proxy::start(addr(port));
+        Some(Servers { managed, proxy, resource })
     }
 
-    /// The replica stops receiving; what the primary takes meanwhile (at least one
-    /// acquire: `acquired` waits for it) is lost with it when it dies and the address
-    /// moves. The old primary comes back empty as the new replica, for the next
-    /// failover.
+    /// The lease store's URL, through the proxy.
+    fn lease_url(&self) -> String {
+        match &self.managed {
+            Managed::Redis { .. } => format!("redis://127.0.0.1:{}", self.proxy.port()),
+            Managed::Postgres(_) => format!("postgres://postgres@127.0.0.1:{}/postgres", self.proxy.port()),
+        }
+    }
+
+    /// What the failover keeps (the replica stops receiving; the data is copied),
+    /// then at least one acquire (`acquired` waits for it) that the failover loses
+    /// with the primary: SIGKILLed, the address moved to the replica (the old
+    /// primary comes back empty as the new replica), or the server back on the copy.
     fn failover(&mut self, acquired: impl FnOnce()) {
-        ok(&self.replica, &["REPLICAOF", "NO", "ONE"]);
-        acquired();
-        self.primary.kill();
-        self.proxy.retarget(addr(self.replica.port()));
-        std::mem::swap(&mut self.primary, &mut self.replica);
-        self.replica.restart();
-        attach(&self.replica, &self.primary);
+        match &mut self.managed {
+            Managed::Redis { primary, replica } => {
+                ok(replica, &["REPLICAOF", "NO", "ONE"]);
+                acquired();
+                primary.kill();
+                self.proxy.retarget(addr(replica.port()));
+                std::mem::swap(primary, replica);
+                replica.restart();
+                attach(replica, primary);
+            }
+            Managed::Postgres(pg) => {
+                pg.copy_data();
+                acquired();
+                pg.revert_to_copy();
+            }
+        }
+    }
+
+    /// Redis: a restart with nothing; PostgreSQL: a crash restart (its log keeps
+    /// what was committed).
+    fn restart(&mut self) {
+        match &mut self.managed {
+            Managed::Redis { primary, .. } => primary.restart(),
+            Managed::Postgres(pg) => pg.restart(),
+        }
+    }
+
+    fn pause(&mut self, on: bool) {
+        match (&mut self.managed, on) {
+            (Managed::Redis { primary, .. }, true) => primary.pause(),
+            (Managed::Redis { primary, .. }, false) => primary.resume(),
+            (Managed::Postgres(pg), true) => pg.pause(),
+            (Managed::Postgres(pg), false) => pg.resume(),
+        }
     }
 }
 
@@ -196,13 +248,18 @@ async fn turn(run: &Run, writes: &RedisStore, holder: usize, token: &LeaseToken,
 }
 
 /// A holder: take turns under the lease until the run stops.
-async fn hold(run: Arc<Run>, store: Store, lease_port: u16, resource_url: String, holder: usize) {
+async fn hold(run: Arc<Run>, store: Store, lease_url: String, lease_port: u16, resource_url: String, holder: usize) {
     let timeouts = (Duration::from_millis(300), Duration::from_millis(300));
-    let lease_url = format!("redis://127.0.0.1:{lease_port}");
     let leases: Box<dyn LeaseStore> = match store {
         Store::Drain => {
             let config = RedisConfig::new(lease_url).timeouts(timeouts.0, timeouts.1);
             Box::new(RedisStore::connect(config).await.expect("the lease store"))
+        }
+        Store::Postgres => {
+            // The schema was made before the holders start; a short statement timeout.
+            let config =
+                PostgresConfig::new(lease_url).timeouts(Duration::from_millis(500), Duration::from_millis(500));
+            Box::new(connect_postgres(config).await)
         }
         Store::CounterFences => Box::new(CounterFences::new(lease_port, timeouts.1)),
     };
@@ -224,9 +281,29 @@ async fn hold(run: Arc<Run>, store: Store, lease_port: u16, resource_url: String
     }
 }
 
+/// A PostgreSQL store, retried for a few seconds (the first connect of many holders
+/// at once may find the server busy).
+async fn connect_postgres(config: PostgresConfig) -> PostgresStore {
+    let mut last = None;
+    for _ in 0..50 {
+        match PostgresStore::connect(config.clone()).await {
+            Ok(store) => return store,
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the lease store on PostgreSQL: {last:?}")
+}
+
 /// Run `faults` in order, each once, on `store`; the recorded history.
 pub(crate) fn run(store: Store, faults: &[Fault]) -> Option<History> {
-    let mut servers = Servers::start()?;
+    let mut servers = Servers::start(store)?;
+    if store == Store::Postgres {
+        // The schema, once, before the holders race to make it.
+        let url = servers.lease_url();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(connect_postgres(PostgresConfig::new(url)));
+    }
     let run = Arc::new(Run {
         origin: Instant::now(),
         stop: AtomicBool::new(false),
@@ -238,12 +315,13 @@ pub(crate) fn run(store: Store, faults: &[Fault]) -> Option<History> {
     });
     let threads: Vec<JoinHandle<()>> = (0..HOLDERS)
         .map(|holder| {
-            let (run, port, url) = (run.clone(), servers.proxy.port(), servers.resource.url());
+            let (run, lease_url, port, url) =
+                (run.clone(), servers.lease_url(), servers.proxy.port(), servers.resource.url());
             std::thread::Builder::new()
                 .name(format!("holder-{holder}"))
                 .spawn(move || {
                     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-                    rt.block_on(hold(run, store, port, url, holder));
+                    rt.block_on(hold(run, store, lease_url, port, url, holder));
                 })
                 .expect("a holder thread")
         })
@@ -260,7 +338,7 @@ pub(crate) fn run(store: Store, faults: &[Fault]) -> Option<History> {
                     std::thread::sleep(Duration::from_millis(5));
                 }
             }),
-            Fault::EmptyRestart => servers.primary.restart(),
+            Fault::EmptyRestart => servers.restart(),
             Fault::FrozenHolder => {
                 // Frozen for at least twice the TTL, and until another holder's write
                 // with a larger fence was accepted: what it sends on thawing is stale.
@@ -286,9 +364,9 @@ pub(crate) fn run(store: Store, faults: &[Fault]) -> Option<History> {
                 servers.proxy.release();
             }
             Fault::SlowReplies => {
-                servers.primary.pause();
+                servers.pause(true);
                 std::thread::sleep(Duration::from_millis(400));
-                servers.primary.resume();
+                servers.pause(false);
             }
         }
         runs.push(FaultRun { fault, from, to: run.now() });

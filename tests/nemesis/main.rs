@@ -1,5 +1,6 @@
 //! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs`
-//! for N minutes (cycles of every fault), then its negative control once; prints the
+//! for N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its
+//! negative control once; prints the
 //! results table and writes both verdicts as JSON. Exit 1 when drain's run breaks a
 //! rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
 //! builds and runs it.
@@ -36,32 +37,37 @@ fn main() -> ExitCode {
     }
     let cycles = (minutes * 60 / CYCLE.as_secs()).max(1);
     let faults: Vec<Fault> = (0..cycles).flat_map(|_| Fault::ALL).collect();
-    eprintln!("drain-nemesis: {cycles} cycle(s) of {} faults on drain's store, then the control", Fault::ALL.len());
-    let Some(history) = run(Store::Drain, &faults) else {
-        eprintln!("drain-nemesis: redis-server is not installed");
-        return ExitCode::from(2);
-    };
-    let drain = check(&history);
-    let control = run(Store::CounterFences, &[Fault::Failover, Fault::EmptyRestart]).map(|h| check(&h));
-    println!(
-        "drain's store, {:.0} s, {} turns, {} writes:\n{}",
-        history.took.as_secs_f64(),
-        drain.turns,
-        drain.writes,
-        drain.table()
-    );
-    let mut ok = drain.violations.is_empty() && drain.unchecked > 0;
-    for v in &drain.violations {
-        println!("VIOLATION {}: {}", v.rule, v.what);
+    eprintln!("drain-nemesis: {cycles} cycle(s) of {} faults on each store, then the control", Fault::ALL.len());
+    let mut ok = true;
+    let mut verdicts = Vec::new();
+    for (store, name) in [(Store::Drain, "redis"), (Store::Postgres, "postgres")] {
+        let Some(history) = run(store, &faults) else {
+            eprintln!("drain-nemesis: the {name} server is not installed");
+            return ExitCode::from(2);
+        };
+        let verdict = check(&history);
+        println!(
+            "drain on {name}, {:.0} s, {} turns, {} writes, {} refused as stale:\n{}",
+            history.took.as_secs_f64(),
+            verdict.turns,
+            verdict.writes,
+            verdict.refused,
+            verdict.table()
+        );
+        for v in &verdict.violations {
+            println!("VIOLATION {}: {}", v.rule, v.what);
+        }
+        println!("unchecked resource: {} stale writes accepted (the checker sees them)\n", verdict.unchecked);
+        ok &= verdict.violations.is_empty() && verdict.unchecked > 0;
+        verdicts.push(verdict.json(name));
     }
-    println!("unchecked resource: {} stale writes accepted (the checker sees them)", drain.unchecked);
+    let control = run(Store::CounterFences, &[Fault::Failover, Fault::EmptyRestart]).map(|h| check(&h));
     if let Some(control) = &control {
-        println!("control (SET NX + INCR fences):\n{}rules broken: {:?}", control.table(), control.rules());
+        println!("control (SET NX + INCR fences on Redis):\n{}rules broken: {:?}", control.table(), control.rules());
         ok &= control.rules() == ["fence.unique", "writes.resume"];
     }
     if let Some(path) = out {
-        let json =
-            serde_json::json!({"drain": drain.json("drain"), "control": control.map(|c| c.json("counter-fences"))});
+        let json = serde_json::json!({"drain": verdicts, "control": control.map(|c| c.json("counter-fences"))});
         if let Err(e) = std::fs::write(&path, format!("{json:#}\n")) {
             eprintln!("drain-nemesis: cannot write {path}: {e}");
             return ExitCode::FAILURE;
