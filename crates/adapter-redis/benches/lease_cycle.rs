@@ -121,7 +121,9 @@ impl Task {
         let key = LeaseName::queue(format!("{client}-{n}"));
         let keys = adapter_redis::KeySpace::new(adapter_redis::DEFAULT_KEY_PREFIX).lease(&key);
         let token = LeaseToken::generate("bench", &mut TestRng::new(n as u64));
-        let acquire_sha = redis::Script::new(include_str!("../src/scripts/acquire.lua")).get_hash().to_owned();
+        // The adapter's acquire script: the fence half, then the acquire.
+        let source = concat!(include_str!("../src/scripts/take_fence.lua"), include_str!("../src/scripts/acquire.lua"));
+        let acquire_sha = redis::Script::new(source).get_hash().to_owned();
         let release_sha = redis::Script::new(include_str!("../src/scripts/release.lua")).get_hash().to_owned();
         let mut acquire = redis::cmd("EVALSHA");
         acquire

@@ -153,7 +153,7 @@ async fn nothing_listening_is_a_temporary_connection_error_with_a_hint() {
 async fn bad_configuration_is_a_permanent_config_error() {
     for (cfg, hint) in [
         (RedisConfig::new(""), "empty"),
-        (RedisConfig::new("http://u:hunter2-secret@h"), "not a redis:// or rediss:// URL"),
+        (RedisConfig::new("http://u:hunter2-secret@h"), "not a redis://, rediss:// or redis+sentinel:// URL"),
         (RedisConfig::new("redis://a:1,redis://b:2"), "DRAIN_REDIS_CLUSTER"),
     ] {
         let e = RedisStore::connect(cfg).await.expect_err("bad config");

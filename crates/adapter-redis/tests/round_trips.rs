@@ -151,7 +151,7 @@ async fn concurrent_cycles_send_nothing_but_the_operations() {
         t.await.expect("task");
     }
     let d = delta(&before, &redis.command_calls().expect("stats"));
-    assert_eq!(d.get("incr"), Some(&(16 * 50)), "one fence per acquire");
+    assert_eq!(d.get("time"), Some(&(16 * 50)), "one fence per acquire, from the clock");
     assert_eq!(
         sent_by_scripts(d),
         calls(&[("evalsha", 16 * 50 * 2)]),

@@ -27,19 +27,31 @@ fn within(what: &str, bound: Duration, mut cond: impl FnMut() -> bool) {
 }
 
 fn role(server: &RedisServer) -> String {
-    server.info("replication").unwrap_or_default().into_iter().find(|(k, _)| k == "role").map(|(_, v)| v).unwrap_or_default()
+    server
+        .info("replication")
+        .unwrap_or_default()
+        .into_iter()
+        .find(|(k, _)| k == "role")
+        .map(|(_, v)| v)
+        .unwrap_or_default()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_behind_sentinel_follows_a_failover_to_the_replica() {
-    let Some(mut primary) = RedisServer::start() else { return };
+    // The first sync at once, not after Redis' default wait for more replicas (5 s).
+    let Some(mut primary) = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]) else { return };
     let Some(replica) = RedisServer::start() else { return };
     let port = primary.port().to_string();
     assert_eq!(replica.command(&["REPLICAOF", "127.0.0.1", &port]).expect("replicate"), Reply::Simple("OK".into()));
-    let Some(sentinel) = RedisServer::sentinel("drain-primary", primary.port()) else { return };
-    within("the sentinel sees the replica", Duration::from_secs(15), || {
-        matches!(sentinel.command(&["SENTINEL", "REPLICAS", "drain-primary"]), Ok(Reply::Array(Some(r))) if !r.is_empty())
+    within("the replica syncs", Duration::from_secs(15), || {
+        replica.info("replication").unwrap_or_default().iter().any(|(k, v)| k == "master_link_status" && v == "up")
     });
+    let Some(sentinel) = RedisServer::sentinel("drain-primary", primary.port()) else { return };
+    within(
+        "the sentinel sees the replica",
+        Duration::from_secs(15),
+        || matches!(sentinel.command(&["SENTINEL", "REPLICAS", "drain-primary"]), Ok(Reply::Array(Some(r))) if !r.is_empty()),
+    );
 
     let url = format!("redis+sentinel://127.0.0.1:{}/drain-primary", sentinel.port());
     let config = RedisConfig::new(url).timeouts(Duration::from_millis(500), Duration::from_millis(500));

@@ -3,9 +3,8 @@
 -- ARGV[1] token, ARGV[2] ttl in milliseconds
 -- Returns the fence (an integer) when acquired, {holder_token, pttl} when held.
 --
--- When the lease is free: SET NX PX, then take_fence (take_fence.lua: INCR, TIME
--- and, when the clock is ahead of the counter, SET), answering the fence as a bare
--- integer. When the fence key cannot be incremented, the lease just written is
+-- When the lease is free: SET NX PX, then take_fence (take_fence.lua: TIME and one
+-- SET … GET), answering the fence as a bare integer. When the fence key cannot be incremented, the lease just written is
 -- deleted again before the error is returned: the script is atomic, so nobody sees
 -- a lease without a fence, and an error never leaves a lease behind. take_fence
 -- answers a number or an error table, which `tonumber` tells apart.
