@@ -132,7 +132,7 @@ async fn restarted_under_a_holder_keeps_the_lease_and_the_fence_grows() {
     });
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(r.fence, Some(1));
+    let first = r.fence.expect("the lease's fence");
     assert!(!r.lease_lost, "the lease survived the restart: {r:?}");
     assert_eq!(w.lease_ops(LeaseOp::Renew, "lost"), 0);
     assert!(
@@ -146,7 +146,7 @@ async fn restarted_under_a_holder_keeps_the_lease_and_the_fence_grows() {
 
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(r.fence, Some(2), "the fence is strictly larger after the restart");
+    assert!(r.fence.is_some_and(|f| f > first), "the fence is strictly larger after the restart: {r:?}");
     assert_eq!(stats(&r), (0, 0, 0, 0), "{r:?}");
 }
 

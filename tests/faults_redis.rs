@@ -120,7 +120,7 @@ async fn restarted_empty_under_a_holder_loses_the_lease_and_cancels_the_drain() 
     w.target.on_call(3, move || lock(&server).restart());
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(r.fence, Some(1));
+    let lost = r.fence.expect("the lease's fence");
     assert!(r.lease_lost, "{r:?}");
     assert_eq!(w.lease_ops(LeaseOp::Renew, "lost"), 1);
     assert_eq!(w.count(|e| matches!(e, Event::LeaseLost { .. })), 1);
@@ -131,7 +131,8 @@ async fn restarted_empty_under_a_holder_loses_the_lease_and_cancels_the_drain() 
 
     let reports = w.drain_until_done(Duration::from_secs(10)).await;
     let fences: Vec<u64> = reports.iter().filter_map(|r| r.fence).collect();
-    assert_eq!(fences.first(), Some(&1), "the empty server counts fences from 1 again: {reports:?}");
+    // The empty server lost the counter, not the clock.
+    assert!(fences.first().is_some_and(|&f| f > lost), "fences go on above {lost} after the restart: {reports:?}");
     w.assert_exactly_once();
     w.assert_lease_works().await;
 }

@@ -251,7 +251,8 @@ async fn rediss_works_with_a_trusted_ca_and_fails_typed_without_it() {
     doctor.arg("doctor").env("DRAIN_REDIS_URL", &url).env("DRAIN_REDIS_CA_FILE", certs.path("ca.pem"));
     let outs = run_all(vec![trusted, once(&url), doctor]);
     let r = report(&outs[0]);
-    assert_eq!((r["lease"].as_str(), r["fence"].as_u64()), (Some("held"), Some(1)), "{r}");
+    assert_eq!(r["lease"].as_str(), Some("held"), "{r}");
+    assert!(r["fence"].as_u64().is_some(), "{r}");
     assert!(r["submitted"].as_u64().is_some_and(|n| n > 0), "{r}");
     let r = report(&outs[1]);
     assert_eq!((r["lease"].as_str(), r["submitted"].as_u64()), (Some("fail_open"), Some(0)), "{r}");
@@ -321,7 +322,8 @@ fn each_subcommand_runs_under_its_acl_and_doctor_names_each_missing_right() {
 
     // The subcommands themselves, each under exactly its ACL.
     let r = report(&run_all(vec![once(&url("drain-run"))])[0]);
-    assert_eq!((r["lease"].as_str(), r["fence"].as_u64()), (Some("held"), Some(1)), "{r}");
+    assert_eq!(r["lease"].as_str(), Some("held"), "{r}");
+    assert!(r["fence"].as_u64().is_some(), "{r}");
     assert!(r["submitted"].as_u64().is_some_and(|n| n > 0), "{r}");
     let mut seed = drain();
     seed.args(["owners", "--owners", "5", "--seed", "50", "--seed-only"]).env("DRAIN_REDIS_URL", url("drain-owners"));
@@ -394,7 +396,7 @@ fn two_tenants_on_one_redis_never_touch_each_others_keys() {
     };
 
     let a = clean(&run_all(vec![tenant("tenant-a", "Tenant-Pw-a1")])[0]);
-    assert_eq!(a["fence"], 1);
+    assert!(a["fence"].as_u64().is_some(), "{a}");
     assert!(a["submitted"].as_u64().is_some_and(|n| n > 0), "{a}");
     let before = keys(&server, "tenant-a:*");
     assert!(before.len() >= 10 && before.keys().any(|k| k.starts_with("tenant-a:msg:")), "{before:?}");
@@ -408,7 +410,8 @@ fn two_tenants_on_one_redis_never_touch_each_others_keys() {
     let submitted: u64 = ran.iter().map(|r| r["submitted"].as_u64().unwrap_or(0)).sum();
     assert_eq!(submitted, a["submitted"].as_u64().unwrap_or(0), "tenant B submits its own copies once: {ran:?}");
     let b = clean(&run_all(vec![tenant("tenant-b", "Tenant-Pw-b2")])[0]);
-    assert!(b["fence"].as_u64().is_some_and(|f| f >= 2), "tenant B's own fence counter: {b}");
+    let b_first = ran.iter().filter_map(|r| r["fence"].as_u64()).max().expect("B's first fences");
+    assert!(b["fence"].as_u64().is_some_and(|f| f > b_first), "tenant B's own fence counter: {b}");
     assert_eq!(b["submitted"], 0, "B's done claims hold for B: {b}");
 
     assert_eq!(keys(&server, "tenant-a:*"), before, "tenant A's keys and values are untouched");

@@ -88,7 +88,7 @@ pub(crate) async fn killed_mid_drain<S: FaultStore, V: FaultServer>(mut w: World
     w.target.on_call(2, move || lock(&server).kill());
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "{r:?}");
-    assert_eq!(r.fence, Some(1));
+    assert!(r.fence.is_some(), "{r:?}");
     assert_eq!(stats(&r), (10, 5, 0, 5), "batch 1 (claimed) submitted, batch 2 back, then nothing more received");
     assert_eq!(r.claims, ClaimHealth::Failed, "{r:?}");
     assert_eq!(w.target.ids(), w.ids[..5], "only the first, claimed batch reached the target");
@@ -135,7 +135,7 @@ pub(crate) async fn killed_while_the_release_is_in_flight<S: FaultStore, V: Faul
     let faulty = KillDuring::new(w.store.clone(), w.server.clone(), Op::Release, 1);
     let r = w.tick_with(&faulty, &faulty).await;
     assert_eq!(stats(&r), (10, 10, 0, 0), "{r:?}");
-    assert_eq!(r.fence, Some(1));
+    let first = r.fence.expect("the lease's fence");
     assert_eq!(w.lease_ops(LeaseOp::Release, "error"), 1);
     let orphan = w.last_token.clone().expect("token");
 
@@ -143,7 +143,7 @@ pub(crate) async fn killed_while_the_release_is_in_flight<S: FaultStore, V: Faul
     let lease = w.lease_key();
     let store = w.store.clone();
     let held = answered(|| store.peek(&lease)).await.expect("the lease outlived the kill");
-    assert_eq!((held.holder.as_str(), held.fence), (orphan.holder(), 1), "still ours, nobody released it");
+    assert_eq!((held.holder.as_str(), held.fence), (orphan.holder(), first), "still ours, nobody released it");
     assert!(held.remaining <= w.cfg.lease_ttl, "{held:?}");
     let r = w.tick().await;
     assert!(r.is_skipped(), "held until the TTL frees it: {r:?}");
@@ -155,7 +155,7 @@ pub(crate) async fn killed_while_the_release_is_in_flight<S: FaultStore, V: Faul
     tokio::time::sleep(held.remaining + Duration::from_millis(100)).await;
     let r = w.tick().await;
     assert_eq!(r.lease, Some(LeaseStatus::Held), "the TTL freed it: {r:?}");
-    assert_eq!(r.fence, Some(2), "the fence survived the restart and still grows");
+    assert!(r.fence.is_some_and(|f| f > first), "the fence survived the restart and still grows: {r:?}");
     assert_eq!(stats(&r), (10, 0, 10, 0), "the done claims survived: duplicates, not submits");
     assert_eq!(w.lease_ops(LeaseOp::Release, "released"), 1);
     w.assert_exactly_once_allowing_redeliveries();

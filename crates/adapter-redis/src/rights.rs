@@ -12,8 +12,19 @@ use crate::store::RedisStore;
 
 /// Leases and per-message claims (acquire, release, renew, claim, settle, the
 /// batched peeks): the scripts, the commands they run, and `PING`.
-pub const LEASES_AND_CLAIMS: &[&str] =
-    &["+evalsha", "+eval", "+script|load", "+get", "+set", "+del", "+incr", "+time", "+pexpire", "+pttl", "+ping"];
+pub const LEASES_AND_CLAIMS: &[&str] = &[
+    "+evalsha",
+    "+eval",
+    "+script|load",
+    "+get",
+    "+set",
+    "+del",
+    "+incr",
+    "+pexpiretime",
+    "+pexpire",
+    "+pttl",
+    "+ping",
+];
 
 /// Owner backlogs ([`RedisStore::take_batch`], [`RedisStore::record_batch`],
 /// [`RedisStore::list_lengths`], [`RedisStore::push_items`]).
@@ -49,7 +60,7 @@ impl RedisStore {
                 "+pttl" => vec!["PTTL", probe],
                 "+pexpire" => vec!["PEXPIRE", probe, "10000"],
                 "+incr" => vec!["INCR", &counter],
-                "+time" => vec!["TIME"],
+                "+pexpiretime" => vec!["PEXPIRETIME", probe],
                 "+del" => vec!["DEL", probe],
                 "+script|load" => vec!["SCRIPT", "LOAD", TRIVIAL],
                 "+evalsha" => vec!["EVALSHA", &sha, "0"],

@@ -196,6 +196,8 @@ async fn a_lease_moved_to_a_fresh_store_writes_on() {
         last = f.number();
         assert_eq!(old_store.fenced_write("report", &f, set(b"old")).await.expect("write"), FenceVerdict::Accepted);
     }
+    // A move takes longer than a millisecond, the clock floor's unit on Redis.
+    tokio::time::sleep(Duration::from_millis(2)).await;
     let moved = acquire(&new_store, 9).await;
     assert!(moved.number() > last, "{} above the old store's {last}", moved.number());
     assert_eq!(old_store.fenced_write("report", &moved, set(b"new")).await.expect("write"), FenceVerdict::Accepted);

@@ -20,7 +20,8 @@ use test_servers::{RedisCluster, RedisServer, Reply};
 use support::{calls, config, connect, connect_prefixed, delta, observed, round_trips, slot, token};
 
 /// Commands the scripts run inside Redis (no round trip of their own).
-const INSIDE: &[&str] = &["get", "set", "incr", "time", "del", "pttl", "pexpire", "lrem", "rpush", "lpop", "publish"];
+const INSIDE: &[&str] =
+    &["get", "set", "incr", "pexpiretime", "del", "pttl", "pexpire", "lrem", "rpush", "lpop", "publish"];
 
 fn sent(d: BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     d.into_iter().filter(|(k, _)| !INSIDE.contains(&k.as_str())).collect()

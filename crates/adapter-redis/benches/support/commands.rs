@@ -16,7 +16,7 @@ use test_servers::RedisServer;
 
 /// Commands Redis runs inside our scripts: counted by `INFO commandstats`, but
 /// never sent by the client.
-const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "time", "del", "pttl", "pexpire", "exists"];
+const INSIDE_SCRIPTS: &[&str] = &["get", "set", "incr", "pexpiretime", "del", "pttl", "pexpire", "exists"];
 /// Repetitions per operation; the figures are per operation.
 const REPEAT: u64 = 100;
 /// Owners per batched peek and messages per claim batch.

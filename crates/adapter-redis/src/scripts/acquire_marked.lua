@@ -8,7 +8,7 @@
 -- none), ARGV[4] waiter registration TTL in ms, ARGV[5] the marks' TTL in ms
 -- Returns the fence (an integer) when acquired, {holder_token, pttl} when held.
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = take_fence(KEYS[2])
+  local fence = take_fence(KEYS[1], ARGV[2], KEYS[2])
   if not tonumber(fence) then
     redis.call('DEL', KEYS[1])
     return fence

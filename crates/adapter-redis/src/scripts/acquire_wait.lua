@@ -8,7 +8,7 @@
 -- renewed. Acquired: the channel leaves the list (a registration this instance no
 -- longer needs must not take a wake from another waiter).
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local fence = take_fence(KEYS[2])
+  local fence = take_fence(KEYS[1], ARGV[2], KEYS[2])
   if not tonumber(fence) then
     redis.call('DEL', KEYS[1])
     return fence

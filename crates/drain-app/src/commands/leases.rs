@@ -151,35 +151,36 @@ fn ttl(ms: Option<u128>) -> String {
     ms.map_or_else(|| "-".to_owned(), |ms| format!("{:.1}s", ms as f64 / 1000.0))
 }
 
+/// The FENCE column fits a u64 (20 digits): a fence is never cut.
 fn table(l: &Listing) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>8}", "KIND", "NAME", "HOLDER", "TTL", "FENCE");
+    let _ = writeln!(out, "{:<10} {:<32} {:<28} {:>9} {:>20}", "KIND", "NAME", "HOLDER", "TTL", "FENCE");
     for r in &l.leases {
         let _ = writeln!(
             out,
-            "{:<10} {:<32} {:<28} {:>9} {:>8}",
+            "{:<10} {:<32} {:<28} {:>9} {:>20}",
             "lease",
             cell(&r.queue, 32),
             cell(r.holder.as_deref().unwrap_or("(free)"), 28),
             ttl(r.ttl_ms),
-            cell(r.fence.as_deref().unwrap_or("-"), 8)
+            cell(r.fence.as_deref().unwrap_or("-"), 20)
         );
     }
     for r in &l.jobs {
         let _ = writeln!(
             out,
-            "{:<10} {:<32} {:<28} {:>9} {:>8}",
+            "{:<10} {:<32} {:<28} {:>9} {:>20}",
             "job",
             cell(&r.job, 32),
             cell(r.holder.as_deref().unwrap_or("(free)"), 28),
             ttl(r.ttl_ms),
-            cell(r.fence.as_deref().unwrap_or("-"), 8)
+            cell(r.fence.as_deref().unwrap_or("-"), 20)
         );
     }
     for r in &l.owner_claims {
         let _ = writeln!(
             out,
-            "{:<10} {:<32} {:<28} {:>9} {:>8}",
+            "{:<10} {:<32} {:<28} {:>9} {:>20}",
             "owner",
             cell(&r.owner, 32),
             cell(&r.holder, 28),
@@ -192,7 +193,7 @@ fn table(l: &Listing) -> String {
             let n = cell(&format!("{queue}/{}", p.message_id), 32);
             let _ = writeln!(
                 out,
-                "{:<10} {:<32} {:<28} {:>9} {:>8}",
+                "{:<10} {:<32} {:<28} {:>9} {:>20}",
                 "pending",
                 n,
                 cell(&p.holder, 28),
