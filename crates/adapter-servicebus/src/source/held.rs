@@ -84,12 +84,19 @@ impl Held {
         inner.deliveries.clear();
     }
 
-    /// The source is closed for good.
+    /// The source is closed for good: settling fails with `Closed` from now on. The
+    /// deliveries stay for the link task, which gives them back ([`Held::take_all`]).
     pub(super) fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;
         inner.live = None;
-        inner.deliveries.clear();
+    }
+
+    /// Every delivery of link `generation` not settled yet, taken out (the rest are
+    /// forgotten): what a closing source gives back to the queue.
+    pub(super) fn take_all(&self, generation: u64) -> Vec<DeliveryInfo> {
+        let mut inner = self.lock();
+        inner.deliveries.drain().filter(|(_, t)| t.generation == generation).map(|(_, t)| t.info).collect()
     }
 
     /// Deliveries held now: handed out or buffered, not settled.

@@ -185,8 +185,13 @@ impl AmqpSource {
         self.auto.source().park().await
     }
 
-    /// Detach the receiver, end the session and close the connection. Deliveries not
-    /// settled yet go back to the queue. Later calls fail with [`ErrorKind::Closed`].
+    /// Give back what the source holds, detach the receiver, end the session and close
+    /// the connection. Deliveries not settled yet (prefetched and never handed out, or
+    /// handed out and not finished) go back to the queue at once: on Service Bus the
+    /// open credit is drained and each of them released (their delivery count
+    /// unchanged), so another receiver, or Microsoft's SDK, gets them immediately
+    /// instead of after their locks run out. Later calls fail with
+    /// [`ErrorKind::Closed`].
     ///
     /// # Errors
     /// Never fails today; the `Result` leaves room for reporting a dirty close.
