@@ -55,6 +55,7 @@ mod error;
 mod profile;
 mod renewal;
 mod sas;
+mod session;
 mod source;
 mod submit;
 mod token_refresh;
@@ -64,5 +65,6 @@ pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint,
 pub use profile::{DEAD_LETTER_CONDITION, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
 pub use renewal::{LockEvent, LockRenewal, LockToken, RenewEvent, RenewSchedule};
 pub use sas::sas_token;
+pub use session::{ReleaseReason, SessionEvent, SessionEventKind, SessionFilter, SessionOptions, SessionSource};
 pub use source::{AmqpSource, SourceOptions};
 pub use submit::{AmqpSubmitter, SubmitterOptions};

@@ -12,6 +12,7 @@ use fe2o3_amqp::ReceiverDisposer;
 use fe2o3_amqp::link::delivery::DeliveryInfo;
 
 use crate::renewal::{LockToken, expired, unix_now_ms};
+use crate::session::filter::SessionLock;
 
 /// A delivery handed out (or buffered) and not settled yet.
 pub(super) struct Tracked {
@@ -53,6 +54,10 @@ struct Inner {
     deliveries: HashMap<u64, Tracked>,
     live: Option<Live>,
     closed: bool,
+    /// The session the live link holds (a session receiver only).
+    session: Option<SessionLock>,
+    /// Why the session receiver's link, and with it the session, was lost.
+    session_lost: Option<drain_core::PortError>,
 }
 
 #[derive(Default)]
@@ -129,6 +134,41 @@ impl Held {
         match &inner.live {
             Some(live) if live.generation == tracked.generation => Ok((tracked, live.disposer.clone())),
             _ => Err(Gone::LockLost),
+        }
+    }
+
+    /// The session the live link holds, if any.
+    pub(super) fn set_session(&self, session: Option<SessionLock>) {
+        self.lock().session = session;
+    }
+
+    /// The session receiver lost its link, and the session with it.
+    pub(super) fn lose_session(&self, why: drain_core::PortError) {
+        self.lock().session_lost = Some(why);
+    }
+
+    /// Why the session was lost, if it was.
+    pub(super) fn session_lost(&self) -> Option<drain_core::PortError> {
+        self.lock().session_lost.clone()
+    }
+
+    /// The session held and the live link's generation and name.
+    pub(super) fn session(&self) -> Option<(SessionLock, u64, String)> {
+        let inner = self.lock();
+        let live = inner.live.as_ref()?;
+        inner.session.clone().map(|s| (s, live.generation, live.link_name.clone()))
+    }
+
+    /// The session lock now lasts until `until_ms`, and with it the lock of every
+    /// delivery the session's link holds (Service Bus locks a session's messages
+    /// through the session).
+    pub(super) fn session_renewed(&self, until_ms: i64) {
+        let mut inner = self.lock();
+        if let Some(s) = inner.session.as_mut() {
+            s.locked_until_ms = Some(until_ms);
+        }
+        for t in inner.deliveries.values_mut() {
+            t.locked_until_ms = Some(until_ms);
         }
     }
 

@@ -2,6 +2,7 @@
 
 mod actor;
 mod held;
+mod session_calls;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,6 +20,7 @@ use crate::error;
 use crate::renewal::{
     AutoRenew, HeldLock, LockEvent, LockLookup, RenewLockRequest, lock_duration, renew_error, unix_now_ms,
 };
+use crate::session::filter::SessionFilter;
 use drain_core::Backoff;
 
 /// Settings of an [`AmqpSource`].
@@ -61,6 +63,12 @@ pub struct SourceOptions {
     /// after a tenth of its life when it is shorter than that. Default: one hour, as
     /// Microsoft's SDKs.
     pub token_lifetime: Duration,
+    /// Service Bus only: lock one session of a session-enabled queue or subscription
+    /// and receive only its messages (in order). `None`: a plain receiver. After a
+    /// lost link the source locks the same session again. Most callers want a
+    /// [`crate::SessionSource`], which holds several sessions and moves on from idle
+    /// ones.
+    pub session: Option<SessionFilter>,
 }
 
 impl Default for SourceOptions {
@@ -74,6 +82,7 @@ impl Default for SourceOptions {
             backoff: Backoff::default(),
             max_lock_renewal: Duration::from_secs(300),
             token_lifetime: crate::sas::TOKEN_TTL,
+            session: None,
         }
     }
 }
