@@ -132,3 +132,25 @@ async fn on_close_prefetched_and_unfinished_messages_go_back_at_once() {
     }
     next.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefetched_lock_that_ran_out_is_counted_not_dropped_in_silence() {
+    let queue = QueueConfig { lock_duration: Duration::from_millis(300), ..QueueConfig::default() };
+    let broker = Broker::start(BrokerConfig::default().queue("requests", queue)).expect("starts");
+    for i in 0..3 {
+        broker.send("requests", b"x", Some(&format!("m{i}")));
+    }
+    let options = SourceOptions { prefetch: 3, max_lock_renewal: Duration::ZERO, ..SourceOptions::default() };
+    let source = AmqpSource::connect(endpoint(&broker, "requests"), options).await.unwrap();
+    let [first] = receive_n(&source, 1).await.try_into().unwrap();
+    source.complete(first.handle).await.unwrap();
+    // The other two wait in the source past their locks.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let again = receive_n(&source, 2).await;
+    assert!(source.locks_lost_waiting() >= 2, "both expired locks were counted: {}", source.locks_lost_waiting());
+    assert!(again.iter().all(|d| d.delivery_count >= 1), "redelivered by the broker");
+    for d in again {
+        source.complete(d.handle).await.unwrap();
+    }
+    source.close().await.unwrap();
+}

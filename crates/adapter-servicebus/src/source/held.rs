@@ -63,6 +63,8 @@ struct Inner {
 #[derive(Default)]
 pub(super) struct Held {
     inner: Mutex<Inner>,
+    /// Deliveries whose lock ran out before a receive took them (never handed out).
+    expired_waiting: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Held {
@@ -116,6 +118,17 @@ impl Held {
     /// Forget a delivery that will never be handed out.
     pub(super) fn forget(&self, handle: u64) {
         self.lock().deliveries.remove(&handle);
+    }
+
+    /// Forget a delivery whose lock ran out while it waited, and count it.
+    pub(super) fn expired_waiting(&self, handle: u64) {
+        self.forget(handle);
+        self.expired_waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many deliveries lost their lock while they waited.
+    pub(super) fn expired_waiting_count(&self) -> u64 {
+        self.expired_waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Take a delivery for settlement, with the disposer of its link when that link

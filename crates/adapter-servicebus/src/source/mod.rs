@@ -69,6 +69,12 @@ pub struct SourceOptions {
     /// [`crate::SessionSource`], which holds several sessions and moves on from idle
     /// ones.
     pub session: Option<SessionFilter>,
+    /// Take Service Bus's dead-letter properties (`DeadLetterReason`,
+    /// `DeadLetterErrorDescription`, `DeadLetterSource`) out of each message's
+    /// application properties. Service Bus sets them on a dead-lettered message; a
+    /// source on a `$DeadLetterQueue` that re-drives messages to their queue keeps
+    /// them by default, so the re-driven copy still says why it was dead-lettered.
+    pub drop_dead_letter_properties: bool,
 }
 
 impl Default for SourceOptions {
@@ -83,6 +89,7 @@ impl Default for SourceOptions {
             max_lock_renewal: Duration::from_secs(300),
             token_lifetime: crate::sas::TOKEN_TTL,
             session: None,
+            drop_dead_letter_properties: false,
         }
     }
 }
@@ -157,6 +164,14 @@ impl AmqpSource {
     #[must_use]
     pub fn lock_events(&self) -> broadcast::Receiver<LockEvent> {
         self.auto.events()
+    }
+
+    /// How many prefetched deliveries lost their lock before a `receive` took them
+    /// (Service Bus; each was logged as a warning and is redelivered by the broker).
+    /// A growing count says `prefetch` is too large for the lock duration.
+    #[must_use]
+    pub fn locks_lost_waiting(&self) -> u64 {
+        self.auto.source().held.expired_waiting_count()
     }
 
     /// How many deliveries' locks are being renewed automatically now (always 0 on
