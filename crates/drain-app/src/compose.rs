@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{KeySpace, RedisConfig, RedisStore};
-use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions};
+use adapter_servicebus::{
+    AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions,
+};
 use drain_core::PortError;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};

@@ -13,8 +13,8 @@ use tokio::time::Instant;
 use super::Actor;
 use super::lock_expiry::next_ready;
 use crate::convert;
-use crate::profile::DEAD_LETTER_PROPERTIES;
 use crate::error;
+use crate::profile::DEAD_LETTER_PROPERTIES;
 use crate::renewal::unix_now_ms;
 use crate::source::held::Tracked;
 
