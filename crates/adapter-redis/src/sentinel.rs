@@ -44,7 +44,7 @@ impl Sentinels {
         };
         let redis = node.into_connection_info()?.redis_settings().clone();
         let info = SentinelNodeConnectionInfo::default().set_redis_connection_info(redis);
-        let client = SentinelClient::build(sentinels, service.to_owned(), Some(info), SentinelServerType::Master)?;
+        let client = SentinelClient::build(sentinels, service, Some(info), SentinelServerType::Master)?;
         Ok(Some(Sentinels { client: tokio::sync::Mutex::new(client) }))
     }
 
