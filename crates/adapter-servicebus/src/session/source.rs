@@ -90,6 +90,10 @@ pub enum ReleaseReason {
     Closed,
 }
 
+/// The longest session lock taken as it is: a broker's answer far in the future is
+/// renewed within this anyway, and never overflows a timer.
+const LONGEST_LOCK: Duration = Duration::from_secs(3_600);
+
 /// The deliveries handed out: this source's handle -> the session's receiver, its
 /// handle there, and the session's slot.
 type Handles = HashMap<u64, (Arc<AmqpSource>, DeliveryHandle, u64)>;
@@ -266,13 +270,14 @@ impl SessionSource {
         let (stop, stopped) = oneshot::channel();
         let remaining = locked_until
             .and_then(|t| t.duration_since(SystemTime::now()).ok())
-            .unwrap_or(self.options.source.operation_timeout);
+            .unwrap_or(self.options.source.operation_timeout)
+            .min(LONGEST_LOCK);
         let (renewing, events, flag, id) = (source.clone(), self.events.clone(), lost.clone(), session.clone());
         let renew = move || {
             let s = renewing.clone();
             async move {
                 let until = s.renew_session_lock().await?;
-                Ok(until.duration_since(SystemTime::now()).unwrap_or_default())
+                Ok(until.duration_since(SystemTime::now()).unwrap_or_default().min(LONGEST_LOCK))
             }
         };
         let report = move |event: RenewEvent| {
@@ -400,6 +405,8 @@ impl MessageSource for SessionSource {
                 Ok(_) => {
                     slots[idx].empty_since.get_or_insert_with(Instant::now);
                 }
+                // A session lost while its receive waited is given back at the next one.
+                Err(_) if slots[idx].source.session_lost().is_some() => {}
                 Err(e) => {
                     tracing::debug!(source = %self.what, session = %slots[idx].session, error = %e, "session receive failed");
                     last_error = Some(e);
