@@ -172,3 +172,27 @@ async fn on_close_a_sessions_prefetched_messages_go_back_at_once() {
     assert!(got.iter().all(|d| d.delivery_count == 0));
     next.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_session_free_a_receive_waits_and_does_not_reconnect_each_time() {
+    let broker = broker(Duration::from_secs(30));
+    let source = SessionSource::connect(endpoint(&broker), options(2, Duration::from_secs(30))).await.unwrap();
+    let before = broker.counters().connections;
+    for _ in 0..5 {
+        assert!(source.receive(1, Duration::from_millis(100)).await.unwrap().is_empty());
+    }
+    let tried = broker.counters().connections - before;
+    assert!(tried <= 1, "{tried} connections for five receives within the pause");
+    // A message arrives: the next look after the pause takes its session.
+    feed(&broker, &["late"], 1).await;
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        got = source.receive(1, Duration::from_millis(200)).await.unwrap();
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1, "the session with a message was taken");
+    source.complete(got[0].handle).await.unwrap();
+    source.close().await.unwrap();
+}

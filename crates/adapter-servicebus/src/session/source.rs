@@ -94,6 +94,9 @@ pub enum ReleaseReason {
 /// renewed within this anyway, and never overflows a timer.
 const LONGEST_LOCK: Duration = Duration::from_secs(3_600);
 
+/// How long to wait before looking for a free session again after none was.
+const TOP_UP_PAUSE: Duration = Duration::from_secs(1);
+
 /// The deliveries handed out: this source's handle -> the session's receiver, its
 /// handle there, and the session's slot.
 type Handles = HashMap<u64, (Arc<AmqpSource>, DeliveryHandle, u64)>;
@@ -140,6 +143,8 @@ pub struct SessionSource {
     cursor: AtomicUsize,
     events: broadcast::Sender<SessionEvent>,
     closed: AtomicBool,
+    /// No session was free: do not look for one again before this.
+    pause_top_up: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for SessionSource {
@@ -171,6 +176,7 @@ impl SessionSource {
             cursor: AtomicUsize::new(0),
             events,
             closed: AtomicBool::new(false),
+            pause_top_up: Mutex::new(None),
         };
         {
             let mut slots = source.slots.lock().await;
@@ -226,6 +232,10 @@ impl SessionSource {
     /// bounded by `limit`. Fails only when none is held and the failure is not a
     /// passing one.
     async fn top_up(&self, slots: &mut Vec<Slot>, limit: Duration) -> Result<(), PortError> {
+        let paused = *self.pause_top_up.lock().unwrap_or_else(PoisonError::into_inner);
+        if paused.is_some_and(|until| Instant::now() < until) {
+            return Ok(());
+        }
         let max = self.options.max_sessions;
         let wanted: Vec<SessionFilter> = if self.options.sessions.is_empty() {
             vec![SessionFilter::NextAvailable; max.saturating_sub(slots.len())]
@@ -239,6 +249,9 @@ impl SessionSource {
                 Ok(slot) => slots.push(slot),
                 Err(e) if e.is_temporary() => {
                     tracing::debug!(source = %self.what, error = %e, "no session to take now");
+                    // Each attempt is a connection: look again only after a pause.
+                    *self.pause_top_up.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some(Instant::now() + TOP_UP_PAUSE);
                     if filter == SessionFilter::NextAvailable {
                         break;
                     }
@@ -378,6 +391,13 @@ impl MessageSource for SessionSource {
             max_wait.clamp(Duration::from_millis(100), self.options.source.connect_timeout)
         };
         self.top_up(&mut slots, limit).await?;
+        if slots.is_empty() {
+            // Nothing to receive from: wait as a receive on an empty queue would, so a
+            // caller's loop does not spin.
+            drop(slots);
+            tokio::time::sleep_until(deadline).await;
+            return Ok(Vec::new());
+        }
         let n = slots.len();
         let mut last_error = None;
         let start = self.cursor.load(Ordering::Relaxed);
