@@ -146,3 +146,54 @@ impl Response for Done {
         Ok(Done)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use fe2o3_amqp::types::primitives::Timestamp;
+
+    use super::*;
+
+    fn answer(fields: Vec<(&str, Value)>) -> Message<Value> {
+        let map = fields.into_iter().map(|(k, v)| (Value::String(k.to_owned()), v)).collect();
+        Message::builder().body(Value::Map(map)).build()
+    }
+
+    fn call() -> SessionCall {
+        SessionCall { session_id: "s1".into(), link_name: "link".into(), server_timeout: Duration::from_secs(5) }
+    }
+
+    #[test]
+    fn requests_name_the_session_and_the_link() {
+        let mut renew = RenewSessionLock(call());
+        let props = renew.encode_application_properties().expect("properties");
+        assert_eq!(props.0.get("associated-link-name"), Some(&SimpleValue::String("link".into())));
+        assert_eq!(props.0.get("com.microsoft:server-timeout"), Some(&SimpleValue::Uint(5_000)));
+        assert_eq!(renew.encode_body().0.get("session-id"), Some(&Value::String("s1".into())));
+        let set = SetSessionState(call(), Some(b"st".to_vec())).encode_body().0;
+        assert_eq!(set.get("session-state"), Some(&Value::Binary(Binary::from(b"st".to_vec()))));
+        let clear = SetSessionState(call(), None).encode_body().0;
+        assert_eq!(clear.get("session-state"), Some(&Value::Null));
+    }
+
+    #[test]
+    fn answers_are_read_or_refused() {
+        let until = Value::Timestamp(Timestamp::from_milliseconds(1_700_000_000_000));
+        assert_eq!(
+            SessionExpiration::decode_message(answer(vec![("expiration", until)])).ok(),
+            Some(SessionExpiration(1_700_000_000_000))
+        );
+        assert!(SessionExpiration::decode_message(answer(vec![("expiration", Value::Long(1))])).is_err());
+        assert!(SessionExpiration::decode_message(answer(vec![])).is_err());
+        let state = Value::Binary(Binary::from(b"x".to_vec()));
+        assert_eq!(
+            SessionState::decode_message(answer(vec![("session-state", state)])).ok(),
+            Some(SessionState(Some(b"x".to_vec())))
+        );
+        assert_eq!(
+            SessionState::decode_message(answer(vec![("session-state", Value::Null)])).ok(),
+            Some(SessionState(None))
+        );
+        assert_eq!(SessionState::decode_message(answer(vec![])).ok(), Some(SessionState(None)));
+        assert!(SessionState::decode_message(answer(vec![("session-state", Value::Bool(true))])).is_err());
+    }
+}
