@@ -266,3 +266,40 @@ fn after_a_stop_prefetched_messages_are_back_at_once() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), sent.len().to_string(), "the SDK received every message");
     assert_eq!(counts(&b, "requests"), (0, 0));
 }
+
+/// `SharedAccessSignature=` connection strings: drain connects with the ready-made
+/// tokens and never prints them.
+#[test]
+fn shared_access_signature_connection_strings_drain() {
+    let Some(redis) = redis() else { return };
+    let b = broker(&[("requests", QueueConfig::default()), ("work", QueueConfig::default())]);
+    let sent = distinct(5, "s");
+    feed(&b, "requests", &sent);
+    let expiry = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(0) + 3_600);
+    let sas = |queue: &str| {
+        let token = b.sas_token(queue, expiry);
+        (
+            format!(
+                "Endpoint=sb://{};SharedAccessSignature={token};UseDevelopmentEmulator=true;EntityPath={queue}",
+                b.addr()
+            ),
+            token,
+        )
+    };
+    let ((source, source_token), (target, _)) = (sas("requests"), sas("work"));
+    let mut cmd = drain();
+    cmd.args(["run", "--once"])
+        .env("DRAIN_REDIS_URL", redis.url())
+        .env("DRAIN_LOG", "debug")
+        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "300")
+        .env("DRAIN_SOURCE_URL", source)
+        .env("DRAIN_TARGET_URL", target);
+    let out = output(cmd, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(ids(&b, "work", SubQueue::Main), once_each(&sent));
+    let sig = source_token.split("sig=").nth(1).and_then(|s| s.split('&').next()).expect("a signature");
+    assert!(!stderr.contains(sig), "the signature is never logged");
+}
