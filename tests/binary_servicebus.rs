@@ -303,3 +303,29 @@ fn shared_access_signature_connection_strings_drain() {
     let sig = source_token.split("sig=").nth(1).and_then(|s| s.split('&').next()).expect("a signature");
     assert!(!stderr.contains(sig), "the signature is never logged");
 }
+
+/// One tick under the single-flight lease takes every session (three at once),
+/// drains each in order, and gives them all back when it ends.
+#[test]
+fn run_once_drains_the_sessions_it_takes_under_the_lease() {
+    let Some(redis) = redis() else { return };
+    let sessions = QueueConfig { requires_session: true, ..QueueConfig::default() };
+    let b = broker(&[("requests", sessions), ("work", QueueConfig::default())]);
+    let sent = feed_sessions(&b, "requests", &["x", "y", "z"], 4);
+    let mut cmd = run(&b, &redis, "--once");
+    cmd.env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
+        .env("DRAIN_SOURCE_SESSIONS", "any")
+        .env("DRAIN_SOURCE_MAX_SESSIONS", "3")
+        .env("SERVICEBUS_DRAIN_MAX_WAIT_MS", "300");
+    let out = output(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line");
+    assert_eq!((report["lease"].as_str(), report["submitted"].as_u64()), (Some("held"), Some(12)), "{report}");
+    assert_eq!(ids(&b, "work", SubQueue::Main), once_each(&sent));
+    let arrived: Vec<String> = b.messages("work", SubQueue::Main).into_iter().filter_map(|m| m.message_id).collect();
+    for s in ["x", "y", "z"] {
+        let order: Vec<String> = arrived.iter().filter(|id| id.starts_with(&format!("{s}-"))).cloned().collect();
+        assert_eq!(order, (0..4).map(|i| format!("{s}-{i}")).collect::<Vec<_>>(), "session {s} in order");
+    }
+    assert_eq!(counts(&b, "requests"), (0, 0));
+}
