@@ -59,3 +59,34 @@ pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     true
 }
+
+/// Enqueue `per` messages in each of `sessions`, interleaved (`a-0, b-0, …, a-1, …`):
+/// id `<session>-<n>`.
+pub fn feed_sessions(broker: &Broker, queue: &str, sessions: &[&str], per: usize) -> Vec<String> {
+    let mut sent = Vec::new();
+    for i in 0..per {
+        for s in sessions {
+            let id = format!("{s}-{i}");
+            broker.send_in_session(queue, Some(s), format!("body of {id}").as_bytes(), Some(&id));
+            sent.push(id);
+        }
+    }
+    sent
+}
+
+/// Dead-letter every message of `queue` with `reason` through a client, as a
+/// consumer that gave up on them would.
+pub fn dead_letter_all(broker: &Broker, queue: &str, reason: &str) {
+    use adapter_servicebus::{AmqpSource, Endpoint, SourceOptions};
+    use drain_core::ports::MessageSource;
+    let endpoint = Endpoint::parse(&url(broker, queue)).expect("parses").endpoint;
+    crate::rabbit::block_on(async {
+        let source = AmqpSource::connect(endpoint, SourceOptions::default()).await.expect("connects");
+        while counts(broker, queue).0 > 0 {
+            for d in source.receive(100, Duration::from_millis(500)).await.expect("receive") {
+                source.dead_letter(d.handle, reason, "given up").await.expect("dead-lettered");
+            }
+        }
+        source.close().await.expect("closed");
+    });
+}

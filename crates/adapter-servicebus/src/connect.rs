@@ -41,12 +41,19 @@ pub(crate) struct Conn {
     refresh: Option<TokenRefresh>,
 }
 
+/// Where a connection's CBS tokens come from.
+enum Signer {
+    /// Signed here with the policy's key, fresh for every put.
+    Key { key_name: String, key: Secret },
+    /// A ready-made token, put as it is again and again until its expiry passes.
+    Fixed(Secret),
+}
+
 /// The CBS client of a Service Bus connection, and what it signs tokens with.
 struct Cbs {
     client: CbsClient,
     audience: String,
-    key_name: String,
-    key: Secret,
+    signer: Signer,
     /// How long each token is valid.
     lifetime: Duration,
     what: String,
@@ -106,18 +113,23 @@ async fn open_inner(
             return Err(error::begin_error(what, &e));
         }
     };
-    let refresh = match &endpoint.credentials {
+    let signer = match &endpoint.credentials {
         Credentials::SharedAccessKey { key_name, key } => {
-            match put_first_token(endpoint, (key_name, key), token_lifetime, what, &mut session).await {
-                Ok((cbs, valid_for)) => Some(TokenRefresh::start(cbs, valid_for, put_limit, what.to_owned())),
-                Err(e) => {
-                    let _ = tokio::time::timeout(SESSION_END_LIMIT, session.end()).await;
-                    let _ = tokio::time::timeout(put_limit, connection.close()).await;
-                    return Err(e);
-                }
-            }
+            Some(Signer::Key { key_name: key_name.clone(), key: key.clone() })
         }
-        _ => None,
+        Credentials::SharedAccessSignature { token } => Some(Signer::Fixed(token.clone())),
+        Credentials::Plain { .. } | Credentials::Anonymous => None,
+    };
+    let refresh = match signer {
+        Some(signer) => match put_first_token(endpoint, signer, token_lifetime, what, &mut session).await {
+            Ok((cbs, valid_for)) => Some(TokenRefresh::start(cbs, valid_for, put_limit, what.to_owned())),
+            Err(e) => {
+                let _ = tokio::time::timeout(SESSION_END_LIMIT, session.end()).await;
+                let _ = tokio::time::timeout(put_limit, connection.close()).await;
+                return Err(e);
+            }
+        },
+        None => None,
     };
     Ok(Conn { connection, session, refresh })
 }
@@ -137,7 +149,9 @@ where
             SaslProfile::Plain { username: username.clone(), password: password.expose().to_owned() }
         }
         // Service Bus authenticates links with CBS tokens after an anonymous SASL.
-        Credentials::SharedAccessKey { .. } | Credentials::Anonymous => SaslProfile::Anonymous,
+        Credentials::SharedAccessKey { .. } | Credentials::SharedAccessSignature { .. } | Credentials::Anonymous => {
+            SaslProfile::Anonymous
+        }
     };
     let idle_ms = u32::try_from(idle_timeout.as_millis()).unwrap_or(u32::MAX);
     Connection::builder()
@@ -180,7 +194,7 @@ fn audience(endpoint: &Endpoint) -> String {
 
 async fn put_first_token(
     endpoint: &Endpoint,
-    (key_name, key): (&str, &Secret),
+    signer: Signer,
     lifetime: Duration,
     what: &str,
     session: &mut SessionHandle<()>,
@@ -191,8 +205,7 @@ async fn put_first_token(
     let mut cbs = Cbs {
         client,
         audience: audience(endpoint),
-        key_name: key_name.to_owned(),
-        key: key.clone(),
+        signer,
         lifetime: lifetime.max(Duration::from_secs(1)),
         what: what.to_owned(),
     };
@@ -202,19 +215,41 @@ async fn put_first_token(
 
 #[async_trait]
 impl PutToken for Cbs {
-    /// Sign a fresh token and put it on the CBS node.
+    /// Sign a fresh token (or take the ready-made one) and put it on the CBS node.
     async fn put_token(&mut self) -> Result<Duration, PortError> {
         // Expiries are whole seconds: the token is valid a little less than `lifetime`.
         let now_ms = unix_now_ms();
-        let expires = now_ms / 1000 + self.lifetime.as_secs();
-        let token = sas::sas_token(&self.audience, &self.key_name, self.key.expose(), expires);
+        let (token, expires) = match &self.signer {
+            Signer::Key { key_name, key } => {
+                let expires = now_ms / 1000 + self.lifetime.as_secs();
+                (sas::sas_token(&self.audience, key_name, key.expose(), expires), expires)
+            }
+            Signer::Fixed(token) => {
+                let expires = sas::token_expiry(token.expose()).ok_or_else(|| {
+                    PortError::new(
+                        ErrorKind::Config,
+                        format!("{}: the SharedAccessSignature has no se=<expiry in Unix seconds>", self.what),
+                    )
+                })?;
+                if expires <= now_ms / 1000 {
+                    return Err(PortError::new(
+                        ErrorKind::Auth,
+                        format!(
+                            "{}: the SharedAccessSignature expired at {expires} (Unix seconds); put a fresh one in the connection string",
+                            self.what
+                        ),
+                    ));
+                }
+                (token.expose().to_owned(), expires)
+            }
+        };
         let expires_ms = i64::try_from(expires.saturating_mul(1000)).unwrap_or(i64::MAX);
         let cbs_token = CbsToken::new(token, SAS_TOKEN_TYPE, Some(Timestamp::from_milliseconds(expires_ms)));
         self.client.put_token(self.audience.clone(), cbs_token).await.map_err(|e| {
             // The error describes the status, never the token.
             PortError::new(
                 ErrorKind::Auth,
-                format!("{}: the CBS node refused the SAS token ({e}); check SharedAccessKeyName/SharedAccessKey and the policy's rights", self.what),
+                format!("{}: the CBS node refused the SAS token ({e}); check the SharedAccessKeyName/SharedAccessKey or SharedAccessSignature and the policy's rights", self.what),
             )
         })?;
         Ok(Duration::from_millis(expires.saturating_mul(1000).saturating_sub(now_ms)))

@@ -75,6 +75,14 @@ pub enum Credentials {
         /// `SharedAccessKey`.
         key: Secret,
     },
+    /// A ready-made SAS token (`SharedAccessSignature=` in the connection string):
+    /// SASL ANONYMOUS, then the token put on the CBS node as it is. drain cannot sign
+    /// a new one, so the connection works until the token's `se` expiry; once it has
+    /// passed, reconnecting fails with `Auth` until the string holds a fresh token.
+    SharedAccessSignature {
+        /// The whole token, `SharedAccessSignature sr=…&sig=…&se=…&skn=…`.
+        token: Secret,
+    },
     /// SASL PLAIN.
     Plain {
         /// User name.
@@ -117,7 +125,8 @@ pub struct ParsedEndpoint {
 
 impl Endpoint {
     /// Parse a Service Bus connection string
-    /// (`Endpoint=sb://<host>/;SharedAccessKeyName=…;SharedAccessKey=…[;EntityPath=…][;UseDevelopmentEmulator=true]`)
+    /// (`Endpoint=sb://<host>/;SharedAccessKeyName=…;SharedAccessKey=…[;EntityPath=…][;UseDevelopmentEmulator=true]`,
+    /// or `SharedAccessSignature=<token>` instead of the key name and key)
     /// or an `amqp://[user[:password]@]host[:port][/queue][?vhost=name]` URL
     /// (`amqps://` for TLS).
     ///
@@ -179,6 +188,7 @@ impl fmt::Display for Endpoint {
         match &self.credentials {
             Credentials::Plain { username, .. } => write!(f, "{username}:***@")?,
             Credentials::SharedAccessKey { key_name, .. } => write!(f, "{key_name}:***@")?,
+            Credentials::SharedAccessSignature { .. } => f.write_str("sas:***@")?,
             Credentials::Anonymous => {}
         }
         if self.host.contains(':') {
@@ -268,18 +278,37 @@ fn parse_connection_string(input: &str) -> Result<ParsedEndpoint, PortError> {
     }
     let get = |key: Field| fields.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
 
-    if get(Field::Signature).is_some() {
-        return Err(config_error(
-            "Service Bus connection string: SharedAccessSignature is not supported (a fixed token cannot be refreshed); use SharedAccessKeyName and SharedAccessKey",
-        ));
-    }
-    let missing: Vec<&str> = [Field::Endpoint, Field::KeyName, Field::Key]
-        .into_iter()
-        .filter(|k| get(*k).is_none())
-        .map(Field::name)
-        .collect();
-    if !missing.is_empty() {
-        return Err(config_error(format!("Service Bus connection string: missing {}", missing.join(", "))));
+    let credentials = match (get(Field::Signature), get(Field::KeyName), get(Field::Key)) {
+        (Some(token), None, None) => {
+            if !token.starts_with("SharedAccessSignature ") {
+                return Err(config_error(
+                    "Service Bus connection string: SharedAccessSignature must hold a whole token (SharedAccessSignature sr=…&sig=…&se=…&skn=…)",
+                ));
+            }
+            Credentials::SharedAccessSignature { token: Secret::new(token) }
+        }
+        (Some(_), _, _) => {
+            return Err(config_error(
+                "Service Bus connection string: give either SharedAccessSignature or SharedAccessKeyName and SharedAccessKey, not both",
+            ));
+        }
+        (None, Some(key_name), Some(key)) => {
+            Credentials::SharedAccessKey { key_name: key_name.to_owned(), key: Secret::new(key) }
+        }
+        (None, key_name, key) => {
+            let missing: Vec<&str> = [(Field::KeyName, key_name), (Field::Key, key)]
+                .into_iter()
+                .filter(|(_, v)| v.is_none())
+                .map(|(k, _)| k.name())
+                .collect();
+            return Err(config_error(format!(
+                "Service Bus connection string: missing {} (or a SharedAccessSignature)",
+                missing.join(", ")
+            )));
+        }
+    };
+    if get(Field::Endpoint).is_none() {
+        return Err(config_error("Service Bus connection string: missing Endpoint"));
     }
     let emulator = match get(Field::Emulator) {
         None => false,
@@ -294,18 +323,8 @@ fn parse_connection_string(input: &str) -> Result<ParsedEndpoint, PortError> {
     let (host, port) = parse_sb_endpoint(get(Field::Endpoint).unwrap_or_default())?;
     let port = port.unwrap_or(if emulator { AMQP_PORT } else { AMQPS_PORT });
     let entity = get(Field::EntityPath).map(|e| e.trim_matches('/').to_owned()).filter(|e| !e.is_empty());
-    let endpoint = Endpoint {
-        profile: Profile::ServiceBus,
-        host,
-        port,
-        tls: !emulator,
-        credentials: Credentials::SharedAccessKey {
-            key_name: get(Field::KeyName).unwrap_or_default().to_owned(),
-            key: Secret::new(get(Field::Key).unwrap_or_default()),
-        },
-        entity,
-        vhost: None,
-    };
+    let endpoint =
+        Endpoint { profile: Profile::ServiceBus, host, port, tls: !emulator, credentials, entity, vhost: None };
     Ok(ParsedEndpoint { endpoint, warnings })
 }
 

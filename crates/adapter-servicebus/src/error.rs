@@ -59,6 +59,9 @@ pub(crate) fn condition_error(what: &str, e: &AmqpErr) -> PortError {
                 (ErrorKind::LockLost, "the lock expired; the broker redelivers the message")
             }
             "com.microsoft:server-busy" | "com.microsoft:timeout" => (ErrorKind::Unavailable, "retrying"),
+            "com.microsoft:session-cannot-be-locked" => {
+                (ErrorKind::Unavailable, "another receiver holds the session; trying again later")
+            }
             "com.microsoft:entity-disabled" => (ErrorKind::Unavailable, "the entity is disabled"),
             "com.microsoft:auth-failed" => (ErrorKind::Auth, "check the shared access key"),
             _ => (ErrorKind::Protocol, "unexpected broker error"),

@@ -11,8 +11,17 @@
 //!   hands out until the delivery is settled, up to
 //!   [`SourceOptions::max_lock_renewal`] (5 minutes), and reports each outcome as a
 //!   [`LockEvent`] ([`AmqpSource::lock_events`]; failures are also logged as warnings).
-//! * [`AmqpSubmitter`] sends to the target queue and reports `Ok` only on the
-//!   broker's `accepted`.
+//!   Closing it releases every delivery it holds and has not settled, so they come
+//!   back at once.
+//! * [`SessionSource`] drains a session-enabled queue or subscription: next-available
+//!   or named sessions, up to [`SessionOptions::max_sessions`] at once, one session
+//!   per receive in the broker's order (the session id is each message's
+//!   `group_id`), session locks renewed and a lost one reported as a
+//!   [`SessionEvent`], idle sessions given back; session state through
+//!   [`AmqpSource::session_state`] / [`AmqpSource::set_session_state`] of
+//!   [`SessionSource::session`].
+//! * [`AmqpSubmitter`] sends to the target queue (or Service Bus topic) and reports
+//!   `Ok` only on the broker's `accepted`.
 //! * [`LockRenewal`] renews one delivery's lock by hand, on any source, up to a maximum
 //!   duration (for a source whose automatic renewal is off).
 //!
@@ -33,6 +42,8 @@
 //! | dead-letter | `rejected` with `com.microsoft:dead-letter` and `DeadLetterReason` / `DeadLetterErrorDescription` | `rejected`; the queue's dead-letter exchange routes it, the reason is not kept |
 //! | lock | expires after the queue's lock duration; [`renew_lock`](drain_core::ports::MessageSource::renew_lock) via `$management` `com.microsoft:renew-lock`; `capabilities().lock_renewal = true`; renewed automatically from `receive` until settled, up to `max_lock_renewal`; settling once `x-opt-locked-until` (or the last renewal) passed is `LockLost` without sending it (settle mode first gets no answer, and the broker redelivers) | held until settled or the link ends; `renew_lock` is `Unsupported`, `lock_renewal = false`; nothing is renewed |
 //! | dead-letter queue | `<queue>/$deadletterqueue` | a queue of its own |
+//! | entities | queues, topics (target), subscriptions `<topic>/Subscriptions/<name>` (source), their `$DeadLetterQueue`s, session-enabled queues and subscriptions ([`SessionSource`]) | queues |
+//! | credentials | `SharedAccessKeyName` + `SharedAccessKey` (tokens signed here), or `SharedAccessSignature` (a ready-made token, used until its expiry) | user and password, or none |
 //!
 //! Neither profile uses link `drain` (it ends the session on RabbitMQ when credit
 //! is outstanding on an empty queue) or a closing link detach (RabbitMQ answers
@@ -55,6 +66,7 @@ mod error;
 mod profile;
 mod renewal;
 mod sas;
+mod session;
 mod source;
 mod submit;
 mod token_refresh;
@@ -64,5 +76,6 @@ pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint,
 pub use profile::{DEAD_LETTER_CONDITION, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
 pub use renewal::{LockEvent, LockRenewal, LockToken, RenewEvent, RenewSchedule};
 pub use sas::sas_token;
+pub use session::{ReleaseReason, SessionEvent, SessionEventKind, SessionFilter, SessionOptions, SessionSource};
 pub use source::{AmqpSource, SourceOptions};
 pub use submit::{AmqpSubmitter, SubmitterOptions};

@@ -16,6 +16,9 @@ pub const DEAD_LETTER_REASON: &str = "DeadLetterReason";
 /// `error.info` key with the dead-letter description.
 pub const DEAD_LETTER_DESCRIPTION: &str = "DeadLetterErrorDescription";
 
+/// The application properties Service Bus sets on a dead-lettered message.
+pub(crate) const DEAD_LETTER_PROPERTIES: &[&str] = &[DEAD_LETTER_REASON, DEAD_LETTER_DESCRIPTION, "DeadLetterSource"];
+
 /// How a delivery is settled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Settle<'a> {

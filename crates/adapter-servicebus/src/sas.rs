@@ -40,6 +40,13 @@ pub fn sas_token(resource: &str, key_name: &str, key: &str, expiry_unix_secs: u6
     )
 }
 
+/// The expiry (`se=`, Unix seconds) of a ready-made token; `None` when it has none.
+#[must_use]
+pub(crate) fn token_expiry(token: &str) -> Option<u64> {
+    let fields = token.trim().strip_prefix("SharedAccessSignature ")?;
+    fields.split('&').find_map(|pair| pair.strip_prefix("se=")).and_then(|se| se.parse().ok())
+}
+
 /// How long to wait before replacing a token that is valid for `valid_for` more:
 /// [`REFRESH_MARGIN`] before it expires, but never sooner than a tenth of its
 /// remaining life (so a short-lived token is not refreshed in a loop).
@@ -83,6 +90,14 @@ mod tests {
         assert!(token.ends_with("&se=10&skn=my%20key%2F1"), "{token}");
         let sig = token.split("&sig=").nth(1).unwrap().split('&').next().unwrap();
         assert!(!sig.contains(['+', '/', '=']), "the signature is URL-encoded: {sig}");
+    }
+
+    #[test]
+    fn expiry_of_a_ready_made_token() {
+        assert_eq!(token_expiry(VECTOR), Some(1_767_225_600));
+        assert_eq!(token_expiry("SharedAccessSignature sr=x&sig=y"), None);
+        assert_eq!(token_expiry("SharedAccessSignature sr=x&se=soon"), None);
+        assert_eq!(token_expiry("sr=x&se=10"), None);
     }
 
     #[test]

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{KeySpace, RedisConfig, RedisStore};
-use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
+use adapter_servicebus::{
+    AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions,
+};
 use drain_core::PortError;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
@@ -71,6 +73,7 @@ pub(crate) struct Runtime {
 #[derive(Default)]
 pub(crate) struct AmqpLinks {
     source: Option<Arc<AmqpSource>>,
+    sessions: Option<Arc<SessionSource>>,
     target: Option<Arc<AmqpSubmitter>>,
 }
 
@@ -81,6 +84,11 @@ impl AmqpLinks {
             && let Err(e) = s.close().await
         {
             tracing::warn!("closing the source link: {e}");
+        }
+        if let Some(s) = &self.sessions
+            && let Err(e) = s.close().await
+        {
+            tracing::warn!("closing the session receivers: {e}");
         }
         if let Some(t) = &self.target
             && let Err(e) = t.close().await
@@ -98,7 +106,8 @@ impl Runtime {
         {
             let mut m = BeatConfig::default();
             m.interval = c.beat_interval;
-            m.workers = c.worker_concurrency;
+            // Overlapping ticks would split a session's messages between them.
+            m.workers = if c.source_sessions.is_some() { 1 } else { c.worker_concurrency };
             m.grace = c.shutdown_grace;
             m.resident = resident;
             m
@@ -284,15 +293,36 @@ pub(crate) async fn compose(
                 let options = SourceOptions {
                     prefetch: prefetch(&config),
                     max_lock_renewal: config.max_lock_renewal,
+                    drop_dead_letter_properties: config.drop_dead_letter_properties,
                     ..SourceOptions::default()
                 };
                 let what = format!("receive from DRAIN_SOURCE_URL={url}");
-                let source = Arc::new(
-                    retrying(&what, || AmqpSource::connect(endpoint.clone(), options.clone()))
-                        .await
-                        .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
-                );
-                amqp.source = Some(source.clone());
+                let source: Arc<dyn MessageSource> = match &config.source_sessions {
+                    None => {
+                        let source = Arc::new(
+                            retrying(&what, || AmqpSource::connect(endpoint.clone(), options.clone()))
+                                .await
+                                .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
+                        );
+                        amqp.source = Some(source.clone());
+                        source
+                    }
+                    Some(sessions) => {
+                        let options = SessionOptions {
+                            sessions: sessions.clone(),
+                            max_sessions: config.max_sessions,
+                            idle_timeout: config.session_idle,
+                            source: options,
+                        };
+                        let source = Arc::new(
+                            retrying(&what, || SessionSource::connect(endpoint.clone(), options.clone()))
+                                .await
+                                .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
+                        );
+                        amqp.sessions = Some(source.clone());
+                        source
+                    }
+                };
                 (queue, source, None)
             }
         };

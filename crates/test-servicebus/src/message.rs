@@ -138,12 +138,23 @@ impl StoredMessage {
     }
 
     /// A message with one Data section and, when given, a string message id.
+    #[cfg(test)]
     pub(crate) fn simple(body: &[u8], message_id: Option<&str>) -> StoredMessage {
+        StoredMessage::in_session(body, message_id, None)
+    }
+
+    /// A message of one Data section with `message_id`, in `session` (its group-id)
+    /// when given.
+    pub(crate) fn in_session(body: &[u8], message_id: Option<&str>, session: Option<&str>) -> StoredMessage {
         let mut payload = Vec::new();
-        if let Some(id) = message_id {
+        if message_id.is_some() || session.is_some() {
             push(
                 &mut payload,
-                &Properties { message_id: Some(MessageId::String(id.to_owned())), ..Properties::default() },
+                &Properties {
+                    message_id: message_id.map(|id| MessageId::String(id.to_owned())),
+                    group_id: session.map(str::to_owned),
+                    ..Properties::default()
+                },
             );
         }
         push(&mut payload, &Data(body.to_vec().into()));

@@ -162,7 +162,16 @@ impl Broker {
     /// # Panics
     /// When the queue does not exist, or refuses the message (a session queue).
     pub fn send(&self, queue: &str, body: &[u8], message_id: Option<&str>) -> bool {
-        let message = StoredMessage::simple(body, message_id);
+        self.send_in_session(queue, None, body, message_id)
+    }
+
+    /// [`Broker::send`] with the message in `session` (its group-id), for a
+    /// session-enabled queue.
+    ///
+    /// # Panics
+    /// As [`Broker::send`].
+    pub fn send_in_session(&self, queue: &str, session: Option<&str>, body: &[u8], message_id: Option<&str>) -> bool {
+        let message = StoredMessage::in_session(body, message_id, session);
         let now = self.shared.clock.now_ms();
         let routed = self.shared.state().route(&queue.to_ascii_lowercase(), message, now);
         match routed {

@@ -137,7 +137,31 @@ fn bad_service_bus_connection_strings() {
     // A key pasted on its own parses as an unknown `name=` (base64 ends in '='): not echoed.
     check_err(&format!("Endpoint=sb://ns/;SharedAccessKeyName=k;{KEY}"), "missing SharedAccessKey");
     check_err("Endpoint=sb://ns/;SharedAccessKeyName=k;hunter2", "segment 3");
-    check_err("Endpoint=sb://ns/;SharedAccessSignature=SharedAccessSignature sr=x&sig=s3cret", "not supported");
+    check_err("Endpoint=sb://ns/;SharedAccessSignature=sr=x&sig=s3cret", "a whole token");
+    check_err(
+        &format!(
+            "Endpoint=sb://ns/;SharedAccessKeyName=k;SharedAccessKey={KEY};SharedAccessSignature=SharedAccessSignature sr=x&sig=s3cret"
+        ),
+        "not both",
+    );
+}
+
+#[test]
+fn shared_access_signature_strings() {
+    let token = "SharedAccessSignature sr=amqps%3A%2F%2Fns%2Fq&sig=s3cret%3D&se=1767225600&skn=send";
+    let parsed = Endpoint::parse(&format!(
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessSignature={token};EntityPath=q"
+    ))
+    .expect("parses");
+    let e = parsed.endpoint;
+    assert_eq!(e.credentials, Credentials::SharedAccessSignature { token: Secret::new(token) });
+    assert_eq!(
+        (e.host.as_str(), e.port, e.tls, e.entity.as_deref()),
+        ("ns.servicebus.windows.net", 5671, true, Some("q"))
+    );
+    let shown = format!("{e} {e:?}");
+    assert!(!shown.contains("s3cret"), "the token is never shown: {shown}");
+    assert_eq!(e.to_string(), "sb://sas:***@ns.servicebus.windows.net:5671/q");
 }
 
 #[test]

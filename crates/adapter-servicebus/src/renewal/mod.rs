@@ -27,5 +27,6 @@ pub use by_hand::LockRenewal;
 pub use lock_token::LockToken;
 pub(crate) use lock_token::{expired, locked_until_ms, unix_now_ms};
 pub use renew_loop::RenewEvent;
+pub(crate) use renew_loop::renew_until;
 pub(crate) use request::{RenewLockRequest, lock_duration, renew_error};
 pub use schedule::RenewSchedule;

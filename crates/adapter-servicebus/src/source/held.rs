@@ -12,6 +12,7 @@ use fe2o3_amqp::ReceiverDisposer;
 use fe2o3_amqp::link::delivery::DeliveryInfo;
 
 use crate::renewal::{LockToken, expired, unix_now_ms};
+use crate::session::filter::SessionLock;
 
 /// A delivery handed out (or buffered) and not settled yet.
 pub(super) struct Tracked {
@@ -53,11 +54,17 @@ struct Inner {
     deliveries: HashMap<u64, Tracked>,
     live: Option<Live>,
     closed: bool,
+    /// The session the live link holds (a session receiver only).
+    session: Option<SessionLock>,
+    /// Why the session receiver's link, and with it the session, was lost.
+    session_lost: Option<drain_core::PortError>,
 }
 
 #[derive(Default)]
 pub(super) struct Held {
     inner: Mutex<Inner>,
+    /// Deliveries whose lock ran out before a receive took them (never handed out).
+    expired_waiting: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Held {
@@ -84,12 +91,19 @@ impl Held {
         inner.deliveries.clear();
     }
 
-    /// The source is closed for good.
+    /// The source is closed for good: settling fails with `Closed` from now on. The
+    /// deliveries stay for the link task, which gives them back ([`Held::take_all`]).
     pub(super) fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;
         inner.live = None;
-        inner.deliveries.clear();
+    }
+
+    /// Every delivery of link `generation` not settled yet, taken out (the rest are
+    /// forgotten): what a closing source gives back to the queue.
+    pub(super) fn take_all(&self, generation: u64) -> Vec<DeliveryInfo> {
+        let mut inner = self.lock();
+        inner.deliveries.drain().filter(|(_, t)| t.generation == generation).map(|(_, t)| t.info).collect()
     }
 
     /// Deliveries held now: handed out or buffered, not settled.
@@ -104,6 +118,17 @@ impl Held {
     /// Forget a delivery that will never be handed out.
     pub(super) fn forget(&self, handle: u64) {
         self.lock().deliveries.remove(&handle);
+    }
+
+    /// Forget a delivery whose lock ran out while it waited, and count it.
+    pub(super) fn expired_waiting(&self, handle: u64) {
+        self.forget(handle);
+        self.expired_waiting.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many deliveries lost their lock while they waited.
+    pub(super) fn expired_waiting_count(&self) -> u64 {
+        self.expired_waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Take a delivery for settlement, with the disposer of its link when that link
@@ -122,6 +147,41 @@ impl Held {
         match &inner.live {
             Some(live) if live.generation == tracked.generation => Ok((tracked, live.disposer.clone())),
             _ => Err(Gone::LockLost),
+        }
+    }
+
+    /// The session the live link holds, if any.
+    pub(super) fn set_session(&self, session: Option<SessionLock>) {
+        self.lock().session = session;
+    }
+
+    /// The session receiver lost its link, and the session with it.
+    pub(super) fn lose_session(&self, why: drain_core::PortError) {
+        self.lock().session_lost = Some(why);
+    }
+
+    /// Why the session was lost, if it was.
+    pub(super) fn session_lost(&self) -> Option<drain_core::PortError> {
+        self.lock().session_lost.clone()
+    }
+
+    /// The session held and the live link's generation and name.
+    pub(super) fn session(&self) -> Option<(SessionLock, u64, String)> {
+        let inner = self.lock();
+        let live = inner.live.as_ref()?;
+        inner.session.clone().map(|s| (s, live.generation, live.link_name.clone()))
+    }
+
+    /// The session lock now lasts until `until_ms`, and with it the lock of every
+    /// delivery the session's link holds (Service Bus locks a session's messages
+    /// through the session).
+    pub(super) fn session_renewed(&self, until_ms: i64) {
+        let mut inner = self.lock();
+        if let Some(s) = inner.session.as_mut() {
+            s.locked_until_ms = Some(until_ms);
+        }
+        for t in inner.deliveries.values_mut() {
+            t.locked_until_ms = Some(until_ms);
         }
     }
 

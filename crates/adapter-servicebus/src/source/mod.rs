@@ -2,6 +2,7 @@
 
 mod actor;
 mod held;
+mod session_calls;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -19,6 +20,7 @@ use crate::error;
 use crate::renewal::{
     AutoRenew, HeldLock, LockEvent, LockLookup, RenewLockRequest, lock_duration, renew_error, unix_now_ms,
 };
+use crate::session::filter::SessionFilter;
 use drain_core::Backoff;
 
 /// Settings of an [`AmqpSource`].
@@ -61,6 +63,18 @@ pub struct SourceOptions {
     /// after a tenth of its life when it is shorter than that. Default: one hour, as
     /// Microsoft's SDKs.
     pub token_lifetime: Duration,
+    /// Service Bus only: lock one session of a session-enabled queue or subscription
+    /// and receive only its messages (in order). `None`: a plain receiver. After a
+    /// lost link the source locks the same session again. Most callers want a
+    /// [`crate::SessionSource`], which holds several sessions and moves on from idle
+    /// ones.
+    pub session: Option<SessionFilter>,
+    /// Take Service Bus's dead-letter properties (`DeadLetterReason`,
+    /// `DeadLetterErrorDescription`, `DeadLetterSource`) out of each message's
+    /// application properties. Service Bus sets them on a dead-lettered message; a
+    /// source on a `$DeadLetterQueue` that re-drives messages to their queue keeps
+    /// them by default, so the re-driven copy still says why it was dead-lettered.
+    pub drop_dead_letter_properties: bool,
 }
 
 impl Default for SourceOptions {
@@ -74,6 +88,8 @@ impl Default for SourceOptions {
             backoff: Backoff::default(),
             max_lock_renewal: Duration::from_secs(300),
             token_lifetime: crate::sas::TOKEN_TTL,
+            session: None,
+            drop_dead_letter_properties: false,
         }
     }
 }
@@ -150,6 +166,14 @@ impl AmqpSource {
         self.auto.events()
     }
 
+    /// How many prefetched deliveries lost their lock before a `receive` took them
+    /// (Service Bus; each was logged as a warning and is redelivered by the broker).
+    /// A growing count says `prefetch` is too large for the lock duration.
+    #[must_use]
+    pub fn locks_lost_waiting(&self) -> u64 {
+        self.auto.source().held.expired_waiting_count()
+    }
+
     /// How many deliveries' locks are being renewed automatically now (always 0 on
     /// the generic profile).
     #[must_use]
@@ -185,8 +209,13 @@ impl AmqpSource {
         self.auto.source().park().await
     }
 
-    /// Detach the receiver, end the session and close the connection. Deliveries not
-    /// settled yet go back to the queue. Later calls fail with [`ErrorKind::Closed`].
+    /// Give back what the source holds, detach the receiver, end the session and close
+    /// the connection. Deliveries not settled yet (prefetched and never handed out, or
+    /// handed out and not finished) go back to the queue at once: on Service Bus the
+    /// open credit is drained and each of them released (their delivery count
+    /// unchanged), so another receiver, or Microsoft's SDK, gets them immediately
+    /// instead of after their locks run out. Later calls fail with
+    /// [`ErrorKind::Closed`].
     ///
     /// # Errors
     /// Never fails today; the `Result` leaves room for reporting a dirty close.

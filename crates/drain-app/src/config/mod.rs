@@ -102,6 +102,12 @@ pub(crate) struct Config {
     pub(crate) source_url: Option<Secret>,
     pub(crate) target_url: Option<Secret>,
     pub(crate) target_fence_property: Option<String>,
+    /// `DRAIN_SOURCE_SESSIONS`: `None` off, `Some(empty)` any session, else these.
+    pub(crate) source_sessions: Option<Vec<String>>,
+    pub(crate) max_sessions: usize,
+    pub(crate) session_idle: Duration,
+    /// `DRAIN_SOURCE_DEAD_LETTER_PROPERTIES=drop`.
+    pub(crate) drop_dead_letter_properties: bool,
     pub(crate) key_prefix: String,
     pub(crate) instance_id: String,
     pub(crate) metrics_addr: Option<SocketAddr>,
@@ -156,6 +162,11 @@ impl Config {
         // The lease keeps the other workers from racing for the queue: the holder
         // drains with their capacity, so single-flight costs no latency.
         tick.held_concurrency = Some(self.drain_concurrency.saturating_mul(self.worker_concurrency.max(1)));
+        if self.source_sessions.is_some() {
+            // A session's messages are submitted one at a time, in order.
+            tick.concurrency = 1;
+            tick.held_concurrency = None;
+        }
         tick.batch = self.drain_batch;
         tick.max_wait = self.drain_max_wait;
         tick
@@ -322,6 +333,10 @@ pub(crate) fn resolve(
         source_url: r.url("DRAIN_SOURCE_URL", &["amqp://", "amqps://", "endpoint="])?,
         target_url: r.url("DRAIN_TARGET_URL", &["amqp://", "amqps://", "endpoint="])?,
         target_fence_property: r.fence_property(),
+        source_sessions: r.source_sessions(),
+        max_sessions: r.count("DRAIN_SOURCE_MAX_SESSIONS"),
+        session_idle: Duration::from_secs(r.int("DRAIN_SOURCE_SESSION_IDLE_SECONDS")),
+        drop_dead_letter_properties: r.dead_letter_properties(),
         key_prefix: r.key_prefix()?,
         instance_id: r.take("DRAIN_INSTANCE_ID", instance),
         metrics_addr: r.metrics_addr(),
@@ -587,6 +602,8 @@ impl Resolver<'_> {
         value
     }
 }
+
+mod servicebus;
 
 #[cfg(test)]
 mod tests;

@@ -359,3 +359,31 @@ fn the_store_url_picks_the_store_by_scheme() {
         assert!(e.starts_with("DRAIN_STORE_URL=") && !e.contains("pg-topsecret") && !e.contains('\n'), "{e}");
     }
 }
+
+#[test]
+fn service_bus_sessions_and_dead_letter_properties() {
+    let check = |raw: &str, want: Option<&[&str]>, warned: bool| {
+        let l = load(&[("DRAIN_SOURCE_SESSIONS", raw)]);
+        let want = want.map(|w| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>());
+        assert_eq!(l.config.source_sessions, want, "{raw:?}");
+        assert_eq!(l.warnings.iter().any(|w| w.to_string().contains("DRAIN_SOURCE_SESSIONS")), warned, "{raw:?}");
+    };
+    check("off", None, false);
+    check("", None, false);
+    check("ANY", Some(&[]), false);
+    check("a, b", Some(&["a", "b"]), false);
+    check("a,,b", None, true);
+    let c = load(&[]).config;
+    assert_eq!((c.source_sessions.clone(), c.max_sessions, c.session_idle), (None, 1, Duration::from_secs(10)));
+    assert!(!c.drop_dead_letter_properties);
+    assert_eq!(c.tick_config("q").concurrency, 1);
+    let l = load(&[("DRAIN_SOURCE_DEAD_LETTER_PROPERTIES", "drop")]);
+    assert!(l.config.drop_dead_letter_properties);
+    let l = load(&[("DRAIN_SOURCE_DEAD_LETTER_PROPERTIES", "maybe")]);
+    assert!(!l.config.drop_dead_letter_properties, "garbage keeps them");
+    assert_eq!(l.warnings.len(), 1);
+    // With sessions, a session's messages go one at a time, in order.
+    let l = load(&[("DRAIN_SOURCE_SESSIONS", "any"), ("SERVICEBUS_DRAIN_CONCURRENCY", "8")]);
+    let tick = l.config.tick_config("q");
+    assert_eq!((tick.concurrency, tick.held_concurrency), (1, None));
+}

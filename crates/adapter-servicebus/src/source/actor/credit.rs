@@ -14,6 +14,7 @@ use super::Actor;
 use super::lock_expiry::next_ready;
 use crate::convert;
 use crate::error;
+use crate::profile::DEAD_LETTER_PROPERTIES;
 use crate::renewal::unix_now_ms;
 use crate::source::held::Tracked;
 
@@ -53,7 +54,12 @@ impl Actor {
     pub(super) fn on_delivery(&mut self, d: fe2o3_amqp::Delivery<Body<Value>>) {
         let info = DeliveryInfo::from(&d);
         let (token, locked_until_ms) = self.lock_of(&d);
-        let (message, delivery_count) = convert::from_amqp(d.into_message());
+        let (mut message, delivery_count) = convert::from_amqp(d.into_message());
+        if self.opts.drop_dead_letter_properties {
+            for name in DEAD_LETTER_PROPERTIES {
+                message.properties.remove(*name);
+            }
+        }
         let handle = self.next_handle;
         self.next_handle += 1;
         self.held.insert(handle, Tracked { generation: self.generation, info, token, locked_until_ms });

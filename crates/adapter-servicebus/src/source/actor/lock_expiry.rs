@@ -32,7 +32,9 @@ impl Actor {
 pub(super) fn next_ready(ready: &mut VecDeque<(Delivery, Option<i64>)>, held: &Held, now_ms: i64) -> Option<Delivery> {
     while let Some((d, locked_until_ms)) = ready.pop_front() {
         if renewal::expired(locked_until_ms, now_ms) {
-            held.forget(d.handle.0);
+            // Reported, not dropped in silence: the broker redelivers it.
+            tracing::warn!(message_id = ?d.message.message_id, "a prefetched delivery's lock ran out before a receive took it; the broker redelivers it");
+            held.expired_waiting(d.handle.0);
             continue;
         }
         return Some(d);

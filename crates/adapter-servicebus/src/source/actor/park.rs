@@ -76,7 +76,7 @@ impl Actor {
     /// timeout). Generic brokers skip it: RabbitMQ gives a detached link's
     /// deliveries back when its session ends, and version 3.10 ends the session on a
     /// drain with credit outstanding on an empty queue.
-    async fn drain_credit(&mut self, link: &mut Link) {
+    pub(super) async fn drain_credit(&mut self, link: &mut Link) {
         if link.receiver.credit() == 0 || link.receiver.drain().await.is_err() {
             return;
         }

@@ -13,13 +13,17 @@ use crate::connect::{self, Conn};
 use crate::endpoint::Endpoint;
 use crate::error;
 use crate::profile::Settle;
+use crate::session::filter::{self, SessionFilter, SessionLock};
 use crate::source::SourceOptions;
+use fe2o3_amqp::types::primitives::Symbol;
 
 /// An attached receiver on its own connection.
 pub(in crate::source) struct Link {
     pub(super) conn: Conn,
     pub(super) receiver: Receiver,
     name: String,
+    /// The session the broker locked for it (a session receiver only).
+    session: Option<SessionLock>,
 }
 
 /// Open a connection and attach the receiver (manual credit, settle mode first).
@@ -30,7 +34,7 @@ pub(in crate::source) async fn open_link(endpoint: &Endpoint, opts: &SourceOptio
     let name = connect::unique_name("drain-receiver");
     let attach = Receiver::builder()
         .name(name.clone())
-        .source(endpoint.profile.queue_address(entity))
+        .source(filter::source(endpoint.profile.queue_address(entity), opts.session.as_ref()))
         .receiver_settle_mode(ReceiverSettleMode::First)
         .sender_settle_mode(SenderSettleMode::Unsettled)
         .credit_mode(CreditMode::Manual)
@@ -41,7 +45,30 @@ pub(in crate::source) async fn open_link(endpoint: &Endpoint, opts: &SourceOptio
     let (conn, receiver) =
         connect::attached(conn, attach, (&what, "attaching the receiver"), limits, error::receiver_attach_error)
             .await?;
-    Ok(Link { conn, receiver, name })
+    let session = match &opts.session {
+        None => None,
+        Some(asked) => {
+            let until = receiver
+                .properties(|p| p.as_ref().and_then(|p| p.get(&Symbol::from(filter::LOCKED_UNTIL_UTC)).cloned()));
+            let answered = filter::answered(receiver.source().as_ref(), until.as_ref());
+            // A broker that named no session but took a named filter holds that one.
+            match (answered, asked) {
+                (Some(lock), _) => Some(lock),
+                (None, SessionFilter::Named(id)) => Some(SessionLock { id: id.clone(), locked_until_ms: None }),
+                (None, SessionFilter::NextAvailable) => {
+                    let _ = timeout(opts.operation_timeout, receiver.detach()).await;
+                    conn.close(opts.operation_timeout).await;
+                    return Err(PortError::new(
+                        ErrorKind::Protocol,
+                        format!(
+                            "{what}: the broker accepted a next-available session receiver without naming its session"
+                        ),
+                    ));
+                }
+            }
+        }
+    };
+    Ok(Link { conn, receiver, name, session })
 }
 
 impl Actor {
@@ -51,6 +78,12 @@ impl Actor {
         self.retry_at = None;
         self.last_error = None;
         self.held.attach(self.generation, link.receiver.disposer(), link.name.clone());
+        if let Some(session) = &link.session {
+            // Reconnects lock this same session again, never another one.
+            self.opts.session = Some(SessionFilter::Named(session.id.clone()));
+            tracing::debug!(source = %self.what, session = %session.id, "session locked");
+        }
+        self.held.set_session(link.session.clone());
         self.link = Some(link);
         tracing::debug!(source = %self.what, generation = self.generation, "receiver attached");
     }
@@ -97,6 +130,15 @@ impl Actor {
         for p in &mut self.pending {
             p.got.clear();
             p.linger_until = None;
+        }
+        if self.opts.session.is_some() {
+            // A session receiver's link held the session's lock: losing it loses the
+            // session, whose messages may go to another receiver now. Say so and stay
+            // down; the owner gives the session back and takes another.
+            tracing::warn!(source = %self.what, error = %err, "the session receiver's link is gone, and the session with it");
+            self.held.lose_session(err.clone());
+            self.last_error = Some(err);
+            return;
         }
         self.last_error = Some(err);
         // Reconnect soon: the first attempt after a loss waits only the first backoff step.
