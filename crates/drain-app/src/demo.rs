@@ -2,14 +2,14 @@
 //! in-memory target, so `drain run` on a fresh machine shows ticks draining,
 //! overlapping ticks, duplicates suppressed by the claim, and live metrics.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::PortError;
 use drain_core::memory::MemorySource;
 use drain_core::ports::{Clock, Message, SubmitContext, Submitter};
+use drain_core::{PortError, Time};
 
 /// The demo queue's name.
 pub(crate) const DEMO_QUEUE: &str = "requests";
@@ -23,23 +23,31 @@ const TRICKLE_EVERY: Duration = Duration::from_secs(5);
 /// One message in this many is sent twice, as a broker redelivery would.
 const DUPLICATE_EVERY: u64 = 10;
 
-/// A target that takes `delay` per message and counts.
+/// A target that takes `delay` per message, one message at a time, and counts: a
+/// slow target, which more messages in flight do not make faster (so the in-flight
+/// window stays small and the drain lasts).
 pub(crate) struct DemoTarget {
     clock: Arc<dyn Clock>,
     delay: Duration,
     accepted: AtomicU64,
+    /// When the target is done with the messages it was given so far.
+    free_at: Mutex<Time>,
 }
 
 impl DemoTarget {
     pub(crate) fn new(clock: Arc<dyn Clock>, delay: Duration) -> Self {
-        DemoTarget { clock, delay, accepted: AtomicU64::new(0) }
+        DemoTarget { clock, delay, accepted: AtomicU64::new(0), free_at: Mutex::new(Time::ZERO) }
     }
 }
 
 #[async_trait]
 impl Submitter for DemoTarget {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
-        let until = self.clock.now() + self.delay;
+        let until = {
+            let mut free_at = self.free_at.lock().unwrap_or_else(PoisonError::into_inner);
+            *free_at = (*free_at).max(self.clock.now()) + self.delay;
+            *free_at
+        };
         self.clock.sleep_until(until).await;
         let n = self.accepted.fetch_add(1, Ordering::Relaxed) + 1;
         tracing::trace!(id = %message.message_id.as_ref().map(ToString::to_string).unwrap_or_default(), fence = ?ctx.fence, total = n, "demo target accepted");
