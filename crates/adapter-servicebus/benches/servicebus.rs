@@ -70,8 +70,10 @@ async fn run() -> serde_json::Value {
         Broker::start(BrokerConfig { key: SB_KEY.to_owned(), ..BrokerConfig::default() }).expect("test-servicebus");
     let mut sb_rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let started = Instant::now();
+    // `cargo bench --bench servicebus -- tick bare_fe2o3` runs only those modes.
+    let only = bench_support::only();
     for round in 0..rounds {
-        for (i, mode) in MODES.iter().enumerate() {
+        for (i, mode) in MODES.iter().enumerate().filter(|(_, m)| only.is_empty() || only.iter().any(|o| o == *m)) {
             // Fresh queues each round, filled directly.
             let (src, dst) = (format!("src-{round}-{mode}"), format!("dst-{round}-{mode}"));
             for q in [&src, &dst] {
