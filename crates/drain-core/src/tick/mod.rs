@@ -94,9 +94,12 @@ pub struct TickConfig {
 }
 
 impl TickConfig {
-    /// The adaptive window's default maximum: with [`TickConfig::new`]'s other
-    /// defaults a drain holds at most three batches of it (received, in flight,
-    /// being settled), so a message size times 1,536 bounds its memory.
+    /// The adaptive window's default maximum. A drain holds at most three batches
+    /// of the window (one received and claimed, one in flight, one being settled at
+    /// the source), so the largest message times three times this bounds the memory
+    /// of what is in flight, plus whatever credit the source keeps open (`drain run`
+    /// keeps this much). The first message waits for no more than the first receive
+    /// of `batch`: the window only grows once full steps showed it paying.
     pub const MAX_IN_FLIGHT: usize = 512;
 
     /// The defaults for `queue`: single-flight off; a 120 s lease, renewed; the

@@ -33,6 +33,11 @@
 //!   `may_receive` again. When the call that settles batch k-1 fails, batch k+1 was
 //!   received already and goes back: one batch per failure.
 //! * A stop or a lost lease abandons what was not submitted: [`Planner::start`].
+//!   Submits already in flight end by their own outcomes, as at any end of a step.
+//!
+//! How many messages a receive asks for, and a step has in flight, is the window's
+//! (`window.rs`), told of each step's submits and their duration in
+//! [`Planner::end_submit`]: the duration is the loop's clock reading, an input.
 //!
 //! A message whose id is in batch k and again in batch k+1 finds batch k's claim
 //! pending: ours. Once batch k has submitted it, the copy is completed as a duplicate
