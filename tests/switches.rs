@@ -153,8 +153,8 @@ fn atomic_claim_positions_on_a_message_without_an_id() {
     }
 }
 
-/// `SERVICEBUS_DRAIN_LEASE_RENEW` over a drain longer than the lease TTL (the demo's
-/// 15 s burst, TTL 10 s), watching the lease's TTL in Redis: on renews it every TTL/3
+/// `SERVICEBUS_DRAIN_LEASE_RENEW` over a drain longer than the lease's renewal period
+/// (the demo's burst and trickle, TTL 10 s), watching the lease's TTL in Redis: on renews it every TTL/3
 /// (its TTL goes back up); off and shadow never extend it (before, shadow renewed
 /// like on): its TTL only falls, and the release at the end finds it expired.
 #[test]

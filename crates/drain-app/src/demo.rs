@@ -13,7 +13,7 @@ use drain_core::{PortError, Time};
 
 /// The demo queue's name.
 pub(crate) const DEMO_QUEUE: &str = "requests";
-/// Messages in the opening burst: at 100 ms per submit this drain outlasts a 10 s beat.
+/// Messages in the opening burst: at 100 ms per submit, four at a time, about 4 s.
 const BURST: u64 = 150;
 /// The burst of `drain run --once`, which has no beat to outlast.
 const ONCE_BURST: u64 = 30;
@@ -23,20 +23,24 @@ const TRICKLE_EVERY: Duration = Duration::from_secs(5);
 /// One message in this many is sent twice, as a broker redelivery would.
 const DUPLICATE_EVERY: u64 = 10;
 
-/// A target that takes `delay` per message, one message at a time, and counts: a
-/// slow target, which more messages in flight do not make faster (so the in-flight
-/// window stays small and the drain lasts).
+/// Messages the demo target works on at once.
+const TARGET_SLOTS: usize = 4;
+
+/// A target that takes `delay` per message, [`TARGET_SLOTS`] messages at a time, and
+/// counts: a slow target, which more messages in flight do not make faster (so the
+/// in-flight window stays small and a drain of the burst lasts seconds).
 pub(crate) struct DemoTarget {
     clock: Arc<dyn Clock>,
     delay: Duration,
     accepted: AtomicU64,
-    /// When the target is done with the messages it was given so far.
-    free_at: Mutex<Time>,
+    /// When each slot is done with the messages it was given so far.
+    free_at: Mutex<[Time; TARGET_SLOTS]>,
 }
 
 impl DemoTarget {
     pub(crate) fn new(clock: Arc<dyn Clock>, delay: Duration) -> Self {
-        DemoTarget { clock, delay, accepted: AtomicU64::new(0), free_at: Mutex::new(Time::ZERO) }
+        let free_at = Mutex::new([Time::ZERO; TARGET_SLOTS]);
+        DemoTarget { clock, delay, accepted: AtomicU64::new(0), free_at }
     }
 }
 
@@ -44,9 +48,10 @@ impl DemoTarget {
 impl Submitter for DemoTarget {
     async fn submit(&self, message: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
         let until = {
-            let mut free_at = self.free_at.lock().unwrap_or_else(PoisonError::into_inner);
-            *free_at = (*free_at).max(self.clock.now()) + self.delay;
-            *free_at
+            let mut slots = self.free_at.lock().unwrap_or_else(PoisonError::into_inner);
+            let slot = slots.iter_mut().min().expect("slots");
+            *slot = (*slot).max(self.clock.now()) + self.delay;
+            *slot
         };
         self.clock.sleep_until(until).await;
         let n = self.accepted.fetch_add(1, Ordering::Relaxed) + 1;
