@@ -13,8 +13,9 @@ use drain_core::{PortError, Time};
 
 /// The demo queue's name.
 pub(crate) const DEMO_QUEUE: &str = "requests";
-/// Messages in the opening burst: at 100 ms per submit, four at a time, about 4 s.
-const BURST: u64 = 150;
+/// Messages in the opening burst: at 100 ms per submit, four at a time, its drain
+/// (about 12 s) outlasts a 10 s beat.
+const BURST: u64 = 450;
 /// The burst of `drain run --once`, which has no beat to outlast.
 const ONCE_BURST: u64 = 30;
 /// Then this many every `TRICKLE_EVERY`.
