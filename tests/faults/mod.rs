@@ -27,7 +27,7 @@ use drain_core::guard::LeaseStatus;
 use drain_core::memory::MemorySource;
 use drain_core::ports::{ClaimStore, Clock, LeaseName, LeaseStore, Message, SubmitContext, Submitter};
 use drain_core::testkit::{Call, Forward, Hooks, RecordingObserver, Run, TestRng, message};
-use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
+use drain_core::tick::{InFlight, TickConfig, TickPorts, TickReport, run_tick};
 use drain_core::{LeaseToken, PortError, Switch};
 use drain_e2e::TokioClock;
 
@@ -146,6 +146,9 @@ impl<S: FaultStore, V: FaultServer> World<S, V> {
         cfg.claim_pending_ttl = Duration::from_secs(10);
         cfg.claim_done_ttl = Duration::from_secs(600);
         cfg.batch = 5;
+        // One submit at a time: the scenarios put their faults between submits of
+        // known times.
+        cfg.in_flight = InFlight::Fixed;
         cfg.max_wait = Duration::from_millis(30);
         World {
             server: Arc::new(Mutex::new(server)),

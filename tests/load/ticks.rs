@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use drain_core::testkit::TestRng;
-use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_core::tick::{InFlight, TickConfig, TickPorts, run_tick};
 use drain_core::{LeaseToken, Switch};
 use tokio::task::JoinSet;
 use tokio::time::MissedTickBehavior;
@@ -46,7 +46,9 @@ impl Shape {
         tick.claim_pending_ttl = Duration::from_secs(30);
         tick.claim_done_ttl = Duration::from_secs(120);
         tick.batch = 16;
-        tick.concurrency = 4;
+        // Four at a time, fixed: the load measures the stores' cost per tick, on the
+        // shape its recorded figures were taken with.
+        (tick.concurrency, tick.in_flight) = (4, InFlight::Fixed);
         tick.max_wait = Duration::from_millis(300);
         tick.max_batches = Some(8);
         Shape { queues, beat: Duration::from_secs(1), produce_every: Duration::from_millis(250), per_push: 5, tick }

@@ -155,6 +155,11 @@ fn amqp(out: &mut String, v: &Value) {
     for (mode, rate) in v["msg_per_sec"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "    {mode:<30}{rate:>10}");
     }
+    ratios(out, v);
+}
+
+/// Each ratio of `v["ratios"]`: its median and spread.
+fn ratios(out: &mut String, v: &Value) {
     for (ratio, f) in v["ratios"].as_object().into_iter().flatten() {
         let spread = f["iqr_over_median"].as_f64().map_or_else(|| "-".to_owned(), |s| format!("{:.1} %", s * 100.0));
         let _ = writeln!(out, "    {ratio}: {}x (spread {spread})", num(f, "/median"));
@@ -171,6 +176,7 @@ fn servicebus(out: &mut String, v: &Value) {
     for (mode, rate) in v["msg_per_sec"].as_object().into_iter().flatten() {
         let _ = writeln!(out, "    {mode:<30}{rate:>10}");
     }
+    ratios(out, v);
 }
 
 fn idle(out: &mut String, v: &Value) {

@@ -6,8 +6,10 @@
 //! * `servicebus_source_c1`, `servicebus_source_c8` — [`AmqpSource`] as shipped,
 //!   with `prefetch: 64`: `receive(64)` then `complete` each delivery, 1 or 8
 //!   completes in flight; the adapter's overhead is measured against the bare loop;
-//! * `servicebus_tick_c1`, `servicebus_tick_c8` — drain-core's `run_tick` over the
-//!   adapter (claims in memory, each message resubmitted to a second queue).
+//! * `servicebus_tick_c1`, `servicebus_tick` — drain-core's `run_tick` over the
+//!   adapter (claims in memory, each message resubmitted to a second queue): one
+//!   submit at a time (a fixed window of 1), and at `TickConfig::new`'s defaults
+//!   (the adaptive window), whose goal is half the bare loop's rate or more.
 //!
 //! Source and target are queues of a test-servicebus broker reached through its
 //! emulator connection string (CBS token, peek-lock with lock tokens, Service Bus
@@ -27,7 +29,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
-use bench_support::stats::{median, ratios, rounded};
+use bench_support::stats::{median, ratios, rounded, spread};
 use drain_core::LeaseToken;
 use drain_core::memory::MemoryStore;
 use drain_core::ports::{Clock, NoopObserver};
@@ -44,7 +46,7 @@ use test_servicebus::{Broker, BrokerConfig, QueueConfig};
 const BATCH: usize = 64;
 /// A round (fill plus drain) takes a few seconds; one that takes this long is stuck.
 const ROUND_LIMIT: Duration = Duration::from_secs(60);
-const MODES: [&str; 5] = ["bare_fe2o3", "source_c1", "source_c8", "tick_c1", "tick_c8"];
+const MODES: [&str; 5] = ["bare_fe2o3", "source_c1", "source_c8", "tick_c1", "tick"];
 /// The policy key of the bench's test-servicebus.
 const SB_KEY: &str = test_servicebus::DEFAULT_KEY;
 
@@ -68,8 +70,10 @@ async fn run() -> serde_json::Value {
         Broker::start(BrokerConfig { key: SB_KEY.to_owned(), ..BrokerConfig::default() }).expect("test-servicebus");
     let mut sb_rates: Vec<Vec<f64>> = vec![Vec::new(); MODES.len()];
     let started = Instant::now();
+    // `cargo bench --bench servicebus -- tick bare_fe2o3` runs only those modes.
+    let only = bench_support::only();
     for round in 0..rounds {
-        for (i, mode) in MODES.iter().enumerate() {
+        for (i, mode) in MODES.iter().enumerate().filter(|(_, m)| only.is_empty() || only.iter().any(|o| o == *m)) {
             // Fresh queues each round, filled directly.
             let (src, dst) = (format!("src-{round}-{mode}"), format!("dst-{round}-{mode}"));
             for q in [&src, &dst] {
@@ -85,8 +89,8 @@ async fn run() -> serde_json::Value {
                     "bare_fe2o3" => sb_bare(&broker, &src, n).await,
                     "source_c1" => source::drain(sb(&src), n, BATCH, 1).await,
                     "source_c8" => source::drain(sb(&src), n, BATCH, 8).await,
-                    "tick_c1" => tick((sb(&src), sb(&dst)), n, 1).await,
-                    _ => tick((sb(&src), sb(&dst)), n, 8).await,
+                    "tick_c1" => tick((sb(&src), sb(&dst)), n, Some(1)).await,
+                    _ => tick((sb(&src), sb(&dst)), n, None).await,
                 }
             })
             .await
@@ -114,8 +118,20 @@ async fn run() -> serde_json::Value {
     let (sb1, sb8) = (overhead(&sb_rates, 1), overhead(&sb_rates, 2));
     let pct = |o: Option<f64>| o.map_or_else(|| "null".to_owned(), |v| format!("{v:.1}"));
     println!("adapter overhead vs bare loop: Service Bus c1 {} %, c8 {} %", pct(sb1), pct(sb8));
+    let mut vs_bare = Map::new();
+    for (i, mode) in MODES.iter().enumerate().skip(3) {
+        let Some(s) = spread(&ratios(&sb_rates[i], &sb_rates[0])) else { continue };
+        let (m, lo, hi) = (s.median, s.min, s.max);
+        println!(
+            "servicebus_{mode} / bare_fe2o3: {m:.3}x (spread {:.1} %, range {lo:.3}-{hi:.3})",
+            s.iqr_over_median * 100.0
+        );
+        let entry = json!({"median": rounded(m, 3), "iqr_over_median": rounded(s.iqr_over_median, 3), "min": rounded(lo, 3), "max": rounded(hi, 3)});
+        vs_bare.insert(format!("servicebus_{mode}_vs_servicebus_bare_fe2o3"), entry);
+    }
     let build = if cfg!(debug_assertions) { "debug" } else { "release" };
     json!({
+        "ratios": vs_bare,
         "bench": "servicebus",
         "length": length,
         "build": build,
@@ -183,21 +199,26 @@ async fn teardown<F: Future>(
     let _ = tokio::time::timeout(STEP, conn.close()).await;
 }
 
-/// drain-core's tick: claims in memory, resubmit to the second endpoint, complete.
-async fn tick((from, to): (Endpoint, Endpoint), n: usize, concurrency: usize) -> Duration {
+/// drain-core's tick: claims in memory, resubmit to the second endpoint, complete;
+/// `concurrency` submits at once, or (`None`) the defaults, whose source keeps the
+/// window's maximum of credit open as `drain run`'s does.
+async fn tick((from, to): (Endpoint, Endpoint), n: usize, concurrency: Option<usize>) -> Duration {
     let queue = from.entity.clone().unwrap_or_default();
     let queue = queue.as_str();
-    let options = SourceOptions { prefetch: BATCH as u32, ..SourceOptions::default() };
+    let mut cfg = TickConfig::new(queue);
+    let mut prefetch = TickConfig::MAX_IN_FLIGHT;
+    if let Some(c) = concurrency {
+        cfg = cfg.concurrency(c);
+        (cfg.batch, prefetch) = (BATCH, BATCH);
+    }
+    let options = SourceOptions { prefetch: prefetch as u32, ..SourceOptions::default() };
     let source = AmqpSource::connect(from, options).await.expect("source");
     let submitter = AmqpSubmitter::connect(to, SubmitterOptions::default()).await.expect("target");
     let clock = Arc::new(TokioClock::new());
     let store = MemoryStore::new(clock.clone() as Arc<dyn Clock>);
-    let mut cfg = TickConfig::new(queue);
-    cfg.concurrency = concurrency;
-    cfg.batch = BATCH;
     cfg.max_wait = Duration::from_millis(300);
     let ports = TickPorts::new(&source, &submitter, &*clock, &NoopObserver).leases(&store).claims(&store);
-    let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency as u64));
+    let token = LeaseToken::generate("bench", &mut TestRng::new(concurrency.unwrap_or_default() as u64));
     let start = Instant::now();
     let report = run_tick(&cfg, &ports, &token, &Default::default()).await;
     // The last, empty receive waits max_wait: not part of the drain.

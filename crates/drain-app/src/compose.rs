@@ -163,11 +163,13 @@ pub(crate) fn parse_endpoint(name: &str, url: &Secret) -> Result<Endpoint, Compo
     Ok(parsed.endpoint)
 }
 
-/// Credit kept open on the receiver: one batch, so a tick's receive never waits on
-/// credit and never strands more than a batch (and with the single-flight lease on,
-/// none at all between ticks: the beat parks the source, see drain-runtime's `Beat`).
+/// Credit kept open on the receiver: the in-flight window's maximum (a batch with a
+/// fixed window), so the next batch is on its way while one is submitted, as a
+/// shovel's prefetch keeps it; it never strands more than that between ticks (and
+/// with the single-flight lease on, none at all: the beat parks the source, see
+/// drain-runtime's `Beat`).
 fn prefetch(config: &Config) -> u32 {
-    u32::try_from(config.drain_batch).unwrap_or(u32::MAX).max(1)
+    u32::try_from(config.drain_batch.max(config.drain_max_in_flight)).unwrap_or(u32::MAX).max(1)
 }
 
 /// The first wait between two connection attempts at start, and the longest.

@@ -254,7 +254,7 @@ fn run_says_what_it_will_do_and_exports_every_series_from_the_first_scrape() {
         "queue requests from the embedded demo queue to the embedded target",
         &format!("store redis at redis://drain:***@127.0.0.1:{redis_port}"),
         "switches on: SERVICEBUS_DRAIN_SINGLEFLIGHT, SERVICEBUS_DRAIN_LEASE_RENEW, SERVICEBUS_ATOMIC_CLAIM, PROJECTION_DRAIN_CLAIM_AWARE (shadow), PROJECTION_DRAIN_RELEASE_WAKE, PROJECTION_DRAIN_SKIP_SERVED;",
-        "a tick every 3600 s on 4 workers, messages 1 at a time, plus the resident consumer",
+        "a tick every 3600 s on 4 workers, messages 1..=512 (adaptive) at a time, plus the resident consumer",
     ] {
         assert!(start.contains(part), "`{part}` in the start line: {start}");
     }

@@ -18,7 +18,7 @@ use drain_core::ports::{
 };
 use drain_core::testkit::{Call, FailSettle, Forward, Hooks, RecordingSubmitter, Run, TestRng, message};
 use drain_core::tick::{
-    ClaimHealth, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
+    ClaimHealth, InFlight, StaleClaims, TickControl, TickPorts, probe_claims, release_stale_claims, run_tick,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use support::{Harness, stats};
@@ -207,7 +207,8 @@ fn a_frozen_lease_store_beside_a_working_claim_store_still_drains() {
 fn a_renewal_timeout_marks_nothing_down() {
     let mut h = Harness::with_delay(Duration::from_secs(5));
     h.cfg.lease_ttl = Duration::from_secs(30);
-    h.cfg.batch = 2;
+    // One submit at a time: the renewals fall between submits of known times.
+    (h.cfg.batch, h.cfg.in_flight) = (2, InFlight::Fixed);
     h.feed(&["a", "b", "c", "d", "e"]); // 25 s of submits: renewals at 10 s and 20 s
     let slow = Forward::new(h.store.clone(), SlowRenew { clock: h.clock.clone() });
     let target = h.target.clone();
@@ -544,7 +545,9 @@ fn shadow_counts_what_on_decides_for_repeated_ids() {
             let mut h = Harness::new();
             h.cfg.singleflight = Switch::Off;
             h.cfg.atomic_claim = mode;
-            h.cfg.batch = batch;
+            // Fixed: a failed submit would halve an adaptive window and the batches
+            // would no longer be the case's.
+            (h.cfg.batch, h.cfg.in_flight) = (batch, InFlight::Fixed);
             h.cfg.max_batches = Some(ids.len() as u32 / batch as u32);
             if let Some(id) = fail {
                 h.target.fail_id(id);
@@ -573,6 +576,8 @@ fn renew_shadow_never_extends_the_lease() {
         let mut h = Harness::with_delay(Duration::from_secs(10));
         h.cfg.lease_ttl = Duration::from_secs(30);
         h.cfg.renew = renew;
+        // One submit at a time, each starting at a known time.
+        h.cfg.in_flight = InFlight::Fixed;
         h.feed(&["a", "b", "c", "d", "e", "f"]);
         let r = h.tick();
         assert_eq!(stats(&r).1, 3, "{renew:?}: submits start at 0, 10 and 20 s; the deadline is 27 s");

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use drain_core::event::{Event, LeaseOp};
 use drain_core::guard::Loss;
+use drain_core::tick::InFlight;
 use drain_core::{ErrorKind, Switch};
 use support::{Harness, stats};
 
@@ -14,6 +15,8 @@ use support::{Harness, stats};
 fn lease_is_renewed_every_third_of_the_ttl() {
     let mut h = Harness::with_delay(Duration::from_millis(9_500));
     h.cfg.lease_ttl = Duration::from_secs(30);
+    // One submit at a time, so the drain lasts 66.5 s.
+    h.cfg.in_flight = InFlight::Fixed;
     h.feed(&["a", "b", "c", "d", "e", "f", "g"]); // 66.5 s of submits, TTL 30 s
     let r = h.tick();
     assert_eq!(stats(&r).1, 7);
@@ -32,6 +35,8 @@ fn without_renewal_the_drain_stops_at_the_deadline() {
     let mut h = Harness::with_delay(Duration::from_secs(10));
     h.cfg.lease_ttl = Duration::from_secs(30);
     h.cfg.renew = Switch::Off;
+    // One submit at a time, each starting at a known time.
+    h.cfg.in_flight = InFlight::Fixed;
     h.feed(&["a", "b", "c", "d", "e", "f"]);
     let r = h.tick();
     assert!(r.lease_lost, "{r:?}");
@@ -52,6 +57,7 @@ fn the_lease_holder_drains_with_the_held_concurrency() {
     for (lease, failing, want) in cases {
         let mut h = Harness::with_delay(Duration::from_millis(100));
         (h.cfg.singleflight, h.cfg.concurrency, h.cfg.held_concurrency, h.cfg.batch) = (lease, 2, Some(8), 20);
+        h.cfg.in_flight = InFlight::Fixed;
         h.cfg.atomic_claim = Switch::Off;
         if failing {
             h.store.set_failing(Some(ErrorKind::Connection));

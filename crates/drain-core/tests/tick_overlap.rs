@@ -14,7 +14,7 @@ use drain_core::ports::{
     Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageSource, NoopObserver, SubmitContext, Submitter,
 };
 use drain_core::testkit::{Call, Forward, Hooks, RecordingSubmitter, Run, TestRng, TwoCalls, message};
-use drain_core::tick::{TickConfig, TickPorts, run_tick};
+use drain_core::tick::{InFlight, TickConfig, TickPorts, run_tick};
 use drain_core::{LeaseToken, PortError, Time};
 
 const CALL: Duration = Duration::from_millis(10);
@@ -144,6 +144,7 @@ fn the_next_batch_is_received_and_claimed_while_one_is_submitted() {
     let mut cfg = TickConfig::new("requests");
     cfg.batch = 4;
     cfg.concurrency = 1;
+    cfg.in_flight = InFlight::Fixed;
     cfg.max_wait = Duration::from_millis(100);
     let ports = TickPorts::new(&source, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(1));
@@ -201,7 +202,7 @@ fn a_store_without_the_one_call_settles_then_claims_in_two() {
     let (clock, log, store) = (&*w.clock, &w.log, &w.store);
     let claims = Forward::new(store.clone(), w.slow(TwoCalls));
     let target = RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO);
-    let mut cfg = TickConfig::new("requests");
+    let mut cfg = TickConfig::new("requests").concurrency(1);
     cfg.batch = 2;
     let ports = TickPorts::new(&memory, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
     let token = LeaseToken::generate("test", &mut TestRng::new(2));
@@ -211,4 +212,46 @@ fn a_store_without_the_one_call_settles_then_claims_in_two() {
     // Batch 0's claims; batch 1's; batch 0 settled, then batch 2 claimed; batches 1
     // and 2 settled together.
     assert_eq!(order, ["claim", "claim", "settle", "claim", "settle"]);
+}
+
+/// By default each step submits its whole batch at once, in the order received, and
+/// the window doubles while the target's throughput rises with it (here a target
+/// that takes 10 ms whatever is in flight), up to its maximum; each batch still
+/// costs one claim-store round trip.
+#[test]
+fn by_default_a_batch_is_in_flight_at_once_and_the_window_grows() {
+    let (w, memory) = World::new(400);
+    let (clock, log, store) = (&*w.clock, &w.log, &w.store);
+    let source = w.slow(memory);
+    let claims = Forward::new(store.clone(), w.slow(()));
+    let target = w.slow(RecordingSubmitter::with_delay(w.dyn_clock.clone(), Duration::ZERO));
+    let mut cfg = TickConfig::new("requests");
+    cfg.batch = 4;
+    cfg.in_flight = InFlight::Adaptive { max: 32 };
+    cfg.max_wait = Duration::from_millis(100);
+    let ports = TickPorts::new(&source, &target, clock, &NoopObserver).leases(&**store).claims(&claims);
+    let token = LeaseToken::generate("test", &mut TestRng::new(3));
+    let report = block_on(clock, run_tick(&cfg, &ports, &token, &Default::default()));
+    assert_eq!(report.stats.map(|s| (s.received, s.submitted)), Some((400, 400)), "{report:?}");
+    let ids: Vec<String> = (0..400).map(|i| format!("m{i}")).collect();
+    assert_eq!(target.inner.submitted_ids(), ids, "submitted in the order received");
+
+    // Submits that start together are one step's.
+    let mut steps: Vec<usize> = Vec::new();
+    let mut last = None;
+    for (start, _) in log.calls("submit") {
+        if last == Some(start) {
+            *steps.last_mut().expect("a step") += 1;
+        } else {
+            steps.push(1);
+        }
+        last = Some(start);
+    }
+    // A sample is two full steps of 10 ms (the target's time, all in flight at once).
+    assert_eq!(&steps[..8], [4, 4, 8, 8, 16, 16, 32, 32], "doubling after each sample: {steps:?}");
+    assert!(steps[8..steps.len() - 1].iter().all(|&n| n == 32), "held at the maximum: {steps:?}");
+    let receives = log.calls("receive").len();
+    let calls = ["claim", "settle_then_claim", "settle"].iter().map(|c| log.calls(c).len()).sum::<usize>();
+    assert_eq!(receives, steps.len() + 1, "one receive a batch, and the last, empty one");
+    assert_eq!(calls, steps.len() + 1, "one claim-store call a batch, and the last settlement");
 }

@@ -15,7 +15,7 @@ use drain_core::ports::{
     Capabilities, Clock, Delivery, DeliveryHandle, Message, MessageId, MessageSource, NoopObserver, SubmitContext,
     Submitter,
 };
-use drain_core::tick::{TickConfig, TickPorts, TickReport, run_tick};
+use drain_core::tick::{InFlight, TickConfig, TickPorts, TickReport, run_tick};
 use drain_core::{LeaseToken, PortError, Switch, Time};
 use futures::future::{Either, select};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -188,7 +188,10 @@ pub(crate) fn run(sc: &Scenario, seed: u64, lease: Switch) -> TickFigures {
     cfg.singleflight = lease;
     cfg.lease_ttl = Duration::from_secs(t.lease_ttl_s);
     cfg.batch = t.batch;
-    cfg.concurrency = t.drain_concurrency;
+    // The scenario's concurrency, fixed: its figures compare lease off and on at the
+    // same parallelism, which an adaptive window would grow apart (the simulated
+    // target takes the same time whatever is in flight).
+    (cfg.concurrency, cfg.in_flight) = (t.drain_concurrency, InFlight::Fixed);
     cfg.held_concurrency = Some(t.drain_concurrency * t.worker_concurrency.max(1));
     // Shorter than production's day so the in-memory store stays small; longer than
     // any redelivery in the run.

@@ -1,6 +1,8 @@
 //! A private RabbitMQ node: its own node name, free loopback ports (AMQP and
 //! distribution), a directory of its own that is also its `HOME` (so its Erlang
-//! cookie is its own), only the `rabbitmq_amqp1_0` plugin. `cargo xtask` starts one
+//! cookie is its own), the `rabbitmq_amqp1_0` plugin and the shovel (the AMQP bench's
+//! anchor; it starts no shovel of its own, and adds a few tenths of a second to the
+//! boot). `cargo xtask` starts one
 //! for a whole test run; a test that stops and starts its broker starts its own.
 //!
 //! Self-contained (std only): xtask, which depends on no workspace crate so that
@@ -54,7 +56,7 @@ impl RabbitNode {
         let _ = fs::remove_dir_all(dir);
         let io = |e: std::io::Error| format!("cannot prepare {}: {e}", dir.display());
         fs::create_dir_all(dir).map_err(io)?;
-        fs::write(dir.join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").map_err(io)?;
+        fs::write(dir.join("enabled_plugins"), "[rabbitmq_amqp1_0,rabbitmq_shovel].\n").map_err(io)?;
         fs::write(dir.join("rabbitmq.conf"), "loopback_users.guest = true\n").map_err(io)?;
         fs::write(dir.join("env.conf"), "").map_err(io)?;
         let port = free_port(&[]);

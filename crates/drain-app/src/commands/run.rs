@@ -6,6 +6,7 @@ use std::sync::Arc;
 use adapter_metrics::{Known, KnownTicks};
 use clap::Args;
 use drain_core::ports::Clock;
+use drain_core::tick::{InFlight, TickConfig};
 use drain_runtime::{Beat, TokioClock};
 use tokio::sync::watch;
 
@@ -98,12 +99,20 @@ fn plan(rt: &Runtime, args: &RunArgs, switches: &[(&'static str, drain_core::Swi
     format!(
         "drain run: queue {queue} from {source} to {target}, store {store}; switches on: {switches_on}; \
          a tick every {beat} s on {workers} workers, messages {msgs} at a time{extras}",
+        msgs = in_flight(&rt.ticks.tick),
         queue = rt.ticks.tick.queue,
         store = rt.store_name(),
         beat = c.beat_interval.as_secs(),
         workers = c.worker_concurrency,
-        msgs = rt.ticks.tick.concurrency,
     )
+}
+
+/// How many messages a tick has in flight, in words.
+fn in_flight(tick: &TickConfig) -> String {
+    match tick.in_flight {
+        InFlight::Adaptive { max } => format!("{}..={max} (adaptive)", tick.concurrency.max(1)),
+        _ => tick.concurrency.to_string(),
+    }
 }
 
 async fn once(rt: &Runtime) -> ExitCode {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use drain_core::Switch;
 use drain_core::admission::SchedulerConfig;
-use drain_core::tick::TickConfig;
+use drain_core::tick::{InFlight, TickConfig};
 use settings::{Parsed, Warning};
 
 pub(crate) use redact::{Secret, redact, scrub, secret_parts};
@@ -80,6 +80,8 @@ pub(crate) struct Config {
     pub(crate) claim_pending: Duration,
     pub(crate) drain_concurrency: usize,
     pub(crate) drain_batch: usize,
+    /// `SERVICEBUS_DRAIN_MAX_IN_FLIGHT` (zero: a fixed window).
+    pub(crate) drain_max_in_flight: usize,
     pub(crate) drain_max_wait: Duration,
     /// `SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS` (zero: no automatic renewal).
     pub(crate) max_lock_renewal: Duration,
@@ -162,12 +164,18 @@ impl Config {
         // The lease keeps the other workers from racing for the queue: the holder
         // drains with their capacity, so single-flight costs no latency.
         tick.held_concurrency = Some(self.drain_concurrency.saturating_mul(self.worker_concurrency.max(1)));
+        tick.batch = self.drain_batch;
+        tick.in_flight = match self.drain_max_in_flight {
+            0 => InFlight::Fixed,
+            max => InFlight::Adaptive { max },
+        };
         if self.source_sessions.is_some() {
-            // A session's messages are submitted one at a time, in order.
+            // A session's messages are submitted one at a time, in order: with more
+            // in flight, one that fails goes back while the next ones land.
             tick.concurrency = 1;
             tick.held_concurrency = None;
+            tick.in_flight = InFlight::Fixed;
         }
-        tick.batch = self.drain_batch;
         tick.max_wait = self.drain_max_wait;
         tick
     }
@@ -315,6 +323,7 @@ pub(crate) fn resolve(
         claim_pending: Duration::from_secs(r.int("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS")),
         drain_concurrency: r.count("SERVICEBUS_DRAIN_CONCURRENCY"),
         drain_batch: r.count("SERVICEBUS_DRAIN_BATCH"),
+        drain_max_in_flight: r.count("SERVICEBUS_DRAIN_MAX_IN_FLIGHT"),
         drain_max_wait: Duration::from_millis(r.int("SERVICEBUS_DRAIN_MAX_WAIT_MS")),
         max_lock_renewal: Duration::from_secs(r.int("SERVICEBUS_DRAIN_MAX_LOCK_RENEWAL_SECONDS")),
         claim_aware: r.switch("PROJECTION_DRAIN_CLAIM_AWARE"),

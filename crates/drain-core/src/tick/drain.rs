@@ -16,6 +16,28 @@
 //! settler:  ─ … batch k-1 at the source (complete, abandon, release) …
 //! ```
 //!
+//! How many messages a step has in flight, and how many a receive asks for, is the
+//! planner's window (`window.rs`): adaptive by default, it grows while the target's
+//! throughput rises with it and halves when a submit fails. Each message is
+//! submitted under its own claim and completed at the source only after its own
+//! target outcome, as with one in flight.
+//!
+//! What is in flight when the drain ends early:
+//! * a stop (shutdown) or a lost lease starts no further submit; the submits in
+//!   flight are waited for (each bounded by the submitter's own timeout), and each
+//!   message is completed or given back by its own outcome, its claim marked done or
+//!   released, as at any other end of a step. A message submitted before a loss
+//!   carries the fence it was sent under, which a fenced consumer refuses once a
+//!   newer holder's fence reached it;
+//! * a target that restarts fails the submits whose outcome it had not sent: those
+//!   messages are given back (their claims released) and redelivered, and the window
+//!   halves. One the broker took before it went down is then a possible duplicate,
+//!   as it was with one in flight; a target that deduplicates on the message id
+//!   (Service Bus) keeps it exactly once;
+//! * a source that restarts refuses the completes of what it had delivered: those
+//!   messages come back and meet their `done` claims, completed as duplicates
+//!   without a second submit.
+//!
 //! The lanes share the planner behind a lock never held across an await, as quinn's
 //! tasks share quinn-proto's connection.
 
@@ -33,6 +55,7 @@ use crate::tick::health::Health;
 use crate::tick::planner::{
     ClaimCall, DrainOutcome, ForSource, Job, Next, Planner, Receive, SourceOp, Start, Stop, ToSource,
 };
+use crate::tick::window::Window;
 use crate::tick::{TickConfig, TickControl, TickPorts};
 use crate::token::LeaseToken;
 
@@ -63,7 +86,8 @@ impl<'a> Drain<'a> {
         control: &'a TickControl,
         health: &'a Health,
     ) -> Self {
-        let planner = Planner::new(cfg.atomic_claim, cfg.max_batches, health.claims_down());
+        let window = Window::new(cfg.in_flight, cfg.concurrency, cfg.batch);
+        let planner = Planner::new(cfg.atomic_claim, cfg.max_batches, health.claims_down(), window);
         Drain { cfg, ports, token, held, control, health, planner: Mutex::new(planner) }
     }
 
@@ -128,7 +152,7 @@ impl<'a> Drain<'a> {
     /// behind and take this one's claims in one call; the batches settled go to the
     /// source.
     async fn receive_and_claim(&self, permit: Receive, to_source: &mut mpsc::Sender<ForSource>) {
-        let batch = match self.ports.source.receive(self.cfg.batch.max(1), self.cfg.max_wait).await {
+        let batch = match self.ports.source.receive(permit.max().max(1), self.cfg.max_wait).await {
             Ok(batch) => batch,
             Err(e) => return self.plan(|p| p.handle_receive_failed(permit, &e)),
         };
@@ -145,12 +169,15 @@ impl<'a> Drain<'a> {
         self.hand_over(settled, to_source).await;
     }
 
-    /// Submit a step's jobs, bounded by the concurrency; `completed` is told when
-    /// the first message completes (submitted, or a duplicate of one done), and
-    /// dropped unsent when none does.
+    /// Submit a step's jobs, as many at once as the window says, in their order (the
+    /// target takes each submit in the order it starts, so messages of one session
+    /// reach it in the order they were received); `completed` is told when the first
+    /// message completes (submitted, or a duplicate of one done), and dropped unsent
+    /// when none does.
     async fn submit(&self, jobs: Vec<Job>, completed: oneshot::Sender<()>) {
         let ctx = SubmitContext { queue: &self.cfg.queue, fence: self.held.fence() };
         let ctx = &ctx;
+        let (began, in_flight) = (self.ports.clock.now(), self.plan(|p| p.in_flight()));
         let mut ended = stream::iter(jobs)
             .map(|job| async move {
                 let submitted = match self.plan(|p| p.start(job.slot)) {
@@ -159,7 +186,7 @@ impl<'a> Drain<'a> {
                 };
                 (job.slot, submitted)
             })
-            .buffer_unordered(self.cfg.concurrency.max(1));
+            .buffer_unordered(in_flight.max(1));
         let mut completed = Some(completed);
         while let Some((slot, submitted)) = ended.next().await {
             if self.plan(|p| p.handle_submitted(slot, submitted))
@@ -169,7 +196,8 @@ impl<'a> Drain<'a> {
                 let _ = tell.send(());
             }
         }
-        self.plan(Planner::end_submit);
+        let took = self.ports.clock.now().saturating_since(began);
+        self.plan(|p| p.end_submit(took));
     }
 
     /// Batches whose claims were just settled go to the settler, in order.
@@ -195,7 +223,7 @@ impl<'a> Drain<'a> {
         if messages.is_empty() {
             return;
         }
-        let release = self.ports.source.capabilities().release;
+        let (release, at_once) = (self.ports.source.capabilities().release, self.plan(|p| p.in_flight()));
         let settled: Vec<(ToSource, bool)> = stream::iter(messages)
             .map(|m| async move {
                 let source = self.ports.source;
@@ -206,7 +234,7 @@ impl<'a> Drain<'a> {
                 };
                 (m, r.is_ok())
             })
-            .buffer_unordered(self.cfg.concurrency.max(1))
+            .buffer_unordered(at_once.max(1))
             .collect()
             .await;
         let submitted = self.plan(|p| p.handle_at_source(&settled));

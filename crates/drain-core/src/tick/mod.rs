@@ -28,6 +28,7 @@ mod health;
 mod outage;
 mod planner;
 mod report;
+mod window;
 
 use std::panic::resume_unwind;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use std::time::Duration;
 
 pub use outage::{Gate, Outage, OutagePolicy, StaleClaims, Step};
 pub use report::{ClaimHealth, DrainStats, TickReport};
+pub use window::InFlight;
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::{Event, LeaseOp, TickKind, TickOutcome};
@@ -69,13 +71,17 @@ pub struct TickConfig {
     /// How long a `pending` claim lives before a redelivery may take it over; it
     /// must exceed the longest submit.
     pub claim_pending_ttl: Duration,
-    /// Messages processed at once.
+    /// Messages processed at once: with [`InFlight::Fixed`], submits in flight; with
+    /// [`InFlight::Adaptive`], the least the window shrinks to.
     pub concurrency: usize,
+    /// How many messages are in flight to the target at once: a window that adapts
+    /// to the target (the default), or `concurrency`.
+    pub in_flight: InFlight,
     /// Messages processed at once while this tick holds the single-flight lease (On):
     /// the capacity of the workers that would otherwise have raced it for the queue,
     /// which the lease leaves idle (`None`: `concurrency`).
     pub held_concurrency: Option<usize>,
-    /// Messages asked for per receive.
+    /// Messages asked for per receive ([`InFlight::Adaptive`]: the window's start).
     pub batch: usize,
     /// The longest one receive waits.
     pub max_wait: Duration,
@@ -88,9 +94,18 @@ pub struct TickConfig {
 }
 
 impl TickConfig {
+    /// The adaptive window's default maximum. A drain holds at most three batches
+    /// of the window (one received and claimed, one in flight, one being settled at
+    /// the source), so the largest message times three times this bounds the memory
+    /// of what is in flight, plus whatever credit the source keeps open (`drain run`
+    /// keeps this much). The first message waits for no more than the first receive
+    /// of `batch`: the window only grows once full steps showed it paying.
+    pub const MAX_IN_FLIGHT: usize = 512;
+
     /// The defaults for `queue`: single-flight off; a 120 s lease, renewed; the
-    /// claim on, `done` for a day, `pending` for 5 min; one message at a time, 32
-    /// per receive, a receive waiting at most 1 s. (drain's binary uses the same
+    /// claim on, `done` for a day, `pending` for 5 min; an adaptive window of at
+    /// most [`TickConfig::MAX_IN_FLIGHT`] messages in flight starting at 32 per
+    /// receive, a receive waiting at most 1 s. (drain's binary uses the same
     /// defaults; its registry is tested against these.)
     #[must_use]
     pub fn new(queue: impl Into<String>) -> Self {
@@ -103,6 +118,7 @@ impl TickConfig {
             claim_done_ttl: Duration::from_secs(86_400),
             claim_pending_ttl: Duration::from_secs(300),
             concurrency: 1,
+            in_flight: InFlight::Adaptive { max: Self::MAX_IN_FLIGHT },
             held_concurrency: None,
             batch: 32,
             max_wait: Duration::from_millis(1_000),
@@ -132,10 +148,11 @@ impl TickConfig {
         self
     }
 
-    /// With `n` messages processed at once.
+    /// With `n` messages processed at once, a fixed window ([`InFlight::Fixed`]).
     #[must_use]
     pub fn concurrency(mut self, n: usize) -> Self {
         self.concurrency = n;
+        self.in_flight = InFlight::Fixed;
         self
     }
 

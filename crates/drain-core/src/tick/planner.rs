@@ -33,6 +33,11 @@
 //!   `may_receive` again. When the call that settles batch k-1 fails, batch k+1 was
 //!   received already and goes back: one batch per failure.
 //! * A stop or a lost lease abandons what was not submitted: [`Planner::start`].
+//!   Submits already in flight end by their own outcomes, as at any end of a step.
+//!
+//! How many messages a receive asks for, and a step has in flight, is the window's
+//! (`window.rs`), told of each step's submits and their duration in
+//! [`Planner::end_submit`]: the duration is the loop's clock reading, an input.
 //!
 //! A message whose id is in batch k and again in batch k+1 finds batch k's claim
 //! pending: ours. Once batch k has submitted it, the copy is completed as a duplicate
@@ -41,6 +46,7 @@
 //! planner submits as Off does and counts, with mode Shadow, what On would decide.
 
 use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::MessageOutcome;
@@ -49,6 +55,7 @@ use crate::ports::{
     Settlement,
 };
 use crate::switch::Switch;
+use crate::tick::window::Window;
 use crate::tick::{ClaimHealth, DrainStats};
 
 mod types;
@@ -97,6 +104,8 @@ pub(super) struct Planner {
     stale_claims: Vec<MessageId>,
     stats: DrainStats,
     events: VecDeque<(MessageOutcome, Switch)>,
+    /// How many messages to ask for and to submit at once.
+    window: Window,
 }
 
 /// Why the source ended the receiving.
@@ -178,7 +187,8 @@ impl Planner {
     /// A drain with the claim at `mode`, receiving at most `max_batches`;
     /// `claims_down`: the claim store timed out before the drain (as the lease store,
     /// when one object serves both).
-    pub(super) fn new(mode: Switch, max_batches: Option<u32>, claims_down: bool) -> Self {
+    /// `window` sizes its receives and steps.
+    pub(super) fn new(mode: Switch, max_batches: Option<u32>, claims_down: bool, window: Window) -> Self {
         Planner {
             mode,
             max_batches,
@@ -199,7 +209,13 @@ impl Planner {
             stale_claims: Vec::new(),
             stats: DrainStats::default(),
             events: VecDeque::new(),
+            window,
         }
+    }
+
+    /// Submits to keep in flight in a step, and settlements at the source at once.
+    pub(super) fn in_flight(&self) -> usize {
+        self.window.in_flight()
     }
 
     /// A stop from outside, or the lease lost: nothing more is received, and what
@@ -229,7 +245,7 @@ impl Planner {
             return None;
         }
         self.receiving = true;
-        Some(Receive(()))
+        Some(Receive(self.window.batch()))
     }
 
     /// Receiving more is wanted and allowed.
@@ -253,7 +269,7 @@ impl Planner {
 
     /// The receive failed: the drain ends with `error`.
     pub(super) fn handle_receive_failed(&mut self, permit: Receive, error: &PortError) {
-        let Receive(()) = permit;
+        let Receive(_) = permit;
         self.receiving = false;
         self.end = Some(End::Failed(format!("receive failed: {error}")));
     }
@@ -263,7 +279,7 @@ impl Planner {
     /// of an id in the batch waits for the first; Off and Shadow submit both (Shadow
     /// counts what On would do).
     pub(super) fn handle_received(&mut self, permit: Receive, batch: Vec<Delivery>) -> Option<Prepared> {
-        let Receive(()) = permit;
+        let Receive(_) = permit;
         self.receiving = false;
         if batch.is_empty() {
             self.end = Some(End::Empty);
@@ -498,13 +514,18 @@ impl Planner {
         first
     }
 
-    /// Every job of the step ended: the claims to settle by what became of each
-    /// message, and each message's fate at the source.
-    pub(super) fn end_submit(&mut self) {
+    /// Every job of the step ended, the submits in `took`: the claims to settle by
+    /// what became of each message, each message's fate at the source, and the
+    /// window told how the target fared.
+    pub(super) fn end_submit(&mut self, took: Duration) {
         let step = self.step.as_mut().expect("a step");
         debug_assert_eq!(step.ended.len(), step.claimed.plans.len(), "every job of the step ended");
         let Claimed { batch, plans, would } = &step.claimed;
         let ended = std::mem::take(&mut step.ended);
+        let count =
+            |o: MessageOutcome| ended.iter().filter(|(_, f)| *f == Fate::Complete(o) || *f == Fate::Abandon(o)).count();
+        let (submitted, failed) = (count(MessageOutcome::Submitted), count(MessageOutcome::SubmitFailed));
+        self.window.handle_step(ended.len(), submitted as u64, failed as u64, took);
         let settlements: Vec<Settlement> = ended
             .iter()
             .filter(|(i, _)| matches!(plans[*i], Plan::Submit { claimed: true }))

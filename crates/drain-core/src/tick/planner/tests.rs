@@ -15,8 +15,9 @@
 //! `id=gone` (its settlement `NotOwner`); or the call failed: `claims timeout` may
 //! have run, `claims refused` was never sent, `claims settle-failed` is the two-call
 //! default's answer, `claims short` lacks a claim), `ok a` / `fail a` (job `a`
-//! started, and its submit succeeded / failed), `all` (every job left, submitted
-//! fine), `stop` / `lost` (a shutdown, a lost lease), `end` (the step ended),
+//! started, and its submit succeeded / failed), `start a` then `accepted a` /
+//! `refused a` (job `a` started, in flight, and later its outcome), `all` (every job
+//! left, submitted fine), `stop` / `lost` (a shutdown, a lost lease), `end` (the step ended),
 //! `source-fails` (the source refuses settlements from then on).
 //!
 //! Answers: `receive`, `no`, `step <jobs>`, `finish: <call>`, a claim call
@@ -28,6 +29,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::ports::DeliveryHandle;
+use crate::tick::InFlight;
 
 /// What the claim answers decide for each message, and the counts.
 const CLAIMS: &str = "
@@ -81,6 +83,9 @@ on | next -> receive; got!; next -> finish: no call; claims | error: receive fai
 # A stop or a lost lease: nothing more is received or submitted, and what was not submitted goes back, its claim released.
 on | next -> receive; got a b c -> claim a b c; claims; next -> step a b c; ok a -> submit; stop; all -> skip b, skip c; poll -> no; end; next -> finish: settle a+ b- c-; claims -> abandon b=cancelled c=cancelled, complete a | received 3, submitted 1, abandoned 2, claims answered
 on | next -> receive; got a -> claim a; claims; next -> step a; ok a -> submit; poll -> receive; got b -> claim b; claims; lost; end; next -> step b; ok b -> skip; end; next -> finish: settle a+ b-; claims -> complete a / abandon b=cancelled | received 2, submitted 1, abandoned 1, claims answered
+# Submits in flight when the drain stops, or the lease is lost, are waited for: each is completed or given back by its own outcome, its claim settled; what had not started goes back.
+on | next -> receive; got a b c -> claim a b c; claims; next -> step a b c; start a -> submit; start b -> submit; stop; start c -> skip; accepted a; refused b; accepted c; end; next -> finish: settle a+ b- c-; claims -> abandon b=failed c=cancelled, complete a | received 3, submitted 1, abandoned 2, submit_failures 1, claims answered
+on | next -> receive; got a b -> claim a b; claims; next -> step a b; start a -> submit; start b -> submit; lost; poll -> no; accepted b; accepted a; end; next -> finish: settle b+ a+; claims -> complete b a | received 2, submitted 2, claims answered
 ";
 
 /// An id in two consecutive batches: the later copy meets the earlier's pending
@@ -160,7 +165,7 @@ fn check(config: &str, script: &str, counts: &str) {
             _ => panic!("config word {w:?}"),
         }
     }
-    let mut run = Run::new(Planner::new(mode, max_batches, down));
+    let mut run = Run::new(Planner::new(mode, max_batches, down, Window::new(InFlight::Fixed, 1, 32)));
     let mut got = Vec::new();
     for item in script.split(';') {
         let input = item.split_once("->").map_or(item, |(input, _)| input).trim();
@@ -177,6 +182,8 @@ struct Run {
     permit: Option<Receive>,
     call: Option<ClaimCall>,
     jobs: Vec<Job>,
+    /// Jobs started and in flight: their slot, and whether `start` said submit.
+    flying: HashMap<String, (Slot, bool)>,
     names: HashMap<DeliveryHandle, String>,
     received: u64,
     source_fails: bool,
@@ -190,6 +197,7 @@ impl Run {
             permit: None,
             call: None,
             jobs: Vec::new(),
+            flying: HashMap::new(),
             names: HashMap::new(),
             received: 0,
             source_fails: false,
@@ -242,6 +250,18 @@ impl Run {
             }
             "claims" => self.answer(&args),
             "ok" | "fail" => self.job(args[0], verb == "ok"),
+            "start" => {
+                let at = self.jobs.iter().position(|j| id_name(j.message.message_id.as_ref()) == args[0]);
+                let job = self.jobs.remove(at.expect("a job"));
+                let submit = self.planner.start(job.slot) == Start::Submit;
+                self.flying.insert(args[0].to_owned(), (job.slot, submit));
+                if submit { "submit" } else { "skip" }.to_owned()
+            }
+            "accepted" | "refused" => {
+                let (slot, submit) = self.flying.remove(args[0]).expect("a job in flight");
+                self.planner.handle_submitted(slot, submit.then_some(verb == "accepted"));
+                String::new()
+            }
             "all" => {
                 let names: Vec<String> = self.jobs.iter().map(|j| id_name(j.message.message_id.as_ref())).collect();
                 names.iter().map(|n| format!("{} {n}", self.job(n, true))).collect::<Vec<_>>().join(", ")
@@ -251,7 +271,7 @@ impl Run {
                 String::new()
             }
             "end" => {
-                self.planner.end_submit();
+                self.planner.end_submit(Duration::ZERO);
                 self.planner.end_step();
                 String::new()
             }

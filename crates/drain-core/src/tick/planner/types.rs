@@ -22,15 +22,23 @@ pub(crate) enum Stop {
 pub(crate) enum Next {
     /// Receive a batch.
     Receive(Receive),
-    /// Submit these messages (the batch claimed), at most `concurrency` at once.
+    /// Submit these messages (the batch claimed), at most the window's at once.
     Submit(Vec<Job>),
     /// Make this last claim call, then settle what it answers at the source.
     Finish(ClaimCall),
 }
 
-/// Leave to receive one batch: the only way to hand the planner a batch.
+/// Leave to receive one batch, of at most this many messages: the only way to hand
+/// the planner a batch.
 #[derive(Debug)]
-pub(crate) struct Receive(pub(super) ());
+pub(crate) struct Receive(pub(super) usize);
+
+impl Receive {
+    /// Messages to ask for.
+    pub(crate) fn max(&self) -> usize {
+        self.0
+    }
+}
 
 /// What a received batch needs before its submits: its messages without an id
 /// dead-lettered (claim On: the claim is keyed on the id), then one claim call.
