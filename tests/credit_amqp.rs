@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use drain_e2e::proxy::Proxy;
 use drain_e2e::rabbit::{Broker, Queue};
 use drain_e2e::servicebus::{self, counts, eventually, ids};
 use drain_e2e::{Running, drain, redis};
@@ -102,12 +103,17 @@ fn on_service_bus_a_process_that_lost_the_lease_holds_no_lock_between_ticks() {
     let b = servicebus::broker(&[("requests", QueueConfig::default()), ("work", QueueConfig::default())]);
     let sent: Vec<String> = (0..SB_N).map(|i| format!("sb-{i:05}")).collect();
     servicebus::feed(&b, "requests", &sent);
+    // The target behind a proxy the test holds while it takes the lease away: the
+    // tick cannot drain everything before its renewal (every 3.3 s) finds it lost.
+    let proxy = Proxy::start(b.addr());
+    let target_url =
+        servicebus::url(&b, "work").replace(&format!(":{};", b.addr().port()), &format!(":{};", proxy.port()));
     let mut cmd = drain();
     cmd.arg("run")
-        .env("DRAIN_LOG", "info,drain::tick=debug,adapter_servicebus=debug")
+        .env("DRAIN_LOG", "info,drain::tick=debug,drain::observe=debug,adapter_servicebus=debug")
         .env("DRAIN_REDIS_URL", server.url())
         .env("DRAIN_SOURCE_URL", servicebus::url(&b, "requests"))
-        .env("DRAIN_TARGET_URL", servicebus::url(&b, "work"))
+        .env("DRAIN_TARGET_URL", target_url)
         .env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on")
         .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", "10")
         .env("DRAIN_BEAT_INTERVAL_SECONDS", "1")
@@ -120,10 +126,13 @@ fn on_service_bus_a_process_that_lost_the_lease_holds_no_lock_between_ticks() {
     assert!(eventually(Duration::from_secs(30), || counts(&b, "work").0 >= 100), "no tick drained: {}", p.log());
 
     // Another process takes the lease: the next renewal finds it lost and the tick stops.
+    proxy.hold();
     let key = "drain:lease:{requests}";
     let foreign = "other-host:00112233445566778899aabbccddeeff";
     assert_eq!(server.command(&["SET", key, foreign, "PX", "600000"]).unwrap(), Reply::Simple("OK".into()));
-    assert!(p.wait_for("tick ended early", Duration::from_secs(30)), "the tick did not lose the lease: {}", p.log());
+    assert!(p.wait_for("lease lost", Duration::from_secs(30)), "the tick did not lose the lease: {}", p.log());
+    proxy.release();
+    assert!(p.wait_for("tick ended early", Duration::from_secs(30)), "the tick did not stop: {}", p.log());
     let skipped = p.count("tick skipped");
     let deadline = Instant::now() + Duration::from_secs(30);
     while p.count("tick skipped") < skipped + 3 {
