@@ -11,9 +11,9 @@ use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions,
 };
-use drain_core::PortError;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
+use drain_core::{Backoff, PortError};
 use drain_runtime::{BeatConfig, ClaimGate, Connect, LazyStore, Ticks};
 
 use crate::config::{Config, Secret};
@@ -172,9 +172,8 @@ fn prefetch(config: &Config) -> u32 {
     u32::try_from(config.drain_batch.max(config.drain_max_in_flight)).unwrap_or(u32::MAX).max(1)
 }
 
-/// The first wait between two connection attempts at start, and the longest.
-const RETRY_FIRST: Duration = Duration::from_secs(1);
-const RETRY_CAP: Duration = Duration::from_secs(30);
+/// The waits between two connection attempts at start: 1 s doubling to 30 s.
+const RETRY: Backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(30) };
 
 /// Connect with `connect` until it succeeds or fails permanently. A broker that is
 /// down (refused, timed out, not serving yet) when `drain` starts is temporary:
@@ -186,7 +185,6 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, PortError>>,
 {
-    let mut step = RETRY_FIRST;
     let mut attempt = 0u32;
     loop {
         attempt = attempt.saturating_add(1);
@@ -198,8 +196,7 @@ where
                 return Ok(v);
             }
             Err(e) if e.is_temporary() => {
-                use rand::RngExt;
-                let wait = step.mul_f64(rand::rng().random_range(0.5..=1.0));
+                let wait = RETRY.delay(attempt - 1, &mut rand::rng());
                 tracing::warn!(
                     attempt,
                     retry_in_s = wait.as_secs_f64(),
@@ -207,7 +204,6 @@ where
                     wait.as_secs_f64()
                 );
                 tokio::time::sleep(wait).await;
-                step = (step * 2).min(RETRY_CAP);
             }
             Err(e) => return Err(e),
         }
