@@ -13,32 +13,19 @@ use std::fs;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::util::{Failure, GateResult, Outcome, display, project_root, run};
+use crate::util::{Failure, GateResult, Outcome, display, length_arg, project_root, report, run};
 
 /// Seconds per target when `--seconds` is not given.
 pub(crate) const DEFAULT_SECONDS: u64 = 30;
 
 /// Parse the gate's arguments: nothing, or `--seconds N` (N ≥ 1).
 pub(crate) fn parse_args(args: &[&str]) -> Result<u64, String> {
-    match args {
-        [] => Ok(DEFAULT_SECONDS),
-        ["--seconds", n] => match n.parse::<u64>() {
-            Ok(s) if s >= 1 => Ok(s),
-            _ => Err(format!("--seconds takes a whole number of seconds, at least 1, not `{n}`")),
-        },
-        _ => Err(format!("unexpected arguments to `fuzz`: `{}` (expected `--seconds N`)", args.join(" "))),
-    }
+    length_arg("fuzz", args, ("--seconds", "seconds"), 1, DEFAULT_SECONDS)
 }
 
 /// Run the gate and print its closing line.
 pub(crate) fn run_and_report(seconds: u64) -> Result<(), Failure> {
-    let result = run_gate(seconds);
-    match &result {
-        Ok(Outcome::Passed) => println!("xtask fuzz: ok"),
-        Ok(Outcome::Skipped(why)) => println!("xtask fuzz: skipped ({why})"),
-        Err(failure) => println!("xtask fuzz: FAILED: {failure}"),
-    }
-    result.map(|_| ())
+    report("fuzz", run_gate(seconds)).map(|_| ())
 }
 
 fn run_gate(seconds: u64) -> GateResult {

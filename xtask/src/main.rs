@@ -30,7 +30,7 @@ mod vocabulary;
 
 use std::process::ExitCode;
 
-use util::{Failure, GateResult, Outcome};
+use util::{Failure, GateResult};
 
 const HELP: &str = "\
 cargo xtask <gate>: the drain workspace's CI gates, runnable locally
@@ -180,12 +180,7 @@ impl Gate {
 
     /// Print the closing line of this gate's `result`, and return it.
     fn report(self, result: GateResult) -> GateResult {
-        match &result {
-            Ok(Outcome::Passed) => println!("xtask {}: ok", self.name()),
-            Ok(Outcome::Skipped(why)) => println!("xtask {}: skipped ({why})", self.name()),
-            Err(failure) => println!("xtask {}: FAILED: {failure}", self.name()),
-        }
-        result
+        util::report(self.name(), result)
     }
 }
 

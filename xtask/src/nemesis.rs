@@ -8,32 +8,19 @@
 use std::process::Command;
 
 use crate::services;
-use crate::util::{Failure, GateResult, Outcome, run, test_build};
+use crate::util::{Failure, GateResult, Outcome, length_arg, report, run, test_build};
 
 /// Minutes of faults for `cargo xtask nemesis`.
 pub(crate) const DEFAULT_MINUTES: u64 = 5;
 
 /// Parse the gate's arguments: nothing, or `--minutes N` (N ≥ 1).
 pub(crate) fn parse_args(args: &[&str]) -> Result<u64, String> {
-    match args {
-        [] => Ok(DEFAULT_MINUTES),
-        ["--minutes", n] => match n.parse::<u64>() {
-            Ok(m) if m >= 1 => Ok(m),
-            _ => Err(format!("--minutes takes a whole number of minutes, at least 1, not `{n}`")),
-        },
-        _ => Err(format!("unexpected arguments to `nemesis`: `{}` (expected `--minutes N`)", args.join(" "))),
-    }
+    length_arg("nemesis", args, ("--minutes", "minutes"), 1, DEFAULT_MINUTES)
 }
 
 /// Run the fault program for `minutes` and print its closing line.
 pub(crate) fn run_and_report(minutes: u64) -> Result<(), Failure> {
-    let result = run_gate(minutes);
-    match &result {
-        Ok(Outcome::Passed) => println!("xtask nemesis: ok"),
-        Ok(Outcome::Skipped(why)) => println!("xtask nemesis: skipped ({why})"),
-        Err(failure) => println!("xtask nemesis: FAILED: {failure}"),
-    }
-    result.map(|_| ())
+    report("nemesis", run_gate(minutes)).map(|_| ())
 }
 
 fn run_gate(minutes: u64) -> GateResult {

@@ -14,7 +14,7 @@
 use std::process::Command;
 
 use crate::services;
-use crate::util::{Failure, GateResult, Outcome, run, test_build};
+use crate::util::{Failure, GateResult, Outcome, length_arg, report, run, test_build};
 
 /// Seconds of load for `cargo xtask soak`.
 pub(crate) const DEFAULT_SECONDS: u64 = 60;
@@ -23,25 +23,12 @@ pub(crate) const CI_SECONDS: u64 = 15;
 
 /// Parse the gate's arguments: nothing, or `--seconds N` (N ≥ 2).
 pub(crate) fn parse_args(args: &[&str]) -> Result<u64, String> {
-    match args {
-        [] => Ok(DEFAULT_SECONDS),
-        ["--seconds", n] => match n.parse::<u64>() {
-            Ok(s) if s >= 2 => Ok(s),
-            _ => Err(format!("--seconds takes a whole number of seconds, at least 2, not `{n}`")),
-        },
-        _ => Err(format!("unexpected arguments to `soak`: `{}` (expected `--seconds N`)", args.join(" "))),
-    }
+    length_arg("soak", args, ("--seconds", "seconds"), 2, DEFAULT_SECONDS)
 }
 
 /// Run the gate for `seconds` and print its closing line.
 pub(crate) fn run_and_report(seconds: u64) -> Result<(), Failure> {
-    let result = run_gate(seconds);
-    match &result {
-        Ok(Outcome::Passed) => println!("xtask soak: ok"),
-        Ok(Outcome::Skipped(why)) => println!("xtask soak: skipped ({why})"),
-        Err(failure) => println!("xtask soak: FAILED: {failure}"),
-    }
-    result.map(|_| ())
+    report("soak", run_gate(seconds)).map(|_| ())
 }
 
 /// Build the load program with the test build and run it for `seconds`.

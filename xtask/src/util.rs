@@ -51,6 +51,36 @@ impl fmt::Display for Failure {
 /// What a gate returns.
 pub(crate) type GateResult = Result<Outcome, Failure>;
 
+/// The one argument of a gate that runs for a while: nothing (`default`), or
+/// `<flag> N`, N a whole number of `unit` and at least `min`.
+pub(crate) fn length_arg(
+    gate: &str,
+    args: &[&str],
+    (flag, unit): (&str, &str),
+    min: u64,
+    default: u64,
+) -> Result<u64, String> {
+    match args {
+        [] => Ok(default),
+        [f, n] if *f == flag => match n.parse::<u64>() {
+            Ok(v) if v >= min => Ok(v),
+            _ => Err(format!("{flag} takes a whole number of {unit}, at least {min}, not `{n}`")),
+        },
+        _ => Err(format!("unexpected arguments to `{gate}`: `{}` (expected `{flag} N`)", args.join(" "))),
+    }
+}
+
+/// Print a gate's closing line (`xtask <name>: ok`, `… skipped (why)`, `… FAILED: …`)
+/// and hand its result on.
+pub(crate) fn report(name: &str, result: GateResult) -> GateResult {
+    match &result {
+        Ok(Outcome::Passed) => println!("xtask {name}: ok"),
+        Ok(Outcome::Skipped(why)) => println!("xtask {name}: skipped ({why})"),
+        Err(failure) => println!("xtask {name}: FAILED: {failure}"),
+    }
+    result
+}
+
 /// The workspace root: the parent of this crate's manifest directory.
 pub(crate) fn project_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
