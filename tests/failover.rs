@@ -23,7 +23,7 @@ use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, 
 use drain_core::testkit::TestRng;
 use drain_core::{LeaseToken, PortError};
 use drain_e2e::proxy::Proxy;
-use drain_e2e::{RedisServer, postgres::postgres};
+use drain_e2e::{RedisServer, eventually, postgres::postgres};
 use test_servers::Reply;
 
 const TTL: Duration = Duration::from_secs(30);
@@ -88,24 +88,13 @@ fn addr(port: u16) -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], port))
 }
 
-/// Poll `cond` every 20 ms for up to 10 s.
-fn within_10s(what: &str, mut cond: impl FnMut() -> bool) {
-    let bound = Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(Instant::now() < bound, "{what} within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_failover_that_loses_the_last_fence_and_an_empty_restart_never_repeat_a_fence() {
-    // The replica's first sync at once, not after Redis' default 5 s wait.
-    let Some(primary) = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]) else { return };
-    let port = primary.port().to_string();
+    let Some(primary) = RedisServer::start() else { return };
     // Made a replica by command, not by flag, so that its restart below comes back
     // as a primary.
     let Some(mut replica) = RedisServer::start() else { return };
-    assert_eq!(replica.command(&["REPLICAOF", "127.0.0.1", &port]).expect("replicate"), Reply::Simple("OK".into()));
+    replica.replicate_from(&primary);
     let proxy = Proxy::start(addr(primary.port()));
     let config = RedisConfig::new(format!("redis://127.0.0.1:{}", proxy.port()))
         .timeouts(Duration::from_secs(2), Duration::from_secs(2));
@@ -118,10 +107,11 @@ async fn a_redis_failover_that_loses_the_last_fence_and_an_empty_restart_never_r
     }
     settle_done(&store, "requests", &ids(0..10), 1).await;
     let last = fences[2].to_string();
-    within_10s("the replica has the third fence", || {
+    let replicated = eventually(Duration::from_secs(10), || {
         replica.command(&["GET", "drain:fence:{requests}"]).ok() == Some(Reply::Bulk(Some(last.clone().into_bytes())))
             && replica.command(&["EXISTS", "drain:msg:{requests}:m-9"]).ok() == Some(Reply::Int(1))
     });
+    assert!(replicated, "the replica has the third fence and the done claims");
 
     // The replica stops receiving; the primary hands out one more fence (its holder
     // keeps the lease) and records ten more done claims.

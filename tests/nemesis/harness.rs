@@ -115,10 +115,9 @@ impl Servers {
         let managed = if store == Store::Postgres {
             Managed::Postgres(PostgresServer::start()?)
         } else {
-            // Roles swap at each failover: both may serve a replica at once.
-            let primary = RedisServer::start_with(SYNC_AT_ONCE)?;
-            let replica = RedisServer::start_with(SYNC_AT_ONCE)?;
-            attach(&replica, &primary);
+            let primary = RedisServer::start()?;
+            let replica = RedisServer::start()?;
+            replica.replicate_from(&primary);
             Managed::Redis { primary, replica }
         };
         let resource = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])?;
@@ -151,7 +150,7 @@ impl Servers {
                 self.proxy.retarget(addr(replica.port()));
                 std::mem::swap(primary, replica);
                 replica.restart();
-                attach(replica, primary);
+                replica.replicate_from(primary);
             }
             Managed::Postgres(pg) => {
                 pg.copy_data();
@@ -177,22 +176,6 @@ impl Servers {
             (Managed::Postgres(pg), true) => pg.pause(),
             (Managed::Postgres(pg), false) => pg.resume(),
         }
-    }
-}
-
-/// A primary starts a replica's first sync at once, not after Redis' default wait
-/// for more replicas (5 s), during which the replica would hold nothing.
-const SYNC_AT_ONCE: &[&str] = &["--repl-diskless-sync-delay", "0"];
-
-/// Make `replica` replicate `primary`, and wait (10 s at most) until it is in sync.
-fn attach(replica: &RedisServer, primary: &RedisServer) {
-    ok(replica, &["REPLICAOF", "127.0.0.1", &primary.port().to_string()]);
-    let bound = Instant::now() + Duration::from_secs(10);
-    let up =
-        || replica.info("replication").unwrap_or_default().iter().any(|(k, v)| k == "master_link_status" && v == "up");
-    while !up() {
-        assert!(Instant::now() < bound, "the replica did not sync within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -316,3 +316,15 @@ pub fn beat_started(cmd: Command, instance: &str) -> Running {
 pub fn redis() -> Option<RedisServer> {
     RedisServer::start()
 }
+
+/// Wait (bounded by `within`) until `cond` holds; whether it did.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}

@@ -3,7 +3,7 @@
 //! what it holds, read without a client.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use test_servicebus::{Broker, BrokerConfig, QueueConfig, SubQueue};
 
@@ -48,17 +48,7 @@ pub fn counts(broker: &Broker, queue: &str) -> (usize, usize) {
     (s.active, s.locked)
 }
 
-/// Wait (bounded by `within`) until `cond` holds; whether it did.
-pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while !cond() {
-        if Instant::now() > deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    true
-}
+pub use crate::eventually;
 
 /// Enqueue `per` messages in each of `sessions`, interleaved (`a-0, b-0, …, a-1, …`):
 /// id `<session>-<n>`.

@@ -38,14 +38,9 @@ fn role(server: &RedisServer) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_behind_sentinel_follows_a_failover_to_the_replica() {
-    // The first sync at once, not after Redis' default wait for more replicas (5 s).
-    let Some(mut primary) = RedisServer::start_with(&["--repl-diskless-sync-delay", "0"]) else { return };
+    let Some(mut primary) = RedisServer::start() else { return };
     let Some(replica) = RedisServer::start() else { return };
-    let port = primary.port().to_string();
-    assert_eq!(replica.command(&["REPLICAOF", "127.0.0.1", &port]).expect("replicate"), Reply::Simple("OK".into()));
-    within("the replica syncs", Duration::from_secs(15), || {
-        replica.info("replication").unwrap_or_default().iter().any(|(k, v)| k == "master_link_status" && v == "up")
-    });
+    replica.replicate_from(&primary);
     let Some(sentinel) = RedisServer::sentinel("drain-primary", primary.port()) else { return };
     within(
         "the sentinel sees the replica",

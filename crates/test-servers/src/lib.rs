@@ -248,6 +248,32 @@ impl RedisServer {
         }
     }
 
+    /// Make this server a replica of `primary` (`REPLICAOF`, by command, so that a
+    /// restart brings it back as a primary) and wait, 10 s at most, until it is in
+    /// sync. The primary first starts a sync at once instead of after Redis' default
+    /// wait for more replicas (5 s of holding nothing).
+    ///
+    /// # Panics
+    /// When either server refuses, or the replica is not in sync within 10 s.
+    pub fn replicate_from(&self, primary: &RedisServer) {
+        let port = primary.port().to_string();
+        let steps: [(&RedisServer, &[&str]); 2] = [
+            (primary, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"]),
+            (self, &["REPLICAOF", "127.0.0.1", &port]),
+        ];
+        for (server, args) in steps {
+            let reply = server.command(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert_eq!(reply, Reply::Simple("OK".into()), "{args:?}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let synced =
+            || self.info("replication").unwrap_or_default().iter().any(|(k, v)| k == "master_link_status" && v == "up");
+        while !synced() {
+            assert!(Instant::now() < deadline, "the replica on port {} did not sync within 10 s", self.port);
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Calls per command from `INFO commandstats` (`evalsha`, `get`, `ping`, …;
     /// subcommands as `script|flush`).
     ///
