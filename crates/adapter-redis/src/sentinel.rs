@@ -1,9 +1,9 @@
 //! A primary found through Redis Sentinel:
 //! `redis+sentinel://[user[:password]@]host:port[,host:port…]/<primary name>[/db]`.
 //! The sentinels are asked for the primary's address at connect, and again after a
-//! round trip that suggests it moved (the connection broke or was refused, a
-//! timeout, a `READONLY` answer from a demoted primary), so a fleet follows a
-//! failover by itself. The user and password are the primary's; the sentinels are
+//! round trip that suggests it moved (the connection broke or was refused, two
+//! timeouts in a row, a `READONLY` answer from a demoted primary), so a fleet
+//! follows a failover by itself. The user and password are the primary's; the sentinels are
 //! asked without them.
 
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
@@ -55,14 +55,11 @@ impl Sentinels {
 }
 
 /// Whether a failed round trip suggests that the primary moved: ask the sentinels
-/// again before the next one.
+/// again before the next one. A timeout alone does not: it counts in the connection's
+/// streak (`Conn::note`: two in a row), as it does without sentinels.
 pub(crate) fn suggests_a_move(e: &RedisError) -> bool {
-    e.is_connection_dropped()
-        || e.is_connection_refusal()
-        || e.is_timeout()
-        || e.is_io_error()
-        || e.code() == Some("READONLY")
-        || e.kind() == ErrorKind::Io
+    let broken = e.is_connection_dropped() || e.is_connection_refusal() || e.is_io_error();
+    (broken && !e.is_timeout()) || e.code() == Some("READONLY")
 }
 
 fn invalid(what: &'static str) -> RedisError {
