@@ -15,44 +15,31 @@
 //! counts them, as docs/reliability.md says what covers them.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{RedisConfig, RedisStore};
+use drain_core::LeaseToken;
 use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, SettleAction, Settlement};
 use drain_core::testkit::TestRng;
-use drain_core::{LeaseToken, PortError};
 use drain_e2e::proxy::Proxy;
-use drain_e2e::{RedisServer, eventually, postgres::postgres};
+use drain_e2e::{RedisServer, answered, eventually, postgres::postgres};
 use test_servers::Reply;
 
 const TTL: Duration = Duration::from_secs(30);
-/// How long a store may take to answer again after its address moved.
-const RECOVERY: Duration = Duration::from_secs(20);
+/// A store may take 20 s to answer again after its address moved: 200 attempts
+/// 100 ms apart.
+const ATTEMPTS: u32 = 200;
+const PAUSE: Duration = Duration::from_millis(100);
 
 fn token(instance: &str, seed: u64) -> LeaseToken {
     LeaseToken::generate(instance, &mut TestRng::new(seed))
 }
 
-/// Retry `op` until the store answers (its connections were cut), within `RECOVERY`.
-async fn answered<T, F: AsyncFnMut() -> Result<T, PortError>>(mut op: F) -> T {
-    let bound = Instant::now() + RECOVERY;
-    loop {
-        match op().await {
-            Ok(v) => return v,
-            Err(e) if Instant::now() < bound => {
-                eprintln!("not yet: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("the store did not answer within {RECOVERY:?} of the move: {e}"),
-        }
-    }
-}
-
 /// Take `lease` for a fresh holder; with `release`, give it back.
 async fn take(store: &(impl LeaseStore + ?Sized), lease: &LeaseName, seed: u64, release: bool) -> u64 {
     let me = token("holder", seed);
-    match answered(async || store.acquire(lease, &me, TTL).await).await {
+    match answered(ATTEMPTS, PAUSE, || store.acquire(lease, &me, TTL)).await {
         Acquire::Acquired { fence } => {
             if release {
                 store.release(lease, &me).await.expect("release");
@@ -76,7 +63,7 @@ async fn settle_done(store: &impl ClaimStore, q: &str, ids: &[MessageId], seed: 
 /// How many of `ids` a redelivery could claim again: their `done` claim is gone.
 async fn claimable(store: &impl ClaimStore, q: &str, ids: &[MessageId]) -> usize {
     let me = token("redelivery", 99);
-    let states = answered(async || store.claim_batch(q, ids, &me, TTL).await).await;
+    let states = answered(ATTEMPTS, PAUSE, || store.claim_batch(q, ids, &me, TTL)).await;
     states.iter().filter(|s| **s == ClaimState::Claimed).count()
 }
 

@@ -15,7 +15,6 @@ pub(crate) mod redis;
 pub(crate) mod scenarios;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -267,23 +266,6 @@ impl<S: FaultStore, V: FaultServer> World<S, V> {
 pub(crate) fn stats(r: &TickReport) -> (u64, u64, u64, u64) {
     let s = r.stats.expect("a tick that ran has stats");
     (s.received, s.submitted, s.duplicates, s.abandoned)
-}
-
-/// Retry a read until the store answers (the first call after a restart may find
-/// the old connection dead), at most 20 times.
-pub(crate) async fn answered<T, F: Future<Output = Result<T, PortError>>>(mut call: impl FnMut() -> F) -> T {
-    let mut last = None;
-    for _ in 0..20 {
-        match call().await {
-            Ok(v) => return v,
-            Err(e) => {
-                assert!(e.is_temporary(), "{e}");
-                last = Some(e);
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the store did not recover: {last:?}");
 }
 
 /// Which operation [`KillDuring`] interrupts.

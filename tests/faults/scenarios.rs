@@ -14,7 +14,9 @@ use drain_core::guard::{LeaseStatus, Loss};
 use drain_core::testkit::message;
 use drain_core::tick::{ClaimHealth, TickReport};
 
-use super::{FaultServer, FaultStore, KillDuring, Op, World, answered, lock, stats};
+use drain_e2e::answered;
+
+use super::{FaultServer, FaultStore, KillDuring, Op, World, lock, stats};
 
 /// The world a scenario was written for: `messages` queued, submits taking `delay`.
 #[track_caller]
@@ -142,7 +144,8 @@ pub(crate) async fn killed_while_the_release_is_in_flight<S: FaultStore, V: Faul
     w.server().restart();
     let lease = w.lease_key();
     let store = w.store.clone();
-    let held = answered(|| store.peek(&lease)).await.expect("the lease outlived the kill");
+    let held =
+        answered(20, Duration::from_millis(50), || store.peek(&lease)).await.expect("the lease outlived the kill");
     assert_eq!((held.holder.as_str(), held.fence), (orphan.holder(), first), "still ours, nobody released it");
     assert!(held.remaining <= w.cfg.lease_ttl, "{held:?}");
     let r = w.tick().await;

@@ -328,3 +328,27 @@ pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
     true
 }
+
+/// `call` again, `pause` apart, until the store answers, at most `attempts` times
+/// (its connections were cut, its server restarted or moved): the answer. Every
+/// error on the way must be temporary.
+///
+/// # Panics
+/// On a permanent error, or when no attempt was answered.
+pub async fn answered<T, F>(attempts: u32, pause: Duration, mut call: impl FnMut() -> F) -> T
+where
+    F: Future<Output = Result<T, drain_core::PortError>>,
+{
+    let mut last = None;
+    for _ in 0..attempts {
+        match call().await {
+            Ok(v) => return v,
+            Err(e) => {
+                assert!(e.is_temporary(), "{e}");
+                last = Some(e);
+            }
+        }
+        tokio::time::sleep(pause).await;
+    }
+    panic!("the store did not answer in {attempts} attempts {pause:?} apart: {last:?}");
+}
