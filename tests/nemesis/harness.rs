@@ -267,15 +267,7 @@ async fn hold(run: Arc<Run>, store: Store, lease_url: String, lease_port: u16, r
 /// A PostgreSQL store, retried for a few seconds (the first connect of many holders
 /// at once may find the server busy).
 async fn connect_postgres(config: PostgresConfig) -> PostgresStore {
-    let mut last = None;
-    for _ in 0..50 {
-        match PostgresStore::connect(config.clone()).await {
-            Ok(store) => return store,
-            Err(e) => last = Some(e),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the lease store on PostgreSQL: {last:?}")
+    drain_e2e::answered(50, Duration::from_millis(100), || PostgresStore::connect(config.clone())).await
 }
 
 /// Run `faults` in order, each once, on `store`; the recorded history.
