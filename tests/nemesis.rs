@@ -13,6 +13,7 @@ mod nemesis;
 
 use nemesis::check::{Fault, check};
 use nemesis::harness::{Store, run};
+use nemesis::{fleet, fleet_check};
 
 #[test]
 fn drain_s_fences_hold_through_a_schedule_of_faults() {
@@ -40,4 +41,69 @@ fn the_checker_catches_a_store_whose_fences_are_a_bare_counter() {
     let verdict = check(&history);
     eprintln!("{}", verdict.table());
     assert_eq!(verdict.rules(), ["fence.unique", "writes.resume"], "{:#?}", verdict.violations);
+}
+
+/// A fleet of `drain run` processes on RabbitMQ, the lease and claims on a managed
+/// Redis: a failover that loses the last writes, the lease holder frozen past the
+/// TTL, an empty restart. The consumer checks every fence.
+#[test]
+fn a_fleet_of_drain_processes_keeps_fences_and_messages_through_failover_freeze_and_restart() {
+    let Some(history) = fleet::run(&[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]) else { return };
+    let verdict = fleet_check::check(&history);
+    eprintln!("{}", verdict.table());
+    eprintln!("{}", verdict.json());
+    assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);
+    assert!(verdict.ticks > 0 && verdict.fed > 0, "the fleet ran: {}", verdict.json());
+}
+
+/// The fleet checker on histories with one rule broken each: it names that rule, and
+/// the sound history it starts from breaks none.
+#[test]
+fn the_fleet_checker_finds_each_broken_rule() {
+    use std::time::Duration;
+
+    use nemesis::check::FaultRun;
+    use nemesis::fleet_check::{Arrival, FleetHistory, Tick};
+
+    let s = Duration::from_secs;
+    let sound = || {
+        let fed: Vec<String> = (0..4).map(|n| format!("m{n}")).collect();
+        let arrive = |id: &str, fence, at| Arrival { id: id.to_owned(), fence: Some(fence), at: s(at), refused: false };
+        FleetHistory {
+            arrivals: vec![arrive("m0", 5, 1), arrive("m1", 5, 2), arrive("m2", 9, 14), arrive("m3", 9, 15)],
+            fed,
+            ticks: [(0, 5), (1, 9)]
+                .map(|(instance, fence)| Tick { instance, fence, possible_duplicates: 0, lease_lost: false })
+                .to_vec(),
+            faults: vec![FaultRun { fault: Fault::Failover, from: s(3), to: s(5) }],
+            left_in_source: 0,
+            ttl: s(10),
+            took: s(20),
+        }
+    };
+    assert!(fleet_check::check(&sound()).violations.is_empty());
+
+    let mut repeated = sound();
+    repeated.ticks[1].fence = 5;
+    let mut lost = sound();
+    lost.arrivals.pop();
+    let mut twice = sound();
+    twice.arrivals.push(Arrival { at: s(16), ..twice.arrivals[3].clone() });
+    let mut stalled = sound();
+    stalled.arrivals.iter_mut().skip(2).for_each(|a| a.at = s(18));
+    let mut unstamped = sound();
+    unstamped.arrivals[0].fence = None;
+    for (history, rule) in [
+        (repeated, "fence.unique"),
+        (unstamped, "fence.stamped"),
+        (lost, "delivery.lost"),
+        (twice, "delivery.once"),
+        (stalled, "writes.resume"),
+    ] {
+        assert_eq!(fleet_check::check(&history).rules(), [rule]);
+    }
+    let mut explained = sound();
+    explained.arrivals.push(Arrival { at: s(16), ..explained.arrivals[3].clone() });
+    explained.ticks[1].possible_duplicates = 1;
+    assert!(fleet_check::check(&explained).violations.is_empty(), "a counted duplicate is no violation");
 }

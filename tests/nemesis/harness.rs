@@ -95,9 +95,9 @@ enum Managed {
 }
 
 /// The servers: the managed store, the proxy for its address, the resource's Redis.
-struct Servers {
+pub(crate) struct Servers {
     managed: Managed,
-    proxy: Proxy,
+    pub(crate) proxy: Proxy,
     resource: RedisServer,
 }
 
@@ -111,7 +111,7 @@ fn ok(server: &RedisServer, args: &[&str]) {
 }
 
 impl Servers {
-    fn start(store: Store) -> Option<Servers> {
+    pub(crate) fn start(store: Store) -> Option<Servers> {
         let managed = if store == Store::Postgres {
             Managed::Postgres(PostgresServer::start()?)
         } else {
@@ -129,8 +129,16 @@ impl Servers {
         Some(Servers { managed, proxy, resource })
     }
 
+    /// The Redis primary the proxy forwards to now (`None` on PostgreSQL).
+    pub(crate) fn primary(&self) -> Option<&RedisServer> {
+        match &self.managed {
+            Managed::Redis { primary, .. } => Some(primary),
+            Managed::Postgres(_) => None,
+        }
+    }
+
     /// The lease store's URL, through the proxy.
-    fn lease_url(&self) -> String {
+    pub(crate) fn lease_url(&self) -> String {
         match &self.managed {
             Managed::Redis { .. } => format!("redis://127.0.0.1:{}", self.proxy.port()),
             Managed::Postgres(_) => format!("postgres://postgres@127.0.0.1:{}/postgres", self.proxy.port()),
@@ -141,7 +149,7 @@ impl Servers {
     /// then at least one acquire (`acquired` waits for it) that the failover loses
     /// with the primary: SIGKILLed, the address moved to the replica (the old
     /// primary comes back empty as the new replica), or the server back on the copy.
-    fn failover(&mut self, acquired: impl FnOnce()) {
+    pub(crate) fn failover(&mut self, acquired: impl FnOnce()) {
         match &mut self.managed {
             Managed::Redis { primary, replica } => {
                 ok(replica, &["REPLICAOF", "NO", "ONE"]);
@@ -162,14 +170,14 @@ impl Servers {
 
     /// Redis: a restart with nothing; PostgreSQL: a crash restart (its log keeps
     /// what was committed).
-    fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         match &mut self.managed {
             Managed::Redis { primary, .. } => primary.restart(),
             Managed::Postgres(pg) => pg.restart(),
         }
     }
 
-    fn pause(&mut self, on: bool) {
+    pub(crate) fn pause(&mut self, on: bool) {
         match (&mut self.managed, on) {
             (Managed::Redis { primary, .. }, true) => primary.pause(),
             (Managed::Redis { primary, .. }, false) => primary.resume(),

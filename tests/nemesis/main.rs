@@ -1,12 +1,15 @@
 //! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs`
 //! for N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its
-//! negative control once; prints the
+//! negative control once, then N minutes of the fleet run of `drain` processes
+//! (`fleet.rs`); prints the
 //! results table and writes both verdicts as JSON. Exit 1 when drain's run breaks a
 //! rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
 //! builds and runs it.
 
 mod broken;
 mod check;
+mod fleet;
+mod fleet_check;
 mod harness;
 #[path = "../history/check.rs"]
 mod order;
@@ -19,6 +22,8 @@ use harness::{Store, run};
 
 /// One cycle of every fault takes about this long (each fault, then a settle).
 const CYCLE: Duration = Duration::from_secs(20);
+/// One cycle of the fleet run: its freeze and partition last past its 10 s TTL.
+const FLEET_CYCLE: Duration = Duration::from_secs(70);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -66,8 +71,39 @@ fn main() -> ExitCode {
         println!("control (SET NX + INCR fences on Redis):\n{}rules broken: {:?}", control.table(), control.rules());
         ok &= control.rules() == ["fence.unique", "writes.resume"];
     }
+    let fleet_cycles = (minutes * 60 / FLEET_CYCLE.as_secs()).max(1);
+    let fleet_faults: Vec<Fault> = (0..fleet_cycles).flat_map(|_| Fault::ALL).collect();
+    let Some(history) = fleet::run(&fleet_faults) else {
+        eprintln!("drain-nemesis: RabbitMQ or redis-server is missing for the fleet run");
+        return ExitCode::from(2);
+    };
+    let fleet = fleet_check::check(&history);
+    println!(
+        "a fleet of {} drain processes on RabbitMQ and Redis, {:.0} s, {} ticks ({} lost their lease), {} messages fed, {} arrived twice ({} counted as possible duplicates), {} refused as stale, {} unfenced (ticks that failed open):\n{}",
+        fleet::PROCESSES,
+        history.took.as_secs_f64(),
+        fleet.ticks,
+        fleet.lost_leases,
+        fleet.fed,
+        fleet.twice,
+        fleet.counted,
+        fleet.refused,
+        fleet.unfenced,
+        fleet.table()
+    );
+    for v in &fleet.violations {
+        println!("VIOLATION {}: {}", v.rule, v.what);
+    }
+    if !fleet.violations.is_empty() {
+        println!("fleet rules broken: {:?}", fleet.rules());
+    }
+    ok &= fleet.violations.is_empty();
     if let Some(path) = out {
-        let json = serde_json::json!({"drain": verdicts, "control": control.map(|c| c.json("counter-fences"))});
+        let json = serde_json::json!({
+            "drain": verdicts,
+            "control": control.map(|c| c.json("counter-fences")),
+            "fleet": fleet.json(),
+        });
         if let Err(e) = std::fs::write(&path, format!("{json:#}\n")) {
             eprintln!("drain-nemesis: cannot write {path}: {e}");
             return ExitCode::FAILURE;

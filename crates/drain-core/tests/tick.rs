@@ -10,8 +10,8 @@ use drain_core::event::{Event, LeaseOp, MessageOutcome, TickKind, TickOutcome};
 use drain_core::guard::LeaseStatus;
 use drain_core::memory::{MemoryStore, StoredClaim, block_on};
 use drain_core::ports::{
-    Capabilities, Delivery, DeliveryHandle, LeaseName, LeaseStore, Message, MessageId, MessageSource, SubmitContext,
-    Submitter,
+    Capabilities, Clock, Delivery, DeliveryHandle, LeaseName, LeaseStore, Message, MessageId, MessageSource,
+    SubmitContext, Submitter,
 };
 use drain_core::testkit::{Call, FailSettle, Forward, Hooks, RecordingSubmitter, Run, TestRng, message};
 use drain_core::tick::{InFlight, TickControl, TickPorts, TickReport, run_tick};
@@ -108,6 +108,55 @@ fn lease_store_error_fails_open() {
     assert_eq!(h.count(|e| matches!(e, Event::Tick { outcome: TickOutcome::FailOpen, .. })), 1);
     assert_eq!(h.count(|e| matches!(e, Event::LeaseOp { op: LeaseOp::Acquire, result: "error", .. })), 1);
     assert_eq!(h.store.calls().get("release"), None, "nothing acquired, nothing released");
+}
+
+/// A target that feeds the source a new message for each one it takes, so the queue
+/// never runs dry.
+struct Refeeding<'a> {
+    target: &'a RecordingSubmitter,
+    source: &'a drain_core::memory::MemorySource,
+    next: std::sync::atomic::AtomicU64,
+}
+
+#[async_trait]
+impl Submitter for Refeeding<'_> {
+    async fn submit(&self, m: &Message, ctx: &SubmitContext<'_>) -> Result<(), PortError> {
+        self.target.submit(m, ctx).await?;
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.source.push(message(&format!("more-{n}")));
+        Ok(())
+    }
+}
+
+/// Without the bound this tick never ends (the test hangs at its first tick): a
+/// tick that failed open would drain without single-flight and fences for as long
+/// as the feed lasts, however soon the store answered again.
+#[test]
+fn a_tick_that_failed_open_receives_for_one_lease_ttl_at_most() {
+    let mut h = Harness::with_delay(Duration::from_millis(100));
+    h.cfg.atomic_claim = Switch::Off;
+    h.cfg.lease_ttl = Duration::from_secs(20);
+    h.store.set_failing(Some(ErrorKind::Connection));
+    h.feed(&["a", "b", "c", "d"]);
+    let (store, target, source) = (h.store.clone(), h.target.clone(), h.source.clone());
+    let refeeding = Refeeding { target: &target, source: &source, next: Default::default() };
+    let began = h.clock.now();
+    let r = h.tick_on(&*store, &*store, &refeeding);
+    let took = h.clock.now().saturating_since(began);
+    assert_eq!(r.lease, Some(LeaseStatus::FailOpen));
+    let (received, submitted, ..) = stats(&r);
+    assert!(received > 4 && submitted == received, "it drained what it received: {r:?}");
+    let ttl = h.cfg.lease_ttl;
+    assert!(took >= ttl && took < ttl + Duration::from_secs(2), "the tick took {took:?} of a {ttl:?} lease TTL");
+
+    // Held, the same feed is drained for as long as it lasts: here until max_batches.
+    h.store.set_failing(None);
+    h.cfg.max_batches = Some(1_000);
+    let began = h.clock.now();
+    let r = h.tick_on(&*store, &*store, &refeeding);
+    assert_eq!(r.lease, Some(LeaseStatus::Held));
+    let took = h.clock.now().saturating_since(began);
+    assert!(took > ttl + Duration::from_secs(10), "a held tick is not bounded by the TTL: {took:?} {r:?}");
 }
 
 /// A timed-out acquire may still land (the server ran it after the client gave up):

@@ -57,6 +57,7 @@ use crate::tick::planner::{
 };
 use crate::tick::window::Window;
 use crate::tick::{TickConfig, TickControl, TickPorts};
+use crate::time::Time;
 use crate::token::LeaseToken;
 
 const MISSING_ID_DESCRIPTION: &str =
@@ -74,6 +75,8 @@ pub(super) struct Drain<'a> {
     control: &'a TickControl,
     /// What this tick learnt about its stores.
     health: &'a Health,
+    /// When the drain receives no more (a tick that failed open on the lease).
+    until: Option<Time>,
     planner: Mutex<Planner>,
 }
 
@@ -85,10 +88,11 @@ impl<'a> Drain<'a> {
         held: &'a Held,
         control: &'a TickControl,
         health: &'a Health,
+        until: Option<Time>,
     ) -> Self {
         let window = Window::new(cfg.in_flight, cfg.concurrency, cfg.batch);
         let planner = Planner::new(cfg.atomic_claim, cfg.max_batches, health.claims_down(), window);
-        Drain { cfg, ports, token, held, control, health, planner: Mutex::new(planner) }
+        Drain { cfg, ports, token, held, control, health, until, planner: Mutex::new(planner) }
     }
 
     pub(super) async fn run(self) -> DrainOutcome {
@@ -107,6 +111,9 @@ impl<'a> Drain<'a> {
             planner.handle_stop(Stop::LeaseLost);
         } else if self.control.is_stopped() {
             planner.handle_stop(Stop::Shutdown);
+        }
+        if self.until.is_some_and(|until| self.ports.clock.now() >= until) {
+            planner.receive_no_more();
         }
         let answer = f(&mut planner);
         while let Some((outcome, mode)) = planner.poll_event() {

@@ -293,7 +293,11 @@ pub async fn run_tick(
         }
         _ => cfg,
     };
-    let drain = drain::Drain::new(drain_cfg, ports, token, &begun.held, control, &health);
+    // A tick that failed open receives for one lease TTL at most: under a steady feed
+    // its drain would never end, and the fleet would drain without single-flight and
+    // without fences long after the store answered again.
+    let until = (begun.status == LeaseStatus::FailOpen).then(|| start + cfg.lease_ttl);
+    let drain = drain::Drain::new(drain_cfg, ports, token, &begun.held, control, &health, until);
     let (ended, loss) = guard.keep_while(&begun, token, drain.run()).await;
 
     // After a timed-out acquire, a best-effort release with this tick's token: if the

@@ -267,6 +267,11 @@ impl Planner {
         }
     }
 
+    /// Receive nothing more; what was received is still submitted and settled.
+    pub(super) fn receive_no_more(&mut self) {
+        self.max_batches = Some(self.batches);
+    }
+
     /// The receive failed: the drain ends with `error`.
     pub(super) fn handle_receive_failed(&mut self, permit: Receive, error: &PortError) {
         let Receive(_) = permit;
