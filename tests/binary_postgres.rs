@@ -315,7 +315,7 @@ fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains
     }
     assert_eq!(old().as_deref(), Some("live"), "the expired claim was purged, the live one stays");
     // The owner drains use the release wake-up (a LISTEN connection of their own,
-    // peeks that register waiters, releases that may notify one) and the drain marks
+    // peeks that register waiters, releases that may notify one) and the drain stamps
     // (on by default): claims taken noting their start, released publishing a drained
     // turn's mark, peeks reading the marks.
     let listening = || {

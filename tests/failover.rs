@@ -56,7 +56,7 @@ async fn settle_done(store: &impl ClaimStore, q: &str, ids: &[MessageId], seed: 
     let states = store.claim_batch(q, ids, &me, TTL).await.expect("claim");
     assert!(states.iter().all(|s| *s == ClaimState::Claimed), "{states:?}");
     let settle: Vec<Settlement> =
-        ids.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::MarkDone }).collect();
+        ids.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::Done }).collect();
     store.settle_batch(q, &settle, &me, TTL).await.expect("settle");
 }
 

@@ -246,7 +246,7 @@ fn second_holder(url: String, lease: LeaseName, paused: mpsc::Receiver<()>, done
         let fence = loop {
             match store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire") {
                 Acquire::Acquired { fence } => break fence,
-                Acquire::Held { .. } => {
+                Acquire::Busy { .. } => {
                     assert!(Instant::now() < deadline, "the frozen holder's lease never expired");
                     tokio::time::sleep(Duration::from_millis(25)).await;
                 }

@@ -224,7 +224,7 @@ fn a_full_retry_timer_cap_costs_a_round_trip_per_pass_not_a_loop() {
     let commands = after - before;
     // Per pass (at most 5 s / 250 ms = 20, plus the first): one LLEN pipeline (2 per
     // owner), one peek, and the timer's peek of its one owner; connect costs a few
-    // more. A peek with drain marks (the default) is one EVALSHA of peek_marked.lua,
+    // more. A peek with drain stamps (the default) is one EVALSHA of peek_marked.lua,
     // and Redis counts each command its script runs as well: GET and PTTL of a held
     // claim and PTTL of the mark, 3 per owner (a plain peek pipeline: 2 per owner).
     let peek = |owners: u64| 1 + 3 * owners;
@@ -266,7 +266,7 @@ fn the_run_owners_demo_at_the_retry_timer_cap_does_not_loop() {
     assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
     let commands = after - before;
     // Each second: the arrivals' requests and the handed-off intents, peeked in a
-    // few batched round trips. Each is one EVALSHA of peek_marked.lua (drain marks
+    // few batched round trips. Each is one EVALSHA of peek_marked.lua (drain stamps
     // are on by default) running 3 commands per owner, which Redis counts too.
     let bound = 6 * 8 * (1 + 3 * u64::from(OWNERS)) + 50;
     eprintln!("{commands} Redis commands in {window:?} of `drain run --owners` at the cap (at most {bound})");

@@ -250,7 +250,7 @@ fn skip_served_positions() {
         assert_eq!(keys(&server, "drain:drain-start:*"), Vec::<String>::new(), "{position}: every start released");
         let marks = keys(&server, "drain:drained:*");
         if position == "off" {
-            assert_eq!(marks, Vec::<String>::new(), "off writes no drain mark");
+            assert_eq!(marks, Vec::<String>::new(), "off writes no drain stamp");
         } else {
             assert!(!marks.is_empty(), "{position}: the turns that drained their owner left marks: {r}");
         }

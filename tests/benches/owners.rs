@@ -34,7 +34,7 @@ const CLAIM_AWARE_OFF: (&str, &str) = ("PROJECTION_DRAIN_CLAIM_AWARE", "off");
 const CLAIM_AWARE_ON: (&str, &str) = ("PROJECTION_DRAIN_CLAIM_AWARE", "on");
 const WAKE_OFF: (&str, &str) = ("PROJECTION_DRAIN_RELEASE_WAKE", "off");
 const WAKE_ON: (&str, &str) = ("PROJECTION_DRAIN_RELEASE_WAKE", "on");
-/// Drain marks off (the switch defaults to on): the policies before them, as they ran
+/// Drain stamps off (the switch defaults to on): the policies before them, as they ran
 /// before the marks.
 const SKIP_SERVED_OFF: (&str, &str) = ("PROJECTION_DRAIN_SKIP_SERVED", "off");
 const SKIP_SERVED_ON: (&str, &str) = ("PROJECTION_DRAIN_SKIP_SERVED", "on");

@@ -10,7 +10,7 @@
 //! process would have; blocking that thread stops everything the holder does (its
 //! work, its renewals, its connections), as SIGSTOP would. Two kinds of pause:
 //!
-//! * **between a check and its write**: the work blocks right after `Held::check`
+//! * **between a check and its write**: the work blocks right after `LeaseHandle::check`
 //!   answered that the lease is ours, then sends its writes. Nothing on the holder's
 //!   side can stop that write; the resource's fence check must refuse it.
 //! * **at an await point**: a task beside the work blocks the thread while the work
@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use drain_core::LeaseToken;
 use drain_core::PortError;
-use drain_core::guard::{Guarded, Held, LeaseGuard};
+use drain_core::guard::{Guarded, LeaseGuard, LeaseHandle};
 use drain_core::ports::{Fence, LeaseName, LeaseStore};
 use drain_e2e::TokioClock;
 use futures::future::join_all;
@@ -269,7 +269,7 @@ async fn attempt<B: Backend>(
 
 /// The work under the lease: up to `STEPS * (holder + 1)` steps, each writing every
 /// resource at once.
-async fn turn<B: Backend>(run: &Run, store: &B::Store, conn: &B::Conn, holder: usize, held: Held) {
+async fn turn<B: Backend>(run: &Run, store: &B::Store, conn: &B::Conn, holder: usize, held: LeaseHandle) {
     let fence = held.fence().cloned().expect("an enforced lease has a fence");
     lock(&run.turns).push((holder, fence.number(), run.now()));
     lock(&run.holding)[holder] = Some(fence.number());

@@ -167,7 +167,7 @@ fn settle_writes(settlements: &[Settlement], results: &Result<Vec<SettleResult>,
         let pairs = settlements.iter().zip(results);
         pairs.filter(|(s, r)| s.action == action && **r == SettleResult::Settled).count() as u64
     };
-    (settled(SettleAction::MarkDone), settled(SettleAction::Release))
+    (settled(SettleAction::Done), settled(SettleAction::Release))
 }
 
 #[async_trait]

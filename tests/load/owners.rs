@@ -87,7 +87,7 @@ impl OwnerWork for Work {
         let token = LeaseToken::generate(&self.instance, &mut *lock(&self.rng));
         match self.store.acquire(&key, &token, CLAIM_TTL).await {
             Ok(Acquire::Acquired { .. }) => {}
-            Ok(Acquire::Held { .. }) => {
+            Ok(Acquire::Busy { .. }) => {
                 bump(&self.turns.claim_busy);
                 return TurnOutcome::ClaimBusy;
             }

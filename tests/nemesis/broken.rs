@@ -54,7 +54,7 @@ impl LeaseStore for CounterFences {
         match self.eval(ACQUIRE, &[LEASE, FENCE], &[token.as_str(), &millis(ttl)])? {
             Reply::Int(fence) => Ok(Acquire::Acquired { fence: fence.unsigned_abs() }),
             Reply::Array(Some(held)) => match held.as_slice() {
-                [Reply::Bulk(Some(value)), Reply::Int(pttl)] => Ok(Acquire::Held {
+                [Reply::Bulk(Some(value)), Reply::Int(pttl)] => Ok(Acquire::Busy {
                     holder: LeaseToken::holder_of(&String::from_utf8_lossy(value)).to_owned(),
                     remaining: Duration::from_millis(pttl.unsigned_abs()),
                 }),

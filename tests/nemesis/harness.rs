@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use adapter_postgres::{PostgresConfig, PostgresStore};
 use adapter_redis::{FencedWrite, RedisConfig, RedisStore};
 use drain_core::LeaseToken;
-use drain_core::guard::{Guarded, Held, LeaseGuard};
+use drain_core::guard::{Guarded, LeaseGuard, LeaseHandle};
 use drain_core::ports::{Fence, FenceVerdict, LeaseName, LeaseStore};
 use drain_e2e::TokioClock;
 use drain_e2e::proxy::Proxy;
@@ -216,7 +216,7 @@ async fn attempt(run: &Run, writes: &RedisStore, resource: usize, holder: usize,
 }
 
 /// The work under the lease: steps that each write both resources.
-async fn turn(run: &Run, writes: &RedisStore, holder: usize, token: &LeaseToken, held: Held) {
+async fn turn(run: &Run, writes: &RedisStore, holder: usize, token: &LeaseToken, held: LeaseHandle) {
     let fence = held.fence().cloned().expect("an enforced lease has a fence");
     lock(&run.turns).push(Turn { holder, token: token.as_str().to_owned(), fence: fence.number(), at: run.now() });
     for _ in 0..STEPS {

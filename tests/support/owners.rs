@@ -122,7 +122,7 @@ pub struct OwnerRun {
     pub releases_heard: u64,
     /// Notifications that ended a claim wait.
     pub release_wakes: u64,
-    /// Requests dropped as served by a later drain (drain marks).
+    /// Requests dropped as served by a later drain (drain stamps).
     pub skipped_served: u64,
     /// Drain time of the slowest process (its own clock, quantised by the pass).
     pub drain_ms: u64,

@@ -32,7 +32,7 @@ async fn scrape_shows_exactly_the_keep_list_with_labels_and_values() {
     o.observe(&Event::LeaseOp { op: LeaseOp::Renew, result: "error", mode: Switch::Shadow });
     o.observe(&Event::LeaseLost { lease: "requests", loss: drain_core::guard::Loss::Lost });
     o.observe(&Event::Message { queue: "requests", outcome: MessageOutcome::Duplicate, mode: Switch::On });
-    o.observe(&Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode: Switch::Shadow });
+    o.observe(&Event::OwnerSkipped { reason: SkipReason::ClaimBusy, mode: Switch::Shadow });
     o.observe(&Event::ClaimBusyBackoff { mode: Switch::On });
     o.observe(&Event::RetryOverflow);
     o.observe(&Event::PeekError);

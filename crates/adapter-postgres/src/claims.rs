@@ -144,7 +144,7 @@ struct SettleArgs<'a> {
 impl<'a> SettleArgs<'a> {
     fn new(prefix: &'a str, queue: &'a str, settlements: &[Settlement], token: &'a LeaseToken, ttl: Duration) -> Self {
         let (types, ids) = id_parts(settlements.iter().map(|s| s.id.clone()));
-        let done = settlements.iter().map(|s| s.action == SettleAction::MarkDone).collect();
+        let done = settlements.iter().map(|s| s.action == SettleAction::Done).collect();
         SettleArgs { prefix, queue, types, ids, done, token: token.as_str(), done_us: micros(ttl) }
     }
 

@@ -1,4 +1,4 @@
-//! [`DrainMarks`] on PostgreSQL: the `drain_marks` table (`src/schema_v4.sql`), one
+//! [`DrainStamps`] on PostgreSQL: the `drain_marks` table (`src/schema_v4.sql`), one
 //! function per operation, every time on the server's clock.
 //!
 //! | operation | what is sent | round trips |
@@ -10,14 +10,14 @@
 use std::time::Duration;
 
 use drain_core::admission::OwnerId;
-use drain_core::ports::{Acquire, DrainMarks, MarkedClaim, Release, Waiter, WakeRelease};
+use drain_core::ports::{Acquire, DrainStamps, Release, StampedClaim, Waiter, WakeRelease};
 use drain_core::{LeaseToken, PortError};
 
 use crate::store::{PostgresStore, acquire_answer, get, micros, one, owner_answers, owner_names};
 
 #[drain_core::async_trait]
-impl DrainMarks for PostgresStore {
-    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+impl DrainStamps for PostgresStore {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
         let op = "peek_marked";
         if owners.is_empty() {
             return Ok(Vec::new());
@@ -31,12 +31,12 @@ impl DrainMarks for PostgresStore {
         for (claim, row) in claims.into_iter().zip(&rows) {
             let us = get::<Option<i64>>(self, op, row, 3)?;
             let drained = us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)));
-            out.push(MarkedClaim { claim, drained });
+            out.push(StampedClaim { claim, drained });
         }
         Ok(out)
     }
 
-    async fn acquire_marked(
+    async fn acquire_stamped(
         &self,
         owner: &OwnerId,
         token: &LeaseToken,

@@ -36,7 +36,7 @@ pub mod functions {
     pub const FENCES: &[&str] = &["current_fence", "fence_is_current", "admit_fence"];
     /// The owner backlogs of `drain owners` (schema version 3).
     pub const BACKLOGS: &[&str] = &["push_backlog", "take_batch", "record_batch", "backlog_pending"];
-    /// Drain marks (schema version 4): skipping served requests.
+    /// Drain stamps (schema version 4): skipping served requests.
     pub const MARKS: &[&str] = &["peek_marked", "acquire_marked", "release_drained"];
 }
 

@@ -6,11 +6,11 @@
 //! [`ClaimStore`](drain_core::ports::ClaimStore),
 //! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
 //! [`ReleaseWake`](drain_core::ports::ReleaseWake),
-//! [`DrainMarks`](drain_core::ports::DrainMarks) and
+//! [`DrainStamps`](drain_core::ports::DrainStamps) and
 //! [`FenceMarks`](drain_core::ports::FenceMarks) over drain's schema
 //! (`src/schema_v1.sql` to `src/schema_v5.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
 //! keep their fence when the lease is released or expires (so fences only grow,
-//! across restarts too), a table of claims, a table of waiters, a table of drain marks, a `schema_version`
+//! across restarts too), a table of claims, a table of waiters, a table of drain stamps, a `schema_version`
 //! table, and one plpgsql function per operation. Every row carries
 //! [`PostgresConfig::key_prefix`]: tenants sharing a schema keep apart by prefix.
 //! Expiry is the server's clock (`clock_timestamp()`), never the client's.

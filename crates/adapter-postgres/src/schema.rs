@@ -9,7 +9,7 @@ use crate::error::map_error;
 
 /// The schema version this crate writes and reads: 2 adds the fence checks
 /// (`src/schema_v2.sql`), 3 the owner backlogs of `drain owners`
-/// (`src/schema_v3.sql`), 4 the drain marks (`src/schema_v4.sql`), 5 fences never
+/// (`src/schema_v3.sql`), 4 the drain stamps (`src/schema_v4.sql`), 5 fences never
 /// below the server's clock (`src/schema_v5.sql`). A store that finds an older
 /// version upgrades it as it would create it (the SQL is idempotent).
 pub const SCHEMA_VERSION: i32 = 5;

@@ -244,7 +244,7 @@ pub(crate) fn acquire_answer(store: &PostgresStore, op: &str, row: &Row) -> Resu
             get::<Option<String>>(store, op, row, 2)?.ok_or_else(|| store.bad(op, "a held lease without a holder"))?;
         let us =
             get::<Option<i64>>(store, op, row, 3)?.ok_or_else(|| store.bad(op, "a held lease without a time left"))?;
-        Ok(Acquire::Held { holder, remaining: remaining(us) })
+        Ok(Acquire::Busy { holder, remaining: remaining(us) })
     }
 }
 
@@ -264,7 +264,7 @@ pub(crate) fn owner_answers(
             Some(holder) => {
                 let us = get::<Option<i64>>(store, op, row, 2)?
                     .ok_or_else(|| store.bad(op, "a held claim without a time left"))?;
-                Ok(OwnerClaim::Held { holder, remaining: remaining(us) })
+                Ok(OwnerClaim::Busy { holder, remaining: remaining(us) })
             }
         })
         .collect()
@@ -326,8 +326,8 @@ impl OwnerClaims for PostgresStore {
         Some(self)
     }
 
-    /// The drain marks of `src/drained.rs`: a table beside the leases.
-    fn drain_marks(&self) -> Option<&dyn drain_core::ports::DrainMarks> {
+    /// The drain stamps of `src/drained.rs`: a table beside the leases.
+    fn drain_stamps(&self) -> Option<&dyn drain_core::ports::DrainStamps> {
         Some(self)
     }
 }

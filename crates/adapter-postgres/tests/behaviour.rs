@@ -62,7 +62,7 @@ async fn a_fence_is_strictly_larger_after_the_server_restarts() {
     pg.restart();
     let other = token("other", 2);
     let (got, _) = until_ok(|| store.acquire(&held, &other, ttl)).await;
-    assert!(matches!(got, Acquire::Held { ref holder, .. } if holder == "me"), "{got:?}");
+    assert!(matches!(got, Acquire::Busy { ref holder, .. } if holder == "me"), "{got:?}");
 }
 
 #[tokio::test]
@@ -117,10 +117,10 @@ async fn a_frozen_server_answers_timeout_and_the_store_recovers() {
     assert!(matches!(err.kind, ErrorKind::Timeout | ErrorKind::Connection) && err.is_temporary(), "{err}");
     pg.resume();
     let (got, _) = until_ok(|| store.acquire(&lease, &me, Duration::from_secs(30))).await;
-    // The timed-out acquire may have landed: then it is ours (Held by "me").
+    // The timed-out acquire may have landed: then it is ours (Acquired by "me").
     match got {
         Acquire::Acquired { .. } => {}
-        Acquire::Held { holder, .. } => assert_eq!(holder, "me"),
+        Acquire::Busy { holder, .. } => assert_eq!(holder, "me"),
     }
 }
 

@@ -35,7 +35,7 @@ suites!(passes_the_lease_contract: "lease" => contract::lease_store);
 suites!(passes_the_claim_contract: "claim" => contract::claim_store);
 suites!(passes_the_fence_marks_contract: "fence" => contract::fence_marks);
 suites!(passes_the_owner_claims_and_release_wake_contracts: "owners" => contract::owner_claims, "wake" => contract::release_wake);
-suites!(passes_the_drain_marks_contract: "marks" => contract::drain_marks);
+suites!(passes_the_drain_marks_contract: "marks" => contract::drain_stamps);
 
 /// Every suite at once on one server under different names: the functions keep
 /// their promises while other callers work on the same tables.

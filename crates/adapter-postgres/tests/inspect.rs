@@ -57,7 +57,7 @@ async fn list_shows_the_leases_and_live_claims_of_its_prefix_only() {
     a.acquire(&LeaseName::owner("tenant-1"), &me, ttl).await.expect("owner");
     let ids = [MessageId::from("m-1"), MessageId::Ulong(7), MessageId::from("m-3")];
     a.claim_batch("requests", &ids, &me, ttl).await.expect("claim");
-    let settle = [Settlement { id: ids[2].clone(), action: SettleAction::MarkDone }];
+    let settle = [Settlement { id: ids[2].clone(), action: SettleAction::Done }];
     a.settle_batch("requests", &settle, &me, ttl).await.expect("settle");
     b.acquire(&LeaseName::queue("requests"), &token("host-b", 2), ttl).await.expect("b acquire");
 

@@ -42,7 +42,7 @@ async fn every_operation_is_one_function_call() {
     got.expect("acquire");
     assert_eq!((d, n), (calls(&[("acquire", 1)]), 1), "acquire = one call");
     let (got, d, n) = measure(&pg, &obs, store.acquire(&lease, &token("other", 2), ttl)).await;
-    assert!(matches!(got.expect("acquire"), drain_core::ports::Acquire::Held { .. }));
+    assert!(matches!(got.expect("acquire"), drain_core::ports::Acquire::Busy { .. }));
     assert_eq!((d, n), (calls(&[("acquire", 1)]), 1), "a held acquire = one call");
     let (got, d, n) = measure(&pg, &obs, store.renew(&lease, &me, ttl)).await;
     got.expect("renew");
@@ -62,7 +62,7 @@ async fn every_operation_is_one_function_call() {
     let (got, d, n) = measure(&pg, &obs, store.peek_owners(&owners)).await;
     let got = got.expect("peek_owners");
     assert_eq!((d, n), (calls(&[("peek_owners", 1)]), 1), "50 owners = one call");
-    assert_eq!(got.iter().filter(|c| matches!(c, OwnerClaim::Held { .. })).count(), 25);
+    assert_eq!(got.iter().filter(|c| matches!(c, OwnerClaim::Busy { .. })).count(), 25);
 
     // Claims: a batch of 100 in one call, its settlement in one call.
     let ids: Vec<MessageId> = (0..100).map(|i| MessageId::String(format!("m{i}"))).collect();
@@ -78,7 +78,7 @@ async fn every_operation_is_one_function_call() {
     // claims, both functions, pipelined: one round trip.
     let next: Vec<MessageId> = (100..200).map(|i| MessageId::String(format!("m{i}"))).collect();
     let earlier: Vec<Settlement> =
-        next.iter().take(10).map(|id| Settlement { id: id.clone(), action: SettleAction::MarkDone }).collect();
+        next.iter().take(10).map(|id| Settlement { id: id.clone(), action: SettleAction::Done }).collect();
     store.claim_batch("q", &next[..10], &me, ttl).await.expect("claim the batch before");
     let ttls = ClaimTtls { pending: ttl, done: ttl };
     let (got, d, n) = measure(&pg, &obs, store.settle_then_claim("q", &earlier, &next, &me, ttls)).await;

@@ -54,7 +54,7 @@ async fn a_release_wakes_exactly_the_oldest_waiter_in_one_call() {
     reset_stats(&pg);
     obs.clear();
     let got = store.acquire_or_wait(&o, &other, ttl, &c).await.expect("acquire");
-    assert!(matches!(got, Acquire::Held { .. }));
+    assert!(matches!(got, Acquire::Busy { .. }));
     assert_eq!((calls_in(&pg, "drain"), round_trips(&obs)), (calls(&[("acquire_or_wait", 1)]), 1));
     assert_eq!(waiters(&pg, "o"), ["b", "c"], "each once, oldest first");
 

@@ -119,7 +119,7 @@ impl RedisStore {
             cmd.arg(token.as_str()).arg(millis(ttls.done)).arg(millis(ttls.pending)).arg(actions.len());
             for action in actions {
                 cmd.arg(match action {
-                    SettleAction::MarkDone => "d",
+                    SettleAction::Done => "d",
                     SettleAction::Release => "r",
                 });
             }

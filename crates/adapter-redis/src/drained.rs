@@ -1,4 +1,4 @@
-//! [`DrainMarks`] on Redis, with the commands of the minimal lease ACL only (`SET`,
+//! [`DrainStamps`] on Redis, with the commands of the minimal lease ACL only (`SET`,
 //! `GET`, `DEL`, `PTTL`; the waiter list's only with a waiter): time is kept in
 //! keys' time to live, so every age is measured on the server's clock.
 //!
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
-use drain_core::ports::{Acquire, DrainMarks, LeaseName, MarkedClaim, Release, Waiter, WakeRelease};
+use drain_core::ports::{Acquire, DrainStamps, LeaseName, Release, StampedClaim, Waiter, WakeRelease};
 use drain_core::{LeaseToken, PortError};
 use redis::Value;
 
@@ -36,8 +36,8 @@ pub(crate) const MARK_TTL: Duration = Duration::from_secs(3600);
 const STANDALONE_TRIES: u32 = 4;
 
 #[async_trait]
-impl DrainMarks for RedisStore {
-    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+impl DrainStamps for RedisStore {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
@@ -74,7 +74,7 @@ impl DrainMarks for RedisStore {
                     Value::Int(age) => u64::try_from(age).ok().map(Duration::from_millis),
                     _ => return Err(shape_error("peek_marked", self.endpoint(), "an age that is not a number")),
                 };
-                out[i] = Some(MarkedClaim { claim: reply::owner_claim(claim), drained });
+                out[i] = Some(StampedClaim { claim: reply::owner_claim(claim), drained });
             }
         }
         out.into_iter()
@@ -82,7 +82,7 @@ impl DrainMarks for RedisStore {
             .collect()
     }
 
-    async fn acquire_marked(
+    async fn acquire_stamped(
         &self,
         owner: &OwnerId,
         token: &LeaseToken,

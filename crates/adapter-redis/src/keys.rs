@@ -5,7 +5,7 @@
 //! | a queue's lease ([`LeaseName::queue`]) | `<prefix>:lease:{<queue>}` holds the token; `<prefix>:fence:{<queue>}` the fence counter |
 //! | an owner's claim ([`LeaseName::owner`]) | `<prefix>:claim:{<owner>}` holds the token; `<prefix>:claim-fence:{<owner>}` the fence counter |
 //! | an owner's waiters (release wake-up) | `<prefix>:waiters:{<owner>}`, a list of wake channels |
-//! | an owner's drain marks | `<prefix>:drain-start:{<owner>}` holds the token of the turn that took the claim, `<prefix>:drained:{<owner>}` marks the latest drain (both keep time in their TTL) |
+//! | an owner's drain stamps | `<prefix>:drain-start:{<owner>}` holds the token of the turn that took the claim, `<prefix>:drained:{<owner>}` marks the latest drain (both keep time in their TTL) |
 //! | a message's claim | `<prefix>:msg:{<queue>}:<id>` holds `pending:<token>` or `done:<token>` |
 //! | an instance's wake channel (pub/sub, not a key) | `<prefix>:wake:<instance>` |
 //! | a resource's fence mark ([`KeySpace::mark`]) | `<prefix>:mark:{<tag>}:<resource>`, in the resource key's hash slot |
@@ -243,7 +243,7 @@ impl KeySpace {
 
     /// The owner's drain keys `<prefix>:drain-start:{<owner>}` (the token of the turn
     /// that took the claim, expiring the marks' time to live after it did) and
-    /// `<prefix>:drained:{<owner>}` (the drain mark: expiring the marks' time to live
+    /// `<prefix>:drained:{<owner>}` (the drain stamp: expiring the marks' time to live
     /// after the latest drained turn took the claim), in the claim's hash slot.
     #[must_use]
     pub fn owner_drain(&self, owner: &str) -> (String, String) {

@@ -93,8 +93,8 @@ impl OwnerClaims for RedisStore {
         Some(self)
     }
 
-    /// The drain marks of `src/drained.rs`: two keys beside the claim.
-    fn drain_marks(&self) -> Option<&dyn drain_core::ports::DrainMarks> {
+    /// The drain stamps of `src/drained.rs`: two keys beside the claim.
+    fn drain_stamps(&self) -> Option<&dyn drain_core::ports::DrainStamps> {
         Some(self)
     }
 }

@@ -6,7 +6,7 @@
 //! [`ClaimStore`](drain_core::ports::ClaimStore),
 //! [`OwnerClaims`](drain_core::ports::OwnerClaims) and
 //! [`ReleaseWake`](drain_core::ports::ReleaseWake),
-//! [`DrainMarks`](drain_core::ports::DrainMarks) and
+//! [`DrainStamps`](drain_core::ports::DrainStamps) and
 //! [`FenceMarks`](drain_core::ports::FenceMarks); [`RedisStore::fenced_write`]
 //! writes an embedder's key only while the writer's fence is not below the key's
 //! mark. The key layout is this crate's
@@ -28,7 +28,7 @@
 //! | [`RedisStore::fenced_write`] | `EVALSHA fence`: the key's mark checked, the write (`SET`, `SET PX`, `HSET`, `DEL`), the mark raised | 1 |
 //! | `admit` ([`FenceMarks`](drain_core::ports::FenceMarks)) | `EVALSHA fence`: the mark checked and raised | 1 |
 //!
-//! The release wake-up's operations and the drain marks' are one round trip each too
+//! The release wake-up's operations and the drain stamps' are one round trip each too
 //! (see the `wake` and `drained` modules' tables). Besides the ports, a few list and hash operations serve an
 //! embedder's owner work on the same connection, without ever losing an item:
 //! [`RedisStore::take_batch`] moves a batch from an owner's backlog into its
@@ -74,7 +74,7 @@
 //!
 //! Messages name the endpoint (`host:port`) and what to check, and never contain the
 //! password ([`redact_url`]). A lease key without a TTL (written by hand, never by
-//! drain) is held until someone deletes it: `Held` reports [`Duration::MAX`] left.
+//! drain) is held until someone deletes it: `Busy` reports [`Duration::MAX`] left.
 //!
 //! [`Duration::MAX`]: std::time::Duration::MAX
 #![forbid(unsafe_code)]

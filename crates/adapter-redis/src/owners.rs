@@ -10,7 +10,7 @@ use crate::reply;
 use crate::store::RedisStore;
 
 /// [`OwnerClaims`] over claim keys an embedder's own system writes: `key` names
-/// each owner's key (`tenant:{a}:lock`, …). A key holding a string is `Held` (its
+/// each owner's key (`tenant:{a}:lock`, …). A key holding a string is `Busy` (its
 /// holder is the value before its last `:`, its remaining time the key's TTL, or
 /// "never" for a key without one); a missing key is `Free`.
 ///

@@ -38,7 +38,7 @@ pub(crate) fn remaining(ttl: Option<Duration>) -> Option<Duration> {
 /// What a peek of an owner's claim key found.
 pub(crate) fn owner_claim(read: Option<Scanned>) -> OwnerClaim {
     match read.and_then(|s| Some((remaining(s.remaining)?, s.value))) {
-        Some((remaining, value)) => OwnerClaim::Held { holder: LeaseToken::holder_of(&value).to_owned(), remaining },
+        Some((remaining, value)) => OwnerClaim::Busy { holder: LeaseToken::holder_of(&value).to_owned(), remaining },
         None => OwnerClaim::Free,
     }
 }
@@ -60,7 +60,7 @@ pub(crate) fn acquire(v: &Value) -> Option<Acquire> {
         _ => return None,
     };
     match items.as_slice() {
-        [token, Value::Int(pttl)] => Some(Acquire::Held {
+        [token, Value::Int(pttl)] => Some(Acquire::Busy {
             holder: LeaseToken::holder_of(&text(token)?).to_owned(),
             // No TTL (-1): a key written by hand; it holds until someone deletes it.
             remaining: u64::try_from(*pttl).map_or(Duration::MAX, |ms| Duration::from_millis(ms.max(1))),
@@ -159,11 +159,11 @@ mod tests {
         assert_eq!(acquire(&Value::Int(-1)), None, "a fence is never negative");
         assert_eq!(
             a(vec![bulk("host-1:abc"), Value::Int(900)]),
-            Some(Acquire::Held { holder: "host-1".into(), remaining: Duration::from_millis(900) })
+            Some(Acquire::Busy { holder: "host-1".into(), remaining: Duration::from_millis(900) })
         );
         assert_eq!(
             a(vec![bulk("x:y"), Value::Int(-1)]),
-            Some(Acquire::Held { holder: "x".into(), remaining: Duration::MAX })
+            Some(Acquire::Busy { holder: "x".into(), remaining: Duration::MAX })
         );
         assert_eq!(a(vec![Value::Int(1), Value::Int(7)]), None, "the old shape is not taken for a holder");
         assert_eq!(a(vec![bulk("x:y")]), None);
@@ -177,12 +177,12 @@ mod tests {
         assert_eq!(owner_claim(None), OwnerClaim::Free);
         assert_eq!(
             owner_claim(held("w-1:ab", Some(900))),
-            OwnerClaim::Held { holder: "w-1".into(), remaining: Duration::from_millis(900) }
+            OwnerClaim::Busy { holder: "w-1".into(), remaining: Duration::from_millis(900) }
         );
         assert_eq!(owner_claim(held("w-1:ab", Some(0))), OwnerClaim::Free, "expired between the reads");
         assert_eq!(
             owner_claim(held("hand", None)),
-            OwnerClaim::Held { holder: "hand".into(), remaining: Duration::MAX }
+            OwnerClaim::Busy { holder: "hand".into(), remaining: Duration::MAX }
         );
         assert_eq!(counter(&Value::Nil), Some(0));
         assert_eq!(counter(&bulk("41")), Some(41));

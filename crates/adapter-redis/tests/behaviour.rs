@@ -18,7 +18,7 @@ use support::{config, connect_prefixed, delta, token};
 fn fence(a: Acquire) -> u64 {
     match a {
         Acquire::Acquired { fence } => fence,
-        Acquire::Held { holder, .. } => panic!("expected Acquired, held by {holder}"),
+        Acquire::Busy { holder, .. } => panic!("expected Acquired, held by {holder}"),
     }
 }
 
@@ -40,11 +40,11 @@ async fn expiry_then_foreign_reacquire_leaves_the_new_lease_alone() {
     assert_eq!((held.holder.as_str(), held.fence), ("other", f2));
     assert!(held.remaining > Duration::from_secs(25), "its TTL untouched: {held:?}");
     match store.acquire(&lease, &me, Duration::from_secs(30)).await.expect("acquire") {
-        Acquire::Held { holder, remaining } => {
+        Acquire::Busy { holder, remaining } => {
             assert_eq!(holder, "other");
             assert!(remaining <= Duration::from_secs(30));
         }
-        a => panic!("expected Held, got {a:?}"),
+        a => panic!("expected Busy, got {a:?}"),
     }
 }
 
@@ -78,11 +78,11 @@ async fn fences_strictly_increase_across_holders_and_expiry() {
             tokio::time::sleep(Duration::from_millis(500)).await; // let it expire
         }
     }
-    // A Held answer never moves the fence.
+    // A Busy answer never moves the fence.
     let t = token("holder-x", 99);
     let last = fence(store.acquire(&lease, &t, Duration::from_secs(30)).await.expect("acquire"));
     let before = redis.command(&["GET", &fence_key]).expect("GET");
-    assert!(matches!(store.acquire(&lease, &token("y", 1), Duration::from_secs(1)).await, Ok(Acquire::Held { .. })));
+    assert!(matches!(store.acquire(&lease, &token("y", 1), Duration::from_secs(1)).await, Ok(Acquire::Busy { .. })));
     assert_eq!(redis.command(&["GET", &fence_key]).expect("GET"), before);
     assert_eq!(store.peek(&lease).await.expect("peek").expect("held").fence, last, "peek reads the holder's fence");
 }
@@ -170,8 +170,8 @@ async fn a_lease_without_a_ttl_is_held_for_good() {
     let lease = LeaseName::queue("paused");
     redis.command(&["SET", &store.keys().lease(&lease).lease, "maintenance:by-hand"]).expect("set");
     match store.acquire(&lease, &token("me", 1), Duration::from_secs(5)).await.expect("acquire") {
-        Acquire::Held { holder, remaining } => assert_eq!((holder.as_str(), remaining), ("maintenance", Duration::MAX)),
-        a => panic!("expected Held, got {a:?}"),
+        Acquire::Busy { holder, remaining } => assert_eq!((holder.as_str(), remaining), ("maintenance", Duration::MAX)),
+        a => panic!("expected Busy, got {a:?}"),
     }
     let held = store.peek(&lease).await.expect("peek").expect("held");
     assert_eq!((held.holder.as_str(), held.remaining, held.fence), ("maintenance", Duration::MAX, 0));
@@ -240,10 +240,10 @@ async fn keyed_claims_peek_an_embedder_s_own_claim_keys() {
     let owners = [OwnerId::from("a"), OwnerId::from("b"), OwnerId::from("c")];
     let got = claims.peek_owners(&owners).await.expect("peek");
     assert!(
-        matches!(&got[0], OwnerClaim::Held { holder, remaining } if holder == "worker-1" && *remaining <= Duration::from_secs(5) && *remaining > Duration::from_secs(3)),
+        matches!(&got[0], OwnerClaim::Busy { holder, remaining } if holder == "worker-1" && *remaining <= Duration::from_secs(5) && *remaining > Duration::from_secs(3)),
         "{got:?}"
     );
     assert_eq!(got[1], OwnerClaim::Free);
-    assert_eq!(got[2], OwnerClaim::Held { holder: "by-hand".into(), remaining: Duration::MAX });
+    assert_eq!(got[2], OwnerClaim::Busy { holder: "by-hand".into(), remaining: Duration::MAX });
     assert_eq!(support::round_trips(&observer), 1, "one pipeline");
 }

@@ -1,4 +1,4 @@
-//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up, drain marks,
+//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up, drain stamps,
 //! concurrency and the error rules included) against a private redis-server and a
 //! private 3-master Redis Cluster, each through three stores as a fleet's processes
 //! would have them.
@@ -37,7 +37,7 @@ suites!(standalone_passes_the_lease_contract: "lease" => contract::lease_store);
 suites!(standalone_passes_the_claim_contract: "claim" => contract::claim_store);
 suites!(standalone_passes_the_fence_marks_contract: "fence" => contract::fence_marks);
 suites!(standalone_passes_the_owner_claims_and_release_wake_contracts: "owners" => contract::owner_claims, "wake" => contract::release_wake);
-suites!(standalone_passes_the_drain_marks_contract: "marks" => contract::drain_marks);
+suites!(standalone_passes_the_drain_marks_contract: "marks" => contract::drain_stamps);
 
 /// One cluster for every suite (forming one takes a few seconds). They run at once
 /// on one store under different names (the outage, which freezes every node, after
@@ -64,7 +64,7 @@ async fn cluster_passes_every_store_contract() {
         contract::owner_claims(store, &envs[2]),
         contract::release_wake(store, &envs[3]),
         contract::fence_marks(store, &envs[4]),
-        contract::drain_marks(store, &envs[5]),
+        contract::drain_stamps(store, &envs[5]),
     );
     let all_suites =
         [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence), ("marks", marks)];
@@ -79,7 +79,7 @@ async fn cluster_passes_every_store_contract() {
     all_checked("owners", contract::owner_claims(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("wake", contract::release_wake(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("fence", contract::fence_marks(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("marks", contract::drain_marks(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("marks", contract::drain_stamps(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 
     for node in cluster.nodes() {
         let errors = node.info("errorstats").expect("INFO errorstats");

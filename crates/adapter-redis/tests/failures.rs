@@ -21,7 +21,7 @@ async fn cycle(store: &RedisStore, lease: &LeaseName, me: &LeaseToken) -> Result
     let call = async {
         match store.acquire(lease, me, Duration::from_secs(30)).await? {
             Acquire::Acquired { .. } => {}
-            Acquire::Held { holder, .. } => panic!("unexpectedly held by {holder}"),
+            Acquire::Busy { holder, .. } => panic!("unexpectedly held by {holder}"),
         }
         assert_eq!(store.release(lease, me).await?, Release::Released);
         Ok(())

@@ -114,7 +114,7 @@ async fn standalone_operations_cost_one_round_trip_each() {
     // settlement of the last one, in one script.
     let next: Vec<MessageId> = (32..64).map(|i| MessageId::from(format!("m{i}"))).collect();
     let pending: Vec<Settlement> =
-        next.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::MarkDone }).collect();
+        next.iter().map(|id| Settlement { id: id.clone(), action: SettleAction::Done }).collect();
     let ttls = ClaimTtls { pending: ttl, done: ttl };
     store.claim_batch("q", &next, &me, ttl).await.expect("claim_batch");
     let later: Vec<MessageId> = (64..96).map(|i| MessageId::from(format!("m{i}"))).collect();

@@ -79,7 +79,7 @@ async fn a_store_behind_sentinel_follows_a_failover_to_the_replica() {
             }
         }
     };
-    assert!(matches!(&held, Acquire::Held { holder: h, .. } if h == "b"), "{held:?}");
+    assert!(matches!(&held, Acquire::Busy { holder: h, .. } if h == "b"), "{held:?}");
     assert_eq!(store.release(&lease, &holder).await.expect("release"), Release::Released);
     let Acquire::Acquired { fence: f3 } = store.acquire(&lease, &other, TTL).await.expect("acquire") else {
         panic!("released")

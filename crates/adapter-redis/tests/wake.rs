@@ -37,7 +37,7 @@ fn owner(name: &str) -> OwnerId {
 
 fn held_by(c: &OwnerClaim) -> Option<&str> {
     match c {
-        OwnerClaim::Held { holder, .. } => Some(holder),
+        OwnerClaim::Busy { holder, .. } => Some(holder),
         OwnerClaim::Free => None,
     }
 }
@@ -99,7 +99,7 @@ async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
         assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a registering peek = one EVALSHA");
     }
     let (got, d, n) = measure(stats, &obs, store.acquire_or_wait(&o, &other, ttl, &c)).await;
-    assert!(matches!(got.expect("acquire"), Acquire::Held { .. }));
+    assert!(matches!(got.expect("acquire"), Acquire::Busy { .. }));
     assert_eq!((d, n), (calls(&[("evalsha", 1)]), 1), "a registering acquire = one EVALSHA");
     assert_eq!(list(&redis, &waiters), [b_channel.clone(), c_channel.clone()], "each once, oldest first");
     let pttl = redis.command(&["PTTL", &waiters]).expect("PTTL");

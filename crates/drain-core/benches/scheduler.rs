@@ -13,7 +13,7 @@
 //! Heap allocations per operation in steady state are counted by a wrapping global
 //! allocator (`stats_alloc`), over a separate, untimed pass of each cycle after the
 //! warm-up: the admission cycles, and the tick decision (a tick whose lease is held
-//! elsewhere: acquire, `Held`, skip, report) on drain-core's in-memory store.
+//! elsewhere: acquire, `Busy`, skip, report) on drain-core's in-memory store.
 //!
 //! Writes `<target>/bench/scheduler.json` and prints a table. Runs in about 10 s
 //! (bench profile) on two cores.
@@ -264,7 +264,7 @@ fn main() {
     let (tick_ns, tick_allocs) = tick_skip();
     let _ = writeln!(
         table,
-        "{:<24}{:>16.0}{tick_ns:>12.0}{:>18}{tick_allocs:>14.2}  run_tick, lease held elsewhere: acquire (Held) + skip report",
+        "{:<24}{:>16.0}{tick_ns:>12.0}{:>18}{tick_allocs:>14.2}  run_tick, lease held elsewhere: acquire (Busy) + skip report",
         "tick_skip_locked",
         1e9 / tick_ns,
         "-"
@@ -284,7 +284,7 @@ fn main() {
         "scheduler": results,
         "owner_clone_allocs": round2(clone_allocs),
         "tick_skip_locked": {
-            "what": "run_tick with the lease held elsewhere (in-memory store): acquire -> Held -> skip",
+            "what": "run_tick with the lease held elsewhere (in-memory store): acquire -> Busy -> skip",
             "ns_per_tick": (tick_ns * 10.0).round() / 10.0,
             "allocs_per_tick": round2(tick_allocs),
         },

@@ -62,7 +62,7 @@ impl LeaseStore for RowStore<'_> {
             let row = leases.entry(lease.clone()).or_default();
             if row.until > now {
                 let Holding { holder, remaining, .. } = holding(row, now);
-                return Acquire::Held { holder, remaining };
+                return Acquire::Busy { holder, remaining };
             }
             (row.token, row.until, row.fence) = (token.as_str().into(), now + ttl, row.fence + 1);
             Acquire::Acquired { fence: row.fence }
@@ -119,7 +119,7 @@ impl ClaimStore for RowStore<'_> {
             let mut settle = |s: &Settlement| match claims.get_mut(&(queue.to_owned(), s.id.clone())) {
                 Some(row) if row.until > now && !row.done && row.token == token.as_str() => {
                     match s.action {
-                        SettleAction::MarkDone => (row.done, row.until) = (true, now + done_ttl),
+                        SettleAction::Done => (row.done, row.until) = (true, now + done_ttl),
                         SettleAction::Release => row.until = Time::ZERO,
                     }
                     SettleResult::Settled

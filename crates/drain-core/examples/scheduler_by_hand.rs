@@ -47,7 +47,7 @@ fn main() {
                     let held = |o: &OwnerId| claims.get(o).is_some_and(|until| *until > now);
                     let answers: Vec<(OwnerId, PeekResult)> = owners
                         .iter()
-                        .map(|o| (o.clone(), if held(o) { PeekResult::Held } else { PeekResult::Free }))
+                        .map(|o| (o.clone(), if held(o) { PeekResult::Busy } else { PeekResult::Free }))
                         .collect();
                     s.on_peek(now, answers);
                     s.recycle(owners);
@@ -65,7 +65,7 @@ fn main() {
             }
         }
         while let Some(event) = s.poll_event() {
-            if let Event::OwnerSkipped { reason: SkipReason::ClaimHeld, .. } = event {
+            if let Event::OwnerSkipped { reason: SkipReason::ClaimBusy, .. } = event {
                 deferred += 1;
             }
         }

@@ -162,7 +162,7 @@ impl MessageOutcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SkipReason {
     /// The peek found the owner's claim held by someone.
-    ClaimHeld,
+    ClaimBusy,
     /// The peek found a drain of the owner that began after the request was made and
     /// left nothing behind: the request was served already (label `served`).
     Served,
@@ -170,13 +170,13 @@ pub enum SkipReason {
 
 impl SkipReason {
     /// Every reason, for exporting each label set before its first event.
-    pub const ALL: [SkipReason; 2] = [SkipReason::ClaimHeld, SkipReason::Served];
+    pub const ALL: [SkipReason; 2] = [SkipReason::ClaimBusy, SkipReason::Served];
 
     /// Metric label value.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
-            SkipReason::ClaimHeld => "claim_held",
+            SkipReason::ClaimBusy => "claim_held",
             SkipReason::Served => "served",
         }
     }
@@ -216,7 +216,7 @@ pub enum Event<'a> {
         /// The lease's name (a queue's, an owner's, a job's).
         lease: &'a str,
         /// Why.
-        loss: crate::guard::Loss,
+        loss: crate::outcome::Loss,
     },
     /// A message was processed.
     Message {
@@ -253,7 +253,7 @@ pub enum Event<'a> {
     /// An owner turn ended.
     OwnerTurn {
         /// How.
-        outcome: crate::admission::TurnOutcome,
+        outcome: crate::outcome::TurnOutcome,
     },
     /// Owners waiting in the FIFO (gauge).
     OwnerQueueDepth(usize),
@@ -279,7 +279,7 @@ pub enum Event<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::TurnOutcome;
+    use crate::outcome::TurnOutcome;
 
     /// Each `ALL` lists every variant once, in declaration order: the matches below
     /// are exhaustive, so a new variant does not compile until it is given a place
@@ -327,7 +327,7 @@ mod tests {
         }
         fn reason(o: SkipReason) -> usize {
             match o {
-                SkipReason::ClaimHeld => 0,
+                SkipReason::ClaimBusy => 0,
                 SkipReason::Served => 1,
             }
         }

@@ -11,13 +11,13 @@
 //! ## The public API
 //!
 //! * Run any work under a lease: [`guard::LeaseGuard`] (its work holds a
-//!   [`guard::Held`]; it ends as a [`guard::Guarded`], with a [`guard::LeaseStatus`]
+//!   [`guard::LeaseHandle`]; it ends as a [`guard::Guarded`], with a [`guard::LeaseStatus`]
 //!   and a [`guard::Loss`]). drain-runtime's `take` is the same guard on a task.
 //! * Run a tick: [`tick::run_tick`] over [`tick::TickPorts`], configured by
 //!   [`tick::TickConfig`], controlled by [`tick::TickControl`], answering a
 //!   [`tick::TickReport`] ([`tick::DrainStats`], [`tick::ClaimHealth`]; it serializes
 //!   to the JSON line `drain run --once` prints). Across ticks, [`tick::Outage`]
-//!   ([`tick::OutagePolicy`], [`tick::Gate`], [`tick::Step`], [`tick::StaleClaims`],
+//!   ([`tick::OutagePolicy`], [`tick::OutageVerdict`], [`tick::Step`], [`tick::StaleClaims`],
 //!   [`tick::probe_claims`], [`tick::release_stale_claims`]) keeps a process from
 //!   receiving while the claim store is down.
 //! * Admit owners: [`admission::Scheduler`] (sans-IO, configured by
@@ -54,6 +54,8 @@ pub mod error;
 pub mod event;
 pub mod fence;
 pub mod guard;
+pub mod outcome;
+pub mod owner;
 pub mod ports;
 pub mod switch;
 pub mod tick;
@@ -65,10 +67,10 @@ pub mod memory;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use admission::OwnerId;
 pub use backoff::Backoff;
 pub use error::{ErrorKind, Persistence, PortError};
 pub use event::Event;
+pub use owner::OwnerId;
 pub use switch::Switch;
 pub use time::Time;
 pub use token::LeaseToken;

@@ -81,7 +81,7 @@ fn config(mode: Switch) -> impl Strategy<Value = SchedulerConfig> {
                 let mut m = SchedulerConfig::default();
                 m.claim_aware = mode;
                 m.release_wake = Switch::On;
-                // The model is admission without drain marks (tests/served_props.rs has them).
+                // The model is admission without drain stamps (tests/served_props.rs has them).
                 m.skip_served = Switch::Off;
                 m.workers = workers;
                 m.backoff_min = ms(min);
@@ -269,7 +269,7 @@ impl Run {
         let stray = stray.filter(|&i| self.state[i] != Some(OwnerState::Peeking));
         let mut results = Vec::new();
         if let Some(i) = stray {
-            results.push((self.ids[i].clone(), PeekResult::Held));
+            results.push((self.ids[i].clone(), PeekResult::Busy));
         }
         if self.batches.is_empty() {
             self.s.on_peek(self.now, results);
@@ -282,7 +282,7 @@ impl Run {
             .zip(codes)
             .filter_map(|(&i, &code)| match code {
                 0 => Some((i, PeekResult::Free)),
-                1 => Some((i, PeekResult::Held)),
+                1 => Some((i, PeekResult::Busy)),
                 2 => Some((i, PeekResult::Error)),
                 _ => None,
             })
@@ -310,9 +310,9 @@ impl Run {
                 self.expected.push(Event::PeekError);
                 self.make_ready(i);
             }
-            PeekResult::Held => {
+            PeekResult::Busy => {
                 let mode = self.mode;
-                self.expected.push(Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode });
+                self.expected.push(Event::OwnerSkipped { reason: SkipReason::ClaimBusy, mode });
                 if mode == Switch::On {
                     let (low, high) = self.cfg.claim_busy_window();
                     self.arm(i, low, high);

@@ -21,7 +21,7 @@ where
         + drain_core::ports::OwnerClaims
         + drain_core::ports::ReleaseWake
         + drain_core::ports::FenceMarks
-        + drain_core::ports::DrainMarks,
+        + drain_core::ports::DrainStamps,
 {
     let mut all = Checked::default();
     for checked in [
@@ -30,7 +30,7 @@ where
         contract::owner_claims(store, env).await?,
         contract::release_wake(store, env).await?,
         contract::fence_marks(store, env).await?,
-        contract::drain_marks(store, env).await?,
+        contract::drain_stamps(store, env).await?,
     ] {
         all.checked.extend(checked.checked);
         all.skipped.extend(checked.skipped);
@@ -200,7 +200,7 @@ fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violat
     let (clock, [store, b, c]) = fleet(Some(defect));
     let all = [&store, &b, &c];
     let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
-    out.push(("marks", block_on(&clock, contract::drain_marks(&store, &env))));
+    out.push(("marks", block_on(&clock, contract::drain_stamps(&store, &env))));
     out
 }
 
@@ -242,7 +242,7 @@ fn every_store_rule_has_a_broken_store_that_breaks_it() {
 #[test]
 fn the_issue_s_seven_defects_are_among_them() {
     // A non-atomic acquire, renew and release reviving our own expired lease, a fence
-    // that expires with the lease, Held without a remaining time, a release that
+    // that expires with the lease, Busy without a remaining time, a release that
     // ignores the token, a fence that does not move.
     for d in [
         Defect::NonAtomicAcquire,

@@ -58,7 +58,7 @@ type Log = Mutex<Vec<(&'static str, u64, u64)>>;
 /// logging each; with `check`, it asks the handle before each step.
 async fn stepper(
     clock: &ManualClock,
-    held: drain_core::guard::Held,
+    held: drain_core::guard::LeaseHandle,
     who: &'static str,
     until: u64,
     log: &Log,

@@ -80,8 +80,8 @@ fn peeks_of_waiting_owners_go_out_in_one_round_trip() {
         w.work.add(o, 1);
     }
     run(&w, config(Switch::On, 4), os, None);
-    // With drain marks (the default) the one peek is the marked one.
-    assert_eq!(w.store.calls().get("peek_marked"), Some(&1), "{:?}", w.store.calls());
+    // With drain stamps (the default) the one peek is the marked one.
+    assert_eq!(w.store.calls().get("peek_stamped"), Some(&1), "{:?}", w.store.calls());
     assert_eq!(w.store.calls().get("peek_owners"), None);
     assert_eq!(w.store.calls().get("peek"), None);
 }
@@ -96,7 +96,7 @@ fn a_held_claim_defers_the_owner_until_it_is_free() {
     run(&w, config(Switch::On, 1), vec![a.clone()], None);
     assert_eq!(w.work.backlog(&a), 0);
     let skipped =
-        w.observer.count(|e| matches!(e, Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode: Switch::On }));
+        w.observer.count(|e| matches!(e, Event::OwnerSkipped { reason: SkipReason::ClaimBusy, mode: Switch::On }));
     assert!(skipped >= 1, "deferred while held");
     let (turns, busy) = w.work.turns();
     assert_eq!((turns, busy), (1, 0), "no wasted turn: it launched only once the claim was free");

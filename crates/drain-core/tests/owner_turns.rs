@@ -68,7 +68,7 @@ fn config_skipping(skip_served: Switch) -> SchedulerConfig {
 /// Three instances, 12 owners of 7 items each, every owner requested of every
 /// instance: each item is worked exactly once, under a claim, and the driver's peeks
 /// and the turns' lost races registered waiters that releases woke, with nothing wired
-/// but the store as `claims`; with drain marks (switch On) through the marked calls,
+/// but the store as `claims`; with drain stamps (switch On) through the marked calls,
 /// which also drop requests a drain served, and without them (Off) through the plain
 /// wake-up calls alone.
 #[test]
@@ -115,13 +115,13 @@ fn fleet_works_every_item_once(skip: Switch) {
     let count = |op: &str| calls.get(op).copied().unwrap_or(0);
     let (peeks, releases) = match skip {
         Switch::Off => ("peek_and_wait", "release_and_wake"),
-        _ => ("peek_marked", "release_drained"),
+        _ => ("peek_stamped", "release_drained"),
     };
     assert!(count(peeks) > 0, "{skip:?}: peeks registered waiters: {calls:?}");
     assert_eq!(count("peek_owners"), 0, "{skip:?}: no peek went around the wake-up: {calls:?}");
     assert!(count(releases) > 0, "{skip:?}: {calls:?}");
     let unused = if skip == Switch::Off {
-        ["peek_marked", "acquire_marked", "release_drained"]
+        ["peek_stamped", "acquire_stamped", "release_drained"]
     } else {
         ["peek_and_wait", "acquire_or_wait", "release_and_wake"]
     };

@@ -3,7 +3,7 @@
 //! A world of a few owners, each with a backlog of items: a writer adds an item and
 //! requests its owner (the request made at the write, delivered up to 50 ms later,
 //! so requests arrive out of the order they were made); another instance drains
-//! owners now and then, completely, publishing its drain mark (the time it began);
+//! owners now and then, completely, publishing its drain stamp (the time it began);
 //! the scheduler under test peeks with the marks (exact, or earlier as a driver's
 //! conservative conversion makes them) and runs turns that take the owner's items
 //! when they start and end later: failed (the items go back), with more (items were

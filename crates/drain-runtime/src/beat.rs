@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use drain_core::event::TickKind;
 use drain_core::ports::LeaseName;
-use drain_core::tick::{Gate, TickConfig, TickControl, TickReport};
+use drain_core::tick::{OutageVerdict, TickConfig, TickControl, TickReport};
 use drain_core::{LeaseToken, Switch};
 use rand::RngExt;
 use tokio::sync::Semaphore;
@@ -116,7 +116,7 @@ impl Beat {
         let workers = cfg.workers.max(1);
         let slots = Arc::new(Semaphore::new(workers));
         let stop = Arc::new(AtomicBool::new(false));
-        let held = Arc::new(Held::default());
+        let held = Arc::new(RunningLeases::default());
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut next_id = 0u64;
         // With the lease on, this process drains only inside ticks it holds the lease
@@ -145,10 +145,10 @@ impl Beat {
             tokio::select! {
                 () = tokio::time::sleep_until(next_beat) => {
                     next_beat = tokio::time::Instant::now() + jittered(cfg.interval);
-                    let probe = match this.gate.gate() {
-                        Gate::Run => false,
-                        Gate::Probe => true,
-                        Gate::Wait { .. } => {
+                    let probe = match this.gate.verdict() {
+                        OutageVerdict::Run => false,
+                        OutageVerdict::Probe => true,
+                        OutageVerdict::Wait { .. } => {
                             tracing::debug!(queue = %ticks.tick.queue, "beat starts no tick: the claim store is down");
                             this.gate.claims_down_tick(Duration::ZERO);
                             ticks.source.park().await;
@@ -235,7 +235,7 @@ impl Beat {
         }
     }
 
-    async fn shut_down(&self, mut tasks: JoinSet<()>, stop: &AtomicBool, held: &Held) {
+    async fn shut_down(&self, mut tasks: JoinSet<()>, stop: &AtomicBool, held: &RunningLeases) {
         let grace = self.config.grace;
         tracing::info!(
             running = tasks.len(),
@@ -283,13 +283,13 @@ impl Beat {
         cfg.kind = TickKind::Resident;
         tracing::info!(queue = %cfg.queue, "resident consumer started");
         while !stop.load(Ordering::Acquire) && !self.closing.load(Ordering::Acquire) {
-            match self.gate.gate() {
-                Gate::Run => {}
-                Gate::Probe => {
+            match self.gate.verdict() {
+                OutageVerdict::Run => {}
+                OutageVerdict::Probe => {
                     self.gate.probe().await;
                     continue;
                 }
-                Gate::Wait { until } => {
+                OutageVerdict::Wait { until } => {
                     ticks.source.park().await;
                     let wait = until.saturating_since(ticks.clock.now()).max(Duration::from_millis(10));
                     // Short naps, so a shutdown is noticed within a second.
@@ -310,9 +310,9 @@ impl Beat {
 
 /// Leases held by running ticks, so a tick aborted at shutdown still gets released.
 #[derive(Default)]
-struct Held(Mutex<HashMap<u64, LeaseToken>>);
+struct RunningLeases(Mutex<HashMap<u64, LeaseToken>>);
 
-impl Held {
+impl RunningLeases {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, LeaseToken>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use drain_core::event::{Event, TickKind, TickOutcome};
 use drain_core::ports::ClaimStore;
-use drain_core::tick::{ClaimHealth, Gate, Outage, OutagePolicy, TickReport, probe_claims, release_stale_claims};
+use drain_core::tick::{
+    ClaimHealth, Outage, OutagePolicy, OutageVerdict, TickReport, probe_claims, release_stale_claims,
+};
 use drain_core::{LeaseToken, PortError};
 
 use crate::Ticks;
@@ -47,14 +49,14 @@ impl ClaimGate {
 
     /// What a tick about to start must do. Always `Run` unless the claim decides.
     #[must_use]
-    pub fn gate(&self) -> Gate {
+    pub fn verdict(&self) -> OutageVerdict {
         if !self.ticks.tick.atomic_claim.enforces() {
-            return Gate::Run;
+            return OutageVerdict::Run;
         }
-        self.outage().gate(self.ticks.clock.now())
+        self.outage().verdict(self.ticks.clock.now())
     }
 
-    /// Probe the claim store after a `Gate::Probe` (releasing the stale claims kept
+    /// Probe the claim store after a `OutageVerdict::Probe` (releasing the stale claims kept
     /// once it answers); whether it answered.
     pub async fn probe(&self) -> bool {
         let result = match &self.ticks.claims {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use drain_core::guard::{Guarded, Held, LeaseGuard, Loss};
+use drain_core::guard::{Guarded, LeaseGuard, LeaseHandle, Loss};
 use drain_core::ports::{Clock, Fence, LeaseName, LeaseStore, NoopObserver, Observer};
 use drain_core::{LeaseToken, PortError};
 use tokio::sync::oneshot;
@@ -40,7 +40,7 @@ pub enum Taken {
 #[derive(Debug)]
 pub struct HeldLease {
     fence: Fence,
-    held: Held,
+    held: LeaseHandle,
     clock: TokioClock,
     release: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Guarded<()>>>,
@@ -60,7 +60,7 @@ pub async fn take(
     observer: Option<Arc<dyn Observer>>,
 ) -> Taken {
     let clock = TokioClock::new();
-    let (started_tx, started_rx) = oneshot::channel::<Held>();
+    let (started_tx, started_rx) = oneshot::channel::<LeaseHandle>();
     let (release_tx, release_rx) = oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         let observer: &dyn Observer = observer.as_deref().unwrap_or(&NoopObserver);

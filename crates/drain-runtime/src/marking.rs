@@ -1,4 +1,4 @@
-//! A [`LazyStore`] that offers its store's drain marks to owner drains, and, when
+//! A [`LazyStore`] that offers its store's drain stamps to owner drains, and, when
 //! asked, its release wake-up too.
 
 use std::sync::Arc;
@@ -7,14 +7,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, DrainMarks, Holding, LeaseName, LeaseStore, MarkedClaim, OwnerClaim, OwnerClaims, Release, ReleaseWake,
-    Renew, Waiter, WakeRelease,
+    Acquire, DrainStamps, Holding, LeaseName, LeaseStore, OwnerClaim, OwnerClaims, Release, ReleaseWake, Renew,
+    StampedClaim, Waiter, WakeRelease,
 };
 use drain_core::{LeaseToken, PortError};
 
 use crate::{LazyStore, Waking};
 
-/// The owner claims of a [`LazyStore`] with the store's drain marks: its
+/// The owner claims of a [`LazyStore`] with the store's drain stamps: its
 /// [`OwnerClaims::drain_marks`] answers itself, so `OwnerTurns` publishes the mark of
 /// a turn that drained its owner and the admission driver peeks with the marks (while
 /// `SchedulerConfig::skip_served` is not Off). [`Marking::waking`] offers the
@@ -27,7 +27,7 @@ pub struct Marking<S> {
 }
 
 impl<S> Marking<S> {
-    /// `store`'s owner claims with its drain marks, without the release wake-up.
+    /// `store`'s owner claims with its drain stamps, without the release wake-up.
     pub fn new(store: Arc<LazyStore<S>>) -> Self {
         Marking { waking: Waking(store), wake: false }
     }
@@ -58,7 +58,7 @@ impl<S: LeaseStore + Clone + 'static> LeaseStore for Marking<S> {
 }
 
 #[async_trait]
-impl<S: OwnerClaims + ReleaseWake + DrainMarks + Clone + 'static> OwnerClaims for Marking<S> {
+impl<S: OwnerClaims + ReleaseWake + DrainStamps + Clone + 'static> OwnerClaims for Marking<S> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
         self.waking.peek_owners(owners).await
     }
@@ -67,27 +67,27 @@ impl<S: OwnerClaims + ReleaseWake + DrainMarks + Clone + 'static> OwnerClaims fo
         if self.wake { Some(&self.waking) } else { None }
     }
 
-    fn drain_marks(&self) -> Option<&dyn DrainMarks> {
+    fn drain_stamps(&self) -> Option<&dyn DrainStamps> {
         Some(self)
     }
 }
 
 #[async_trait]
-impl<S: DrainMarks + Clone + 'static> DrainMarks for Marking<S> {
-    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+impl<S: DrainStamps + Clone + 'static> DrainStamps for Marking<S> {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
-        self.waking.0.store().await?.peek_marked(owners, waiter).await
+        self.waking.0.store().await?.peek_stamped(owners, waiter).await
     }
-    async fn acquire_marked(
+    async fn acquire_stamped(
         &self,
         owner: &OwnerId,
         token: &LeaseToken,
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquire, PortError> {
-        self.waking.0.store().await?.acquire_marked(owner, token, ttl, waiter).await
+        self.waking.0.store().await?.acquire_stamped(owner, token, ttl, waiter).await
     }
     async fn release_drained(
         &self,

@@ -37,13 +37,13 @@ impl Hold {
     }
 }
 
-/// Claims, release waiters and drain marks, by owner index.
+/// Claims, release waiters and drain stamps, by owner index.
 #[derive(Debug, Clone)]
 pub(crate) struct Claims {
     holds: Vec<Option<Hold>>,
     waiters: Vec<VecDeque<u16>>,
-    /// When the latest drained turn took the claim (ms): the drain mark, published by
-    /// [`Claims::release_drained`] as drain-core's `DrainMarks` does.
+    /// When the latest drained turn took the claim (ms): the drain stamp, published by
+    /// [`Claims::release_drained`] as drain-core's `DrainStamps` does.
     marks: Vec<Option<u64>>,
 }
 

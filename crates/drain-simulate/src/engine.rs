@@ -85,7 +85,7 @@ pub(crate) struct Fleet<'a> {
     sc: &'a Scenario,
     w: &'a Workload,
     wake: Wake,
-    /// Turns publish drain marks and peeks read them (`skip_served` computes).
+    /// Turns publish drain stamps and peeks read them (`skip_served` computes).
     marks: bool,
     now: u64,
     agenda: Agenda<Ev>,
@@ -226,7 +226,7 @@ impl<'a> Fleet<'a> {
                     .iter()
                     .map(|o| {
                         let held = self.claims.peek(index_of(o) as usize, self.now).is_some();
-                        let claim = if held { PeekResult::Held } else { PeekResult::Free };
+                        let claim = if held { PeekResult::Busy } else { PeekResult::Free };
                         // As drain-core's driver converts the store's answer: the peek's
                         // send time less the mark's age, less a millisecond of rounding.
                         // An owner never drained is marked at the origin, as the driver does.
@@ -311,7 +311,7 @@ impl<'a> Fleet<'a> {
             }
             End::Empty | End::Worked => {
                 let more = end == End::Worked && !self.backlog[o].is_empty();
-                // A turn that left nothing behind publishes its drain mark (with marks).
+                // A turn that left nothing behind publishes its drain stamp (with marks).
                 self.claims.release_drained(o, inst, self.now, self.marks && !more);
                 if end == End::Empty {
                     self.tally.empty(self.now);

@@ -35,7 +35,7 @@ pub(crate) enum Kind {
         wake: Wake,
         /// The claim-busy window in milliseconds; `None`: the scenario's.
         backoff_ms: Option<(u64, u64)>,
-        /// `SchedulerConfig::skip_served`: turns publish drain marks and peeks read
+        /// `SchedulerConfig::skip_served`: turns publish drain stamps and peeks read
         /// them, dropping the requests a drain already served.
         skip_served: Switch,
     },
@@ -85,7 +85,7 @@ pub(crate) const CLAIM_AWARE_WAKE: Policy = Policy {
 };
 
 /// Claim-aware, the release wake-up, and served requests skipped: turns publish
-/// drain marks, and a peek that shows a drain which began after the request drops it.
+/// drain stamps, and a peek that shows a drain which began after the request drops it.
 pub(crate) const SKIP_SERVED: Policy = Policy {
     key: "skip_served",
     label: "claim-aware + wake-up + requests a later drain served are skipped (PROJECTION_DRAIN_SKIP_SERVED=on)",

@@ -27,7 +27,7 @@ pub(crate) struct Tally {
     /// timer: coalesced into the backoff (the request does not pull it forward).
     pub(crate) absorbed_by_backoff: u64,
     /// Requests dropped at a peek because a drain that began after they were made
-    /// served them (drain marks).
+    /// served them (drain stamps).
     pub(crate) served: u64,
     /// Per completed item: milliseconds from its arrival to the end of its work.
     pub(crate) latencies: Vec<u32>,

@@ -122,7 +122,7 @@ fn default_scenario_cuts_contention_without_slowing_the_work() {
     assert_eq!(v["ticks"], v["policies"]["legacy"]["ticks"], "the tick side is policy-independent");
 }
 
-/// The bar for skipping served requests (drain marks), in the default scenario and
+/// The bar for skipping served requests (drain stamps), in the default scenario and
 /// the seeds' own situation, seeds 1 to 5: at most 0.5 wasted turns per useful turn,
 /// p99 item latency within 1.05x the oracle's, throughput 1.000x legacy's, nothing
 /// left behind; and the requests it skipped are what removed the empty turns.

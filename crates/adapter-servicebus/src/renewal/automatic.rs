@@ -40,7 +40,7 @@ pub struct LockEvent {
 
 /// What a source knows about a delivery's lock when it hands the delivery out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct HeldLock {
+pub(crate) struct DeliveryLock {
     pub(crate) token: Option<LockToken>,
     /// How long the lock lasts from now; `None` when the broker did not say (then the
     /// first renewal runs at once).
@@ -50,7 +50,7 @@ pub(crate) struct HeldLock {
 /// A source that can tell about the locks of the deliveries it handed out.
 pub(crate) trait LockLookup: MessageSource + 'static {
     /// The lock of `handle`.
-    fn held_lock(&self, handle: DeliveryHandle) -> HeldLock;
+    fn held_lock(&self, handle: DeliveryHandle) -> DeliveryLock;
 }
 
 struct Running {

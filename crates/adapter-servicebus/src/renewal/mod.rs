@@ -22,7 +22,7 @@ mod request;
 mod schedule;
 
 pub use automatic::LockEvent;
-pub(crate) use automatic::{AutoRenew, HeldLock, LockLookup};
+pub(crate) use automatic::{AutoRenew, DeliveryLock, LockLookup};
 pub use by_hand::LockRenewal;
 pub use lock_token::LockToken;
 pub(crate) use lock_token::{expired, locked_until_ms, unix_now_ms};

@@ -61,20 +61,23 @@ struct Inner {
 }
 
 #[derive(Default)]
-pub(super) struct Held {
+pub(super) struct Deliveries {
     inner: Mutex<Inner>,
     /// Deliveries whose lock ran out before a receive took them (never handed out).
     expired_waiting: std::sync::atomic::AtomicU64,
 }
 
-impl std::fmt::Debug for Held {
+impl std::fmt::Debug for Deliveries {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let inner = self.lock();
-        f.debug_struct("Held").field("deliveries", &inner.deliveries.len()).field("closed", &inner.closed).finish()
+        f.debug_struct("Deliveries")
+            .field("deliveries", &inner.deliveries.len())
+            .field("closed", &inner.closed)
+            .finish()
     }
 }
 
-impl Held {
+impl Deliveries {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -92,7 +95,7 @@ impl Held {
     }
 
     /// The source is closed for good: settling fails with `Closed` from now on. The
-    /// deliveries stay for the link task, which gives them back ([`Held::take_all`]).
+    /// deliveries stay for the link task, which gives them back ([`Deliveries::take_all`]).
     pub(super) fn close(&self) {
         let mut inner = self.lock();
         inner.closed = true;

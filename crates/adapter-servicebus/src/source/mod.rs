@@ -14,11 +14,11 @@ use tokio::sync::{Mutex, broadcast, mpsc, oneshot};
 use tokio::time::{Instant, timeout};
 
 use self::actor::{Actor, Command, Management, Settlement};
-use self::held::{Gone, Held, LockInfo};
+use self::held::{Deliveries, Gone, LockInfo};
 use crate::endpoint::{Endpoint, Profile};
 use crate::error;
 use crate::renewal::{
-    AutoRenew, HeldLock, LockEvent, LockLookup, RenewLockRequest, lock_duration, renew_error, unix_now_ms,
+    AutoRenew, DeliveryLock, LockEvent, LockLookup, RenewLockRequest, lock_duration, renew_error, unix_now_ms,
 };
 use crate::session::filter::SessionFilter;
 use drain_core::Backoff;
@@ -122,7 +122,7 @@ struct Inner {
     profile: Profile,
     options: SourceOptions,
     commands: mpsc::Sender<Command>,
-    held: Arc<Held>,
+    held: Arc<Deliveries>,
     management: Mutex<Option<Management>>,
 }
 
@@ -144,7 +144,7 @@ impl AmqpSource {
         let (tx, rx) = mpsc::channel(256);
         let what = endpoint.to_string();
         let profile = endpoint.profile;
-        let held = Arc::new(Held::default());
+        let held = Arc::new(Deliveries::default());
         tokio::spawn(Actor::new(endpoint, options.clone(), rx, held.clone(), link).run());
         let max_lock_renewal = options.max_lock_renewal;
         let inner = Inner { what: what.clone(), profile, options, commands: tx, held, management: Mutex::new(None) };
@@ -369,10 +369,10 @@ impl Inner {
 }
 
 impl LockLookup for Inner {
-    fn held_lock(&self, handle: DeliveryHandle) -> HeldLock {
-        let Ok(info) = self.held.lock_info(handle.0) else { return HeldLock::default() };
+    fn held_lock(&self, handle: DeliveryHandle) -> DeliveryLock {
+        let Ok(info) = self.held.lock_info(handle.0) else { return DeliveryLock::default() };
         let now_ms = unix_now_ms();
-        HeldLock { token: info.token, remaining: info.locked_until_ms.map(|until| lock_duration(now_ms, until)) }
+        DeliveryLock { token: info.token, remaining: info.locked_until_ms.map(|until| lock_duration(now_ms, until)) }
     }
 }
 

@@ -183,7 +183,7 @@ pub(crate) const SETTINGS: &[Setting] = &[
         "PROJECTION_DRAIN_SKIP_SERVED",
         On,
         OWNERS,
-        "Skip served requests: a turn that drained its owner leaves a drain mark beside the owner's claim (when it took the claim, on the store's clock), the peek admission already makes reads it, and a request made before it is dropped instead of running a turn that would find nothing (`drain_owner_skipped_total{reason=\"served\"}`). A request made after the mark is always served. Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `off` restores today's peeks and turns exactly; `shadow` reads the marks and counts without dropping.",
+        "Skip served requests: a turn that drained its owner leaves a drain stamp beside the owner's claim (when it took the claim, on the store's clock), the peek admission already makes reads it, and a request made before it is dropped instead of running a turn that would find nothing (`drain_owner_skipped_total{reason=\"served\"}`). A request made after the mark is always served. Acts only with `PROJECTION_DRAIN_CLAIM_AWARE=on`. `off` restores today's peeks and turns exactly; `shadow` reads the marks and counts without dropping.",
     ),
     int(
         "PROJECTION_DRAIN_BACKOFF_MIN_SECONDS",

@@ -31,7 +31,7 @@ pub struct SchedulerConfig {
     /// otherwise), and only when the driver hears releases (it subscribes by itself
     /// when the store offers the wake-up: see [`drive`](super::drive)).
     pub release_wake: Switch,
-    /// Skip served requests: when a peek answers the owner's drain mark (a drain that
+    /// Skip served requests: when a peek answers the owner's drain stamp (a drain that
     /// began after the request was made and left nothing behind, see
     /// [`Peeked::drained`](super::Peeked::drained)), the request was served and the
     /// owner is forgotten instead of launched ([`Event::OwnerSkipped`](crate::Event::OwnerSkipped),

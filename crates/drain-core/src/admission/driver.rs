@@ -22,7 +22,9 @@ use futures::stream::{FuturesUnordered, Stream, StreamExt};
 use super::{Action, Entry, OwnerId, OwnerState, PeekResult, Peeked, Scheduler, TurnOutcome, Woken};
 use crate::error::{ErrorKind, PortError};
 use crate::event::Event;
-use crate::ports::{Clock, DrainMarks, MarkedClaim, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter};
+use crate::ports::{
+    Clock, DrainStamps, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, StampedClaim, Waiter,
+};
 use crate::switch::Switch;
 use crate::time::Time;
 
@@ -70,7 +72,7 @@ pub struct DriverPorts<'a> {
 }
 
 /// One batched peek: the owners asked about, when it was sent, and what the store said.
-type PeekDone = (Vec<OwnerId>, Time, Result<Vec<MarkedClaim>, PortError>);
+type PeekDone = (Vec<OwnerId>, Time, Result<Vec<StampedClaim>, PortError>);
 /// The armed timer: its deadline and the sleep.
 type Timer<'a> = (Time, Pin<Box<dyn Future<Output = ()> + Send + 'a>>);
 
@@ -123,9 +125,9 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
     F: Future<Output = ()> + Send,
 {
     let (wake, waiter, heard) = subscribe(scheduler, ports).await;
-    // Peeks ask for drain marks while skipping served requests computes.
-    let marks: Option<&dyn DrainMarks> =
-        ports.claims.and_then(|c| c.drain_marks()).filter(|_| scheduler.config().skip_served.computes());
+    // Peeks ask for drain stamps while skipping served requests computes.
+    let marks: Option<&dyn DrainStamps> =
+        ports.claims.and_then(|c| c.drain_stamps()).filter(|_| scheduler.config().skip_served.computes());
     let mut releases = futures::stream::select(releases.boxed(), heard);
     let mut shutdown = Some(Box::pin(shutdown));
     let mut input_open = true;
@@ -146,10 +148,10 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
                     peeks.push(Box::pin(async move {
                         let sent = ports.clock.now();
                         let unmarked = |found: Vec<OwnerClaim>| {
-                            found.into_iter().map(|claim| MarkedClaim { claim, drained: None }).collect()
+                            found.into_iter().map(|claim| StampedClaim { claim, drained: None }).collect()
                         };
                         let r = match (ports.claims, marks, wake.zip(waiter)) {
-                            (Some(_), Some(marks), wait) => marks.peek_marked(&owners, wait.map(|(_, w)| w)).await,
+                            (Some(_), Some(marks), wait) => marks.peek_stamped(&owners, wait.map(|(_, w)| w)).await,
                             (Some(_), None, Some((wake, waiter))) => {
                                 wake.peek_and_wait(&owners, waiter).await.map(unmarked)
                             }
@@ -258,7 +260,7 @@ pub(crate) async fn drive_with_releases<R, S, L, F>(
                         .zip(found)
                         .map(|(o, c)| {
                             let claim = match c.claim {
-                                OwnerClaim::Held { .. } => PeekResult::Held,
+                                OwnerClaim::Busy { .. } => PeekResult::Busy,
                                 OwnerClaim::Free => PeekResult::Free,
                             };
                             // The store answered after `sent`: its mark began no later
@@ -319,7 +321,7 @@ async fn subscribe<'a, R: rand::Rng>(
     }
 }
 
-/// A drain mark `ago` old in an answer to a peek sent at `sent`, on the driver's
+/// A drain stamp `ago` old in an answer to a peek sent at `sent`, on the driver's
 /// clock: no later than `sent - ago` (the store answered after `sent`), less a
 /// millisecond for the store's rounding; a mark from before the clock's origin is
 /// the origin, which no request precedes.

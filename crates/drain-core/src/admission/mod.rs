@@ -16,9 +16,9 @@
 //!       |  poll_action: initial  |      |  |                                  Timer{due}
 //!       |  entry, On or Shadow   v      |  |                                   ^      ^
 //!       |                     Peeking   |  |                                   |      |
-//!       |                      |   |    |  |      on_peek: Held (On)           |      |
+//!       |                      |   |    |  |      on_peek: Busy (On)           |      |
 //!       |    on_peek: Free,    |   +----|--|-----------------------------------+      |
-//!       |    Error, or Held    v        |  |                                          |
+//!       |    Error, or Busy    v        |  |                                          |
 //!       |    (Shadow)        Ready      |  |                                          |
 //!       |                      |     (a)|  |(b)                                       |
 //!       |          poll_action |        |  |                                          |
@@ -52,7 +52,7 @@
 //!   (`drain simulate` measures both; docs/performance.md has the figures).
 //! * With [`SchedulerConfig::skip_served`] On, the scheduler keeps when each waiting
 //!   owner was last requested ([`Scheduler::request_made`]); a peek that answers a
-//!   drain mark after it ([`Peeked::drained`]: a drain began after the request and
+//!   drain stamp after it ([`Peeked::drained`]: a drain began after the request and
 //!   left nothing behind) forgets the owner instead of launching a turn that would
 //!   find nothing. A request made after the mark is always served.
 //! * Failed turns back off exponentially with full jitter, capped.
@@ -90,7 +90,6 @@
 
 mod config;
 mod driver;
-mod owner;
 mod scheduler;
 mod turns;
 mod types;
@@ -98,9 +97,10 @@ mod types;
 #[cfg(test)]
 mod tests;
 
+pub use crate::outcome::TurnOutcome;
+pub use crate::owner::OwnerId;
 pub use config::SchedulerConfig;
 pub use driver::{DriverPorts, OwnerWork, drive};
-pub use owner::OwnerId;
 pub use scheduler::Scheduler;
 pub use turns::{OwnerTurns, Worked};
-pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, TurnOutcome, Woken};
+pub use types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, Woken};

@@ -7,9 +7,10 @@ use std::time::Duration;
 use rand::{Rng, RngExt};
 
 use super::config::{SchedulerConfig, millis};
-use super::owner::OwnerId;
-use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, TurnOutcome, Woken};
+use super::types::{Action, Closed, Entry, NotRunning, OwnerState, PeekResult, Peeked, Requested, Woken};
 use crate::event::{Event, SkipReason};
+use crate::outcome::TurnOutcome;
+use crate::owner::OwnerId;
 use crate::switch::Switch;
 use crate::time::Time;
 
@@ -46,15 +47,15 @@ struct Slot {
     /// Consecutive failed turns; reset by any other outcome, forgotten with the slot.
     failures: u32,
     /// When the latest request the owner owes was made (a running owner's included:
-    /// its turn may fail). A drain mark after it means every one was served.
+    /// its turn may fail). A drain stamp after it means every one was served.
     requested: Time,
-    /// The owner's last peek answered with drain marks (the store keeps them): only
+    /// The owner's last peek answered with drain stamps (the store keeps them): only
     /// then does a newer request end a claim wait, since only then can a peek tell
     /// that a drain served it.
     marked: bool,
     /// When the owner's latest peek was issued.
     peeked_at: Time,
-    /// The latest the owner's drain mark can have been at its last peek with marks:
+    /// The latest the owner's drain stamp can have been at its last peek with marks:
     /// a later mark is a drain that began since.
     known_mark: Option<Time>,
     /// The peeking owner was peeked because a newer request ended its claim wait,
@@ -163,7 +164,7 @@ impl<R: Rng> Scheduler<R> {
     ///   ([`Requested::Coalesced`]); a timer is not pulled forward, except a claim
     ///   wait by a request made after the ones it holds, with
     ///   [`SchedulerConfig::skip_served`] On and the owner's last peek answered with
-    ///   drain marks and not itself made for a newer request (once a wait: a
+    ///   drain stamps and not itself made for a newer request (once a wait: a
     ///   requester that asks at every pass does not peek at every pass)
     ///   ([`Requested::Queued`]: peeked again; if that peek finds the
     ///   claim free but no drain begun since the owner's previous peek, the holder
@@ -184,7 +185,7 @@ impl<R: Rng> Scheduler<R> {
     /// takes `now`, the latest the request can have been made.
     ///
     /// With [`SchedulerConfig::skip_served`] the scheduler keeps the latest `made` the
-    /// owner owes, and a peek whose drain mark is after it forgets the owner. A
+    /// owner owes, and a peek whose drain stamp is after it forgets the owner. A
     /// `made` later than the truth only costs a turn; an earlier one could drop a
     /// request a drain did not serve.
     ///
@@ -199,7 +200,7 @@ impl<R: Rng> Scheduler<R> {
         let requested = match self.owners.get_mut(&owner) {
             Some(slot) => {
                 let requested = match &mut slot.place {
-                    // A request made after the ones a claim wait holds: with drain marks,
+                    // A request made after the ones a claim wait holds: with drain stamps,
                     // a peek (not a turn) tells at once whether it is served or due.
                     Place::Timer { due, seq, claim: true }
                         if slot.marked
@@ -278,7 +279,7 @@ impl<R: Rng> Scheduler<R> {
     /// The answer to an [`Action::Peek`].
     ///
     /// * [`PeekResult::Free`] -> ready: launches before the FIFO head.
-    /// * [`PeekResult::Held`] -> On: a retry timer at `now + U[backoff_min,
+    /// * [`PeekResult::Busy`] -> On: a retry timer at `now + U[backoff_min,
     ///   backoff_max]` and [`Event::OwnerSkipped`] (`mode` On). Shadow: the same event
     ///   with `mode` Shadow, and ready anyway.
     /// * [`PeekResult::Error`] -> ready (admitted as before) and [`Event::PeekError`].
@@ -287,7 +288,7 @@ impl<R: Rng> Scheduler<R> {
     ///   drain that began after the request served it: [`Event::OwnerSkipped`]
     ///   (reason `Served`); On forgets the owner, Shadow goes on as above. A peek made
     ///   because a newer request ended a claim wait that finds the claim free with no
-    ///   drain begun since the owner's previous peek counts as `Held`: its holder
+    ///   drain begun since the owner's previous peek counts as `Busy`: its holder
     ///   released without draining, to take it again for its next turn.
     ///
     /// Results are applied in the order given. A result for an owner that is not
@@ -686,7 +687,7 @@ impl<R: Rng> Scheduler<R> {
         owners
     }
 
-    /// Whether a peek's drain mark shows that `owner`'s requests were served (then,
+    /// Whether a peek's drain stamp shows that `owner`'s requests were served (then,
     /// with the switch On, the owner is forgotten and its slot freed).
     fn served(&mut self, owner: &OwnerId, peeked: Peeked) -> bool {
         let mode = self.config.skip_served;
@@ -705,7 +706,7 @@ impl<R: Rng> Scheduler<R> {
     }
 
     /// Whether a peek shows a holder that released without draining, and until when
-    /// the owner then waits. A peek with a drain mark notes the latest that mark can
+    /// the owner then waits. A peek with a drain stamp notes the latest that mark can
     /// be (its estimate plus the peek's round trip). A peek made because a newer
     /// request ended a claim wait that finds the claim free with no drain begun since
     /// the owner's previous peek saw a holder release without draining: it continues
@@ -732,7 +733,7 @@ impl<R: Rng> Scheduler<R> {
             return;
         }
         self.peeking -= 1;
-        self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode });
+        self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimBusy, mode });
         self.arm(owner, due, true);
     }
 
@@ -745,8 +746,8 @@ impl<R: Rng> Scheduler<R> {
                 self.events.push_back(Event::PeekError);
                 self.make_ready(owner);
             }
-            PeekResult::Held => {
-                self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode });
+            PeekResult::Busy => {
+                self.events.push_back(Event::OwnerSkipped { reason: SkipReason::ClaimBusy, mode });
                 if mode.enforces() {
                     let due = self.claim_busy_deadline(now);
                     self.arm(owner, due, true);

@@ -13,7 +13,7 @@ use super::driver::OwnerWork;
 use super::{Entry, OwnerId, TurnOutcome};
 use crate::error::PortError;
 use crate::guard::{Ended, LeaseGuard, Start};
-use crate::ports::{Clock, DrainMarks, Fence, LeaseName, LeaseStore, OwnerClaims, ReleaseWake, Waiter};
+use crate::ports::{Clock, DrainStamps, Fence, LeaseName, LeaseStore, OwnerClaims, ReleaseWake, Waiter};
 use crate::token::LeaseToken;
 
 /// What one turn of an owner's work did.
@@ -33,10 +33,10 @@ pub struct Worked {
 /// the lost race registers it as a waiter in the same step), runs `work(owner, fence)`
 /// under a [`LeaseGuard`] that renews the claim every TTL/3 and drops the work when the
 /// claim is lost (hand the fence to what receives the work's writes), and releases the claim, waking one waiter unless `more` (the store's
-/// [`ReleaseWake`], when it offers one). When the store keeps drain marks
-/// ([`DrainMarks`]), the claim is taken with the store noting when, and a turn whose
+/// [`ReleaseWake`], when it offers one). When the store keeps drain stamps
+/// ([`DrainStamps`]), the claim is taken with the store noting when, and a turn whose
 /// work left nothing behind (`more` false, no error) publishes that time as the
-/// owner's drain mark in its release: admission elsewhere then drops the requests
+/// owner's drain stamp in its release: admission elsewhere then drops the requests
 /// made before it. A panicking work is caught: the claim is
 /// released, the panic counted ([`OwnerTurns::panics`]) and the turn failed, and the
 /// driver goes on. A permanent error (a missing right, a wrong setting: retrying cannot
@@ -46,7 +46,7 @@ pub struct Worked {
 pub struct OwnerTurns<'a, F, R> {
     leases: &'a dyn LeaseStore,
     wake: Option<&'a dyn ReleaseWake>,
-    marks: Option<&'a dyn DrainMarks>,
+    marks: Option<&'a dyn DrainStamps>,
     clock: &'a dyn Clock,
     instance: String,
     ttl: Duration,
@@ -83,7 +83,7 @@ where
         OwnerTurns {
             leases: store,
             wake: store.release_wake(),
-            marks: store.drain_marks(),
+            marks: store.drain_stamps(),
             clock,
             instance: instance.into(),
             ttl,
@@ -107,7 +107,7 @@ where
         self
     }
 
-    /// Turns off the store's drain marks for these turns (claims taken and released
+    /// Turns off the store's drain stamps for these turns (claims taken and released
     /// without them), as [`SchedulerConfig::skip_served`](super::SchedulerConfig::skip_served)
     /// Off wants: nothing is written that today's turns do not write.
     #[must_use]
@@ -158,7 +158,7 @@ where
         TurnOutcome::Failed
     }
 
-    /// Release the claim; `drained`: the work left nothing behind, so the drain mark
+    /// Release the claim; `drained`: the work left nothing behind, so the drain stamp
     /// is published (with marks).
     async fn release(&self, guard: &LeaseGuard<'_>, owner: &OwnerId, token: &LeaseToken, more: bool, drained: bool) {
         if let Some(marks) = self.marks {
@@ -227,7 +227,7 @@ where
         let sent = self.clock.now();
         let answer = match (self.marks, self.wake, waiter) {
             (Some(marks), wake, waiter) => {
-                marks.acquire_marked(owner, &token, self.ttl, waiter.filter(|_| wake.is_some())).await
+                marks.acquire_stamped(owner, &token, self.ttl, waiter.filter(|_| wake.is_some())).await
             }
             (None, Some(wake), Some(waiter)) => wake.acquire_or_wait(owner, &token, self.ttl, waiter).await,
             _ => self.leases.acquire(guard.lease(), &token, self.ttl).await,

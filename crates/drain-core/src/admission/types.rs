@@ -3,7 +3,7 @@
 
 use thiserror::Error;
 
-use super::owner::OwnerId;
+use crate::owner::OwnerId;
 use crate::time::Time;
 
 /// How an owner entered the FIFO, which decides whether it is peeked before launch.
@@ -40,13 +40,13 @@ pub enum PeekResult {
     /// Nobody holds the owner's claim: launch.
     Free,
     /// Someone holds the claim: defer with a jittered timer (On) or count only (Shadow).
-    Held,
+    Busy,
     /// The peek failed: launch anyway, as before claim-aware admission, and count it.
     Error,
 }
 
 /// A peek's answer for one owner: what it found of the claim and, when the store
-/// keeps drain marks, when the owner's latest completed drain began.
+/// keeps drain stamps, when the owner's latest completed drain began.
 ///
 /// A [`PeekResult`] converts into one without a mark, so drivers that know no marks
 /// answer [`Scheduler::on_peek`](super::Scheduler::on_peek) as before.
@@ -69,46 +69,6 @@ impl From<PeekResult> for Peeked {
     }
 }
 
-/// How one owner turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TurnOutcome {
-    /// The turn did work.
-    Productive {
-        /// Work remains: the owner continues at once, at the back of the FIFO.
-        more: bool,
-    },
-    /// There was nothing to do.
-    Done,
-    /// The turn lost the race for the owner's claim.
-    ClaimBusy,
-    /// The turn failed.
-    Failed,
-}
-
-impl TurnOutcome {
-    /// Every outcome, for exporting each label set before its first event.
-    pub const ALL: [TurnOutcome; 5] = [
-        TurnOutcome::Productive { more: true },
-        TurnOutcome::Productive { more: false },
-        TurnOutcome::Done,
-        TurnOutcome::ClaimBusy,
-        TurnOutcome::Failed,
-    ];
-
-    /// The metric label (`outcome` of `drain_owner_turns_total`): `productive_more`,
-    /// `productive_done`, `done`, `claim_busy`, `failed`.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TurnOutcome::Productive { more: true } => "productive_more",
-            TurnOutcome::Productive { more: false } => "productive_done",
-            TurnOutcome::Done => "done",
-            TurnOutcome::ClaimBusy => "claim_busy",
-            TurnOutcome::Failed => "failed",
-        }
-    }
-}
-
 /// What [`Scheduler::request`](super::Scheduler::request) did with a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use]
@@ -116,8 +76,8 @@ pub enum Requested {
     /// The owner was unknown: it joined the back of the FIFO as an initial entry.
     /// With [`SchedulerConfig::skip_served`](super::SchedulerConfig::skip_served) On,
     /// also an owner waiting on a claim retry timer when the request was made after
-    /// every one the wait holds and its last peek answered with drain marks: the wait
-    /// ends and the owner is peeked again, so a drain mark (or a free claim) answers
+    /// every one the wait holds and its last peek answered with drain stamps: the wait
+    /// ends and the owner is peeked again, so a drain stamp (or a free claim) answers
     /// at once instead of the timer.
     Queued,
     /// The owner already had a pending intent (queued, ready, peeking, on a retry

@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! acquire ─┬─ Acquired{fence} ─► work(held) ∥ renew every TTL/3 ∥ deadline ─► release ─► Ran
-//!          ├─ Held ────────────► Skipped { holder, remaining }     (the work does not run)
+//!          ├─ Busy ────────────► Skipped { holder, remaining }     (the work does not run)
 //!          └─ Err ─────────────► fail-closed: Refused(error)       (a job's choice)
 //!                                fail-open:   work without the lease ─► Ran (status FailOpen)
 //! ```
@@ -16,7 +16,7 @@
 //! pause, a stopped process) learns of the loss before its next step, since the guard
 //! checks the deadline every time it polls the work, before it does. A loss stops the
 //! work: it is dropped, or, with [`LeaseGuard::tell_on_loss`], told through its
-//! [`Held`] handle and left to stop itself.
+//! [`LeaseHandle`] and left to stop itself.
 //!
 //! The lease is released on every path: the work's end, its loss, a panic (re-raised
 //! after the release). A lease can be lost without the guard knowing only while the
@@ -47,14 +47,15 @@
 //! }
 //! ```
 
-mod held;
+mod handle;
 mod keep;
 
 use std::future::Future;
 use std::panic::resume_unwind;
 use std::time::Duration;
 
-pub use held::{Held, Loss};
+pub use crate::outcome::Loss;
+pub use handle::LeaseHandle;
 pub(crate) use keep::Ended;
 
 use crate::error::{ErrorKind, PortError};
@@ -160,7 +161,7 @@ pub(crate) enum Start {
 
 /// Work about to run: its handle and how it holds the lease.
 pub(crate) struct Begun {
-    pub(crate) held: Held,
+    pub(crate) held: LeaseHandle,
     pub(crate) status: LeaseStatus,
     /// The store answered `Acquired`: renew, and release at the end.
     pub(crate) acquired: bool,
@@ -215,7 +216,7 @@ impl<'a> LeaseGuard<'a> {
         self
     }
 
-    /// On loss, tell the work through [`Held`] and let it finish, instead of dropping it.
+    /// On loss, tell the work through [`LeaseHandle`] and let it finish, instead of dropping it.
     #[must_use]
     pub fn tell_on_loss(mut self) -> Self {
         self.tell = true;
@@ -255,12 +256,12 @@ impl<'a> LeaseGuard<'a> {
     }
 
     /// Run `work` under the lease with `token` (fresh for this run:
-    /// [`LeaseToken::generate`]). `work` is given the [`Held`] handle; its future is
+    /// [`LeaseToken::generate`]). `work` is given the [`LeaseHandle`]; its future is
     /// polled only by the future `run` returns. A panic of the work is re-raised
     /// after the release.
     pub async fn run<F, Fut, T>(&self, token: &LeaseToken, work: F) -> Guarded<T>
     where
-        F: FnOnce(Held) -> Fut,
+        F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
         let begun = match self.begin(token).await {
@@ -305,22 +306,22 @@ impl<'a> LeaseGuard<'a> {
         let enforced = self.mode.enforces();
         let run = |held, status, acquired, timed_out| Start::Run(Begun { held, status, acquired, timed_out, sent });
         match answer {
-            None => run(Held::unenforced(None), LeaseStatus::Off, false, false),
+            None => run(LeaseHandle::unenforced(None), LeaseStatus::Off, false, false),
             Some(Ok(Acquire::Acquired { fence })) => {
                 self.op(LeaseOp::Acquire, "acquired");
                 if enforced {
                     let fence = Fence::new(self.lease.clone(), fence);
-                    run(Held::new(Some(fence), Some(self.deadline_after(sent))), LeaseStatus::Held, true, false)
+                    run(LeaseHandle::new(Some(fence), Some(self.deadline_after(sent))), LeaseStatus::Held, true, false)
                 } else {
-                    run(Held::unenforced(None), LeaseStatus::ShadowAcquired, true, false)
+                    run(LeaseHandle::unenforced(None), LeaseStatus::ShadowAcquired, true, false)
                 }
             }
-            Some(Ok(Acquire::Held { holder, remaining })) => {
+            Some(Ok(Acquire::Busy { holder, remaining })) => {
                 self.op(LeaseOp::Acquire, "held");
                 if enforced {
                     Start::Skipped { holder, remaining }
                 } else {
-                    run(Held::unenforced(None), LeaseStatus::ShadowWouldSkip, false, false)
+                    run(LeaseHandle::unenforced(None), LeaseStatus::ShadowWouldSkip, false, false)
                 }
             }
             Some(Err(error)) => {
@@ -329,7 +330,7 @@ impl<'a> LeaseGuard<'a> {
                 if enforced && !self.fail_open {
                     Start::Refused { error, timed_out }
                 } else {
-                    run(Held::unenforced(None), LeaseStatus::FailOpen, false, timed_out)
+                    run(LeaseHandle::unenforced(None), LeaseStatus::FailOpen, false, timed_out)
                 }
             }
         }

@@ -1,4 +1,4 @@
-//! [`DrainMarks`] on the memory store: per owner, the start of the current holder's
+//! [`DrainStamps`] on the memory store: per owner, the start of the current holder's
 //! turn (by token) and the published mark.
 
 use std::time::Duration;
@@ -8,47 +8,47 @@ use async_trait::async_trait;
 use super::store::{MemoryStore, acquire, owner_claim, register, release, unregister, wake_one};
 use crate::admission::OwnerId;
 use crate::error::PortError;
-use crate::ports::{Acquire, DrainMarks, LeaseName, MarkedClaim, OwnerClaim, Release, Waiter, WakeRelease};
+use crate::ports::{Acquire, DrainStamps, LeaseName, OwnerClaim, Release, StampedClaim, Waiter, WakeRelease};
 use crate::time::Time;
 use crate::token::LeaseToken;
 
-/// One owner's drain marks.
+/// One owner's drain stamps.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct DrainRow {
-    /// The token that took the claim with `acquire_marked`, and when.
+    /// The token that took the claim with `acquire_stamped`, and when.
     pub(crate) start: Option<(String, Time)>,
     /// When the latest drained turn took the claim.
     pub(crate) mark: Option<Time>,
 }
 
 #[async_trait]
-impl DrainMarks for MemoryStore {
-    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+impl DrainStamps for MemoryStore {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
-        self.call("peek_marked", |s, now| {
+        self.call("peek_stamped", |s, now| {
             let mut out = Vec::with_capacity(owners.len());
             for owner in owners {
                 let claim = owner_claim(s, now, owner);
-                if let (OwnerClaim::Held { .. }, Some(waiter)) = (&claim, waiter) {
+                if let (OwnerClaim::Busy { .. }, Some(waiter)) = (&claim, waiter) {
                     register(s, now, owner, waiter);
                 }
                 let mark = s.drains.get(owner.as_str()).and_then(|row| row.mark);
-                out.push(MarkedClaim { claim, drained: mark.map(|m| now.saturating_since(m)) });
+                out.push(StampedClaim { claim, drained: mark.map(|m| now.saturating_since(m)) });
             }
             Ok(out)
         })
     }
 
-    async fn acquire_marked(
+    async fn acquire_stamped(
         &self,
         owner: &OwnerId,
         token: &LeaseToken,
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquire, PortError> {
-        self.call("acquire_marked", |s, now| {
+        self.call("acquire_stamped", |s, now| {
             let got = acquire(s, now, &LeaseName::owner(owner.as_str()), token, ttl);
             match (&got, waiter) {
                 (Acquire::Acquired { .. }, _) => {
@@ -58,8 +58,8 @@ impl DrainMarks for MemoryStore {
                     s.drains.entry(owner.as_str().to_owned()).or_default().start =
                         Some((token.as_str().to_owned(), now));
                 }
-                (Acquire::Held { .. }, Some(waiter)) => register(s, now, owner, waiter),
-                (Acquire::Held { .. }, None) => {}
+                (Acquire::Busy { .. }, Some(waiter)) => register(s, now, owner, waiter),
+                (Acquire::Busy { .. }, None) => {}
             }
             Ok(got)
         })

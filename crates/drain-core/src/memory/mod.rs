@@ -1,7 +1,7 @@
 //! In-memory ports and virtual time (feature `memory`).
 //!
 //! * [`MemoryStore`]: leases with fences, per-message claims, fence marks,
-//!   owner-claim peeks, the release wake-up and drain marks, with real expiry on any
+//!   owner-claim peeks, the release wake-up and drain stamps, with real expiry on any
 //!   [`Clock`](crate::ports::Clock).
 //! * [`MemorySource`]: a peek-lock queue (and a [`Submitter`](crate::ports::Submitter)
 //!   that enqueues).

@@ -62,7 +62,7 @@ pub(crate) struct State {
     /// Fence marks by resource: the highest fence accepted, and when it was raised
     /// (the broken stores of the testkit let marks lapse by it).
     pub(crate) marks: HashMap<String, (u64, Time)>,
-    /// Drain marks by owner (see `memory::drained`).
+    /// Drain stamps by owner (see `memory::drained`).
     pub(crate) drains: HashMap<String, super::drained::DrainRow>,
     calls: BTreeMap<&'static str, u64>,
     pub(crate) failing: Option<ErrorKind>,
@@ -196,7 +196,7 @@ impl MemoryStore {
 pub(crate) fn acquire(s: &mut State, now: Time, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Acquire {
     let row = s.leases.entry(lease.clone()).or_default();
     if let Some((holder, until)) = row.holder(now) {
-        return Acquire::Held {
+        return Acquire::Busy {
             holder: LeaseToken::holder_of(holder).to_owned(),
             remaining: until.saturating_since(now),
         };
@@ -239,7 +239,7 @@ pub(crate) fn peek(s: &State, now: Time, lease: &LeaseName) -> Option<Holding> {
 
 pub(crate) fn owner_claim(s: &State, now: Time, owner: &OwnerId) -> OwnerClaim {
     match peek(s, now, &LeaseName::owner(owner.as_str())) {
-        Some(h) => OwnerClaim::Held { holder: h.holder, remaining: h.remaining },
+        Some(h) => OwnerClaim::Busy { holder: h.holder, remaining: h.remaining },
         None => OwnerClaim::Free,
     }
 }
@@ -318,7 +318,7 @@ impl OwnerClaims for MemoryStore {
         Some(self)
     }
 
-    fn drain_marks(&self) -> Option<&dyn crate::ports::DrainMarks> {
+    fn drain_stamps(&self) -> Option<&dyn crate::ports::DrainStamps> {
         Some(self)
     }
 }
@@ -376,7 +376,7 @@ impl ClaimStore for MemoryStore {
                     continue;
                 }
                 match st.action {
-                    SettleAction::MarkDone => {
+                    SettleAction::Done => {
                         let done = StoredClaim::Done { token: token.as_str().to_owned() };
                         s.claims.insert(key, (done, now + done_ttl));
                     }
@@ -409,7 +409,7 @@ impl ReleaseWake for MemoryStore {
             let mut out = Vec::with_capacity(owners.len());
             for owner in owners {
                 let claim = owner_claim(s, now, owner);
-                if matches!(claim, OwnerClaim::Held { .. }) {
+                if matches!(claim, OwnerClaim::Busy { .. }) {
                     register(s, now, owner, waiter);
                 }
                 out.push(claim);
@@ -429,7 +429,7 @@ impl ReleaseWake for MemoryStore {
             let got = acquire(s, now, &LeaseName::owner(owner.as_str()), token, ttl);
             match got {
                 Acquire::Acquired { .. } => unregister(s, owner, &waiter.instance),
-                Acquire::Held { .. } => register(s, now, owner, waiter),
+                Acquire::Busy { .. } => register(s, now, owner, waiter),
             }
             Ok(got)
         })

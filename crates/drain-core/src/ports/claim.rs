@@ -24,7 +24,7 @@ pub enum ClaimState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SettleAction {
     /// The submit succeeded: the claim becomes done for the dedup window.
-    MarkDone,
+    Done,
     /// The submit failed: the claim is dropped so a redelivery can take it.
     Release,
 }
@@ -152,7 +152,7 @@ pub trait ClaimStore: Send + Sync {
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError>;
 
-    /// Settle our pending claims of `queue`: `MarkDone` makes a claim done for
+    /// Settle our pending claims of `queue`: `SettleAction::Done` makes a claim done for
     /// `done_ttl`, `Release` frees it.
     ///
     /// A settlement MUST act only on `token`'s own pending claim, and otherwise
@@ -161,7 +161,7 @@ pub trait ClaimStore: Send + Sync {
     /// nothing too, whether or not someone took it since: its submit may be
     /// repeated by a redelivery, which the tick counts and warns about, and a claim
     /// marked done after it expired would hide that (rule `claim.settle.expired`).
-    /// `MarkDone` MUST make the claim answer `Done`
+    /// `SettleAction::Done` MUST make the claim answer `Done`
     /// until `done_ttl` has passed, and then be free again (rule `claim.done.expires`);
     /// `Release` MUST free it (rule `claim.settle.release`). The answer MUST have
     /// one result per settlement, in order; an empty input MUST answer an empty

@@ -128,7 +128,7 @@ pub enum Acquire {
         fence: u64,
     },
     /// Someone holds it (possibly this very token).
-    Held {
+    Busy {
         /// The holder's instance id (the token before its last `:`).
         holder: String,
         /// Time left on the holder's lease.
@@ -180,7 +180,7 @@ pub struct Holding {
 ///
 /// Every method answers `Err` when the store cannot answer. An error never stands
 /// for an answer: the tick fails open on an acquire error and keeps renewing after a
-/// renew error, so a store that turned an outage into `Held` or `Lost` would stall
+/// renew error, so a store that turned an outage into `Busy` or `Lost` would stall
 /// drains or cancel them. Kinds are those of [`ErrorKind`](crate::ErrorKind):
 /// `Timeout` when no answer came in time, `Connection` when the store could not be
 /// reached, `WrongType` for a record the store cannot read as a lease (another
@@ -195,7 +195,7 @@ pub trait LeaseStore: Send + Sync {
     /// The fence MUST be larger than every fence handed out before for this lease,
     /// whether the lease was released or expired in between, however short its
     /// time to live (rule `lease.fence.increases`). A lease held by anyone (this token
-    /// included) MUST answer `Held` with the holder's instance and change nothing
+    /// included) MUST answer `Busy` with the holder's instance and change nothing
     /// (rule `lease.held.unchanged`); `remaining` MUST be the time left on the
     /// holder's lease: above zero, and at most the time to live the holder took or
     /// last renewed it with (rule `lease.held.remaining`). A lease MUST expire `ttl`
@@ -208,7 +208,7 @@ pub trait LeaseStore: Send + Sync {
     ///
     /// # Errors
     ///
-    /// MUST answer `Err`, never `Held`, when the store cannot answer
+    /// MUST answer `Err`, never `Busy`, when the store cannot answer
     /// (rule `lease.acquire.error`). A timed-out acquire may still have taken the lease
     /// (a request is not withdrawn by the caller's timeout): report it as
     /// [`ErrorKind::Timeout`](crate::ErrorKind::Timeout), and the caller, which
@@ -247,8 +247,8 @@ pub trait LeaseStore: Send + Sync {
 
     /// Look at `lease` without changing it: `None` when it is free.
     ///
-    /// MUST agree with acquire: the holder `Held` names, a remaining time no later
-    /// than `Held`'s, and the fence the holder's `Acquired` carried
+    /// MUST agree with acquire: the holder `Busy` names, a remaining time no later
+    /// than `Busy`'s, and the fence the holder's `Acquired` carried
     /// (rule `lease.peek.agrees`); a free, released or expired lease MUST be `None`
     /// (rule `lease.peek.free`).
     ///

@@ -6,7 +6,7 @@
 //! | [`ClaimStore`] | the per-message claim | when the atomic claim computes |
 //! | [`OwnerClaims`] | read-only peeks at owners' claims | when claim-aware admission computes |
 //! | [`ReleaseWake`] | the release wake-up (optional capability) | when the release wake is wanted |
-//! | [`DrainMarks`] | when each owner's latest drain began (optional capability) | when served requests are skipped |
+//! | [`DrainStamps`] | when each owner's latest drain began (optional capability) | when served requests are skipped |
 //! | [`FenceMarks`] | the highest fence each resource accepted, to refuse stale writers | where writes are checked against fences |
 //! | [`MessageSource`], [`Submitter`] | the queue and the target | for a tick |
 //! | [`Clock`], [`Observer`] | time and decisions | always |
@@ -43,7 +43,7 @@ pub use claim::{
     settle_then_claim_in_two_calls,
 };
 pub use clock::Clock;
-pub use drained::{DrainMarks, MarkedClaim};
+pub use drained::{DrainStamps, StampedClaim};
 pub use lease::{Acquire, Fence, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
 pub use marks::{FenceMarks, FenceVerdict};
 pub use observer::{NoopObserver, Observer};

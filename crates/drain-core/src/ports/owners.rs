@@ -2,8 +2,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::admission::OwnerId;
 use crate::error::PortError;
+use crate::owner::OwnerId;
 
 /// What a peek found for one owner's claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,7 +11,7 @@ pub enum OwnerClaim {
     /// Nobody holds it: a turn would take it.
     Free,
     /// Someone holds it: a turn would lose the race.
-    Held {
+    Busy {
         /// The holder's instance id.
         holder: String,
         /// Time left on the holder's claim.
@@ -41,7 +41,7 @@ pub trait OwnerClaims: Send + Sync {
     ///
     /// The answer MUST have one entry per owner, in the order of `owners`, and an
     /// empty `owners` MUST answer an empty vector (rule `owners.order`). An owner
-    /// whose claim is held MUST be `Held` with the holder's instance and a remaining
+    /// whose claim is held MUST be `Busy` with the holder's instance and a remaining
     /// time above zero and at most the claim's time to live, while any time is left
     /// on it, however little: a store that counts the time left in whole seconds
     /// must not read a claim's last second as free (rule `owners.held`); a free,
@@ -55,10 +55,10 @@ pub trait OwnerClaims: Send + Sync {
         None
     }
 
-    /// The drain marks, when this store offers them (the same store's
-    /// [`DrainMarks`](crate::ports::DrainMarks)): admission's driver then peeks with
+    /// The drain stamps, when this store offers them (the same store's
+    /// [`DrainStamps`](crate::ports::DrainStamps)): admission's driver then peeks with
     /// the marks and drops the requests a drain already served. `None` by default.
-    fn drain_marks(&self) -> Option<&dyn crate::ports::DrainMarks> {
+    fn drain_stamps(&self) -> Option<&dyn crate::ports::DrainStamps> {
         None
     }
 }

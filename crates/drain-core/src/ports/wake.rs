@@ -4,8 +4,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::Stream;
 
-use crate::admission::OwnerId;
 use crate::error::PortError;
+use crate::owner::OwnerId;
 use crate::ports::{Acquire, OwnerClaim, Release};
 use crate::token::LeaseToken;
 
@@ -74,7 +74,7 @@ pub trait ReleaseWake: Send + Sync {
     /// [`LeaseStore::acquire`](crate::ports::LeaseStore::acquire) of `owner`'s claim
     /// that registers `waiter` when the claim is held, in the same step.
     ///
-    /// MUST answer as acquire does, and register `waiter` when it answers `Held`
+    /// MUST answer as acquire does, and register `waiter` when it answers `Busy`
     /// (rule `wake.acquire.registers`); when it answers `Acquired`, MUST drop
     /// `waiter`'s registration on `owner`, so it does not take a wake-up another
     /// waiter needs (rule `wake.acquire.unregisters`).

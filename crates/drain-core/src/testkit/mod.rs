@@ -53,7 +53,7 @@ impl contract::Outage for MemoryStore {
 /// the rest released: a batch that exercises both branches of a settle call.
 #[must_use]
 pub fn half_done(ids: &[MessageId]) -> Vec<Settlement> {
-    let action = |i: usize| if i.is_multiple_of(2) { SettleAction::MarkDone } else { SettleAction::Release };
+    let action = |i: usize| if i.is_multiple_of(2) { SettleAction::Done } else { SettleAction::Release };
     ids.iter().enumerate().map(|(i, id)| Settlement { id: id.clone(), action: action(i) }).collect()
 }
 

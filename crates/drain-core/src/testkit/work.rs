@@ -109,7 +109,7 @@ impl OwnerWork for BacklogWork {
         let lease_ttl = self.item_time * u32::try_from(self.per_turn).unwrap_or(u32::MAX) + Duration::from_secs(30);
         match self.store.acquire(&key, &token, lease_ttl).await {
             Ok(Acquire::Acquired { .. }) => {}
-            Ok(Acquire::Held { .. }) => {
+            Ok(Acquire::Busy { .. }) => {
                 self.lock().claim_busy += 1;
                 // A lost race is not free: a round trip, a log line, a wasted slot.
                 let until = self.clock.now() + LOST_RACE_COST;

@@ -49,7 +49,7 @@ use futures::stream::{self, StreamExt};
 
 use crate::error::{ErrorKind, PortError};
 use crate::event::Event;
-use crate::guard::Held;
+use crate::guard::LeaseHandle;
 use crate::ports::{ClaimTtls, MessageId, SettledThenClaimed, SubmitContext};
 use crate::tick::health::Health;
 use crate::tick::planner::{
@@ -70,7 +70,7 @@ pub(super) struct Drain<'a> {
     token: &'a LeaseToken,
     /// The lease, as the guard keeps it: its fence goes to the submitter (`None`
     /// unless single-flight is On and we hold the lease), its loss stops the drain.
-    held: &'a Held,
+    held: &'a LeaseHandle,
     /// A stop from outside (shutdown), and counts so far for whoever watches the tick.
     control: &'a TickControl,
     /// What this tick learnt about its stores.
@@ -85,7 +85,7 @@ impl<'a> Drain<'a> {
         cfg: &'a TickConfig,
         ports: &'a TickPorts<'a>,
         token: &'a LeaseToken,
-        held: &'a Held,
+        held: &'a LeaseHandle,
         control: &'a TickControl,
         health: &'a Health,
         until: Option<Time>,

@@ -4,7 +4,7 @@
 //! ```text
 //! lease Off ───────────────────────────────► drain ─► report {"lease":"off"}
 //! lease On ─► acquire ─┬─ Acquired{fence} ─► drain ∥ renew every TTL/3 ─► release ─► report {"lease":"held","fence":n}
-//!                      ├─ Held ────────────► report {"skipped":"locked"}   (no receive, no release)
+//!                      ├─ Busy ────────────► report {"skipped":"locked"}   (no receive, no release)
 //!                      └─ Err ─────────────► drain ─► report {"lease":"fail_open"}
 //!                         (a timeout: the acquire may have landed late, so a
 //!                          best-effort release with this tick's token follows the drain)
@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-pub use outage::{Gate, Outage, OutagePolicy, StaleClaims, Step};
+pub use outage::{Outage, OutagePolicy, OutageVerdict, StaleClaims, Step};
 pub use report::{ClaimHealth, DrainStats, TickReport};
 pub use window::InFlight;
 

@@ -15,8 +15,8 @@
 //!    └──── (strikes kept until a tick's claims are answered) ◄───┘
 //! ```
 //!
-//! While down, [`Outage::gate`] answers [`Gate::Wait`] (receive nothing) until the
-//! back-off has passed, then hands out one [`Gate::Probe`]: a cheap check of the
+//! While down, [`Outage::verdict`] answers [`OutageVerdict::Wait`] (receive nothing) until the
+//! back-off has passed, then hands out one [`OutageVerdict::Probe`]: a cheap check of the
 //! claim store that receives nothing ([`crate::tick::probe_claims`]). The back-off is
 //! exponential (`base`, doubling per failed probe, capped at `cap`) and jittered
 //! (uniform in the upper half of each step, so a fleet does not probe in step). A
@@ -77,7 +77,7 @@ impl Default for OutagePolicy {
 
 /// What a caller about to run a tick must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Gate {
+pub enum OutageVerdict {
     /// The claim store is not known to be down: run the tick.
     Run,
     /// The back-off has passed: probe the claim store (and report with
@@ -172,15 +172,15 @@ impl Outage {
     }
 
     /// What to do before a tick at `now`.
-    pub fn gate(&mut self, now: Time) -> Gate {
+    pub fn verdict(&mut self, now: Time) -> OutageVerdict {
         match self.state {
-            State::Up { .. } => Gate::Run,
+            State::Up { .. } => OutageVerdict::Run,
             State::Down { strikes, since, until } if now >= until => {
                 self.state = State::Probing { strikes, since };
-                Gate::Probe
+                OutageVerdict::Probe
             }
-            State::Down { until, .. } => Gate::Wait { until },
-            State::Probing { .. } => Gate::Wait { until: now + self.policy.base },
+            State::Down { until, .. } => OutageVerdict::Wait { until },
+            State::Probing { .. } => OutageVerdict::Wait { until: now + self.policy.base },
         }
     }
 
@@ -254,22 +254,22 @@ mod tests {
     fn a_failed_tick_closes_the_gate_until_a_probe_answers() {
         let mut rng = SmallRng::seed_from_u64(1);
         let mut o = Outage::new(POLICY);
-        assert_eq!(o.gate(at(0)), Gate::Run);
+        assert_eq!(o.verdict(at(0)), OutageVerdict::Run);
         let step = o.tick_failed(at(0), &mut rng).expect("a new outage");
         assert_eq!(step.strikes, 1);
         assert!(step.wait >= Duration::from_millis(500) && step.wait <= Duration::from_secs(1), "{step:?}");
         assert_eq!(o.tick_failed(at(10), &mut rng), None, "a concurrent tick's failure adds no step");
         let until = at(u64::try_from(step.wait.as_millis()).unwrap());
-        assert_eq!(o.gate(at(100)), Gate::Wait { until });
-        assert_eq!(o.gate(until), Gate::Probe);
-        assert!(matches!(o.gate(until), Gate::Wait { .. }), "one probe at a time");
+        assert_eq!(o.verdict(at(100)), OutageVerdict::Wait { until });
+        assert_eq!(o.verdict(until), OutageVerdict::Probe);
+        assert!(matches!(o.verdict(until), OutageVerdict::Wait { .. }), "one probe at a time");
         let step = o.probe_failed(until, &mut rng).expect("a probe was out");
         assert_eq!(step.strikes, 2);
         assert!(step.wait >= Duration::from_secs(1) && step.wait <= Duration::from_secs(2), "{step:?}");
         let again = until + step.wait;
-        assert_eq!(o.gate(again), Gate::Probe);
+        assert_eq!(o.verdict(again), OutageVerdict::Probe);
         assert_eq!(o.probe_succeeded(again), Some(again.saturating_since(at(0))));
-        assert_eq!(o.gate(again), Gate::Run);
+        assert_eq!(o.verdict(again), OutageVerdict::Run);
         assert!(!o.is_down());
     }
 
@@ -283,7 +283,7 @@ mod tests {
             let step = o.tick_failed(now, &mut rng).expect("ticks ran: a new outage");
             assert_eq!(step.strikes, strikes);
             now += step.wait;
-            assert_eq!(o.gate(now), Gate::Probe);
+            assert_eq!(o.verdict(now), OutageVerdict::Probe);
             assert!(o.probe_succeeded(now).is_some());
         }
         o.tick_succeeded();
@@ -297,7 +297,7 @@ mod tests {
         assert_eq!(o.probe_succeeded(at(0)), None);
         assert_eq!(o.probe_failed(at(0), &mut rng), None);
         o.tick_succeeded();
-        assert_eq!(o.gate(at(0)), Gate::Run);
+        assert_eq!(o.verdict(at(0)), OutageVerdict::Run);
     }
 
     #[test]

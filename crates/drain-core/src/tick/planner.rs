@@ -537,7 +537,7 @@ impl Planner {
             .filter_map(|(i, fate)| {
                 let id = batch.work[*i].id.clone()?;
                 let action = match fate {
-                    Fate::Complete(_) => SettleAction::MarkDone,
+                    Fate::Complete(_) => SettleAction::Done,
                     Fate::Abandon(_) => SettleAction::Release,
                 };
                 Some(Settlement { id, action })
@@ -641,7 +641,7 @@ impl Planner {
             return ids;
         }
         let mut skip: HashSet<&MessageId> =
-            last.iter().filter(|s| s.action == SettleAction::MarkDone).map(|s| &s.id).collect();
+            last.iter().filter(|s| s.action == SettleAction::Done).map(|s| &s.id).collect();
         ids.iter().filter(|id| skip.insert(*id)).cloned().collect()
     }
 
@@ -667,12 +667,8 @@ fn meet_own_claims(claimed: &mut Claimed, earlier: &[Submitted]) {
     if !claimed.plans.contains(&busy) && !claimed.would.contains(&busy) {
         return;
     }
-    let submitted: HashSet<&MessageId> = earlier
-        .iter()
-        .flat_map(|b| &b.settlements)
-        .filter(|s| s.action == SettleAction::MarkDone)
-        .map(|s| &s.id)
-        .collect();
+    let submitted: HashSet<&MessageId> =
+        earlier.iter().flat_map(|b| &b.settlements).filter(|s| s.action == SettleAction::Done).map(|s| &s.id).collect();
     let work = &claimed.batch.work;
     for plans in [&mut claimed.plans, &mut claimed.would] {
         for (plan, w) in plans.iter_mut().zip(work) {

@@ -61,8 +61,8 @@ fn token(handle: u64) -> LockToken {
 }
 
 impl LockLookup for Fake {
-    fn held_lock(&self, handle: DeliveryHandle) -> HeldLock {
-        HeldLock { token: Some(token(handle.0)), remaining: Some(s(60)) }
+    fn held_lock(&self, handle: DeliveryHandle) -> DeliveryLock {
+        DeliveryLock { token: Some(token(handle.0)), remaining: Some(s(60)) }
     }
 }
 

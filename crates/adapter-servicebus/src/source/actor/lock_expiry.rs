@@ -12,7 +12,7 @@ use fe2o3_amqp::types::primitives::Value;
 use super::Actor;
 use crate::endpoint::Profile;
 use crate::renewal::{self, LockToken};
-use crate::source::held::Held;
+use crate::source::held::Deliveries;
 
 impl Actor {
     /// The lock token of `d` and when its lock expires (Unix ms); none on generic brokers.
@@ -29,7 +29,11 @@ impl Actor {
 
 /// The next delivery of `ready` whose lock has not run out at `now_ms`; expired ones
 /// are dropped and forgotten in `held` on the way.
-pub(super) fn next_ready(ready: &mut VecDeque<(Delivery, Option<i64>)>, held: &Held, now_ms: i64) -> Option<Delivery> {
+pub(super) fn next_ready(
+    ready: &mut VecDeque<(Delivery, Option<i64>)>,
+    held: &Deliveries,
+    now_ms: i64,
+) -> Option<Delivery> {
     while let Some((d, locked_until_ms)) = ready.pop_front() {
         if renewal::expired(locked_until_ms, now_ms) {
             // Reported, not dropped in silence: the broker redelivers it.

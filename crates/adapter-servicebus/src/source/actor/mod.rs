@@ -40,7 +40,7 @@ pub(super) use self::management::Management;
 pub(super) use self::reconnect::{Link, open_link};
 pub(super) use self::settle::Settlement;
 use super::SourceOptions;
-use super::held::Held;
+use super::held::Deliveries;
 use crate::connect;
 use crate::endpoint::Endpoint;
 
@@ -93,7 +93,7 @@ pub(super) struct Actor {
     /// Deliveries not handed out yet, with when their lock expires (Unix ms; Service
     /// Bus only), kept here so handing them out needs no lookup in `held`.
     ready: VecDeque<(Delivery, Option<i64>)>,
-    held: Arc<Held>,
+    held: Arc<Deliveries>,
     next_handle: u64,
     /// Parked: no link on purpose; the next receive attaches one.
     parked: bool,
@@ -104,7 +104,7 @@ impl Actor {
         endpoint: Endpoint,
         opts: SourceOptions,
         commands: mpsc::Receiver<Command>,
-        held: Arc<Held>,
+        held: Arc<Deliveries>,
         link: Link,
     ) -> Self {
         let mut actor = Actor {

@@ -362,7 +362,7 @@ async fn lease_cycle(
     let ttl = Duration::from_secs(10);
     let fence = match store.acquire(key, token, ttl).await.map_err(|e| ("acquire", e))? {
         Acquire::Acquired { fence } => fence,
-        Acquire::Held { holder, .. } => {
+        Acquire::Busy { holder, .. } => {
             return Err((
                 "acquire",
                 PortError::new(ErrorKind::Other, format!("the probe lease is held by {holder}; another doctor runs?")),

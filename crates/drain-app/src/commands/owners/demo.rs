@@ -9,7 +9,7 @@
 //! `drain_owner_turns_total{outcome="claim_busy"}` stays near zero with
 //! `PROJECTION_DRAIN_CLAIM_AWARE=on` and climbs with `off`. On PostgreSQL the turns
 //! and peeks use the release wake-up (`LISTEN`/`NOTIFY`) when the switches allow it;
-//! on every store they use the drain marks unless `PROJECTION_DRAIN_SKIP_SERVED=off`.
+//! on every store they use the drain stamps unless `PROJECTION_DRAIN_SKIP_SERVED=off`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,7 +61,7 @@ impl Backlogs {
 /// Run the demo owner workload over `owners` owners until `shutdown` flips.
 pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, shutdown: watch::Receiver<bool>) {
     let claims = rt.owner_claims.as_deref();
-    // The drain marks, unless the skip-served switch is Off (then the turns and peeks
+    // The drain stamps, unless the skip-served switch is Off (then the turns and peeks
     // are exactly those before the marks). grant_sql grants the PostgreSQL wake-up's
     // functions with the rest: there the switches decide the wake-up.
     let marks = rt.config.skip_served != drain_core::Switch::Off;

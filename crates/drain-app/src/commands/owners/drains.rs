@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
-use drain_core::ports::{DrainMarks, LeaseStore, OwnerClaims, ReleaseWake};
+use drain_core::ports::{DrainStamps, LeaseStore, OwnerClaims, ReleaseWake};
 use drain_core::{PortError, Switch};
 use drain_runtime::owner_passes;
 use rand::rngs::{SmallRng, StdRng};
@@ -220,7 +220,7 @@ pub(crate) async fn run<S, B, H>(
     mut shutdown: watch::Receiver<bool>,
 ) -> Report
 where
-    S: LeaseStore + OwnerClaims + ReleaseWake + DrainMarks + Clone,
+    S: LeaseStore + OwnerClaims + ReleaseWake + DrainStamps + Clone,
     B: Backlogs,
     H: Fn() -> (u64, u64),
 {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use drain_core::ports::{Clock, DrainMarks, LeaseStore, OwnerClaims, ReleaseWake};
+use drain_core::ports::{Clock, DrainStamps, LeaseStore, OwnerClaims, ReleaseWake};
 use drain_runtime::TokioClock;
 use tokio::sync::watch;
 
@@ -128,7 +128,7 @@ fn cannot_use(name: &str, shown: &str, e: &drain_core::PortError) -> ExitCode {
 /// `drain owners` once the store is chosen: the same on every store.
 async fn serve<S, B, H>(args: &OwnersArgs, rt: Arc<Runtime>, on: OwnerStore<S, B, H>) -> ExitCode
 where
-    S: LeaseStore + OwnerClaims + ReleaseWake + DrainMarks + Clone,
+    S: LeaseStore + OwnerClaims + ReleaseWake + DrainStamps + Clone,
     B: Backlogs,
     H: Fn() -> (u64, u64),
 {

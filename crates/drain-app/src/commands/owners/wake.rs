@@ -4,7 +4,7 @@
 //! waiter, a release wakes one). What stays here is the decision (the switches, and on
 //! Redis the rights the wake-up needs, probed first: a user without them runs without
 //! it, and a warning says so; on PostgreSQL `grant_sql` grants them with the rest)
-//! and counting, for `drain owners`' report. The drain marks
+//! and counting, for `drain owners`' report. The drain stamps
 //! (`PROJECTION_DRAIN_SKIP_SERVED`) are offered the same way: the driver peeks with
 //! them, and `Peeks` counts those peeks with the others.
 
@@ -17,18 +17,18 @@ use async_trait::async_trait;
 use drain_core::admission::{OwnerId, TurnOutcome};
 use drain_core::event::{Event, SkipReason};
 use drain_core::ports::{
-    Acquire, DrainMarks, MarkedClaim, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, Waiter, WakeRelease,
+    Acquire, DrainStamps, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, StampedClaim, Waiter, WakeRelease,
 };
 use drain_core::{LeaseToken, PortError, Switch};
 
 use crate::compose::Runtime;
 
 /// Admission's peeks through the store, counted (owners and round trips) for the
-/// report; it offers the store's wake-up, and with `marks` the store's drain marks,
+/// report; it offers the store's wake-up, and with `marks` the store's drain stamps,
 /// counting their peeks too.
 pub(crate) struct Peeks<S> {
     pub(crate) store: S,
-    /// Offer the store's drain marks (the skip-served switch is not Off).
+    /// Offer the store's drain stamps (the skip-served switch is not Off).
     marks: bool,
     /// Owners peeked.
     pub(crate) owners: AtomicU64,
@@ -37,7 +37,7 @@ pub(crate) struct Peeks<S> {
 }
 
 impl<S> Peeks<S> {
-    /// Peeks through `store`, offering its drain marks when `marks`.
+    /// Peeks through `store`, offering its drain stamps when `marks`.
     pub(crate) fn new(store: S, marks: bool) -> Self {
         Peeks { store, marks, owners: AtomicU64::new(0), batches: AtomicU64::new(0) }
     }
@@ -49,7 +49,7 @@ impl<S> Peeks<S> {
 }
 
 #[async_trait]
-impl<S: OwnerClaims + ReleaseWake + DrainMarks> OwnerClaims for Peeks<S> {
+impl<S: OwnerClaims + ReleaseWake + DrainStamps> OwnerClaims for Peeks<S> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
         self.count(owners);
         self.store.peek_owners(owners).await
@@ -59,25 +59,25 @@ impl<S: OwnerClaims + ReleaseWake + DrainMarks> OwnerClaims for Peeks<S> {
         Some(self)
     }
 
-    fn drain_marks(&self) -> Option<&dyn DrainMarks> {
+    fn drain_stamps(&self) -> Option<&dyn DrainStamps> {
         if self.marks { Some(self) } else { None }
     }
 }
 
 #[async_trait]
-impl<S: DrainMarks> DrainMarks for Peeks<S> {
-    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+impl<S: DrainStamps> DrainStamps for Peeks<S> {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
         self.count(owners);
-        self.store.peek_marked(owners, waiter).await
+        self.store.peek_stamped(owners, waiter).await
     }
-    async fn acquire_marked(
+    async fn acquire_stamped(
         &self,
         owner: &OwnerId,
         token: &LeaseToken,
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquire, PortError> {
-        self.store.acquire_marked(owner, token, ttl, waiter).await
+        self.store.acquire_stamped(owner, token, ttl, waiter).await
     }
     async fn release_drained(
         &self,

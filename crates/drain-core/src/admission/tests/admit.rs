@@ -126,14 +126,14 @@ fn check_peek(mode: Switch, result: PeekResult, after: Next, events: &[Event<'_>
 #[test]
 fn peek_results() {
     use Event::{OwnerSkipped, PeekError};
-    use PeekResult::{Error, Free, Held};
+    use PeekResult::{Busy, Error, Free};
     let ready = Next::Queued(Initial);
-    let held = |mode| OwnerSkipped { reason: SkipReason::ClaimHeld, mode };
+    let held = |mode| OwnerSkipped { reason: SkipReason::ClaimBusy, mode };
     check_peek(On, Free, ready, &[]);
-    check_peek(On, Held, Next::TimerWithin(5000, 15_000), &[held(On)]);
+    check_peek(On, Busy, Next::TimerWithin(5000, 15_000), &[held(On)]);
     check_peek(On, Error, ready, &[PeekError]);
     check_peek(Shadow, Free, ready, &[]);
-    check_peek(Shadow, Held, ready, &[held(Shadow)]);
+    check_peek(Shadow, Busy, ready, &[held(Shadow)]);
     check_peek(Shadow, Error, ready, &[PeekError]);
 }
 
@@ -150,7 +150,7 @@ fn missing_results_admit_their_batch_and_stray_results_are_ignored() {
     let _ = decisions(&mut s);
     // Only `b` is answered; `a` and `c` (same batch) are admitted as errors; `d`
     // (another batch) keeps waiting; `zz` and the repeated `b` are ignored.
-    let results = vec![(id("zz"), PeekResult::Held), (id("b"), PeekResult::Free), (id("b"), PeekResult::Held)];
+    let results = vec![(id("zz"), PeekResult::Busy), (id("b"), PeekResult::Free), (id("b"), PeekResult::Busy)];
     s.on_peek(t(1), results);
     assert_eq!(decisions(&mut s), vec![Event::PeekError, Event::PeekError]);
     assert_eq!(s.state_of(&id("zz")), None);

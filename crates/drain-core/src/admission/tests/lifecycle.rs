@@ -81,7 +81,7 @@ fn late_peek_answers_after_close_are_ignored() {
     assert_eq!(s.poll_action(t(0)), peek(&["x"]));
     assert_eq!(s.close(), ids(&["x"]));
     assert_eq!(s.peeking_count(), 0);
-    s.on_peek(t(1), vec![(id("x"), PeekResult::Held)]);
+    s.on_peek(t(1), vec![(id("x"), PeekResult::Busy)]);
     assert_eq!(s.state_of(&id("x")), None);
     assert_eq!(s.poll_action(t(1)), None);
 }
@@ -95,7 +95,7 @@ fn gauges_are_emitted_when_they_change() {
     let _ = s.request(t(0), id("a"));
     let _ = s.request(t(0), id("b"));
     assert_eq!(s.poll_action(t(0)), peek(&["a"]));
-    s.on_peek(t(0), vec![(id("a"), PeekResult::Held)]);
+    s.on_peek(t(0), vec![(id("a"), PeekResult::Busy)]);
     let events: Vec<_> = std::iter::from_fn(|| s.poll_event()).collect();
     assert_eq!(
         events,
@@ -103,7 +103,7 @@ fn gauges_are_emitted_when_they_change() {
             Event::OwnerQueueDepth(1),
             Event::OwnerQueueDepth(2),
             Event::OwnerQueueDepth(1),
-            Event::OwnerSkipped { reason: SkipReason::ClaimHeld, mode: On },
+            Event::OwnerSkipped { reason: SkipReason::ClaimBusy, mode: On },
             Event::RetryTimers(1),
         ]
     );
@@ -175,7 +175,7 @@ fn ten_thousand_owners_all_finish() {
                 Action::Peek(owners) => {
                     let answers = owners.into_iter().map(|o| {
                         let held = world.random_bool(0.2);
-                        (o, if held { PeekResult::Held } else { PeekResult::Free })
+                        (o, if held { PeekResult::Busy } else { PeekResult::Free })
                     });
                     s.on_peek(now, answers);
                 }

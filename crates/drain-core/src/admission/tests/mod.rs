@@ -3,7 +3,7 @@
 //! * [`admit`]: requests, peeks and the order of launches.
 //! * [`retry`]: turn outcomes, both backoffs and the timer cap.
 //! * [`lifecycle`]: close, events, determinism and scale.
-//! * [`served`]: requests a drain mark shows served.
+//! * [`served`]: requests a drain stamp shows served.
 //! * [`wake`]: release wake-up, examples and properties.
 //! * `releases`: the driver fed release notifications, in virtual time.
 
@@ -33,7 +33,7 @@ const NO_MORE: TurnOutcome = Productive { more: false };
 
 type S = Scheduler<SmallRng>;
 
-/// Claim-aware admission as it is without drain marks (`served` tests them).
+/// Claim-aware admission as it is without drain stamps (`served` tests them).
 fn config(mode: Switch, workers: usize) -> SchedulerConfig {
     SchedulerConfig { claim_aware: mode, workers, skip_served: Off, ..SchedulerConfig::default() }
 }

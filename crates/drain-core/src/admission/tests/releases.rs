@@ -97,7 +97,7 @@ fn run_case(Case { release_wake, release_at_ms, held_ms, peek_ms }: Case) -> Out
             .iter()
             .filter_map(|e| if let Event::ReleaseWake { mode } = e { Some(*mode) } else { None })
             .collect(),
-        held_peeks: observer.count(|e| matches!(e, Event::OwnerSkipped { reason: SkipReason::ClaimHeld, .. })),
+        held_peeks: observer.count(|e| matches!(e, Event::OwnerSkipped { reason: SkipReason::ClaimBusy, .. })),
     }
 }
 

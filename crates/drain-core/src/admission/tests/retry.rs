@@ -188,7 +188,7 @@ fn timers_beyond_the_cap_are_handed_off_and_counted() {
     assert_eq!(s.request(t(1), id("c")), Ok(Requested::Queued));
     // A held peek overflows the same way.
     assert_eq!(s.poll_action(t(1)), peek(&["c"]));
-    s.on_peek(t(1), vec![(id("c"), PeekResult::Held)]);
+    s.on_peek(t(1), vec![(id("c"), PeekResult::Busy)]);
     assert_eq!(s.poll_handoff(), Some(id("c")));
     assert!(decisions(&mut s).contains(&Event::RetryOverflow));
 }

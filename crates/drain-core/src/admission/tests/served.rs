@@ -1,4 +1,4 @@
-//! Skipping served requests: a peek's drain mark after the owner's latest request
+//! Skipping served requests: a peek's drain stamp after the owner's latest request
 //! forgets the owner; anything else launches it as before.
 
 use super::*;
@@ -34,19 +34,19 @@ fn check(mode: Switch, made: u64, claim: PeekResult, drained: Option<u64>, expec
 fn a_mark_after_the_request_forgets_the_owner() {
     let timer = Some(OwnerState::Timer { due: Time::ZERO });
     let ready = Some(OwnerState::Ready);
-    use PeekResult::{Error, Free, Held};
+    use PeekResult::{Busy, Error, Free};
     // mode, made, claim, mark, where the owner ends, a served decision
     check(On, 10, Free, Some(11), None, true);
-    check(On, 10, Held, Some(50), None, true);
+    check(On, 10, Busy, Some(50), None, true);
     check(On, 10, Free, Some(10), ready, false);
     check(On, 10, Free, Some(9), ready, false);
-    check(On, 10, Held, Some(9), timer, false);
+    check(On, 10, Busy, Some(9), timer, false);
     check(On, 10, Free, None, ready, false);
     check(On, 10, Error, None, ready, false);
     check(Shadow, 10, Free, Some(11), ready, true);
-    check(Shadow, 10, Held, Some(11), timer, true);
+    check(Shadow, 10, Busy, Some(11), timer, true);
     check(Off, 10, Free, Some(11), ready, false);
-    check(Off, 10, Held, Some(11), timer, false);
+    check(Off, 10, Busy, Some(11), timer, false);
 }
 
 /// The request a peek is judged by is the latest the owner owes: coalesced requests
@@ -117,7 +117,7 @@ fn a_newer_request_ends_a_claim_wait() {
         let mut s = sched(skip(mode));
         let _ = s.request_made(t(10), id("x"), t(10));
         assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-        s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+        s.on_peek(t(11), [(id("x"), peeked(PeekResult::Busy, Some(0)))]);
         assert!(s.waits_for_claim(&id("x")), "{mode:?}");
         assert_eq!(s.request_made(t(30), id("x"), t(made)), Ok(expected), "{mode:?} made {made}");
         let queued = expected == Requested::Queued;
@@ -138,8 +138,8 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
         let mut s = sched(skip(On));
         let _ = s.request_made(t(10), id("x"), t(10));
         assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-        // Held, the mark at 5 (no later than 5 + the 1 ms round trip + 1 ms).
-        s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(5)))]);
+        // Busy, the mark at 5 (no later than 5 + the 1 ms round trip + 1 ms).
+        s.on_peek(t(11), [(id("x"), peeked(PeekResult::Busy, Some(5)))]);
         let before = s.state_of(&id("x"));
         assert_eq!(s.request_made(t(30), id("x"), t(30)), Ok(Requested::Queued));
         assert_eq!(s.poll_action(t(30)), peek(&["x"]));
@@ -178,7 +178,7 @@ fn a_newer_request_races_no_holder_that_released_without_draining() {
     let mut s = sched(skip(On));
     let _ = s.request_made(t(10), id("x"), t(10));
     assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(5)))]);
+    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Busy, Some(5)))]);
     let Some(OwnerState::Timer { due }) = s.state_of(&id("x")) else { panic!("a claim wait") };
     s.handle_timeout(due);
     assert_eq!(s.poll_action(due), peek(&["x"]));
@@ -194,29 +194,29 @@ fn a_newer_request_ends_a_claim_wait_once() {
     let mut s = sched(skip(On));
     let _ = s.request_made(t(10), id("x"), t(10));
     assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    s.on_peek(t(11), [(id("x"), peeked(PeekResult::Busy, Some(0)))]);
     assert_eq!(s.request_made(t(20), id("x"), t(20)), Ok(Requested::Queued));
     assert_eq!(s.poll_action(t(20)), peek(&["x"]));
-    s.on_peek(t(21), [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    s.on_peek(t(21), [(id("x"), peeked(PeekResult::Busy, Some(0)))]);
     for at in [30, 40, 50] {
         assert_eq!(s.request_made(t(at), id("x"), t(at)), Ok(Requested::Coalesced), "at {at}");
     }
     let Some(OwnerState::Timer { due }) = s.state_of(&id("x")) else { panic!("a claim wait") };
     s.handle_timeout(due);
     assert_eq!(s.poll_action(due), peek(&["x"]));
-    s.on_peek(due, [(id("x"), peeked(PeekResult::Held, Some(0)))]);
+    s.on_peek(due, [(id("x"), peeked(PeekResult::Busy, Some(0)))]);
     let later = due + Duration::from_millis(1);
     assert_eq!(s.request_made(later, id("x"), later), Ok(Requested::Queued), "a new wait");
 }
 
-/// A claim wait whose peek knew no drain marks (the store keeps none) is not ended
+/// A claim wait whose peek knew no drain stamps (the store keeps none) is not ended
 /// by a newer request: no peek could tell it was served, so the backoff stands.
 #[test]
 fn without_marks_a_newer_request_leaves_the_claim_wait() {
     let mut s = sched(skip(On));
     let _ = s.request_made(t(10), id("x"), t(10));
     assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-    s.on_peek(t(11), [(id("x"), PeekResult::Held)]);
+    s.on_peek(t(11), [(id("x"), PeekResult::Busy)]);
     assert_eq!(s.request_made(t(30), id("x"), t(20)), Ok(Requested::Coalesced));
     assert_eq!(s.timer_count(), 1);
 }

@@ -27,7 +27,7 @@ fn put(s: &mut S, prior: Prior) {
         Prior::HeldPeek => {
             let _ = s.request(now, id("x"));
             assert_eq!(s.poll_action(now), peek(&["x"]));
-            s.on_peek(now, vec![(id("x"), PeekResult::Held)]);
+            s.on_peek(now, vec![(id("x"), PeekResult::Busy)]);
         }
         Prior::ClaimBusyTurn => {
             run(s, now, "x");
@@ -117,7 +117,7 @@ fn a_woken_owner_leaves_no_timer_behind_and_may_wait_again() {
     assert_eq!(events, vec![Event::OwnerQueueDepth(1), Event::RetryTimers(0)], "gauges follow");
     // Someone took the claim again before our peek: a fresh window, from now.
     assert_eq!(s.poll_action(t(10)), peek(&["x"]));
-    s.on_peek(t(20), vec![(id("x"), PeekResult::Held)]);
+    s.on_peek(t(20), vec![(id("x"), PeekResult::Busy)]);
     let Some(OwnerState::Timer { due: again }) = s.state_of(&id("x")) else { panic!("no timer") };
     assert!(again >= t(20) + ms(5000) && again <= t(20) + ms(15_000), "{again}");
     assert!(s.waits_for_claim(&id("x")));
@@ -195,7 +195,7 @@ impl Driven {
             Op::Peek(pick, held) if !self.batches.is_empty() => {
                 let batch = self.batches.remove(pick % self.batches.len());
                 let answers =
-                    batch.into_iter().zip(held).map(|(o, &h)| (o, if h { PeekResult::Held } else { PeekResult::Free }));
+                    batch.into_iter().zip(held).map(|(o, &h)| (o, if h { PeekResult::Busy } else { PeekResult::Free }));
                 self.s.on_peek(self.now, answers);
             }
             Op::Turn(pick, outcome) if !self.running.is_empty() => {

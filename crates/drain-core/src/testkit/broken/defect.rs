@@ -48,11 +48,11 @@ defects! {
     FenceDoesNotMove => LeaseFenceIncreases: "every acquire hands out fence 1";
     FenceExpiresWithLease => LeaseFenceIncreases: "the fence lives as long as the lease: after an expiry it starts again";
     HeldBumpsFence => LeaseHeldUnchanged: "an acquire of a held lease still counts the fence up";
-    HeldWithoutRemaining => LeaseHeldRemaining: "Held reports no time left (zero)";
+    HeldWithoutRemaining => LeaseHeldRemaining: "Busy reports no time left (zero)";
     LeaseNeverExpires => LeaseExpires: "leases ignore their time to live";
     LeaseWholeSeconds => LeaseExpires: "lease times to live are cut to whole seconds: a 1.5 s lease is free after one second, a 300 ms one at once";
     KindsShareLeases => LeaseNamesDistinct: "a queue's lease and an owner's claim of one name are one lease";
-    AcquireErrorAsHeld => LeaseAcquireError: "an acquire the store cannot answer answers Held";
+    AcquireErrorAsHeld => LeaseAcquireError: "an acquire the store cannot answer answers Busy";
     ReleaseIgnoresToken => LeaseReleaseForeign: "release deletes the lease whoever holds it";
     ReleaseExpiredReleased => LeaseReleaseExpired: "release of our own expired lease answers Released";
     ReleaseKeepsLease => LeaseReleaseFrees: "release answers Released and keeps the lease";

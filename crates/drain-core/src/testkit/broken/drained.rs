@@ -1,4 +1,4 @@
-//! The drain marks of the broken stores.
+//! The drain stamps of the broken stores.
 
 use std::time::Duration;
 
@@ -8,18 +8,18 @@ use super::{BrokenStore, Defect};
 use crate::admission::OwnerId;
 use crate::error::PortError;
 use crate::memory::store as mem;
-use crate::ports::{Acquire, DrainMarks, LeaseName, MarkedClaim, OwnerClaim, Release, Waiter, WakeRelease};
+use crate::ports::{Acquire, DrainStamps, LeaseName, OwnerClaim, Release, StampedClaim, Waiter, WakeRelease};
 use crate::token::LeaseToken;
 
 #[async_trait]
-impl DrainMarks for BrokenStore {
-    async fn peek_marked(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<MarkedClaim>, PortError> {
+impl DrainStamps for BrokenStore {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
         self.stall().await;
         if self.failing(Defect::MarksErrorAsAnswer) {
-            return Ok(vec![MarkedClaim { claim: OwnerClaim::Free, drained: None }; owners.len()]);
+            return Ok(vec![StampedClaim { claim: OwnerClaim::Free, drained: None }; owners.len()]);
         }
         self.flake()?;
-        let mut out = self.inner.peek_marked(owners, waiter).await?;
+        let mut out = self.inner.peek_stamped(owners, waiter).await?;
         for m in &mut out {
             if self.is(Defect::MarkedPeekMissesHeld) {
                 m.claim = OwnerClaim::Free;
@@ -31,7 +31,7 @@ impl DrainMarks for BrokenStore {
         Ok(out)
     }
 
-    async fn acquire_marked(
+    async fn acquire_stamped(
         &self,
         owner: &OwnerId,
         token: &LeaseToken,
@@ -42,7 +42,7 @@ impl DrainMarks for BrokenStore {
         if self.failing(Defect::MarksErrorAsAnswer) {
             return Ok(Acquire::Acquired { fence: 1 });
         }
-        self.call("acquire_marked", |s, now| {
+        self.call("acquire_stamped", |s, now| {
             let lease = LeaseName::owner(owner.as_str());
             if self.is(Defect::MarkedAcquireIgnoresHolder)
                 && let Some(row) = s.leases.get_mut(&lease)
@@ -61,8 +61,8 @@ impl DrainMarks for BrokenStore {
                         row.mark = Some(now);
                     }
                 }
-                (Acquire::Held { .. }, Some(waiter)) => mem::register(s, now, owner, waiter),
-                (Acquire::Held { .. }, None) => {}
+                (Acquire::Busy { .. }, Some(waiter)) => mem::register(s, now, owner, waiter),
+                (Acquire::Busy { .. }, None) => {}
             }
             Ok(got)
         })

@@ -186,15 +186,15 @@ impl BrokenStore {
             && row.holder(now).is_none()
             && let Some((t, _)) = &row.held
         {
-            return Acquire::Held { holder: LeaseToken::holder_of(t).to_owned(), remaining: Duration::from_millis(1) };
+            return Acquire::Busy { holder: LeaseToken::holder_of(t).to_owned(), remaining: Duration::from_millis(1) };
         }
         match mem::acquire(s, now, &lease, token, self.ttl(ttl)) {
             Acquire::Acquired { .. } if self.is(Defect::FenceDoesNotMove) => {
                 s.leases.entry(lease).or_default().fence = 1;
                 Acquire::Acquired { fence: 1 }
             }
-            Acquire::Held { holder, .. } if self.is(Defect::HeldWithoutRemaining) => {
-                Acquire::Held { holder, remaining: Duration::ZERO }
+            Acquire::Busy { holder, .. } if self.is(Defect::HeldWithoutRemaining) => {
+                Acquire::Busy { holder, remaining: Duration::ZERO }
             }
             other => other,
         }
@@ -258,7 +258,7 @@ impl BrokenStore {
                         return OwnerClaim::Free;
                     }
                 }
-                return OwnerClaim::Held { holder: LeaseToken::holder_of(&t).to_owned(), remaining };
+                return OwnerClaim::Busy { holder: LeaseToken::holder_of(&t).to_owned(), remaining };
             }
         }
         OwnerClaim::Free
@@ -300,7 +300,7 @@ impl LeaseStore for BrokenStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.stall().await;
         if self.failing(Defect::AcquireErrorAsHeld) {
-            return Ok(Acquire::Held { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
+            return Ok(Acquire::Busy { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
         }
         if self.is(Defect::NonAtomicAcquire) || self.is(Defect::OneConnectionAcquire) {
             // One connection per instance: its calls wait for each other.
@@ -502,7 +502,7 @@ impl ClaimStore for BrokenStore {
                     continue;
                 }
                 match st.action {
-                    SettleAction::MarkDone => {
+                    SettleAction::Done => {
                         let done = StoredClaim::Done { token: token.as_str().to_owned() };
                         s.claims.insert(key, (done, now + done_ttl));
                     }

@@ -76,7 +76,7 @@ impl ReleaseWake for BrokenStore {
             let mut out = Vec::with_capacity(owners.len());
             for owner in owners {
                 let claim = mem::owner_claim(s, now, owner);
-                let held = matches!(claim, OwnerClaim::Held { .. });
+                let held = matches!(claim, OwnerClaim::Busy { .. });
                 if (held && !self.is(Defect::PeekDoesNotRegister)) || self.is(Defect::PeekRegistersFree) {
                     self.register_in(s, now, owner, waiter);
                 }
@@ -102,8 +102,8 @@ impl ReleaseWake for BrokenStore {
             match got {
                 Acquire::Acquired { .. } if self.is(Defect::AcquireKeepsRegistration) => {}
                 Acquire::Acquired { .. } => mem::unregister(s, owner, &waiter.instance),
-                Acquire::Held { .. } if self.is(Defect::AcquireDoesNotRegister) => {}
-                Acquire::Held { .. } => self.register_in(s, now, owner, waiter),
+                Acquire::Busy { .. } if self.is(Defect::AcquireDoesNotRegister) => {}
+                Acquire::Busy { .. } => self.register_in(s, now, owner, waiter),
             }
             Ok(got)
         })

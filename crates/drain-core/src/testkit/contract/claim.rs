@@ -93,15 +93,9 @@ async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queu
     let got = claim(s, store, queue, std::slice::from_ref(&m1), &b, LONG).await?;
     s.ensure(got == [pending("alpha")], Rule::ClaimPending, || format!("alpha's pending claim answered beta {got:?}"))?;
 
-    let got = settle_all(
-        s,
-        store,
-        queue,
-        &[settle(&m1, SettleAction::MarkDone), settle(&m2, SettleAction::Release)],
-        &a,
-        LONG,
-    )
-    .await?;
+    let got =
+        settle_all(s, store, queue, &[settle(&m1, SettleAction::Done), settle(&m2, SettleAction::Release)], &a, LONG)
+            .await?;
     s.ensure(got == [SettleResult::Settled, SettleResult::Settled], Rule::ClaimSettleOwner, || {
         format!("the holder's settlements of its pending claims answered {got:?}")
     })?;
@@ -110,15 +104,9 @@ async fn lifecycle<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queu
     let got = claim(s, store, queue, std::slice::from_ref(&m2), &b, LONG).await?;
     s.ensure(got == [ClaimState::Claimed], Rule::ClaimSettleRelease, || format!("a released claim answered {got:?}"))?;
 
-    let got = settle_all(
-        s,
-        store,
-        queue,
-        &[settle(&m1, SettleAction::Release), settle(&m2, SettleAction::MarkDone)],
-        &a,
-        LONG,
-    )
-    .await?;
+    let got =
+        settle_all(s, store, queue, &[settle(&m1, SettleAction::Release), settle(&m2, SettleAction::Done)], &a, LONG)
+            .await?;
     s.ensure(got == [SettleResult::NotOwner, SettleResult::NotOwner], Rule::ClaimSettleOwner, || {
         format!("alpha's settlements of a done claim and of beta's pending claim answered {got:?}")
     })?;
@@ -148,14 +136,14 @@ async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
     s.ensure(got == [ClaimState::Claimed], Rule::ClaimPendingExpires, || {
         format!("a {short:?} pending claim answered {got:?} after {:?}", short * 3)
     })?;
-    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::MarkDone)], &a, LONG).await?;
+    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::Done)], &a, LONG).await?;
     s.ensure(got == [SettleResult::NotOwner], Rule::ClaimSettleOwner, || {
         format!("the crashed holder's settlement of the new claim answered {got:?}")
     })?;
 
     // Three short times of window, so a stalled machine between the settle and the
     // check does not end it early.
-    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::MarkDone)], &b, short * 3).await?;
+    let got = settle_all(s, store, queue, &[settle(&m3, SettleAction::Done)], &b, short * 3).await?;
     s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
         format!("the holder's settlement answered {got:?}")
     })?;
@@ -179,15 +167,9 @@ async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
         format!("claims of two free messages answered {got:?}")
     })?;
     s.env.wait(short * 3).await;
-    let got = settle_all(
-        s,
-        store,
-        queue,
-        &[settle(&m6, SettleAction::MarkDone), settle(&m7, SettleAction::Release)],
-        &a,
-        LONG,
-    )
-    .await?;
+    let got =
+        settle_all(s, store, queue, &[settle(&m6, SettleAction::Done), settle(&m7, SettleAction::Release)], &a, LONG)
+            .await?;
     s.ensure(got == [SettleResult::NotOwner, SettleResult::NotOwner], Rule::ClaimSettleExpired, || {
         format!(
             "settlements of our own {short:?} pending claims {:?} later, nobody having taken them, answered {got:?}",
@@ -196,7 +178,7 @@ async fn expiry<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
     })?;
     let got = claim(s, store, queue, std::slice::from_ref(&m6), &b, LONG).await?;
     s.ensure(got == [ClaimState::Claimed], Rule::ClaimSettleExpired, || {
-        format!("after a MarkDone of our own expired claim, the next claim answered {got:?}")
+        format!("after a Done settle of our own expired claim, the next claim answered {got:?}")
     })?;
     let got = settle_all(s, store, queue, &[settle(&m6, SettleAction::Release)], &b, LONG).await?;
     s.ensure(got == [SettleResult::Settled], Rule::ClaimSettleOwner, || {
@@ -239,8 +221,8 @@ async fn shapes<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
     s.ensure(got == want, Rule::ClaimOrder, || format!("a mixed batch answered {got:?}, not {want:?}"))?;
     let settlements = [
         settle(&f2, SettleAction::Release),
-        settle(&m5, SettleAction::MarkDone),
-        settle(&f1, SettleAction::MarkDone),
+        settle(&m5, SettleAction::Done),
+        settle(&f1, SettleAction::Done),
         settle(&typed[0], SettleAction::Release),
     ];
     let got = settle_all(s, store, queue, &settlements, &b, LONG).await?;
@@ -335,7 +317,7 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(
     claim(s, store, queue, &[m1.clone(), m2.clone()], &a, LONG).await?;
     claim(s, store, queue, std::slice::from_ref(&m3), &b, LONG).await?;
     let settlements =
-        [settle(&m1, SettleAction::MarkDone), settle(&m2, SettleAction::Release), settle(&m3, SettleAction::MarkDone)];
+        [settle(&m1, SettleAction::Done), settle(&m2, SettleAction::Release), settle(&m3, SettleAction::Done)];
     let ids = [m1.clone(), m2.clone(), m3.clone(), m4.clone()];
     let got = s.bounded("settle_then_claim", store.settle_then_claim(queue, &settlements, &ids, &a, LONG_TTLS)).await?;
     let settled = s.answer("settle_then_claim", got.settled)?;

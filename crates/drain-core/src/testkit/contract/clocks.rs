@@ -52,7 +52,7 @@ pub(super) async fn leases<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: 
         let peeked = s.call("peek", pool[j].peek(&names[i])).await?;
         let got = s.call("acquire", pool[j].acquire(&names[i], &stranger, LONG)).await?;
         let held = peeked.as_ref().is_some_and(|h| h.holder == holder)
-            && matches!(&got, Acquire::Held { holder: h, .. } if h == holder);
+            && matches!(&got, Acquire::Busy { holder: h, .. } if h == holder);
         s.ensure(held, Rule::StoreOneClock, || {
             format!(
                 "a {LONG:?} lease taken through instance {i} just before reads {peeked:?} through instance {j}, \
@@ -173,7 +173,7 @@ fn probe_at(ttl: Duration) -> Duration {
     ttl - (ttl / 2).min(Duration::from_millis(250))
 }
 
-/// A lease still holds shortly before its time to live ends. A `Held` answer counts
+/// A lease still holds shortly before its time to live ends. A `Busy` answer counts
 /// only when it came back before the lease could have expired; a machine stalled
 /// that long tries again, up to three times.
 pub(super) async fn lease_ttls<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
@@ -190,7 +190,7 @@ pub(super) async fn lease_ttls<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, sto
             let got = s.call("acquire", store.acquire(&lease, &b, LONG)).await?;
             let answered = s.env.clock.now().saturating_since(sent);
             match got {
-                Acquire::Held { .. } => {
+                Acquire::Busy { .. } => {
                     s.call("release", store.release(&lease, &a)).await?;
                     break;
                 }

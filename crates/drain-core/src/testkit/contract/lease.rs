@@ -14,7 +14,7 @@ const SLACK: Duration = Duration::from_secs(10);
 
 /// The [`LeaseStore`] contract: mutual exclusion under concurrent acquires, fences
 /// that increase across release, expiry and a short first lease, compare-and-delete
-/// release and compare-and-extend renewal that never revive an expired lease, `Held`
+/// release and compare-and-extend renewal that never revive an expired lease, `Busy`
 /// and `peek` agreeing, independent names, expiry every instance agrees on (with
 /// several `ContractEnv::instances`), and (with an outage hook) errors that never
 /// pass for answers.
@@ -49,7 +49,7 @@ fn fresh(remaining: Duration, ttl: Duration) -> bool {
     remaining > Duration::ZERO && remaining <= ttl && remaining + SLACK >= ttl
 }
 
-/// Holder semantics on one long lease: `Held` names the holder and changes nothing,
+/// Holder semantics on one long lease: `Busy` names the holder and changes nothing,
 /// `peek` agrees, strangers can neither renew nor release, the holder can, once.
 async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
     let lease = LeaseName::queue(s.env.name("contract-holders"));
@@ -66,23 +66,23 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Res
 
     for (who, t) in [("another token", &b), ("the holder's own token", &a)] {
         let got = s.call("acquire", store.acquire(&lease, t, LONG)).await?;
-        let Acquire::Held { holder, remaining } = got else {
+        let Acquire::Busy { holder, remaining } = got else {
             return Err(Violation {
                 rule: Rule::LeaseAcquireExclusive,
                 detail: format!("an acquire by {who} of a held lease answered {got:?}"),
             });
         };
         s.ensure(holder == "alpha", Rule::LeaseHeldUnchanged, || {
-            format!("Held by {who} named {holder:?}, not the holder alpha")
+            format!("Busy by {who} named {holder:?}, not the holder alpha")
         })?;
         s.ensure(fresh(remaining, LONG), Rule::LeaseHeldRemaining, || {
-            format!("Held reported {remaining:?} left of a {LONG:?} lease taken just before")
+            format!("Busy reported {remaining:?} left of a {LONG:?} lease taken just before")
         })?;
         let peeked = s.call("peek", store.peek(&lease)).await?;
         s.ensure(
             peeked.as_ref().is_some_and(|h| h.holder == "alpha" && h.remaining <= remaining + Duration::from_millis(5)),
             Rule::LeasePeekAgrees,
-            || format!("Held {{ holder: alpha, remaining: {remaining:?} }}, but peek answered {peeked:?}"),
+            || format!("Busy {{ holder: alpha, remaining: {remaining:?} }}, but peek answered {peeked:?}"),
         )?;
         let unchanged = |h: &Option<Holding>| {
             h.as_ref().is_some_and(|h| {
@@ -90,7 +90,7 @@ async fn holders<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Res
             })
         };
         s.ensure(unchanged(&peeked), Rule::LeaseHeldUnchanged, || {
-            format!("after a Held acquire by {who} the lease reads {peeked:?}, before {before:?}")
+            format!("after a Busy acquire by {who} the lease reads {peeked:?}, before {before:?}")
         })?;
     }
 
@@ -273,7 +273,7 @@ async fn exclusion<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> R
             let a = s.timely("acquire", a)?;
             match s.answer("acquire", a)? {
                 Acquire::Acquired { fence } => winners.push((i, fence)),
-                Acquire::Held { .. } => {}
+                Acquire::Busy { .. } => {}
             }
         }
         s.ensure(winners.len() == 1, Rule::LeaseAcquireExclusive, || {

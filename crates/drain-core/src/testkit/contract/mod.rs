@@ -48,7 +48,7 @@ mod source;
 mod wake;
 
 pub use claim::claim_store;
-pub use drained::drain_marks;
+pub use drained::drain_stamps;
 pub use fence::fence_marks;
 pub use lease::lease_store;
 pub use owners::owner_claims;

@@ -11,7 +11,7 @@ const SLACK: Duration = Duration::from_secs(10);
 const BRIEF: Duration = Duration::from_millis(900);
 
 fn held_by(c: &OwnerClaim, holder: &str, ttl: Duration) -> bool {
-    matches!(c, OwnerClaim::Held { holder: h, remaining } if h == holder && *remaining > Duration::ZERO && *remaining <= ttl && *remaining + SLACK >= ttl)
+    matches!(c, OwnerClaim::Busy { holder: h, remaining } if h == holder && *remaining > Duration::ZERO && *remaining <= ttl && *remaining + SLACK >= ttl)
 }
 
 /// The [`OwnerClaims`] contract, over a store that also holds the owners' claims as
@@ -99,7 +99,7 @@ where
     Ok(s.finish())
 }
 
-/// A claim with under a second left is `Held`: a store that counted the time left
+/// A claim with under a second left is `Busy`: a store that counted the time left
 /// in whole seconds, rounded down, would read it as `Free`.
 async fn brief<S>(s: &mut Suite<'_, S>, store: &S, owner: &OwnerId, t: &LeaseToken) -> Result<(), Violation>
 where
@@ -114,7 +114,7 @@ where
         let got = s.call("peek_owners", store.peek_owners(std::slice::from_ref(owner))).await?;
         let answered = s.env.clock.now().saturating_since(sent);
         match got.as_slice() {
-            [OwnerClaim::Held { holder, remaining }] => {
+            [OwnerClaim::Busy { holder, remaining }] => {
                 s.ensure(
                     holder == t.holder() && *remaining > Duration::ZERO && *remaining <= BRIEF,
                     Rule::OwnersHeld,

@@ -18,7 +18,7 @@ pub enum Port {
     Source,
     /// [`FenceMarks`](crate::ports::FenceMarks).
     Fence,
-    /// [`DrainMarks`](crate::ports::DrainMarks).
+    /// [`DrainStamps`](crate::ports::DrainStamps).
     Marks,
 }
 
@@ -34,7 +34,7 @@ impl Port {
             Port::Wake => "drain_core::ports::ReleaseWake",
             Port::Source => "drain_core::ports::MessageSource",
             Port::Fence => "drain_core::ports::FenceMarks",
-            Port::Marks => "drain_core::ports::DrainMarks",
+            Port::Marks => "drain_core::ports::DrainStamps",
         }
     }
 }

@@ -49,7 +49,7 @@ where
     acquired(&mut s, store.acquire_or_wait(&o0, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
     let got = s.call("peek_and_wait", store.peek_and_wait(&[o0.clone(), free.clone()], &wa)).await?;
     let right = got.len() == 2
-        && matches!(&got[0], OwnerClaim::Held { holder, .. } if *holder == wh.instance)
+        && matches!(&got[0], OwnerClaim::Busy { holder, .. } if *holder == wh.instance)
         && got[1] == OwnerClaim::Free;
     s.ensure(right, Rule::WakePeekAnswers, || format!("a held and a free owner answered {got:?}"))?;
     let got = s.call("release_and_wake", store.release_and_wake(&o0, &h, true)).await?;
@@ -69,7 +69,7 @@ where
     acquired(&mut s, store.acquire_or_wait(&o1, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
     let got = s.call("acquire_or_wait", store.acquire_or_wait(&o1, &tb, LONG, &wb)).await?;
     s.ensure(
-        matches!(&got, Acquire::Held { holder, .. } if *holder == wh.instance),
+        matches!(&got, Acquire::Busy { holder, .. } if *holder == wh.instance),
         Rule::WakeAcquireRegisters,
         || format!("beta's acquire of the holder's claim answered {got:?}"),
     )?;
@@ -85,7 +85,7 @@ where
     acquired(&mut s, store.acquire_or_wait(&o, &h, LONG, &wh), Rule::WakeAcquireRegisters, "the holder").await?;
     let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o), &wa)).await?;
     let got = s.call("acquire_or_wait", store.acquire_or_wait(&o, &tb, LONG, &wb)).await?;
-    s.ensure(matches!(got, Acquire::Held { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
+    s.ensure(matches!(got, Acquire::Busy { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
 
     // A release that is not ours wakes nobody.
     let got = s.call("release_and_wake", store.release_and_wake(&o, &tb, true)).await?;
@@ -142,7 +142,7 @@ where
     let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o3), &wa)).await?;
     let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(&o3), &wa)).await?;
     let got = s.call("acquire_or_wait", store.acquire_or_wait(&o3, &tb, LONG, &wb)).await?;
-    s.ensure(matches!(got, Acquire::Held { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
+    s.ensure(matches!(got, Acquire::Busy { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
     let got = s.call("release_and_wake", store.release_and_wake(&o3, &h, true)).await?;
     s.ensure(got.woke, Rule::WakeReleaseReports, || format!("a release with waiters answered {got:?}"))?;
     expect_one(&mut s, &mut l, "alpha", &o3, "the first release of an owner alpha registered on twice").await?;

@@ -310,7 +310,7 @@ impl Run {
         let mut parts = Vec::new();
         if !call.settle.is_empty() {
             let each = call.settle.iter().map(|s| {
-                let mark = if s.action == SettleAction::MarkDone { "+" } else { "-" };
+                let mark = if s.action == SettleAction::Done { "+" } else { "-" };
                 format!("{}{mark}", id_name(Some(&s.id)))
             });
             parts.push(format!("settle {}", each.collect::<Vec<_>>().join(" ")));

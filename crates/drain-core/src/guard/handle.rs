@@ -7,52 +7,20 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use crate::outcome::Loss;
 use crate::ports::Fence;
 use crate::time::Time;
-
-/// Why a held lease stopped being ours.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Loss {
-    /// A renewal found the lease gone: it expired, or another holder has it.
-    Lost,
-    /// No renewal was confirmed within the time to live less the safety margin,
-    /// counted from when the last confirmed renewal (or the acquire) was sent: the
-    /// lease may have expired in the store, and another holder may have it.
-    Expired,
-}
-
-impl Loss {
-    /// A short stable name (`lost`, `expired`), for logs and reports.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Loss::Lost => "lost",
-            Loss::Expired => "expired",
-        }
-    }
-}
-
-impl fmt::Display for Loss {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Loss::Lost => "a renewal found the lease gone",
-            Loss::Expired => "no renewal was confirmed within the lease's time to live",
-        })
-    }
-}
-
-impl std::error::Error for Loss {}
 
 /// What the work under a [`LeaseGuard`](super::LeaseGuard) holds: the lease's fence,
 /// and whether the lease is still ours. Cheap to clone; clones share the state.
 ///
 /// The guard checks the lease's deadline each time it polls the work, before it
-/// does, so [`Held::is_lost`] is current whenever the work runs: a holder that was
+/// does, so [`LeaseHandle::is_lost`] is current whenever the work runs: a holder that was
 /// frozen past its deadline finds it lost before its next step. Work that hands the
 /// handle to tasks of its own, polled apart from the guard, may learn it a timer's
-/// latency later; such a task can compare its own clock with [`Held::deadline`].
+/// latency later; such a task can compare its own clock with [`LeaseHandle::deadline`].
 #[derive(Clone)]
-pub struct Held {
+pub struct LeaseHandle {
     fence: Option<Fence>,
     state: Arc<State>,
 }
@@ -68,7 +36,7 @@ pub(crate) struct State {
     wakers: Mutex<Vec<Waker>>,
 }
 
-impl Held {
+impl LeaseHandle {
     pub(crate) fn new(fence: Option<Fence>, deadline: Option<Time>) -> Self {
         let state = State {
             lost: AtomicU8::new(0),
@@ -76,7 +44,7 @@ impl Held {
             enforced: AtomicBool::new(deadline.is_some()),
             wakers: Mutex::new(Vec::new()),
         };
-        Held { fence, state: Arc::new(state) }
+        LeaseHandle { fence, state: Arc::new(state) }
     }
 
     /// The lease's fence: `None` when the work runs without holding the lease (the
@@ -156,13 +124,13 @@ impl Held {
     /// The work holds no lease whose loss it must learn (shadow): losses are counted
     /// by the guard only.
     pub(crate) fn unenforced(fence: Option<Fence>) -> Self {
-        Held::new(fence, None)
+        LeaseHandle::new(fence, None)
     }
 }
 
-impl fmt::Debug for Held {
+impl fmt::Debug for LeaseHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Held")
+        f.debug_struct("LeaseHandle")
             .field("fence", &self.fence)
             .field("loss", &self.loss())
             .field("deadline", &self.deadline())
@@ -178,7 +146,7 @@ impl Future for LostFuture {
     type Output = Loss;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Loss> {
-        let held = Held { fence: None, state: self.state.clone() };
+        let held = LeaseHandle { fence: None, state: self.state.clone() };
         if let Some(loss) = held.loss() {
             return Poll::Ready(loss);
         }
