@@ -6,7 +6,9 @@
 //! the checked resource and writes resuming within a TTL of each fault; in the same
 //! run it finds stale writes on the unchecked resource, and on a hand-written
 //! `SET NX` + `INCR` lease store it finds the repeated fence and the stall an empty
-//! restart causes. `cargo xtask nemesis --minutes N` runs the schedule for longer.
+//! restart causes. A fleet of `drain run` processes on RabbitMQ goes through a failover,
+//! a frozen lease holder and an empty restart while a consumer checks every fence
+//! (`nemesis/fleet.rs`). `cargo xtask nemesis --minutes N` runs the schedules for longer.
 
 #[path = "nemesis/mod.rs"]
 mod nemesis;

@@ -36,9 +36,11 @@ pub fn drain_bin() -> PathBuf {
             return PathBuf::from(bin);
         }
         let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> -> target/debug/drain: the benchmarks (release)
-        // run the binary the tests built, not a second, release build of drain-app.
-        let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target/<profile>");
+        // target/<profile>/deps/<test> (or target/<profile>/<program>, the fault run's)
+        // -> target/debug/drain: the benchmarks (release) run the binary the tests
+        // built, not a second, release build of drain-app.
+        let dir = exe.parent().expect("the executable's directory");
+        let profile_dir = if dir.ends_with("deps") { dir.parent().expect("target/<profile>") } else { dir };
         let bin = profile_dir.parent().expect("target").join("debug").join("drain");
         let built = std::fs::metadata(&bin).and_then(|m| m.modified()).ok();
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
