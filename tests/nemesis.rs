@@ -15,7 +15,7 @@ mod nemesis;
 
 use nemesis::check::{Fault, check};
 use nemesis::harness::{Store, run};
-use nemesis::{fleet, fleet_check};
+use nemesis::{fleet, fleet_check, owners};
 
 #[test]
 fn drain_s_fences_hold_through_a_schedule_of_faults() {
@@ -108,4 +108,14 @@ fn the_fleet_checker_finds_each_broken_rule() {
     explained.arrivals.push(Arrival { at: s(16), ..explained.arrivals[3].clone() });
     explained.ticks[1].possible_duplicates = 1;
     assert!(fleet_check::check(&explained).violations.is_empty(), "a counted duplicate is no violation");
+}
+
+/// `drain owners` processes on the managed Redis: one frozen past its owner claims'
+/// TTL, slow replies, a partition. Every item recorded once, every process complete.
+#[test]
+fn owner_drains_record_every_item_once_through_a_freeze_slow_replies_and_a_partition() {
+    let Some(verdict) = owners::run(&owners::FAULTS) else { return };
+    let (n, twice, took) = (verdict.recorded, verdict.twice, verdict.took.as_secs_f64());
+    eprintln!("through {:?}: {n} items recorded ({twice} twice) in {took:.1} s", verdict.faults);
+    assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);
 }

@@ -1,7 +1,7 @@
 //! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs`
 //! for N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its
 //! negative control once, then N minutes of the fleet run of `drain` processes
-//! (`fleet.rs`); prints the
+//! (`fleet.rs`), then the owner drains once (`owners.rs`); prints the
 //! results table and writes both verdicts as JSON. Exit 1 when drain's run breaks a
 //! rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
 //! builds and runs it.
@@ -13,6 +13,7 @@ mod fleet_check;
 mod harness;
 #[path = "../history/check.rs"]
 mod order;
+mod owners;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -98,11 +99,34 @@ fn main() -> ExitCode {
         println!("fleet rules broken: {:?}", fleet.rules());
     }
     ok &= fleet.violations.is_empty();
+    // Owner drains: their backlogs last about half a minute, so one schedule a run.
+    let Some(owners) = owners::run(&owners::FAULTS) else {
+        eprintln!("drain-nemesis: redis-server is missing for the owner drains");
+        return ExitCode::from(2);
+    };
+    println!(
+        "{} drain owners processes, {:.0} s, through {:?}: {} items recorded, {} twice",
+        owners::PROCESSES,
+        owners.took.as_secs_f64(),
+        owners.faults,
+        owners.recorded,
+        owners.twice
+    );
+    for v in &owners.violations {
+        println!("VIOLATION {}: {}", v.rule, v.what);
+    }
+    ok &= owners.violations.is_empty();
     if let Some(path) = out {
         let json = serde_json::json!({
             "drain": verdicts,
             "control": control.map(|c| c.json("counter-fences")),
             "fleet": fleet.json(),
+            "owners": {
+                "faults": owners.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+                "recorded": owners.recorded,
+                "twice": owners.twice,
+                "violations": owners.violations.iter().map(|v| serde_json::json!({"rule": v.rule, "what": v.what})).collect::<Vec<_>>(),
+            },
         });
         if let Err(e) = std::fs::write(&path, format!("{json:#}\n")) {
             eprintln!("drain-nemesis: cannot write {path}: {e}");
