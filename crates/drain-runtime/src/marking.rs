@@ -15,7 +15,7 @@ use drain_core::{LeaseToken, PortError};
 use crate::{LazyStore, Waking};
 
 /// The owner claims of a [`LazyStore`] with the store's drain stamps: its
-/// [`OwnerClaims::drain_marks`] answers itself, so `OwnerTurns` publishes the mark of
+/// [`OwnerClaims::drain_stamps`] answers itself, so `OwnerTurns` publishes the stamp of
 /// a turn that drained its owner and the admission driver peeks with the marks (while
 /// `SchedulerConfig::skip_served` is not Off). [`Marking::waking`] offers the
 /// release wake-up as well, through a [`Waking`] over the same store. A plain `LazyStore`
