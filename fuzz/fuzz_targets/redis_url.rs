@@ -1,20 +1,20 @@
-//! Redis URL handling in adapter-redis: `redact_url` and `RedisConfig`'s endpoint,
-//! TLS detection and `Debug`. Any text: never a panic, redaction is idempotent.
+//! Redis URL handling: drain-core's `redact` (the one redaction every crate uses)
+//! and adapter-redis's `RedisConfig` endpoint, TLS detection and `Debug`. Any text: never a panic, redaction is idempotent.
 //! Structured: the input is split into user, password and host (newline-separated)
 //! and built into `redis://user:password@host`; the password MUST NOT appear in the
 //! redacted URL or the endpoint, and `Debug` MUST show the redacted URL.
 //!
-//! (drain-app's own redaction of connection strings is in a binary crate and cannot be
-//! linked here; its cases are unit tests in `crates/drain-app/src/config/redact.rs`.
+//! (Connection strings' cases are unit tests in `crates/drain-core/src/redact.rs`.
 //! The AMQP parser has its own target, `amqp_endpoint`.)
 #![no_main]
 
-use adapter_redis::{RedisConfig, redact_url};
+use adapter_redis::RedisConfig;
+use drain_core::redact::redact;
 use libfuzzer_sys::fuzz_target;
 
 fn any_text(text: &str) {
-    let once = redact_url(text);
-    assert_eq!(redact_url(&once), once, "redaction is idempotent");
+    let once = redact(text);
+    assert_eq!(redact(&once), once, "redaction is idempotent");
     let cfg = RedisConfig::new(text);
     let _ = (cfg.endpoint(), cfg.uses_tls(), format!("{cfg:?}"));
 }
@@ -35,8 +35,8 @@ fuzz_target!(|data: &[u8]| {
     }
     for scheme in ["redis", "rediss"] {
         let url = format!("{scheme}://{user}:{password}@{host}");
-        let shown = redact_url(&url);
-        assert!(!shown.contains(password), "redact_url leaks the password of {url:?}: {shown:?}");
+        let shown = redact(&url);
+        assert!(!shown.contains(password), "redact leaks the password of {url:?}: {shown:?}");
         let cfg = RedisConfig::new(url.as_str());
         let endpoint = cfg.endpoint();
         assert!(!endpoint.contains(password), "endpoint() leaks the password of {url:?}: {endpoint:?}");

@@ -1,8 +1,10 @@
 //! [`PostgresConfig`]: where PostgreSQL is, which schema and prefix drain uses, and
-//! how patient to be; [`redact_url`].
+//! how patient to be.
 
 use std::fmt;
 use std::time::Duration;
+
+use drain_core::redact::redact;
 
 /// How to reach PostgreSQL. Build it with [`PostgresConfig::new`] and adjust it with
 /// the builder methods or the public fields.
@@ -127,7 +129,7 @@ impl PostgresConfig {
                     .collect::<Vec<_>>()
                     .join(",")
             }
-            Err(_) => redact_url(&self.url),
+            Err(_) => redact(&self.url),
         }
     }
 }
@@ -135,7 +137,7 @@ impl PostgresConfig {
 impl fmt::Debug for PostgresConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostgresConfig")
-            .field("url", &redact_url(&self.url))
+            .field("url", &redact(&self.url))
             .field("schema", &self.schema)
             .field("key_prefix", &self.key_prefix)
             .field("connections", &self.connections)
@@ -146,57 +148,19 @@ impl fmt::Debug for PostgresConfig {
     }
 }
 
-/// `url` with its password replaced by `***`: in the user info of a URL
-/// (`postgres://drain:***@db:5432/app`), and as a `password` parameter of a URL's
-/// query or of libpq's `key=value` form.
-#[must_use]
-pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url
-            .split_whitespace()
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect::<Vec<_>>()
-            .join(" ");
-    };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(end);
-    let authority = match authority.rsplit_once('@') {
-        Some((info, host)) => match info.split_once(':') {
-            Some((user, _)) => format!("{user}:***@{host}"),
-            None => format!("{info}@{host}"),
-        },
-        None => authority.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{authority}{tail}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn passwords_never_show() {
-        assert_eq!(redact_url("postgres://drain:s3cret@db:5432/app"), "postgres://drain:***@db:5432/app");
-        assert_eq!(redact_url("postgres://drain@db/app"), "postgres://drain@db/app");
-        assert_eq!(redact_url("postgresql://db/app?user=a&password=s3cret"), "postgresql://db/app?user=a&password=***");
-        assert_eq!(redact_url("host=db password=s3cret user=a"), "host=db password=*** user=a");
-        assert_eq!(redact_url("postgres://u:p@ss@db/x"), "postgres://u:***@db/x");
+        assert_eq!(redact("postgres://drain:s3cret@db:5432/app"), "postgres://drain:***@db:5432/app");
+        // User information without a `:` may be a password: hidden whole.
+        assert_eq!(redact("postgres://drain@db/app"), "postgres://***@db/app");
+        assert_eq!(redact("postgresql://db/app?user=a&password=s3cret"), "postgresql://db/app?user=a&password=***");
+        // libpq's form: a pair's value runs to the next `;` or `&`, over-redacting.
+        assert_eq!(redact("host=db password=s3cret user=a"), "host=db password=***");
+        assert_eq!(redact("postgres://u:p@ss@db/x"), "postgres://u:***@db/x");
         let cfg = PostgresConfig::new("postgres://drain:s3cret@db:6543/app");
         assert!(!format!("{cfg:?}").contains("s3cret"));
         assert_eq!(cfg.endpoint(), "db:6543");

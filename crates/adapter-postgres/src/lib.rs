@@ -91,7 +91,7 @@
 //!
 //! Driver errors are mapped at the boundary by [`map_error`] (its table). Messages
 //! name the endpoint (`host:port`) and what to check, and never contain the
-//! password ([`redact_url`]).
+//! password ([`drain_core::redact::redact`]).
 #![forbid(unsafe_code)]
 
 mod backlogs;
@@ -111,7 +111,7 @@ mod wake;
 pub use backlogs::BacklogBatch;
 pub use config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_CONNECTIONS, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, DEFAULT_SCHEMA,
-    PostgresConfig, redact_url,
+    PostgresConfig,
 };
 pub use error::map_error;
 pub use fenced::{Fenced, FencedError};

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use drain_core::PortError;
 use drain_core::admission::OwnerId;
 use drain_core::ports::Releases;
+use drain_core::{Backoff, PortError};
 use futures::StreamExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::AsyncMessage;
@@ -36,11 +36,9 @@ impl ReleaseCounters {
     }
 }
 
-/// The first pause before listening again, after a connection that listened.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-
-/// The longest pause between two attempts to listen again.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// The pauses before listening again: 50 ms after a connection that listened,
+/// doubling to 2 s while attempts fail, jittered so subscribers do not return in step.
+const PAUSES: Backoff = Backoff { initial: Duration::from_millis(50), max: Duration::from_secs(2) };
 
 /// Start listening on `channel`; resolves once the first `LISTEN` is in place.
 pub(crate) async fn subscribe(
@@ -72,9 +70,9 @@ async fn listen(
     counters: Arc<ReleaseCounters>,
 ) {
     let endpoint = config.endpoint();
-    let mut backoff = FIRST_BACKOFF;
+    let mut failures = 0u32;
     loop {
-        let outcome = listen_once(&config, &endpoint, &channel, &tx, &mut ready, &counters, &mut backoff).await;
+        let outcome = listen_once(&config, &endpoint, &channel, &tx, &mut ready, &counters, &mut failures).await;
         if tx.is_closed() {
             return;
         }
@@ -85,11 +83,12 @@ async fn listen(
             return;
         }
         counters.reconnects.fetch_add(1, Ordering::Relaxed);
+        let pause = PAUSES.delay(failures, &mut drain_core::rand::rng());
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(pause) => {}
             () = tx.closed() => return,
         }
-        backoff = (backoff * 2).min(MAX_BACKOFF);
+        failures = failures.saturating_add(1);
     }
 }
 
@@ -100,7 +99,7 @@ async fn listen_once(
     tx: &mpsc::UnboundedSender<OwnerId>,
     ready: &mut Option<oneshot::Sender<Result<(), PortError>>>,
     counters: &ReleaseCounters,
-    backoff: &mut Duration,
+    failures: &mut u32,
 ) -> Result<(), PortError> {
     let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e| map_error(&e, "subscribe", endpoint))?;
     pg.connect_timeout(config.connect_timeout);
@@ -121,7 +120,7 @@ async fn listen_once(
             r = &mut listening, if !listened => {
                 r.map_err(|e| map_error(&e, "subscribe", endpoint))?;
                 listened = true;
-                *backoff = FIRST_BACKOFF;
+                *failures = 0;
                 if let Some(first) = ready.take() {
                     let _ = first.send(Ok(()));
                 }

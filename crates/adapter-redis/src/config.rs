@@ -1,8 +1,10 @@
-//! [`RedisConfig`]: where Redis is and how patient to be with it; [`redact_url`].
+//! [`RedisConfig`]: where Redis is and how patient to be with it.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
+
+use drain_core::redact::redact;
 
 /// How to reach Redis. Build it with [`RedisConfig::new`] and adjust the public
 /// fields; the app fills it from `DRAIN_REDIS_URL` and `DRAIN_REDIS_CLUSTER`.
@@ -123,7 +125,7 @@ impl RedisConfig {
 impl fmt::Debug for RedisConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisConfig")
-            .field("url", &redact_url(&self.url))
+            .field("url", &redact(&self.url))
             .field("cluster", &self.cluster)
             .field("key_prefix", &self.key_prefix)
             .field("connect_timeout", &self.connect_timeout)
@@ -151,8 +153,8 @@ fn seeds(url: &str) -> Vec<&str> {
 
 /// What follows `scheme://` split at its last `@` into user information and the
 /// rest. Everything before the last `@` counts as user information, even a `/`,
-/// `?`, `#` or `,` (a password that was not percent-encoded): over-redacting an odd
-/// URL beats printing a password.
+/// `?`, `#` or `,` (a password that was not percent-encoded), as in drain-core's
+/// redaction, so an endpoint never names part of a password.
 fn userinfo(rest: &str) -> (Option<&str>, &str) {
     match rest.rsplit_once('@') {
         Some((userinfo, after)) => (Some(userinfo), after),
@@ -182,67 +184,12 @@ fn host_port(url: &str) -> String {
     if has_port { host.to_owned() } else { format!("{host}:6379") }
 }
 
-/// `url` with every password replaced by `***`, safe to print or log.
-///
-/// Handles `redis://user:pass@host`, `redis://:pass@host`, a bare userinfo
-/// (`redis://secret@host`, which some clients read as a password: hidden entirely),
-/// passwords that were not percent-encoded (everything before the last `@` is
-/// hidden, even a `/`, `#` or `,`), `password=`/`pass=`/`token=` query parameters,
-/// and comma-separated seed lists. Anything that is not a URL comes back unchanged.
-#[must_use]
-pub fn redact_url(url: &str) -> String {
-    seeds(url).into_iter().map(redact_one).collect::<Vec<_>>().join(",")
-}
-
-fn redact_one(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let (info, rest) = userinfo(rest);
-    let host = authority(rest);
-    let tail = &rest[host.len()..];
-    let auth = match info.map(|i| i.split_once(':')) {
-        Some(Some((user, _))) => format!("{user}:***@{host}"),
-        Some(None) => format!("***@{host}"),
-        None => host.to_owned(),
-    };
-    let tail = match tail.split_once('?') {
-        Some((path, query)) => {
-            let query: Vec<String> = query
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if is_secret_param(k) => format!("{k}=***"),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            format!("{path}?{}", query.join("&"))
-        }
-        None => tail.to_owned(),
-    };
-    format!("{scheme}://{auth}{tail}")
-}
-
-fn is_secret_param(key: &str) -> bool {
-    let k = key.to_ascii_lowercase();
-    k.contains("pass") || k.contains("token") || k.contains("secret")
-}
-
-/// Scrub `text` for display: credentials in any URL it contains, and the literal
-/// `password` when it is long enough to replace safely.
+/// Scrub `text` for display: credentials in any URL it contains (drain-core's one
+/// redaction), and the literal `password` when it is long enough to replace safely
+/// (a short one would mask ordinary words).
 pub(crate) fn scrub(text: &str, password: Option<&str>) -> String {
-    let mut out = String::with_capacity(text.len());
-    for (i, word) in text.split(' ').enumerate() {
-        if i > 0 {
-            out.push(' ');
-        }
-        if word.contains("://") {
-            out.push_str(&redact_url(word));
-        } else {
-            out.push_str(word);
-        }
-    }
-    match password {
-        Some(p) if p.len() >= 4 => out.replace(p, "***"),
-        _ => out,
-    }
+    let secrets: Vec<&str> = password.filter(|p| p.len() >= 4).into_iter().collect();
+    drain_core::redact::scrub(text, &secrets)
 }
 
 #[cfg(test)]
@@ -251,7 +198,7 @@ mod tests {
 
     #[track_caller]
     fn check(url: &str, redacted: &str, endpoint: &str) {
-        assert_eq!(redact_url(url), redacted, "redact {url}");
+        assert_eq!(redact(url), redacted, "redact {url}");
         assert_eq!(RedisConfig::new(url).endpoint(), endpoint, "endpoint of {url}");
         let debug = format!("{:?}", RedisConfig::new(url));
         assert!(!debug.contains("hunter2"), "{debug}");

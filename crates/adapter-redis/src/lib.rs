@@ -73,7 +73,7 @@
 //! | `CROSSSLOT`, `NOSCRIPT` after `EVAL`, a reply drain's scripts never give | `Protocol` | permanent |
 //!
 //! Messages name the endpoint (`host:port`) and what to check, and never contain the
-//! password ([`redact_url`]). A lease key without a TTL (written by hand, never by
+//! password ([`drain_core::redact::redact`]). A lease key without a TTL (written by hand, never by
 //! drain) is held until someone deletes it: `Busy` reports [`Duration::MAX`] left.
 //!
 //! [`Duration::MAX`]: std::time::Duration::MAX
@@ -97,7 +97,7 @@ mod sentinel;
 mod store;
 mod wake;
 
-pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisConfig, redact_url};
+pub use config::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_KEY_PREFIX, DEFAULT_RESPONSE_TIMEOUT, RedisConfig};
 pub use error::map_error;
 pub use fenced::FencedWrite;
 pub use keys::{KeySpace, LeaseKeys};

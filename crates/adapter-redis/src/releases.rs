@@ -1,8 +1,8 @@
 //! The release subscriber: a dedicated pub/sub connection on this instance's wake
 //! channel, yielding the owners whose release woke this instance as a [`Stream`].
 //!
-//! It fails open: a lost connection is reconnected in the background (backoff from
-//! 100 ms to 5 s) and counted, a half-open one is found by a `PING` every 15 s, and
+//! It fails open: a lost connection is reconnected in the background (jittered
+//! back-off from 100 ms to 5 s) and counted, a half-open one is found by a `PING` every 15 s, and
 //! nothing is ever yielded as an error. A wake-up lost meanwhile costs the waiter its
 //! claim retry window (the 5–15 s backstop), never an item.
 
@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use drain_core::PortError;
 use drain_core::admission::OwnerId;
+use drain_core::{Backoff, PortError};
 use futures::{Stream, StreamExt};
 use redis::aio::PubSub;
 use tokio::sync::mpsc;
@@ -21,8 +21,8 @@ use tokio::task::JoinHandle;
 
 use crate::store::{Failure, RedisStore, read_ca};
 
-const FIRST_PAUSE: Duration = Duration::from_millis(100);
-const LAST_PAUSE: Duration = Duration::from_secs(5);
+/// The waits between reconnection attempts.
+const PAUSES: Backoff = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(5) };
 const PING_EVERY: Duration = Duration::from_secs(15);
 
 /// What the subscriber saw; shared with every [`Releases::counters`] handle.
@@ -148,19 +148,20 @@ async fn listen(
 ) {
     let counts = &counters.0;
     let mut pending = Some(first);
-    let mut pause = FIRST_PAUSE;
+    let mut failures = 0u32;
     loop {
         let pubsub = match pending.take() {
             Some(p) => p,
             None => match subscribe(&current(), &channel, deadline).await {
                 Ok(p) => {
-                    pause = FIRST_PAUSE;
+                    failures = 0;
                     p
                 }
                 Err(_) => {
                     counts.failed_attempts.fetch_add(1, Ordering::Relaxed);
+                    let pause = PAUSES.delay(failures, &mut drain_core::rand::rng());
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(LAST_PAUSE);
+                    failures = failures.saturating_add(1);
                     continue;
                 }
             },
@@ -189,6 +190,7 @@ async fn listen(
             }
         }
         counts.reconnects.fetch_add(1, Ordering::Relaxed);
+        let pause = PAUSES.delay(failures, &mut drain_core::rand::rng());
         tokio::time::sleep(pause).await;
     }
 }

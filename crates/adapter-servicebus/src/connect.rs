@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use drain_core::redact::Secret;
 use drain_core::{ErrorKind, PortError};
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::sasl_profile::SaslProfile;
@@ -18,7 +19,7 @@ use rand::RngExt as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::endpoint::{Credentials, Endpoint, Secret};
+use crate::endpoint::{Credentials, Endpoint};
 use crate::error;
 use crate::sas;
 use crate::token_refresh::{PutToken, TokenRefresh};

@@ -4,6 +4,7 @@
 
 use std::fmt;
 
+use drain_core::redact::Secret;
 use drain_core::{ErrorKind, PortError};
 use percent_encoding::percent_decode_str;
 
@@ -33,34 +34,6 @@ impl Profile {
             Profile::ServiceBus => "servicebus",
             Profile::Generic => "generic",
         }
-    }
-}
-
-/// A secret string (password, shared access key). `Debug` and `Display` print `***`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wrap a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret itself; only the connection code calls this.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("***")
     }
 }
 

@@ -1,6 +1,7 @@
 //! Jittered exponential back-off: the one drain uses wherever it waits before
-//! trying again (reconnects, a store that is down, a failing pass). Sans-IO: it
-//! answers delays from the attempt and a generator; the caller sleeps.
+//! trying again (connecting at start, reconnects, a claim store that is down, a
+//! failed owner turn, a failing pass). Sans-IO: it answers delays from the attempt
+//! and a generator; the caller sleeps.
 
 use std::time::Duration;
 
@@ -32,12 +33,24 @@ impl Backoff {
         self.initial.saturating_mul(factor).min(self.max).max(Duration::from_millis(1))
     }
 
-    /// The delay before attempt `attempt`, drawn from `rng`.
+    /// The delay before attempt `attempt`, drawn from `rng`: uniform in
+    /// `[cap/2, cap]`, never a retry at once.
     pub fn delay(&self, attempt: u32, rng: &mut impl rand::Rng) -> Duration {
-        let cap = self.cap(attempt);
-        let ms = u64::try_from(cap.as_millis()).unwrap_or(u64::MAX);
+        let ms = millis(self.cap(attempt));
         Duration::from_millis(rng.random_range(ms / 2..=ms))
     }
+
+    /// The delay before attempt `attempt`, uniform in `[0, cap]` ("full jitter"):
+    /// for many independent waiters (owners whose turns failed together), where
+    /// spreading them over the whole window matters more than never retrying soon.
+    pub fn full_delay(&self, attempt: u32, rng: &mut impl rand::Rng) -> Duration {
+        Duration::from_millis(rng.random_range(0..=millis(self.cap(attempt))))
+    }
+}
+
+/// Whole milliseconds of `d`, saturating.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -67,6 +80,18 @@ mod tests {
             }
             let distinct: std::collections::BTreeSet<_> = delays.iter().collect();
             assert!(distinct.len() > 20, "attempt {attempt}: jitter spreads delays ({} distinct)", distinct.len());
+        }
+    }
+
+    #[test]
+    fn full_delays_spread_from_zero_to_the_cap() {
+        let b = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(4) };
+        let mut rng = TestRng::new(3);
+        for (attempt, cap) in [(0, 1000), (1, 2000), (5, 4000)] {
+            let delays: Vec<u64> = (0..500).map(|_| millis(b.full_delay(attempt, &mut rng))).collect();
+            assert!(delays.iter().all(|&d| d <= cap), "attempt {attempt}: above {cap}");
+            assert!(delays.iter().any(|&d| d < cap / 10), "attempt {attempt}: the low tenth is reached");
+            assert!(delays.iter().any(|&d| d > cap * 9 / 10), "attempt {attempt}: the high tenth is reached");
         }
     }
 }

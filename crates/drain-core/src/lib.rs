@@ -35,6 +35,9 @@
 //! * Errors: [`PortError`] ([`ErrorKind`], [`Persistence`]).
 //! * Decisions as data, for an observer: [`Event`] and its labels in [`event`].
 //! * Values: [`Switch`] (off / shadow / on), [`Time`], [`LeaseToken`].
+//! * Secrets: [`redact::Secret`] and [`redact::redact`], the one redaction of URLs and
+//!   connection strings every drain crate uses.
+//! * Retries: [`Backoff`], the one jittered exponential back-off.
 //! * `memory` (feature): `MemoryStore` (every store port), `StoredClaim`,
 //!   `MemorySource`, `ManualClock`, `block_on`.
 //! * `testkit` (feature, implies `memory`): the contract suites (`testkit::contract`),
@@ -57,6 +60,7 @@ pub mod guard;
 pub mod outcome;
 pub mod owner;
 pub mod ports;
+pub mod redact;
 pub mod switch;
 pub mod tick;
 pub mod time;

@@ -7,7 +7,6 @@
 //! silently disables a safety feature. A value that cannot be used safely at all (a
 //! `*_URL` with an unknown scheme, or set but blank) is a fatal [`ConfigError`].
 
-mod redact;
 pub(crate) mod registry;
 mod render;
 pub(crate) mod settings;
@@ -22,7 +21,7 @@ use drain_core::admission::SchedulerConfig;
 use drain_core::tick::{InFlight, TickConfig};
 use settings::{Parsed, Warning};
 
-pub(crate) use redact::{Secret, redact, scrub, secret_parts};
+pub(crate) use drain_core::redact::{Secret, redact, scrub, secret_parts};
 pub(crate) use render::{effective_table, flags_markdown};
 
 use registry::{Kind, SETTINGS, setting};
@@ -448,7 +447,7 @@ impl Resolver<'_> {
             });
         }
         self.take(name, Parsed::clean(raw.clone()));
-        Ok(Some(Secret::new(raw)))
+        Ok(Some(Secret::url(raw)))
     }
 
     /// The store: `DRAIN_STORE_URL` by its scheme, or `DRAIN_REDIS_URL` (Redis, as

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::switch::Switch;
 
 /// How the [`Scheduler`](super::Scheduler) admits owners.
@@ -97,15 +98,20 @@ impl SchedulerConfig {
         (Duration::from_millis(a.min(b)), Duration::from_millis(a.max(b)))
     }
 
+    /// The back-off after failed turns: `failure_base` doubling to `failure_cap`.
+    #[must_use]
+    pub fn failure_backoff(&self) -> Backoff {
+        Backoff { initial: self.failure_base, max: self.failure_cap }
+    }
+
     /// The ceiling of the failure backoff after `consecutive_failures` failures in a
-    /// row: `min(failure_cap, failure_base * 2^(consecutive_failures - 1))`, at
-    /// millisecond precision, saturating instead of overflowing. Zero failures are
-    /// treated as one. The actual delay is uniform in `[0, ceiling]` (full jitter).
+    /// row: `min(failure_cap, failure_base * 2^(consecutive_failures - 1))`,
+    /// saturating instead of overflowing (at least 1 ms). Zero failures are treated
+    /// as one. The actual delay is uniform in `[0, ceiling]` (full jitter,
+    /// [`Backoff::full_delay`]).
     #[must_use]
     pub fn failure_ceiling(&self, consecutive_failures: u32) -> Duration {
-        let exponent = consecutive_failures.saturating_sub(1).min(63);
-        let grown = millis(self.failure_base).saturating_mul(1u64 << exponent);
-        Duration::from_millis(grown.min(millis(self.failure_cap)))
+        self.failure_backoff().cap(consecutive_failures.saturating_sub(1))
     }
 }
 
@@ -139,7 +145,7 @@ mod tests {
         check_ceiling(1000, 300_000, 64, 300_000);
         check_ceiling(1000, 300_000, u32::MAX, 300_000);
         check_ceiling(1000, 500, 1, 500);
-        check_ceiling(0, 300_000, 40, 0);
+        check_ceiling(0, 300_000, 40, 1); // a zero base still waits: never a hot loop
         check_ceiling(u64::MAX, u64::MAX, 70, u64::MAX);
     }
 

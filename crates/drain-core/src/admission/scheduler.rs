@@ -400,9 +400,8 @@ impl<R: Rng> Scheduler<R> {
                 }
             }
             TurnOutcome::Failed => {
-                let ceiling = millis(self.config.failure_ceiling(failures));
-                let delay = self.rng.random_range(0..=ceiling);
-                self.arm(owner, now + Duration::from_millis(delay), false);
+                let delay = self.config.failure_backoff().full_delay(failures.saturating_sub(1), &mut self.rng);
+                self.arm(owner, now + delay, false);
             }
         }
         self.gauges();

@@ -40,8 +40,9 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use rand::{Rng, RngExt};
+use rand::Rng;
 
+use crate::backoff::Backoff;
 use crate::ports::MessageId;
 use crate::time::Time;
 use crate::token::LeaseToken;
@@ -228,12 +229,9 @@ impl Outage {
     }
 
     /// The jittered wait after `strikes` failures: the step `base * 2^(strikes-1)`,
-    /// capped, drawn uniformly from its upper half.
+    /// capped, drawn uniformly from its upper half ([`Backoff::delay`]).
     fn wait(&self, strikes: u32, rng: &mut impl Rng) -> Duration {
-        let doublings = strikes.saturating_sub(1).min(32);
-        let step = self.policy.base.saturating_mul(1u32 << doublings.min(31)).min(self.policy.cap);
-        let step_ms = u64::try_from(step.as_millis()).unwrap_or(u64::MAX).max(1);
-        Duration::from_millis(rng.random_range(step_ms.div_ceil(2)..=step_ms))
+        Backoff { initial: self.policy.base, max: self.policy.cap }.delay(strikes.saturating_sub(1), rng)
     }
 }
 

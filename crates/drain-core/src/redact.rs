@@ -1,48 +1,68 @@
-//! Secrets never leave the process in clear: not in `drain config`, logs, errors
-//! or panics.
+//! Secrets never leave a process in clear: the one redaction every crate uses for
+//! URLs and connection strings (in logs, errors, `Debug`, `drain config`, panics),
+//! and [`Secret`], the one type that holds a secret. Pure string work: it reads
+//! nothing and keeps nothing.
 
 use std::fmt;
 use std::ops::Range;
 
-/// A value that may contain a secret. `Debug` and `Display` show it redacted.
+/// A secret: a password, a key, or a URL or connection string that may hold one.
+/// `Debug` and `Display` never show it in clear; [`Secret::expose`] is for the code
+/// that connects.
 #[derive(Clone, PartialEq, Eq)]
-pub(crate) struct Secret(String);
+pub struct Secret {
+    clear: String,
+    shown: String,
+}
 
 impl Secret {
-    pub(crate) fn new(value: String) -> Self {
-        Secret(value)
+    /// A value that is secret as a whole (a password, a key, a token): shown as `***`.
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret { clear: value.into(), shown: MASK.to_owned() }
     }
 
-    /// The clear value, for the adapter that needs it. Never log this.
-    pub(crate) fn expose(&self) -> &str {
-        &self.0
+    /// A URL or connection string: shown with its secret parts masked by
+    /// [`redact`], so logs still say where it points.
+    pub fn url(value: impl Into<String>) -> Self {
+        let clear = value.into();
+        let shown = redact(&clear);
+        Secret { clear, shown }
+    }
+
+    /// The clear value, for the code that connects. Never log this.
+    #[must_use]
+    pub fn expose(&self) -> &str {
+        &self.clear
     }
 }
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Secret({})", redact(&self.0))
+        write!(f, "Secret({})", self.shown)
     }
 }
 
 impl fmt::Display for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&redact(&self.0))
+        f.write_str(&self.shown)
     }
 }
 
 const MASK: &str = "***";
 
 /// Keys of `key=value` pairs whose value is a secret, lower case.
-const SECRET_KEYS: [&str; 7] =
-    ["sharedaccesskey", "sharedaccesssignature", "password", "accountkey", "token", "sas", "sig"];
+const SECRET_KEYS: [&str; 9] =
+    ["sharedaccesskey", "sharedaccesssignature", "password", "pass", "secret", "accountkey", "token", "sas", "sig"];
 
 /// Redact the secret parts of a URL or connection string: the password of
 /// `scheme://user:password@host` (of each URL of a comma-separated seed list), and
 /// the values of `SharedAccessKey`, `SharedAccessSignature`, `password`,
-/// `AccountKey` and `token` pairs in `key=value;` connection strings and
-/// `?key=value&` queries.
-pub(crate) fn redact(value: &str) -> String {
+/// `AccountKey`, `token`, `pass`, `secret`, `sas` and `sig` pairs in `key=value;`
+/// connection strings, libpq's `key=value` form and `?key=value&` queries (a
+/// pair's value runs to the next `;` or `&`: over-redacting beats printing a
+/// password). Idempotent; anything else comes back unchanged.
+#[must_use]
+pub fn redact(value: &str) -> String {
     let mut out = urls(value).into_iter().map(redact_userinfo).collect::<Vec<_>>().join(",");
     for key in SECRET_KEYS {
         out = redact_pairs(&out, key);
@@ -55,7 +75,8 @@ pub(crate) fn redact(value: &str) -> String {
 /// value of each secret `key=value` pair, each also percent-decoded. A text that
 /// quotes one of them (a panic message, say) can then be scrubbed even when the
 /// URL around it is gone.
-pub(crate) fn secret_parts(value: &str) -> Vec<String> {
+#[must_use]
+pub fn secret_parts(value: &str) -> Vec<String> {
     let mut parts: Vec<String> =
         urls(value).into_iter().filter_map(|url| password_span(url).map(|span| url[span].to_owned())).collect();
     for key in SECRET_KEYS {
@@ -73,12 +94,13 @@ pub(crate) fn secret_parts(value: &str) -> Vec<String> {
 /// masked (longest first, so a secret that contains another is masked whole), and
 /// then each whitespace-separated word [`redact`]ed, which also catches a URL or
 /// connection string whose secret was not configured.
-pub(crate) fn scrub(text: &str, secrets: &[String]) -> String {
-    let mut sorted: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
+#[must_use]
+pub fn scrub<S: AsRef<str>>(text: &str, secrets: &[S]) -> String {
+    let mut sorted: Vec<&str> = secrets.iter().map(AsRef::as_ref).filter(|s| !s.is_empty()).collect();
     sorted.sort_by_key(|s| std::cmp::Reverse(s.len()));
     let mut masked = text.to_owned();
     for secret in sorted {
-        masked = masked.replace(secret.as_str(), MASK);
+        masked = masked.replace(secret, MASK);
     }
     let mut out = String::with_capacity(masked.len());
     for chunk in masked.split_inclusive(char::is_whitespace) {
@@ -113,7 +135,7 @@ fn percent_decoded(value: &str) -> Option<String> {
     String::from_utf8(out).ok().filter(|d| d != value)
 }
 
-/// `value` cut at the commas that start another `scheme://` URL (a Redis Cluster
+/// `value` cut at the commas that start another `scheme://` URL (a cluster's
 /// seed list); a comma anywhere else, e.g. in a password, stays in its URL.
 fn urls(value: &str) -> Vec<&str> {
     let starts_url = |s: &str| {
@@ -137,7 +159,7 @@ fn urls(value: &str) -> Vec<&str> {
 }
 
 /// Where the password of `url` is: after the `:` of the user information, or all
-/// of it when it has no `:` (`redis://secret@host`); `None` without user
+/// of it when it has no `:` (`kv://secret@host`); `None` without user
 /// information. Everything between `://` and the last `@` is user information, even
 /// a `/`, `?`, `#` or `,` (a password that was not percent-encoded): over-redacting
 /// an odd URL beats printing a password.
@@ -159,8 +181,8 @@ fn redact_userinfo(url: &str) -> String {
 }
 
 /// Where the values of `key=value` pairs are (the key case-insensitive, at the
-/// start or after `;`, `&`, `?` or a space; the value up to the next `;`, `&` or
-/// the end), in order. A pair quoted inside another's value is listed too.
+/// start or after `;`, `&`, `?`, a space, `_` or `-` (`client_secret`); the value
+/// up to the next `;`, `&` or the end), in order. A pair quoted inside another's value is listed too.
 fn pair_values(value: &str, key: &str) -> Vec<Range<usize>> {
     let lower = value.to_ascii_lowercase();
     let mut spans = Vec::new();
@@ -169,7 +191,7 @@ fn pair_values(value: &str, key: &str) -> Vec<Range<usize>> {
         let start = from + found;
         let after = start + key.len();
         from = after;
-        let boundary_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b';' | b'&' | b'?' | b' ');
+        let boundary_ok = start == 0 || matches!(lower.as_bytes()[start - 1], b';' | b'&' | b'?' | b' ' | b'_' | b'-');
         if boundary_ok && lower.as_bytes().get(after) == Some(&b'=') {
             let value_start = after + 1;
             let value_end = value[value_start..].find([';', '&']).map_or(value.len(), |e| value_start + e);
@@ -208,10 +230,10 @@ mod tests {
 
     #[test]
     fn urls_and_connection_strings() {
-        check("redis://127.0.0.1:6379", "redis://127.0.0.1:6379");
-        check("redis://user:hunter2@host:6379/0", "redis://user:***@host:6379/0");
-        check("rediss://:hunter2@host", "rediss://:***@host");
-        check("redis://hunter2@host", "redis://***@host");
+        check("kv://127.0.0.1:6379", "kv://127.0.0.1:6379");
+        check("kv://user:hunter2@host:6379/0", "kv://user:***@host:6379/0");
+        check("kvs://:hunter2@host", "kvs://:***@host");
+        check("kv://hunter2@host", "kv://***@host");
         check("amqp://guest:guest@127.0.0.1:5672/requests", "amqp://guest:***@127.0.0.1:5672/requests");
         check("amqp://a:p@ss@host/q", "amqp://a:***@host/q");
         check(
@@ -219,17 +241,17 @@ mod tests {
             "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=***;EntityPath=q",
         );
         check("endpoint=sb://x/;sharedaccesskey=abc", "endpoint=sb://x/;sharedaccesskey=***");
-        check("redis://host/?password=abc&db=1", "redis://host/?password=***&db=1");
+        check("kv://host/?password=abc&db=1", "kv://host/?password=***&db=1");
         check("SharedAccessSignature=SharedAccessSignature sr=x&sig=y", "SharedAccessSignature=***&sig=***");
         check("no secrets here", "no secrets here");
         // Seed lists: every seed's password (the second one used to show).
-        check("redis://u:hunter2@a:1,redis://u:hunter2@b:2", "redis://u:***@a:1,redis://u:***@b:2");
-        check("redis://u:hunter2@a:1, rediss://:hunter2@b:2", "redis://u:***@a:1, rediss://:***@b:2");
+        check("kv://u:hunter2@a:1,kv://u:hunter2@b:2", "kv://u:***@a:1,kv://u:***@b:2");
+        check("kv://u:hunter2@a:1, kvs://:hunter2@b:2", "kv://u:***@a:1, kvs://:***@b:2");
         // Passwords that were not percent-encoded used to show up to the `/`, `?`, `#`.
-        check("redis://u:hun/ter2@h:1/0", "redis://u:***@h:1/0");
-        check("redis://u:hun?ter2@h", "redis://u:***@h");
-        check("rediss://:hun#ter2@h", "rediss://:***@h");
-        check("redis://u:hun,ter2@h", "redis://u:***@h");
+        check("kv://u:hun/ter2@h:1/0", "kv://u:***@h:1/0");
+        check("kv://u:hun?ter2@h", "kv://u:***@h");
+        check("kvs://:hun#ter2@h", "kvs://:***@h");
+        check("kv://u:hun,ter2@h", "kv://u:***@h");
         check("amqp://u:p/w@h:5672/q", "amqp://u:***@h:5672/q");
     }
 
@@ -244,18 +266,18 @@ mod tests {
     #[test]
     fn secret_parts_are_what_redact_masks() {
         let parts = |v: &str| secret_parts(v);
-        assert_eq!(parts("redis://127.0.0.1:6379"), Vec::<String>::new());
-        assert_eq!(parts("redis://u:hun%2Fter2@h,rediss://:other@h2"), ["hun%2Fter2", "hun/ter2", "other"]);
-        assert_eq!(parts("redis://justapassword@h"), ["justapassword"]);
+        assert_eq!(parts("kv://127.0.0.1:6379"), Vec::<String>::new());
+        assert_eq!(parts("kv://u:hun%2Fter2@h,kvs://:other@h2"), ["hun%2Fter2", "hun/ter2", "other"]);
+        assert_eq!(parts("kv://justapassword@h"), ["justapassword"]);
         assert_eq!(parts("amqp://a:p@ss@host/q"), ["p@ss"]);
         assert_eq!(
             parts("Endpoint=sb://ns/;SharedAccessKeyName=root;SharedAccessKey=abc+/=;EntityPath=q"),
             ["abc+/="],
             "the key's name is not a secret"
         );
-        assert_eq!(parts("redis://host/?password=pw1&db=1"), ["pw1"]);
+        assert_eq!(parts("kv://host/?password=pw1&db=1"), ["pw1"]);
         // Every part is masked by `redact` in the value it came from.
-        for v in ["redis://u:hunter2@a:1,redis://u:second@b:2", "endpoint=sb://x/;sharedaccesskey=abc"] {
+        for v in ["kv://u:hunter2@a:1,kv://u:second@b:2", "endpoint=sb://x/;sharedaccesskey=abc"] {
             for p in parts(v) {
                 assert!(!redact(v).contains(&p), "{p} in {}", redact(v));
             }
@@ -264,21 +286,35 @@ mod tests {
 
     #[test]
     fn scrub_masks_secrets_quoted_anywhere() {
-        let secrets = secret_parts("redis://u:hun%2Fter2@h:1");
-        let text = "connecting with hun/ter2 (raw hun%2Fter2) to amqp://g:other@h and redis://u:hun%2Fter2@h:1";
+        let secrets = secret_parts("kv://u:hun%2Fter2@h:1");
+        let text = "connecting with hun/ter2 (raw hun%2Fter2) to amqp://g:other@h and kv://u:hun%2Fter2@h:1";
         let out = scrub(text, &secrets);
-        assert_eq!(out, "connecting with *** (raw ***) to amqp://g:***@h and redis://u:***@h:1");
-        assert_eq!(scrub("nothing to hide", &[]), "nothing to hide");
+        assert_eq!(out, "connecting with *** (raw ***) to amqp://g:***@h and kv://u:***@h:1");
+        assert_eq!(scrub::<&str>("nothing to hide", &[]), "nothing to hide");
         assert_eq!(
-            scrub("unconfigured \"redis://x:pw9@h\",\n\tEndpoint=sb://n/;SharedAccessKey=k1;", &[]),
-            "unconfigured \"redis://x:***@h\",\n\tEndpoint=sb://n/;SharedAccessKey=***;"
+            scrub::<&str>("unconfigured \"kv://x:pw9@h\",\n\tEndpoint=sb://n/;SharedAccessKey=k1;", &[]),
+            "unconfigured \"kv://x:***@h\",\n\tEndpoint=sb://n/;SharedAccessKey=***;"
         );
     }
 
     #[test]
     fn secret_never_prints_clear() {
-        let s = Secret::new("redis://u:topsecret@h".into());
-        assert!(!format!("{s} {s:?}").contains("topsecret"));
-        assert_eq!(s.expose(), "redis://u:topsecret@h");
+        let url = Secret::url("kv://u:topsecret@h");
+        assert_eq!(format!("{url} {url:?}"), "kv://u:***@h Secret(kv://u:***@h)", "a URL says where it points");
+        assert_eq!(url.expose(), "kv://u:topsecret@h");
+        // A bare secret is masked whole, even when it looks like a URL.
+        let key = Secret::new("p://x");
+        assert_eq!(format!("{key} {key:?}"), "*** Secret(***)");
+        assert_eq!(key.expose(), "p://x");
+    }
+
+    #[test]
+    fn redaction_is_idempotent() {
+        for v in ["kv://u:pw@h", "a=1;password=x;b=2", "kv://h/?pass=1&secret=2&db=0", "plain text"] {
+            let once = redact(v);
+            assert_eq!(redact(&once), once, "{v}");
+        }
+        check("kv://h/?pass=1&client_secret=2&access-token=3", "kv://h/?pass=***&client_secret=***&access-token=***");
+        check("host=db password=s3cret user=a", "host=db password=***");
     }
 }
