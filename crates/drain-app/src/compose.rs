@@ -1,7 +1,7 @@
 //! The composition root: which adapter serves each port, from the configuration.
 //!
-//! drain-core's ports, filled with adapters; drain-runtime's `Ticks`, `ClaimGate`
-//! and `LazyStore` around them (everything with logic is library code).
+//! drain-core's ports, filled with adapters; drain-runtime's `Ticks`, `ClaimGate`,
+//! `LazyStore` and `retrying` around them (everything with logic is library code).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +11,10 @@ use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions,
 };
+use drain_core::Backoff;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
-use drain_core::{Backoff, PortError};
-use drain_runtime::{BeatConfig, ClaimGate, Connect, LazyStore, Ticks};
+use drain_runtime::{BeatConfig, ClaimGate, Connect, LazyStore, Ticks, retrying};
 
 use crate::config::{Config, Secret};
 use crate::demo::{self, DemoTarget};
@@ -172,43 +172,9 @@ fn prefetch(config: &Config) -> u32 {
     u32::try_from(config.drain_batch.max(config.drain_max_in_flight)).unwrap_or(u32::MAX).max(1)
 }
 
-/// The waits between two connection attempts at start: 1 s doubling to 30 s.
+/// The waits between two connection attempts at start: 1 s doubling to 30 s (a
+/// broker that is down when `drain` starts is retried; see `drain_runtime::retrying`).
 const RETRY: Backoff = Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(30) };
-
-/// Connect with `connect` until it succeeds or fails permanently. A broker that is
-/// down (refused, timed out, not serving yet) when `drain` starts is temporary:
-/// each failed attempt is logged and retried after a jittered back-off (1 s doubling
-/// to 30 s). A permanent error (authentication, a missing queue, a port that does
-/// not speak AMQP, a TLS mismatch) is returned at once: it needs someone to act.
-async fn retrying<T, F, Fut>(what: &str, mut connect: F) -> Result<T, PortError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, PortError>>,
-{
-    let mut attempt = 0u32;
-    loop {
-        attempt = attempt.saturating_add(1);
-        match connect().await {
-            Ok(v) => {
-                if attempt > 1 {
-                    tracing::info!("connected to {what} after {attempt} attempts");
-                }
-                return Ok(v);
-            }
-            Err(e) if e.is_temporary() => {
-                let wait = RETRY.delay(attempt - 1, &mut rand::rng());
-                tracing::warn!(
-                    attempt,
-                    retry_in_s = wait.as_secs_f64(),
-                    "cannot {what} yet ({e}); attempt {attempt} failed, retrying in {:.1} s",
-                    wait.as_secs_f64()
-                );
-                tokio::time::sleep(wait).await;
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
 
 /// [`compose`], given up when SIGINT or SIGTERM arrives first (a broker that is
 /// down at start is retried until then): `Ok(None)`.
@@ -298,7 +264,7 @@ pub(crate) async fn compose(
                 let source: Arc<dyn MessageSource> = match &config.source_sessions {
                     None => {
                         let source = Arc::new(
-                            retrying(&what, || AmqpSource::connect(endpoint.clone(), options.clone()))
+                            retrying(&what, RETRY, || AmqpSource::connect(endpoint.clone(), options.clone()))
                                 .await
                                 .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
                         );
@@ -313,7 +279,7 @@ pub(crate) async fn compose(
                             source: options,
                         };
                         let source = Arc::new(
-                            retrying(&what, || SessionSource::connect(endpoint.clone(), options.clone()))
+                            retrying(&what, RETRY, || SessionSource::connect(endpoint.clone(), options.clone()))
                                 .await
                                 .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
                         );
@@ -334,7 +300,7 @@ pub(crate) async fn compose(
             };
             let what = format!("send to DRAIN_TARGET_URL={url}");
             let submitter = Arc::new(
-                retrying(&what, || AmqpSubmitter::connect(endpoint.clone(), options.clone()))
+                retrying(&what, RETRY, || AmqpSubmitter::connect(endpoint.clone(), options.clone()))
                     .await
                     .map_err(|e| ComposeError::Unavailable(format!("cannot {what}: {e}")))?,
             );

@@ -12,7 +12,6 @@ mod logging;
 mod observe;
 mod out;
 mod panic_hook;
-mod purge;
 mod report;
 
 use std::process::ExitCode;

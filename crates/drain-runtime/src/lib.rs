@@ -3,20 +3,26 @@
 
 mod beat;
 mod clock;
+mod counted;
 mod gate;
 mod lazy;
 mod lease;
 mod marking;
 mod owners;
+mod purge;
+mod retry;
 mod ticks;
 mod waking;
 
 pub use beat::{Beat, BeatConfig, OnReport};
 pub use clock::TokioClock;
+pub use counted::{CountedPeeks, CountedTurns};
 pub use gate::ClaimGate;
 pub use lazy::{Connect, LazyStore};
 pub use lease::{DROP_RELEASE_WAIT, HeldLease, Taken, take};
 pub use marking::Marking;
 pub use owners::owner_passes;
+pub use purge::purge_rounds;
+pub use retry::retrying;
 pub use ticks::Ticks;
 pub use waking::Waking;

@@ -2,12 +2,13 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use adapter_metrics::{Known, KnownTicks};
 use clap::Args;
 use drain_core::ports::Clock;
 use drain_core::tick::{InFlight, TickConfig};
-use drain_runtime::{Beat, TokioClock};
+use drain_runtime::{Beat, TokioClock, purge_rounds};
 use tokio::sync::watch;
 
 use crate::commands::owners::demo as owners;
@@ -148,8 +149,16 @@ async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
         std::process::exit(SECOND_SIGNAL_EXIT);
     });
     let owners = args.owners.map(|n| tokio::spawn(owners::run(rt.clone(), n as usize, rx.clone())));
+    // PostgreSQL keeps expired claims and lapsed waiter registrations as rows (Redis
+    // expires its keys by itself): every process deletes them now and then.
     let purge = match &rt.backend {
-        compose::Backend::Postgres(store) => Some(tokio::spawn(crate::purge::run(store.clone(), rx.clone()))),
+        compose::Backend::Postgres(store) => {
+            let store = store.clone();
+            Some(tokio::spawn(purge_rounds(PURGE_EVERY, PURGE_LIMIT, move |limit| {
+                let store = store.clone();
+                async move { store.store().await?.purge_expired(limit).await }
+            })))
+        }
         _ => None,
     };
     let mut shutdown = rx.clone();
@@ -167,6 +176,12 @@ async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Time between two purges of expired rows on PostgreSQL.
+const PURGE_EVERY: Duration = Duration::from_secs(300);
+
+/// Rows one purge call deletes at most (of claims, and of waiter registrations).
+const PURGE_LIMIT: u32 = 10_000;
+
 /// The exit status of a second signal (documented in docs/operations.md).
 const SECOND_SIGNAL_EXIT: i32 = 130;
 
@@ -175,10 +190,10 @@ const SECOND_SIGNAL_EXIT: i32 = 130;
 /// microseconds. A person pressing Ctrl-C twice is far slower than this (a keystroke
 /// alone lasts longer), so their second press exits. (This was 1 s, which swallowed a
 /// quick double Ctrl-C: the process then waited out the whole grace period.)
-const SAME_SIGNAL: std::time::Duration = std::time::Duration::from_millis(100);
+const SAME_SIGNAL: Duration = Duration::from_millis(100);
 
 /// Whether a signal `after` the first is that first signal delivered twice.
-fn same_delivery(after: std::time::Duration) -> bool {
+fn same_delivery(after: Duration) -> bool {
     after < SAME_SIGNAL
 }
 
@@ -224,8 +239,6 @@ impl Signals {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     #[test]

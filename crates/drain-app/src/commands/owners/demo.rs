@@ -14,15 +14,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::Poll;
 use std::time::Duration;
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, Worked, drive};
 use drain_core::ports::{Clock, LeaseStore, OwnerClaims};
-use drain_runtime::{Marking, Waking};
+use drain_runtime::{Marking, Waking, owner_passes};
 use rand::RngExt;
 use rand::rngs::{SmallRng, StdRng};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 
 use crate::compose::{Backend, Runtime};
 
@@ -100,7 +99,6 @@ async fn over<S: LeaseStore + OwnerClaims>(
 ) {
     let c = &rt.config;
     let mut scheduler = Scheduler::new(c.scheduler_config(), rand::make_rng::<SmallRng>());
-    let (tx, mut rx) = mpsc::unbounded_channel::<OwnerId>();
     let backlogs = Backlogs::default();
     let clock = &*rt.ticks.clock;
     let mut turns =
@@ -112,54 +110,34 @@ async fn over<S: LeaseStore + OwnerClaims>(
         turns = turns.without_marks();
     }
     let ports = DriverPorts { claims, work: &turns, clock, observer: &*rt.ticks.observer };
-    let requests = futures::stream::poll_fn(move |cx| match rx.poll_recv(cx) {
-        Poll::Ready(v) => Poll::Ready(v),
-        Poll::Pending => Poll::Pending,
-    });
     let handed_off = AtomicU64::new(0);
-    let arrivals = async {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        loop {
-            tick.tick().await;
-            let batch: Vec<OwnerId> = {
-                let mut rng = rand::rng();
-                (0..ARRIVALS_PER_SECOND)
-                    .map(|_| {
-                        // Skewed popularity: the square of a uniform draw favours low ids.
-                        let u: f64 = rng.random();
-                        let idx = ((u * u) * owners as f64) as usize;
-                        OwnerId::from(format!("owner-{}", idx.min(owners.saturating_sub(1))))
-                    })
-                    .collect()
-            };
-            // Intents the scheduler handed back (its timers at the cap) wait for this
-            // pass, never straight back into the scheduler, which would peek, find the
-            // claim held and hand them back again at once.
-            for owner in turns.take_handed_off() {
-                tracing::debug!(owner = %owner, "owner intent handed off to the next pass");
-                handed_off.fetch_add(1, Ordering::Relaxed);
-                let _ = tx.send(owner);
-            }
-            for owner in batch {
-                *backlogs.lock().entry(owner.clone()).or_default() += 1;
-                for _ in 0..REQUESTS_PER_ARRIVAL {
-                    let _ = tx.send(owner.clone());
-                }
-            }
+    // Every second a pass: the arrivals (each requested several times), and the
+    // intents the scheduler handed back (its timers at the cap), which wait for a
+    // pass, never straight back into the scheduler (it would peek, find the claim
+    // held and hand them back again at once). Arrivals never stop, so neither do
+    // the passes: a signal ends the drive.
+    let (requests, passes) = owner_passes(Duration::from_secs(1), || {
+        let mut wanted = turns.take_handed_off();
+        handed_off.fetch_add(wanted.len() as u64, Ordering::Relaxed);
+        let mut rng = rand::rng();
+        for _ in 0..ARRIVALS_PER_SECOND {
+            // Skewed popularity: the square of a uniform draw favours low ids.
+            let u: f64 = rng.random();
+            let idx = ((u * u) * owners as f64) as usize;
+            let owner = OwnerId::from(format!("owner-{}", idx.min(owners.saturating_sub(1))));
+            *backlogs.lock().entry(owner.clone()).or_default() += 1;
+            wanted.extend(std::iter::repeat_n(owner, REQUESTS_PER_ARRIVAL));
         }
-    };
-    let stop = async move {
-        while shutdown.changed().await.is_ok() {
-            if *shutdown.borrow() {
-                return;
-            }
+        std::future::ready(Ok(wanted))
+    });
+    let stop = async {
+        tokio::select! {
+            _ = passes => {}
+            _ = shutdown.wait_for(|s| *s) => {}
         }
     };
     tracing::info!(owners, claim_aware = c.claim_aware.as_str(), "owner drains started (demo workload)");
-    tokio::select! {
-        () = drive(&mut scheduler, ports, requests, stop) => {}
-        () = arrivals => {}
-    }
+    drive(&mut scheduler, ports, requests, stop).await;
     let handed = handed_off.load(Ordering::Relaxed) + turns.take_handed_off().len() as u64;
     tracing::info!(handed_off = handed, "owner drains stopped; pending intents handed off (this demo keeps none)");
 }

@@ -18,8 +18,8 @@
 //! reports. An intent the scheduler hands back (its retry timers are at the cap)
 //! waits for the next pass, never straight back into the scheduler. A permanent
 //! store error (a missing right) stops the run: retrying cannot help, and nothing is
-//! lost. With the release wake-up the claim and the peeks go through `wake` (waiters,
-//! one wake per release).
+//! lost. `wake` decides whether the release wake-up acts (waiters, one wake per
+//! release); drain-runtime's `CountedPeeks` and `CountedTurns` count for the report.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
 use drain_core::ports::{DrainStamps, LeaseStore, OwnerClaims, ReleaseWake};
 use drain_core::{PortError, Switch};
-use drain_runtime::owner_passes;
+use drain_runtime::{CountedPeeks, CountedTurns, owner_passes};
 use rand::rngs::{SmallRng, StdRng};
 use rand::seq::SliceRandom;
 use serde::Serialize;
@@ -37,7 +37,6 @@ use tokio::sync::watch;
 
 use super::backlog::Backlogs;
 use super::keys::OwnerKeys;
-use super::wake::{Counted, Peeks};
 use crate::compose::Runtime;
 
 /// The workload's shape.
@@ -252,8 +251,8 @@ where
         turns = turns.without_marks();
     }
     // The peeks read the marks the turns publish (Off: neither, as before the marks).
-    let peeks = Peeks::new(store.clone(), marks);
-    let observer = Counted::new(rt.ticks.observer.clone());
+    let peeks = CountedPeeks::new(store.clone(), marks);
+    let observer = CountedTurns::new(rt.ticks.observer.clone());
     let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.ticks.clock, observer: &observer };
 
     let owners: Vec<OwnerId> = (0..options.owners).map(OwnerKeys::owner).collect();
@@ -316,16 +315,16 @@ where
         owners: options.owners,
         processed: load(&counters.processed),
         recovered: load(&counters.recovered),
-        turns: (0..4).map(|i| load(&observer.turns[i])).sum(),
+        turns: observer.all_turns(),
         claim_busy: observer.turns(TurnOutcome::ClaimBusy),
         productive: observer.turns(TurnOutcome::Productive { more: false }),
         done: observer.turns(TurnOutcome::Done),
         failed: observer.turns(TurnOutcome::Failed),
-        peeks: load(&peeks.owners),
-        peek_round_trips: load(&peeks.batches),
+        peeks: peeks.owners(),
+        peek_round_trips: peeks.round_trips(),
         releases_heard,
-        release_wakes: load(&observer.wakes),
-        skipped_served: load(&observer.served),
+        release_wakes: observer.release_wakes(),
+        skipped_served: observer.skipped_served(),
         wakes_sent: turns.wakes_sent(),
         subscriber_reconnects,
         passes: load(&counters.passes),

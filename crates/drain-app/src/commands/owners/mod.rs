@@ -4,8 +4,7 @@
 //! * `drains` — the owner drains of `drain owners` on drain-core's admission driver;
 //! * `backlog` — the backlogs' port, on Redis and on PostgreSQL;
 //! * `keys` — the workload's Redis keys (backlog lists, the processed-items hash);
-//! * `wake` — whether the release wake-up acts (`PROJECTION_DRAIN_RELEASE_WAKE`), and
-//!   its counts;
+//! * `wake` — whether the release wake-up acts (`PROJECTION_DRAIN_RELEASE_WAKE`);
 //! * `demo` — the demo owner workload of `drain run --owners N`.
 
 use std::process::ExitCode;
