@@ -12,7 +12,9 @@ use futures::channel::mpsc::{UnboundedReceiver, unbounded};
 /// is requested. The returned future resolves `Ok` at the first pass that names
 /// none, and `Err` at the first permanent error a pass answers (a missing right:
 /// passing again cannot help); given to `drive` as its shutdown, it ends the drive
-/// once the running turns finish. A temporary error is passed again after a
+/// once the running turns finish. It also resolves `Ok` once the driver stops
+/// listening, which a turn's permanent error does: ask `OwnerTurns::fatal` after the
+/// drive before taking its end for "all done". A temporary error is passed again after a
 /// jittered back-off from `every` up to 5 s, logged on the 1st, 2nd,
 /// 4th, 8th… failure in a row and once when a pass answers again, so an outage
 /// of any length costs a few log lines.
