@@ -54,7 +54,7 @@ fn create_schema(pg: &drain_e2e::postgres::PostgresServer) {
 
 #[test]
 fn the_store_url_puts_the_lease_and_the_claims_in_postgres_and_fences_grow() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     let url = url_with_password(&pg, "postgres", PASSWORD);
     let mut first = once(&url);
     first.env("DRAIN_LOG", "trace");
@@ -81,7 +81,7 @@ fn the_store_url_puts_the_lease_and_the_claims_in_postgres_and_fences_grow() {
 
 #[test]
 fn a_foreign_lease_skips_the_tick_and_drain_leases_shows_its_holder_ttl_and_fence() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     create_schema(&pg);
     foreign_lease(&pg, "drain", "other-host");
     let url = url_with_password(&pg, "postgres", PASSWORD);
@@ -111,7 +111,7 @@ fn a_foreign_lease_skips_the_tick_and_drain_leases_shows_its_holder_ttl_and_fenc
 
 #[test]
 fn two_prefixes_on_one_database_never_see_each_other() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     create_schema(&pg);
     foreign_lease(&pg, "tenant-a", "host-a");
     let url = pg.url();
@@ -143,7 +143,7 @@ fn two_prefixes_on_one_database_never_see_each_other() {
 
 #[test]
 fn the_least_privilege_role_runs_lists_and_passes_doctor() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     least_privilege(&pg);
     let url = url_with_password(&pg, APP, PASSWORD);
     let r = report(&output(once(&url), LIMIT));
@@ -172,7 +172,7 @@ fn the_least_privilege_role_runs_lists_and_passes_doctor() {
 
 #[test]
 fn doctor_prints_the_sql_when_the_schema_is_missing_names_missing_grants_and_leaves_nothing_behind() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     sql(&pg, &format!("CREATE ROLE {APP} LOGIN"));
     let app = pg.url_for(APP, "postgres");
     let out = output(on(&app, &["doctor"]), LIMIT);
@@ -272,7 +272,7 @@ fn config_shows_the_store_masked_from_the_environment_or_the_file_and_hints_a_ty
 
 #[test]
 fn drain_run_names_the_store_masked_counts_its_round_trips_and_runs_owner_drains() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     create_schema(&pg);
     // PostgreSQL keeps expired claims as rows: `drain run` purges them, and only them.
     sql(

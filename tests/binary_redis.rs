@@ -72,7 +72,7 @@ fn run_with_lease(server: &RedisServer, port: u16) -> std::process::Command {
 
 #[test]
 fn off_never_sends_redis_a_single_command() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let before = server.command_calls().expect("commandstats");
     let conns_before = connections(&server);
     let mut cmd = drain();
@@ -93,7 +93,7 @@ fn off_never_sends_redis_a_single_command() {
 
 #[test]
 fn a_foreign_lease_skips_the_tick_and_stays_untouched() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let key = "drain:lease:{requests}";
     let foreign = "other-host:00112233445566778899aabbccddeeff";
     // The command first (it may have to build the binary), then the foreign lease.
@@ -111,7 +111,7 @@ fn a_foreign_lease_skips_the_tick_and_stays_untouched() {
 
 #[test]
 fn with_the_lease_at_most_one_tick_drains_at_a_time_and_skips_are_counted() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let port = free_port();
     let mut cmd = run_with_lease(&server, port);
     cmd.env("DRAIN_WORKER_CONCURRENCY", "4");
@@ -140,7 +140,7 @@ fn with_the_lease_at_most_one_tick_drains_at_a_time_and_skips_are_counted() {
 
 #[test]
 fn redis_stopped_mid_run_fails_open_and_counts_it() {
-    let Some(mut server) = redis() else { return };
+    let mut server = redis();
     let port = free_port();
     let mut cmd = run_with_lease(&server, port);
     cmd.env("SERVICEBUS_ATOMIC_CLAIM", "off").env("SERVICEBUS_DRAIN_CONCURRENCY", "32");
@@ -166,7 +166,7 @@ fn redis_stopped_mid_run_fails_open_and_counts_it() {
 
 #[test]
 fn sigterm_mid_tick_releases_the_lease_gives_messages_back_and_exits_zero() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let mut cmd = drain();
     cmd.arg("run")
         .env("DRAIN_REDIS_URL", server.url())
@@ -320,7 +320,7 @@ fn garbage_in_every_variable_starts_with_warnings_and_never_panics() {
 
 #[test]
 fn leases_lists_the_holder_its_ttl_and_the_minted_fence() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     // A first tick mints a fence and gives the lease back.
     let mut once = drain();
     once.args(["run", "--once"]).env("DRAIN_REDIS_URL", server.url()).env("SERVICEBUS_DRAIN_SINGLEFLIGHT", "on");
@@ -412,7 +412,7 @@ fn resident_consumer_drains_on_the_embedded_default() {
 /// foreign lease is never touched.
 #[test]
 fn resident_consumer_drains_while_a_foreign_lease_skips_the_beat() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let key = "drain:lease:{requests}";
     let foreign = "other-host:00112233445566778899aabbccddeeff";
     assert_eq!(server.command(&["SET", key, foreign, "PX", "600000"]).unwrap(), Reply::Simple("OK".into()));
@@ -453,7 +453,7 @@ fn resident_consumer_drains_while_a_foreign_lease_skips_the_beat() {
 /// panic (before, `println!` panicked on the closed pipe about half the time).
 #[test]
 fn a_closed_stdout_ends_every_subcommand_quietly() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let cases: Vec<(Vec<&str>, bool)> = vec![
         (vec!["config"], false),
         (vec!["config", "--json"], false),
@@ -487,7 +487,7 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
 /// control character and the rows stay aligned; `--json` keeps it in full.
 #[test]
 fn leases_escapes_foreign_tokens_and_keeps_its_columns() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let hostile = format!("evil\u{0}\u{1b}[2J\nhost{}:00", "x".repeat(200));
     let ok = Reply::Simple("OK".into());
     assert_eq!(server.command(&["SET", "drain:lease:{requests}", &hostile, "PX", "600000"]).expect("SET"), ok);
@@ -523,7 +523,7 @@ fn leases_exits_1_when_redis_is_down_and_2_when_a_setting_is_wrong() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("refused the connection"), "{err}");
 
-    let Some(server) = RedisServer::start_with(&["--requirepass", "Right-Pw-3k"]) else { return };
+    let server = RedisServer::start_with(&["--requirepass", "Right-Pw-3k"]);
     let mut cmd = drain();
     cmd.arg("leases").env("DRAIN_REDIS_URL", format!("redis://:Wrong-Pw@127.0.0.1:{}", server.port()));
     let out = output(cmd, LIMIT);

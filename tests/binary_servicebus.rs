@@ -50,7 +50,7 @@ fn stop_and_check(run: &mut Running, b: &Broker, sent: &[String]) {
 
 #[test]
 fn run_once_moves_a_service_bus_queue_to_another_and_suppresses_the_copies() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let b = broker(&[("requests", QueueConfig::default()), ("work", QueueConfig::default())]);
     let sent = distinct(40, "m");
     feed(&b, "requests", &sent);
@@ -80,7 +80,7 @@ fn run_once_moves_a_service_bus_queue_to_another_and_suppresses_the_copies() {
 
 #[test]
 fn the_resident_consumer_drains_service_bus() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let b = broker(&[("requests", QueueConfig::default()), ("work", QueueConfig::default())]);
     let sent = distinct(60, "r");
     feed(&b, "requests", &sent);
@@ -105,7 +105,7 @@ fn the_resident_consumer_drains_service_bus() {
 /// the dead-letter queue, and drain everything once Redis is back.
 #[test]
 fn a_redis_outage_does_not_burn_service_bus_delivery_counts() {
-    let Some(mut redis) = redis() else { return };
+    let mut redis = redis();
     let queue = QueueConfig { max_delivery_count: 10, ..QueueConfig::default() };
     let b = broker(&[("requests", queue), ("work", QueueConfig::default())]);
     let mut cmd = run(&b, &redis, "--resident");
@@ -135,7 +135,7 @@ fn a_redis_outage_does_not_burn_service_bus_delivery_counts() {
 /// the order they were sent.
 #[test]
 fn a_session_queue_is_drained_in_order_within_each_session() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let sessions = QueueConfig { requires_session: true, ..QueueConfig::default() };
     let b = broker(&[("requests", sessions), ("work", QueueConfig::default())]);
     let sent = feed_sessions(&b, "requests", &["a", "b", "c"], 5);
@@ -163,7 +163,7 @@ fn a_session_queue_is_drained_in_order_within_each_session() {
 /// subscription goes to another topic, once each.
 #[test]
 fn a_subscription_is_drained_to_a_topic() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let sub = |name: &str| SubscriptionConfig {
         name: name.to_owned(),
         queue: QueueConfig::default(),
@@ -198,7 +198,7 @@ fn a_subscription_is_drained_to_a_topic() {
 /// dead-letter properties travel with the message; `drop` takes them out.
 #[test]
 fn a_dead_letter_queue_is_re_driven_to_its_queue_once() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     for (switch, kept) in [("keep", true), ("drop", false)] {
         let b = broker(&[("requests", QueueConfig::default())]);
         let sent = distinct(10, "d");
@@ -236,7 +236,7 @@ fn a_dead_letter_queue_is_re_driven_to_its_queue_once() {
 /// the consumer keeps receiving and holds a prefetched window when it is stopped.
 #[test]
 fn after_a_stop_prefetched_messages_are_back_at_once() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let slow =
         QueueConfig { lock_duration: Duration::from_secs(300), max_delivery_count: 100, ..QueueConfig::default() };
     let refusing = QueueConfig { requires_session: true, ..QueueConfig::default() };
@@ -271,7 +271,7 @@ fn after_a_stop_prefetched_messages_are_back_at_once() {
 /// tokens and never prints them.
 #[test]
 fn shared_access_signature_connection_strings_drain() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let b = broker(&[("requests", QueueConfig::default()), ("work", QueueConfig::default())]);
     let sent = distinct(5, "s");
     feed(&b, "requests", &sent);
@@ -308,7 +308,7 @@ fn shared_access_signature_connection_strings_drain() {
 /// drains each in order, and gives them all back when it ends.
 #[test]
 fn run_once_drains_the_sessions_it_takes_under_the_lease() {
-    let Some(redis) = redis() else { return };
+    let redis = redis();
     let sessions = QueueConfig { requires_session: true, ..QueueConfig::default() };
     let b = broker(&[("requests", sessions), ("work", QueueConfig::default())]);
     let sent = feed_sessions(&b, "requests", &["x", "y", "z"], 4);

@@ -29,7 +29,7 @@ fn text(out: &std::process::Output) -> String {
 /// tick received the demo's burst, waited out a claim timeout and abandoned it all.
 #[test]
 fn a_tick_on_a_frozen_redis_receives_nothing() {
-    let Some(mut server) = redis() else { return };
+    let mut server = redis();
     drain_bin();
     server.pause();
     let mut cmd = drain();
@@ -59,7 +59,7 @@ fn a_tick_on_a_frozen_redis_receives_nothing() {
 /// tick and the late call left every claim of the batch pending.
 #[test]
 fn a_once_tick_releases_the_claims_its_timed_out_call_took_late() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     drain_bin();
     let proxy = LateClaims::start(format!("127.0.0.1:{}", server.port()), Duration::from_millis(1200));
     let out = output(once_through(&proxy), LIMIT);
@@ -83,7 +83,7 @@ fn a_once_tick_releases_the_claims_its_timed_out_call_took_late() {
 /// the claims stay pending until the pending TTL, and exits 0: bounded, not hung.
 #[test]
 fn a_once_tick_stops_probing_a_store_that_stays_silent() {
-    let Some(mut server) = redis() else { return };
+    let mut server = redis();
     drain_bin();
     let proxy = LateClaims::start(format!("127.0.0.1:{}", server.port()), Duration::from_secs(2));
     let mut run = Running::spawn(once_through(&proxy));
@@ -317,7 +317,7 @@ fn pipe(mut from: TcpStream, mut to: TcpStream) {
 /// runs and exits 0. Before, a broker down at start was fatal (exit 2).
 #[test]
 fn a_broker_down_at_start_is_retried_until_it_answers() {
-    let Some(broker) = Broker::shared("bounded") else { return };
+    let broker = Broker::shared("bounded");
     let source = Queue::declare(&broker, "bounded-source");
     broker.feed(&source.name, &["m-1".to_owned(), "m-2".to_owned()]);
     let port = free_port();
@@ -361,7 +361,7 @@ fn not_amqp() -> (u16, Arc<AtomicBool>) {
 /// wrong password, and a port that does not speak AMQP.
 #[test]
 fn permanent_broker_errors_exit_2_without_retrying() {
-    let Some(broker) = Broker::shared("bounded") else { return };
+    let broker = Broker::shared("bounded");
     let source = Queue::declare(&broker, "bounded-permanent");
     let upstream = broker.base.rsplit('@').next().expect("host:port");
     let (http, stop) = not_amqp();

@@ -77,10 +77,10 @@ fn addr(port: u16) -> SocketAddr {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_failover_that_loses_the_last_fence_and_an_empty_restart_never_repeat_a_fence() {
-    let Some(primary) = RedisServer::start() else { return };
+    let primary = RedisServer::start();
     // Made a replica by command, not by flag, so that its restart below comes back
     // as a primary.
-    let Some(mut replica) = RedisServer::start() else { return };
+    let mut replica = RedisServer::start();
     replica.replicate_from(&primary);
     let proxy = Proxy::start(addr(primary.port()));
     let config = RedisConfig::new(format!("redis://127.0.0.1:{}", proxy.port()))
@@ -130,7 +130,7 @@ async fn a_redis_failover_that_loses_the_last_fence_and_an_empty_restart_never_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_standby_that_lost_the_last_fence_never_hands_it_out_again() {
-    let Some(mut pg) = postgres() else { return };
+    let mut pg = postgres();
     let config = PostgresConfig::new(pg.url()).timeouts(Duration::from_secs(5), Duration::from_secs(5));
     let store = PostgresStore::connect(config).await.expect("connect");
     let lease = LeaseName::job("nightly");

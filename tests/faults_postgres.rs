@@ -49,7 +49,7 @@ use faults::{lock, scenarios, stats};
 /// ticks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_dead_before_the_tick_fails_open_on_the_lease_and_closed_on_claims() {
-    let Some(w) = World::patient(12, Duration::ZERO).await else { return };
+    let w = World::patient(12, Duration::ZERO).await;
     scenarios::dead_before_the_tick(w).await;
 }
 
@@ -57,7 +57,7 @@ async fn postgres_dead_before_the_tick_fails_open_on_the_lease_and_closed_on_cla
 /// claims fail closed, recovery on the same store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_while_the_acquire_is_in_flight_fails_open() {
-    let Some(w) = World::new(8, Duration::ZERO).await else { return };
+    let w = World::new(8, Duration::ZERO).await;
     scenarios::killed_while_the_acquire_is_in_flight(w).await;
 }
 
@@ -69,7 +69,7 @@ async fn postgres_killed_while_the_acquire_is_in_flight_fails_open() {
 /// through once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_mid_drain_submits_only_what_was_claimed() {
-    let Some(mut w) = World::new(15, Duration::from_millis(20)).await else { return };
+    let mut w = World::new(15, Duration::from_millis(20)).await;
     w.cfg.lease_ttl = Duration::from_millis(1500);
     w.cfg.claim_pending_ttl = Duration::from_millis(1500);
     let reports = scenarios::killed_mid_drain(w).await;
@@ -80,7 +80,7 @@ async fn postgres_killed_mid_drain_submits_only_what_was_claimed() {
 /// Killed while the second batch's claim call is in flight: that batch fails closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_while_a_claim_is_in_flight_fails_closed() {
-    let Some(mut w) = World::new(15, Duration::ZERO).await else { return };
+    let mut w = World::new(15, Duration::ZERO).await;
     w.cfg.lease_ttl = Duration::from_millis(1500);
     scenarios::killed_while_a_claim_is_in_flight(w).await;
 }
@@ -92,7 +92,7 @@ async fn postgres_killed_while_a_claim_is_in_flight_fails_closed() {
 /// PostgreSQL needs no extra setting for this: its rows are its data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_ttl() {
-    let Some(w) = World::new(10, Duration::ZERO).await else { return };
+    let w = World::new(10, Duration::ZERO).await;
     scenarios::killed_while_the_release_is_in_flight(w).await;
 }
 
@@ -108,7 +108,7 @@ async fn postgres_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_
 /// The same store then drains everything exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_past_the_ttl_loses_the_lease_cancels_the_drain_and_fails_open_while_frozen() {
-    let Some(w) = World::new(25, Duration::from_millis(120)).await else { return };
+    let w = World::new(25, Duration::from_millis(120)).await;
     scenarios::frozen_past_the_ttl(w).await;
 }
 
@@ -120,7 +120,7 @@ async fn frozen_past_the_ttl_loses_the_lease_cancels_the_drain_and_fails_open_wh
 /// fences from 1 again, PostgreSQL does not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_under_a_holder_keeps_the_lease_and_the_fence_grows() {
-    let Some(mut w) = World::new(20, Duration::from_millis(150)).await else { return };
+    let mut w = World::new(20, Duration::from_millis(150)).await;
     w.cfg.lease_ttl = Duration::from_secs(4);
     w.cfg.batch = 20;
     let renewed_after_restart = Arc::new(AtomicUsize::new(usize::MAX));
@@ -166,7 +166,7 @@ fn store_backends(w: &World) -> BTreeSet<String> {
 /// connections, the lease is never lost, and every message goes through once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_backends_mid_drain_cost_at_most_one_failed_call_per_cut() {
-    let Some(mut w) = World::new(30, Duration::from_millis(100)).await else { return };
+    let mut w = World::new(30, Duration::from_millis(100)).await;
     w.cfg.lease_ttl = Duration::from_millis(1500);
     let renewed_at_last_cut = Arc::new(AtomicUsize::new(usize::MAX));
     let cut: Arc<std::sync::Mutex<Vec<BTreeSet<String>>>> = Arc::default();
@@ -239,7 +239,7 @@ fn hold_lock(server: &Server, table: &str, hold: Duration) -> std::thread::JoinH
 /// once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statement_timeouts_fail_open_and_closed_then_recover() {
-    let Some(server) = PostgresServer::start() else { return };
+    let server = PostgresServer::start();
     // The schema first, then the setting: the store's sessions all start under it.
     let mut setup = config(&server);
     setup.url.push_str("?application_name=setup");

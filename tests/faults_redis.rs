@@ -50,7 +50,7 @@ use faults::{lock, scenarios, stats};
 /// batch ends the tick, and once Redis is back the same store serves the next ticks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_dead_before_the_tick_fails_open_on_the_lease_and_closed_on_claims() {
-    let Some(w) = World::patient(12, Duration::ZERO).await else { return };
+    let w = World::patient(12, Duration::ZERO).await;
     scenarios::dead_before_the_tick(w).await;
 }
 
@@ -58,7 +58,7 @@ async fn redis_dead_before_the_tick_fails_open_on_the_lease_and_closed_on_claims
 /// claims fail closed, recovery on the same store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_while_the_acquire_is_in_flight_fails_open() {
-    let Some(w) = World::new(&[], 8, Duration::ZERO).await else { return };
+    let w = World::new(&[], 8, Duration::ZERO).await;
     scenarios::killed_while_the_acquire_is_in_flight(w).await;
 }
 
@@ -70,14 +70,14 @@ async fn redis_killed_while_the_acquire_is_in_flight_fails_open() {
 /// goes through once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_mid_drain_submits_only_what_was_claimed() {
-    let Some(w) = World::new(&[], 15, Duration::from_millis(20)).await else { return };
+    let w = World::new(&[], 15, Duration::from_millis(20)).await;
     scenarios::killed_mid_drain(w).await;
 }
 
 /// Killed while the second batch's claim call is in flight: that batch fails closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_while_a_claim_is_in_flight_fails_closed() {
-    let Some(w) = World::new(&[], 15, Duration::ZERO).await else { return };
+    let w = World::new(&[], 15, Duration::ZERO).await;
     scenarios::killed_while_a_claim_is_in_flight(w).await;
 }
 
@@ -88,7 +88,7 @@ async fn redis_killed_while_a_claim_is_in_flight_fails_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_ttl() {
     let aof = ["--appendonly", "yes", "--appendfsync", "always"];
-    let Some(w) = World::new(&aof, 10, Duration::ZERO).await else { return };
+    let w = World::new(&aof, 10, Duration::ZERO).await;
     scenarios::killed_while_the_release_is_in_flight(w).await;
 }
 
@@ -103,7 +103,7 @@ async fn redis_killed_while_the_release_is_in_flight_leaves_the_lease_to_its_ttl
 /// submits nothing. The same store then drains everything exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_past_the_ttl_loses_the_lease_cancels_the_drain_and_fails_open_while_frozen() {
-    let Some(w) = World::new(&[], 25, Duration::from_millis(120)).await else { return };
+    let w = World::new(&[], 25, Duration::from_millis(120)).await;
     scenarios::frozen_past_the_ttl(w).await;
 }
 
@@ -113,7 +113,7 @@ async fn frozen_past_the_ttl_loses_the_lease_cancels_the_drain_and_fails_open_wh
 /// durable as Redis' data; see docs/reliability.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarted_empty_under_a_holder_loses_the_lease_and_cancels_the_drain() {
-    let Some(mut w) = World::new(&[], 20, Duration::from_millis(100)).await else { return };
+    let mut w = World::new(&[], 20, Duration::from_millis(100)).await;
     w.cfg.lease_ttl = Duration::from_millis(1500);
     w.cfg.batch = 20;
     let server = w.server.clone();
@@ -142,7 +142,7 @@ async fn restarted_empty_under_a_holder_loses_the_lease_and_cancels_the_drain() 
 /// operation fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn script_flush_mid_run_costs_no_failed_operation() {
-    let Some(mut w) = World::new(&[], 20, Duration::from_millis(50)).await else { return };
+    let mut w = World::new(&[], 20, Duration::from_millis(50)).await;
     w.cfg.lease_ttl = Duration::from_millis(900);
     for call in [1, 6, 11] {
         let server = w.server.clone();
@@ -170,7 +170,7 @@ async fn script_flush_mid_run_costs_no_failed_operation() {
 /// the lease is never lost, and every message goes through once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_kill_mid_drain_costs_at_most_one_failed_call_per_cut() {
-    let Some(mut w) = World::new(&[], 30, Duration::from_millis(100)).await else { return };
+    let mut w = World::new(&[], 30, Duration::from_millis(100)).await;
     w.cfg.lease_ttl = Duration::from_millis(1500);
     let renewed_at_last_cut = Arc::new(AtomicUsize::new(usize::MAX));
     for call in [7, 19] {
@@ -199,9 +199,7 @@ async fn client_kill_mid_drain_costs_at_most_one_failed_call_per_cut() {
 /// (`scenarios::slower_than_the_timeout`): the settlement mid-drain, then the acquire.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replies_slower_than_the_timeout_fail_open_and_closed_then_recover() {
-    let Some(mut w) = World::new(&["--enable-debug-command", "yes"], 15, Duration::from_millis(50)).await else {
-        return;
-    };
+    let mut w = World::new(&["--enable-debug-command", "yes"], 15, Duration::from_millis(50)).await;
     w.cfg.lease_ttl = Duration::from_secs(1);
     w.cfg.claim_pending_ttl = Duration::from_secs(1);
     let server = w.server.clone();
@@ -272,7 +270,7 @@ fn second_holder(url: String, lease: LeaseName, paused: mpsc::Receiver<()>, done
 /// shortened) under a larger fence.
 #[test]
 fn a_holder_paused_past_its_ttl_loses_to_a_second_holder_whose_lease_survives() {
-    let Some(server) = RedisServer::start() else { return };
+    let server = RedisServer::start();
     let url = server.url();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let mut w = rt.block_on(World::on(server, 10, Duration::from_millis(100)));
@@ -344,7 +342,7 @@ fn keys_on(node: &RedisServer, pattern: &str) -> Vec<String> {
 /// parses back to its name with the name's encoding as its hash tag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_names_become_distinct_cluster_safe_keys() {
-    let Some(cluster) = RedisCluster::start(3) else { return };
+    let cluster = RedisCluster::start(3);
     let config = RedisConfig::new(cluster.urls().join(","))
         .cluster(true)
         .timeouts(Duration::from_secs(2), Duration::from_secs(2));

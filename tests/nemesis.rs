@@ -19,7 +19,7 @@ use nemesis::{fleet, fleet_check, owners};
 
 #[test]
 fn drain_s_fences_hold_through_a_schedule_of_faults() {
-    let Some(history) = run(Store::Drain, &Fault::ALL) else { return };
+    let history = run(Store::Drain, &Fault::ALL);
     let verdict = check(&history);
     eprintln!("{}", verdict.table());
     eprintln!("{}", verdict.json("drain"));
@@ -29,7 +29,7 @@ fn drain_s_fences_hold_through_a_schedule_of_faults() {
 
 #[test]
 fn drain_s_fences_hold_on_postgres_through_a_schedule_of_faults() {
-    let Some(history) = run(Store::Postgres, &Fault::ALL) else { return };
+    let history = run(Store::Postgres, &Fault::ALL);
     let verdict = check(&history);
     eprintln!("{}", verdict.table());
     eprintln!("{}", verdict.json("postgres"));
@@ -39,7 +39,7 @@ fn drain_s_fences_hold_on_postgres_through_a_schedule_of_faults() {
 
 #[test]
 fn the_checker_catches_a_store_whose_fences_are_a_bare_counter() {
-    let Some(history) = run(Store::CounterFences, &[Fault::Failover, Fault::EmptyRestart]) else { return };
+    let history = run(Store::CounterFences, &[Fault::Failover, Fault::EmptyRestart]);
     let verdict = check(&history);
     eprintln!("{}", verdict.table());
     assert_eq!(verdict.rules(), ["fence.unique", "writes.resume"], "{:#?}", verdict.violations);
@@ -50,7 +50,7 @@ fn the_checker_catches_a_store_whose_fences_are_a_bare_counter() {
 /// TTL, an empty restart. The consumer checks every fence.
 #[test]
 fn a_fleet_of_drain_processes_keeps_fences_and_messages_through_failover_freeze_and_restart() {
-    let Some(history) = fleet::run(&[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]) else { return };
+    let history = fleet::run(&[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]);
     let verdict = fleet_check::check(&history);
     eprintln!("{}", verdict.table());
     eprintln!("{}", verdict.json());
@@ -114,7 +114,7 @@ fn the_fleet_checker_finds_each_broken_rule() {
 /// TTL, slow replies, a partition. Every item recorded once, every process complete.
 #[test]
 fn owner_drains_record_every_item_once_through_a_freeze_slow_replies_and_a_partition() {
-    let Some(verdict) = owners::run(&owners::FAULTS) else { return };
+    let verdict = owners::run(&owners::FAULTS);
     let (n, twice, took) = (verdict.recorded, verdict.twice, verdict.took.as_secs_f64());
     eprintln!("through {:?}: {n} items recorded ({twice} twice) in {took:.1} s", verdict.faults);
     assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);

@@ -87,7 +87,7 @@ fn frozen_with_batches_in_flight(server: &RedisServer, run: &Running) -> i64 {
 /// records every item once.
 #[test]
 fn a_missing_hincrby_right_loses_nothing() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     seed(&server, OWNERS, ITEMS);
     // Everything `drain owners` needs (the documented rights, and the wake-up's) but
     // HINCRBY.
@@ -120,7 +120,7 @@ fn a_missing_hincrby_right_loses_nothing() {
 /// backlog. Before, it logged the error on every 100 ms pass, forever.
 #[test]
 fn a_missing_llen_right_stops_the_passes() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     seed(&server, OWNERS, ITEMS);
     let backlogs = OWNER_BACKLOGS.iter().copied().filter(|r| *r != "+llen");
     let wake = ["+lrem", "+lpop", "+publish", "+subscribe"];
@@ -146,9 +146,7 @@ fn a_missing_llen_right_stops_the_passes() {
 /// were gone: out of the backlog, never recorded.
 #[test]
 fn redis_killed_between_take_and_record_loses_nothing() {
-    let Some(mut server) = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]) else {
-        return;
-    };
+    let mut server = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     drain_bin();
     seed(&server, OWNERS, ITEMS);
     let mut run = Running::spawn(owners(&server.url(), 20, &[]));
@@ -175,7 +173,7 @@ fn redis_killed_between_take_and_record_loses_nothing() {
 /// popped items were lost.
 #[test]
 fn a_process_killed_mid_batch_and_restarted_loses_nothing() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     drain_bin();
     seed(&server, OWNERS, ITEMS);
     let two_second_claims = |item_ms| {
@@ -205,7 +203,7 @@ fn a_process_killed_mid_batch_and_restarted_loses_nothing() {
 /// loop), and its log stays quiet.
 #[test]
 fn a_full_retry_timer_cap_costs_a_round_trip_per_pass_not_a_loop() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     seed(&server, OWNERS, ITEMS);
     for i in 0..OWNERS {
         let claim = format!("drain:claim:{{owner-{i}}}");
@@ -241,7 +239,7 @@ fn a_full_retry_timer_cap_costs_a_round_trip_per_pass_not_a_loop() {
 /// arrivals tick (each second) instead of looping through the scheduler.
 #[test]
 fn the_run_owners_demo_at_the_retry_timer_cap_does_not_loop() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     drain_bin();
     for i in 0..OWNERS {
         let claim = format!("drain:claim:{{owner-{i}}}");

@@ -17,7 +17,7 @@ use drain_e2e::{Running, drain_bin, output};
 
 #[test]
 fn four_processes_drain_every_item_once_on_postgres_and_releases_wake_waiters() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     least_privilege(&pg);
     let url = pg.url_for(APP, "postgres");
     let env = [("PROJECTION_DRAIN_CLAIM_AWARE", "on"), ("PROJECTION_DRAIN_RELEASE_WAKE", "on")];
@@ -36,7 +36,7 @@ fn four_processes_drain_every_item_once_on_postgres_and_releases_wake_waiters() 
 /// batches first (`recovered`) and every item is recorded exactly once.
 #[test]
 fn a_process_killed_mid_batch_on_postgres_loses_nothing() {
-    let Some(pg) = postgres() else { return };
+    let pg = postgres();
     drain_bin();
     let url = pg.url();
     let store = Store::Postgres(&pg, &url);

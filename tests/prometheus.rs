@@ -44,9 +44,9 @@ fn run_with(redis_url: &str, port: u16, env: &[(&str, &str)]) -> Running {
 /// they can fire), and every dashboard panel's query parses and returns data.
 #[test]
 fn a_healthy_run_raises_no_alert_and_every_dashboard_query_returns_data() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let port = free_port();
-    let Some(prom) = Prometheus::start("healthy_run", &[format!("127.0.0.1:{port}")]) else { return };
+    let prom = Prometheus::start("healthy_run", &[format!("127.0.0.1:{port}")]);
     let mut drain = run(&server.url(), port);
     assert!(drain.wait_for("tick done", Duration::from_secs(30)), "{}", drain.log());
     // Owners turned, and Prometheus has scraped it.
@@ -106,9 +106,9 @@ fn a_healthy_run_raises_no_alert_and_every_dashboard_query_returns_data() {
 /// gone, the drain stops, and DrainLeaseLost goes active.
 #[test]
 fn a_stolen_lease_raises_drain_lease_lost() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     let port = free_port();
-    let Some(prom) = Prometheus::start("stolen_lease", &[format!("127.0.0.1:{port}")]) else { return };
+    let prom = Prometheus::start("stolen_lease", &[format!("127.0.0.1:{port}")]);
     // One worker: the lease holder drains the demo's opening burst one message at a
     // time (~15 s), so the first tick still holds the lease when it is stolen.
     let mut drain = run_with(&server.url(), port, &[("DRAIN_WORKER_CONCURRENCY", "1")]);
@@ -130,10 +130,10 @@ fn a_stolen_lease_raises_drain_lease_lost() {
 /// claim store failed it starts no tick at all, not even the lease's acquire.
 #[test]
 fn a_stopped_redis_raises_fail_open_and_fail_closed_alerts() {
-    let Some(mut server) = redis() else { return };
+    let mut server = redis();
     let (lease_only, claims) = (free_port(), free_port());
     let targets = [format!("127.0.0.1:{lease_only}"), format!("127.0.0.1:{claims}")];
-    let Some(prom) = Prometheus::start("stopped_redis", &targets) else { return };
+    let prom = Prometheus::start("stopped_redis", &targets);
     let mut drains = [
         run_with(&server.url(), lease_only, &[("SERVICEBUS_ATOMIC_CLAIM", "off"), ("DRAIN_KEY_PREFIX", "lease-only")]),
         run(&server.url(), claims),

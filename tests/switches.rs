@@ -50,7 +50,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 #[test]
 fn singleflight_positions() {
     for position in POSITIONS {
-        let Some(server) = redis() else { return };
+        let server = redis();
         let key = "drain:lease:{requests}";
         let foreign = "other-host:00112233445566778899aabbccddeeff";
         assert_eq!(server.command(&["SET", key, foreign, "PX", "600000"]).expect("SET"), Reply::Simple("OK".into()));
@@ -88,7 +88,7 @@ fn singleflight_positions() {
 #[test]
 fn atomic_claim_positions_on_repeated_ids() {
     for position in POSITIONS {
-        let Some(server) = redis() else { return };
+        let server = redis();
         let mut cmd = drain();
         cmd.args(["run", "--once"])
             .env("DRAIN_REDIS_URL", server.url())
@@ -118,9 +118,9 @@ fn atomic_claim_positions_on_repeated_ids() {
 /// on dead-letters it (the claim is keyed on the id).
 #[test]
 fn atomic_claim_positions_on_a_message_without_an_id() {
-    let Some(broker) = Broker::shared("switches") else { return };
+    let broker = Broker::shared("switches");
     for position in POSITIONS {
-        let Some(server) = redis() else { return };
+        let server = redis();
         let source = Queue::declare(&broker, "switches-source");
         let target = Queue::declare(&broker, "switches-target");
         let messages = vec![
@@ -162,15 +162,15 @@ fn lease_renew_positions() {
     // The three positions at once (each ~20 s of drain), each on a Redis of its own.
     let runs: Vec<_> = POSITIONS.iter().map(|&position| std::thread::spawn(move || renews(position))).collect();
     for (position, run) in POSITIONS.iter().zip(runs) {
-        let Some(extended) = run.join().expect("a position's thread") else { return };
+        let extended = run.join().expect("a position's thread");
         assert_eq!(extended, *position == "on", "{position}: the lease's TTL went back up: {extended}");
     }
 }
 
 /// Whether the lease's TTL ever went back up during one long tick with
-/// `SERVICEBUS_DRAIN_LEASE_RENEW=position` (`None`: no Redis here).
-fn renews(position: &str) -> Option<bool> {
-    let server = redis()?;
+/// `SERVICEBUS_DRAIN_LEASE_RENEW=position`.
+fn renews(position: &str) -> bool {
+    let server = redis();
     let mut cmd = drain();
     cmd.arg("run")
         .env("DRAIN_REDIS_URL", server.url())
@@ -197,7 +197,7 @@ fn renews(position: &str) -> Option<bool> {
     }
     run.terminate();
     assert!(run.wait_exit(Duration::from_secs(20)).is_some_and(|s| s.success()), "{}", run.log());
-    Some(extended)
+    extended
 }
 
 /// `PROJECTION_DRAIN_CLAIM_AWARE` for `drain owners`: off never peeks; shadow and on
@@ -205,7 +205,7 @@ fn renews(position: &str) -> Option<bool> {
 #[test]
 fn claim_aware_positions() {
     for position in POSITIONS {
-        let Some(server) = redis() else { return };
+        let server = redis();
         let r = owners(&server, &[("PROJECTION_DRAIN_CLAIM_AWARE", position)]);
         assert_eq!(r["claim_aware"], position, "{r}");
         assert_eq!(n(&r, "processed"), 100, "{r}");
@@ -223,7 +223,7 @@ fn claim_aware_positions() {
 #[test]
 fn release_wake_positions() {
     for position in POSITIONS {
-        let Some(server) = redis() else { return };
+        let server = redis();
         let r = owners(&server, &[("PROJECTION_DRAIN_RELEASE_WAKE", position)]);
         assert_eq!(r["release_wake"], position, "{r}");
         assert_eq!(n(&r, "processed"), 100, "{r}");
@@ -243,7 +243,7 @@ fn release_wake_positions() {
 #[test]
 fn skip_served_positions() {
     for position in POSITIONS {
-        let Some(server) = redis() else { return };
+        let server = redis();
         let r = owners(&server, &[("PROJECTION_DRAIN_SKIP_SERVED", position)]);
         assert_eq!(r["skip_served"], position, "{r}");
         assert_eq!(n(&r, "processed"), 100, "{r}");
@@ -261,7 +261,7 @@ fn skip_served_positions() {
 /// connection), on speaks the Cluster protocol (which a standalone server refuses).
 #[test]
 fn redis_cluster_positions() {
-    let Some(server) = redis() else { return };
+    let server = redis();
     for position in POSITIONS {
         let mut cmd = drain();
         cmd.arg("doctor").env("DRAIN_REDIS_URL", server.url()).env("DRAIN_REDIS_CLUSTER", position);

@@ -58,7 +58,7 @@ async fn the_spool_keeps_the_message_source_contract() {
 
 #[tokio::test]
 async fn three_beats_deliver_every_message_once_skip_ticks_by_the_lease_and_stop_on_sigterm() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let dir = TempDir::new("beat");
     let (spool, out) = (dir.0.join("spool"), dir.0.join("out"));
     let producer = SpoolWriter::new(&spool).expect("spool");

@@ -27,7 +27,7 @@ fn sum(reports: &[Value], field: &[&str]) -> u64 {
 
 #[test]
 fn three_processes_do_every_job_exactly_once_and_wake_each_other() {
-    let Some(pg) = PostgresServer::start() else { return };
+    let pg = PostgresServer::start();
     pg.sql(include_str!("../sql/jobs.sql")).expect("the jobs table");
     let seed = format!(
         "INSERT INTO jobs (tenant) SELECT 'tenant-' || lpad((i % {TENANTS})::text, 2, '0') FROM generate_series(1, {JOBS}) i"

@@ -88,10 +88,9 @@ impl Length {
 }
 
 fn main() {
-    let json = match Broker::shared("amqp bench") {
-        // Outside CI a missing broker is a skip (the reason is printed); under CI it panicked.
-        None => json!({"skipped": "RabbitMQ does not answer on the test broker; run `bash .ci/setup-services.sh`"}),
-        Some(broker) => {
+    let json = match Broker::try_shared("amqp bench") {
+        Err(why) => json!({"skipped": format!("{why}; run `bash .ci/setup-services.sh`")}),
+        Ok(broker) => {
             let rt =
                 tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
             rt.block_on(run(&broker, &Length::from_args()))
@@ -139,9 +138,10 @@ async fn measure(mode: &str, s: &Setup<'_>) -> Duration {
 
 async fn run(broker: &Broker, len: &Length) -> Value {
     let base = broker.base.as_str();
-    let Some(redis_server) = RedisServer::start() else {
+    if !test_servers::redis_installed() {
         return json!({"skipped": "redis-server is not installed (the tick_redis modes need one)"});
-    };
+    }
+    let redis_server = RedisServer::start();
     let redis = RedisStore::connect(RedisConfig::new(redis_server.url())).await.expect("connect to the private Redis");
     let source_q = format!("drain-bench-{}-src", std::process::id());
     let target_q = format!("drain-bench-{}-dst", std::process::id());

@@ -164,8 +164,8 @@ fn main() {
     let known: Vec<&str> = POLICIES.iter().map(|p| p.name).collect();
     assert!(!policies.is_empty(), "no policy named {named:?}; the policies: {known:?}");
     let (rounds, length) = rounds();
-    let redis_installed = RedisServer::start().is_some();
-    let pg = postgres();
+    let redis_installed = test_servers::redis_installed();
+    let pg = test_servers::postgres_installed().then(postgres);
     let url = pg.as_ref().map(PostgresServer::url).unwrap_or_default();
     let mut stores: Vec<(&str, Vec<Rounds>)> = Vec::new();
     let mut skipped = Map::new();
@@ -187,7 +187,7 @@ fn main() {
             for (k, (store, by_policy)) in stores.iter_mut().enumerate() {
                 let started = std::time::Instant::now();
                 let run = if *store == "redis" {
-                    let server = RedisServer::start().expect("a private redis-server");
+                    let server = RedisServer::start();
                     run_owners(&Store::Redis(&server), FLEET, env)
                 } else {
                     let pg = pg.as_ref().expect("a private PostgreSQL");

@@ -40,10 +40,9 @@ pub(crate) fn config(server: &PostgresServer) -> PostgresConfig {
 }
 
 impl World {
-    /// `None` when PostgreSQL is not installed (outside CI).
-    pub(crate) async fn new(messages: usize, delay: Duration) -> Option<World> {
-        let server = PostgresServer::start()?;
-        Some(World::on(server, messages, delay).await)
+    /// A world on a private PostgreSQL.
+    pub(crate) async fn new(messages: usize, delay: Duration) -> World {
+        World::on(PostgresServer::start(), messages, delay).await
     }
 
     /// A world on `server`, with `messages` queued and submits that take `delay`.
@@ -54,9 +53,8 @@ impl World {
     /// The same with patient timeouts, for a scenario whose faults are refusals, not
     /// silence: on a busy machine the first calls after a restart can outlast the
     /// short timeouts.
-    pub(crate) async fn patient(messages: usize, delay: Duration) -> Option<World> {
-        let server = PostgresServer::start()?;
-        Some(World::timing_out(server, messages, delay, PATIENT).await)
+    pub(crate) async fn patient(messages: usize, delay: Duration) -> World {
+        World::timing_out(PostgresServer::start(), messages, delay, PATIENT).await
     }
 
     async fn timing_out(server: PostgresServer, messages: usize, delay: Duration, timeout: Duration) -> World {

@@ -33,10 +33,9 @@ impl FaultServer for RedisServer {
 }
 
 impl World {
-    /// `None` when redis-server is not installed (outside CI).
-    pub(crate) async fn new(extra: &[&str], messages: usize, delay: Duration) -> Option<World> {
-        let server = RedisServer::start_with(extra)?;
-        Some(World::on(server, messages, delay).await)
+    /// A world on a private redis-server started with `extra`.
+    pub(crate) async fn new(extra: &[&str], messages: usize, delay: Duration) -> World {
+        World::on(RedisServer::start_with(extra), messages, delay).await
     }
 
     /// A world on `server`, with `messages` queued and submits that take `delay`.
@@ -45,9 +44,8 @@ impl World {
     }
 
     /// The same with patient timeouts, for a scenario whose faults are refusals.
-    pub(crate) async fn patient(messages: usize, delay: Duration) -> Option<World> {
-        let server = RedisServer::start_with(&[])?;
-        Some(World::timing_out(server, messages, delay, PATIENT).await)
+    pub(crate) async fn patient(messages: usize, delay: Duration) -> World {
+        World::timing_out(RedisServer::start(), messages, delay, PATIENT).await
     }
 
     async fn timing_out(server: RedisServer, messages: usize, delay: Duration, timeout: Duration) -> World {

@@ -49,10 +49,10 @@ impl Backend for Postgres {
     type Store = PostgresStore;
     type Conn = Clients;
 
-    fn start() -> Option<PostgresServer> {
-        let pg = PostgresServer::start()?;
+    fn start() -> PostgresServer {
+        let pg = PostgresServer::start();
         pg.sql(TABLES).expect("the history's tables");
-        Some(pg)
+        pg
     }
 
     fn url(server: &PostgresServer) -> String {

@@ -32,7 +32,7 @@ impl Backend for Redis {
     type Store = RedisStore;
     type Conn = ();
 
-    fn start() -> Option<RedisServer> {
+    fn start() -> RedisServer {
         RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])
     }
 

@@ -121,7 +121,7 @@ async fn connect(url: &str, meter: &Arc<Meter>, observer: &Arc<Counting>) -> Res
 
 /// Run the load; whether every check passed.
 async fn run(args: &Args) -> Result<bool, String> {
-    let server = RedisServer::start().ok_or("redis-server is not installed (bash .ci/setup-services.sh)")?;
+    let server = RedisServer::start();
     let url = server.url();
     let (tick_meter, owner_meter) = (Arc::new(Meter::default()), Arc::new(Meter::default()));
     let (tick_obs, owner_obs) = (Arc::new(Counting::default()), Arc::new(Counting::default()));

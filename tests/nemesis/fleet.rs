@@ -126,9 +126,9 @@ fn ticks(p: &mut Running, instance: usize) -> Vec<Tick> {
 }
 
 /// Run `faults` in order on a fleet; the recorded history.
-pub(crate) fn run(faults: &[Fault]) -> Option<FleetHistory> {
-    let broker = Broker::shared("nemesis_fleet")?;
-    let mut servers = Servers::start(Store::Drain)?;
+pub(crate) fn run(faults: &[Fault]) -> FleetHistory {
+    let broker = Broker::shared("nemesis_fleet");
+    let mut servers = Servers::start(Store::Drain);
     drain_bin(); // built before the clock starts
     let (source, target) = (Queue::declare(&broker, "fleet-source"), Queue::declare(&broker, "fleet-target"));
     let endpoint = |q: &str| Endpoint::parse(&broker.url(q)).expect("a queue's URL").endpoint;
@@ -218,7 +218,7 @@ pub(crate) fn run(faults: &[Fault]) -> Option<FleetHistory> {
     }
     let left = broker.counts(&source.name);
     let arrivals = std::mem::take(&mut *lock(&shared.arrivals));
-    Some(FleetHistory {
+    FleetHistory {
         fed: (0..fed).map(id).collect(),
         arrivals,
         ticks: history_ticks,
@@ -226,5 +226,5 @@ pub(crate) fn run(faults: &[Fault]) -> Option<FleetHistory> {
         left_in_source: left.0 + left.1,
         ttl: TTL,
         took,
-    })
+    }
 }

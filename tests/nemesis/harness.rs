@@ -111,22 +111,22 @@ fn ok(server: &RedisServer, args: &[&str]) {
 }
 
 impl Servers {
-    pub(crate) fn start(store: Store) -> Option<Servers> {
+    pub(crate) fn start(store: Store) -> Servers {
         let managed = if store == Store::Postgres {
-            Managed::Postgres(PostgresServer::start()?)
+            Managed::Postgres(PostgresServer::start())
         } else {
-            let primary = RedisServer::start()?;
-            let replica = RedisServer::start()?;
+            let primary = RedisServer::start();
+            let replica = RedisServer::start();
             replica.replicate_from(&primary);
             Managed::Redis { primary, replica }
         };
-        let resource = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"])?;
+        let resource = RedisServer::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
         let port = match &managed {
             Managed::Redis { primary, .. } => primary.port(),
             Managed::Postgres(pg) => pg.port(),
         };
         let proxy = Proxy::start(addr(port));
-        Some(Servers { managed, proxy, resource })
+        Servers { managed, proxy, resource }
     }
 
     /// The Redis primary the proxy forwards to now (`None` on PostgreSQL).
@@ -279,8 +279,8 @@ async fn connect_postgres(config: PostgresConfig) -> PostgresStore {
 }
 
 /// Run `faults` in order, each once, on `store`; the recorded history.
-pub(crate) fn run(store: Store, faults: &[Fault]) -> Option<History> {
-    let mut servers = Servers::start(store)?;
+pub(crate) fn run(store: Store, faults: &[Fault]) -> History {
+    let mut servers = Servers::start(store);
     if store == Store::Postgres {
         // The schema, once, before the holders race to make it.
         let url = servers.lease_url();
@@ -362,7 +362,7 @@ pub(crate) fn run(store: Store, faults: &[Fault]) -> Option<History> {
     let landed = landed(&servers.resource);
     let turns = lock(&run.turns).clone();
     let attempts = lock(&run.attempts).clone();
-    Some(History { turns, attempts, faults: runs, landed, ttl: TTL, took: run.now() })
+    History { turns, attempts, faults: runs, landed, ttl: TTL, took: run.now() }
 }
 
 /// What the resource holds: the fenced writes' ids (no order), the plain ones in order.

@@ -8,8 +8,8 @@ pub use test_servers::PostgresServer;
 
 use crate::drain;
 
-/// A private PostgreSQL, or `None` with the skip reason printed (a failure under CI).
-pub fn postgres() -> Option<PostgresServer> {
+/// A private PostgreSQL (a test fails saying what to install when it is not).
+pub fn postgres() -> PostgresServer {
     PostgresServer::start()
 }
 

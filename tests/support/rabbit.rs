@@ -38,11 +38,9 @@ pub fn unique(test: &str) -> String {
     format!("{test}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
-/// Skip (print why, `None`) outside CI; panic under `CI`.
-fn missing<T>(test: &str, why: &str) -> Option<T> {
-    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
-    eprintln!("SKIP {test}: {why}");
-    None
+/// Why a broker cannot be had, for a test's failure or a benchmark's skip.
+fn missing<T>(test: &str, why: &str) -> Result<T, String> {
+    Err(format!("{test}: {why}, so it cannot run"))
 }
 
 /// A RabbitMQ broker with the AMQP 1.0 plugin.
@@ -66,7 +64,16 @@ impl Broker {
     /// The broker of this test run: `DRAIN_TEST_AMQP_URL` (`cargo xtask test` sets it
     /// to its private node, with `DRAIN_TEST_AMQP_NODE` and `DRAIN_TEST_AMQP_HOME` for
     /// `rabbitmqctl`), or else the machine's `amqp://guest:guest@127.0.0.1:5672`.
-    pub fn shared(test: &str) -> Option<Broker> {
+    ///
+    /// # Panics
+    /// When there is none, saying what to do ([`Broker::try_shared`] answers why).
+    pub fn shared(test: &str) -> Broker {
+        Broker::try_shared(test).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`Broker::shared`], or why there is none (for a benchmark that reports
+    /// itself skipped).
+    pub fn try_shared(test: &str) -> Result<Broker, String> {
         let base = std::env::var("DRAIN_TEST_AMQP_URL").unwrap_or_else(|_| SHARED_URL.to_owned());
         let base = base.trim_end_matches('/').to_owned();
         let e = Endpoint::parse(&base).expect("DRAIN_TEST_AMQP_URL parses").endpoint;
@@ -80,25 +87,28 @@ impl Broker {
         if let (Ok(name), Some(home)) =
             (std::env::var("DRAIN_TEST_AMQP_NODE"), std::env::var_os("DRAIN_TEST_AMQP_HOME"))
         {
-            return Some(Broker { base, ctl: Ctl::Node { name, home: PathBuf::from(home) }, node: None });
+            return Ok(Broker { base, ctl: Ctl::Node { name, home: PathBuf::from(home) }, node: None });
         }
         let Some(ctl) = find("rabbitmqctl", &["/usr/sbin", "/usr/local/sbin", "/sbin"]) else {
             return missing(test, "rabbitmqctl is not installed: run `bash .ci/setup-services.sh`");
         };
-        Some(Broker { base, ctl: Ctl::Machine(ctl), node: None })
+        Ok(Broker { base, ctl: Ctl::Machine(ctl), node: None })
     }
 
     /// A private node `drain-test-…@localhost` of this test (test-servers'
     /// [`RabbitNode`], in a process group of its own), which it may stop and start.
-    pub fn private(test: &str) -> Option<Broker> {
+    ///
+    /// # Panics
+    /// When `rabbitmq-server` is not installed, saying so, or the node does not start.
+    pub fn private(test: &str) -> Broker {
         if !RabbitNode::installed() {
-            return missing(test, "rabbitmq-server is not installed: run `bash .ci/setup-services.sh`");
+            panic!("{test}: rabbitmq-server is not installed, so it cannot run: run `bash .ci/setup-services.sh`");
         }
         let name = format!("{}@localhost", unique("drain-test"));
         let dir = std::env::temp_dir().join(unique("drain-e2e-rabbit"));
         let node = RabbitNode::start(&name, &dir, true).unwrap_or_else(|e| panic!("{test}: {e}"));
         let ctl = Ctl::Node { name: node.name().to_owned(), home: node.dir().to_path_buf() };
-        Some(Broker { base: node.url(), ctl, node: Some(node) })
+        Broker { base: node.url(), ctl, node: Some(node) }
     }
 
     /// Stop the broker application (every connection closes) for `down`, then start

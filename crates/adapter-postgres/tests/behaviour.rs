@@ -39,7 +39,7 @@ async fn until_ok<T, F: Future<Output = Result<T, drain_core::PortError>>>(mut o
 
 #[tokio::test]
 async fn a_fence_is_strictly_larger_after_the_server_restarts() {
-    let Some(mut pg) = server() else { return };
+    let mut pg = server();
     let store = connect(&pg.url()).await;
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -67,7 +67,7 @@ async fn a_fence_is_strictly_larger_after_the_server_restarts() {
 
 #[tokio::test]
 async fn a_terminated_backend_costs_at_most_one_failed_call() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let store = PostgresStore::connect(config(&pg.url()).connections(1)).await.expect("connect");
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -89,7 +89,7 @@ async fn a_terminated_backend_costs_at_most_one_failed_call() {
 /// later; the call that met the broken connection may have run.
 #[tokio::test]
 async fn a_call_that_cannot_connect_ran_nothing() {
-    let Some(mut pg) = server() else { return };
+    let mut pg = server();
     let store = PostgresStore::connect(config(&pg.url()).connections(1)).await.expect("connect");
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -108,7 +108,7 @@ async fn a_call_that_cannot_connect_ran_nothing() {
 
 #[tokio::test]
 async fn a_frozen_server_answers_timeout_and_the_store_recovers() {
-    let Some(mut pg) = server() else { return };
+    let mut pg = server();
     let store = connect(&pg.url()).await;
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -126,7 +126,7 @@ async fn a_frozen_server_answers_timeout_and_the_store_recovers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_stores_create_the_schema_once() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let url = pg.url();
     let stores = futures::future::join_all((0..6).map(|_| {
         PostgresStore::connect(config(&url).schema("raced").timeouts(Duration::from_secs(5), Duration::from_secs(5)))
@@ -146,7 +146,7 @@ async fn racing_stores_create_the_schema_once() {
 
 #[tokio::test]
 async fn a_role_that_may_only_execute_runs_drain_and_others_get_the_right_named() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     // The owner creates the schema; drain_exec gets only what grant_sql grants.
     connect(&pg.url()).await;
     pg.sql("CREATE ROLE drain_exec LOGIN; CREATE ROLE drain_none LOGIN").expect("roles");
@@ -183,7 +183,7 @@ async fn a_role_that_may_only_execute_runs_drain_and_others_get_the_right_named(
 
 #[tokio::test]
 async fn prefixes_keep_tenants_apart_and_errors_are_typed() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let a = PostgresStore::connect(config(&pg.url()).key_prefix("tenant-a")).await.expect("a");
     let b = PostgresStore::connect(config(&pg.url()).key_prefix("tenant-b")).await.expect("b");
     let lease = LeaseName::queue("shared-name");
@@ -204,7 +204,7 @@ async fn prefixes_keep_tenants_apart_and_errors_are_typed() {
 
 #[tokio::test]
 async fn purge_deletes_only_expired_rows_of_its_prefix() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let store = connect(&pg.url()).await;
     let other = PostgresStore::connect(config(&pg.url()).key_prefix("other")).await.expect("other tenant");
     let me = token("me", 1);

@@ -20,7 +20,7 @@ macro_rules! suites {
     ($name:ident: $($what:literal => $suite:path),+) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
-            let Some(pg) = server() else { return };
+            let pg = server();
             let stores = fleet(&pg.url()).await;
             let all: Vec<&PostgresStore> = stores.iter().collect();
             let clock = TokioClock::new();
@@ -41,7 +41,7 @@ suites!(passes_the_drain_marks_contract: "marks" => contract::drain_stamps);
 /// their promises while other callers work on the same tables.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_suite_at_once_on_one_store() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let stores = fleet(&pg.url()).await;
     let all: Vec<&PostgresStore> = stores.iter().collect();
     let store = all[0];

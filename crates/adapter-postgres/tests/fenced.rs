@@ -35,7 +35,7 @@ async fn insert(store: &PostgresStore, client: &mut tokio_postgres::Client, fenc
 
 #[tokio::test]
 async fn writes_commit_only_while_the_fence_is_current() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let store = connect(&pg.url()).await;
     pg.sql("CREATE TABLE report (n int)").expect("table");
     let mut client = store.connect_client().await.expect("client");
@@ -86,7 +86,7 @@ async fn writes_commit_only_while_the_fence_is_current() {
 /// one stale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_waits_for_the_fenced_transaction_to_end() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let store = PostgresStore::connect(config(&pg.url()).timeouts(Duration::from_secs(5), Duration::from_secs(5)))
         .await
         .expect("connect");
@@ -120,7 +120,7 @@ async fn an_acquire_waits_for_the_fenced_transaction_to_end() {
 
 #[tokio::test]
 async fn a_role_granted_only_execute_checks_fences_and_keeps_marks() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let owner = connect(&pg.url()).await;
     pg.sql("CREATE ROLE drain_exec LOGIN; CREATE ROLE drain_none LOGIN").expect("roles");
     pg.sql(&grant_sql("drain", "drain_exec").expect("grants")).expect("grant");
@@ -154,7 +154,7 @@ async fn a_role_granted_only_execute_checks_fences_and_keeps_marks() {
 
 #[tokio::test]
 async fn a_version_1_schema_is_upgraded_on_connect_or_named_when_it_may_not_be() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     for schema in ["old", "older"] {
         pg.sql(&include_str!("../src/schema_v1.sql").replace("@SCHEMA@", schema)).expect("a version 1 schema");
     }
@@ -178,7 +178,7 @@ async fn a_version_1_schema_is_upgraded_on_connect_or_named_when_it_may_not_be()
 /// store that counted from elsewhere) makes the next fence larger than that.
 #[tokio::test]
 async fn a_moved_lease_hands_out_fences_above_the_old_store_s() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let store = connect(&pg.url()).await;
     let acquire = async |seed: u64| {
         let lease = LeaseName::job("nightly");

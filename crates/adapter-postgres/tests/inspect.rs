@@ -17,7 +17,7 @@ fn count(pg: &test_servers::PostgresServer, sql: &str) -> String {
 
 #[tokio::test]
 async fn inspect_reads_the_role_schema_and_rights_and_creates_nothing() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let found = inspect(&config(&pg.url())).await.expect("inspect");
     assert_eq!((found.schema.clone(), found.may_create, found.role.as_str()), (SchemaState::Missing, true, "postgres"));
     assert_eq!(count(&pg, "SELECT count(*) FROM pg_namespace WHERE nspname = 'drain'"), "0", "nothing created");
@@ -44,7 +44,7 @@ async fn inspect_reads_the_role_schema_and_rights_and_creates_nothing() {
 
 #[tokio::test]
 async fn list_shows_the_leases_and_live_claims_of_its_prefix_only() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let url = pg.url();
     assert_eq!(list(&config(&url)).await.expect_err("no schema yet").kind, ErrorKind::Config);
     let a = connect(&url).await;

@@ -30,7 +30,7 @@ async fn one_backend(pg: &PostgresServer) -> (PostgresStore, u32, Freezer) {
 
 #[tokio::test]
 async fn a_frozen_backend_is_ended_before_the_probe_so_its_late_claims_are_released() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let (store, pid, backend) = one_backend(&pg).await;
     let cfg = TickConfig::new("requests");
     probe_claims(&cfg, &store, &token("warm", 1)).await.expect("healthy");
@@ -73,7 +73,7 @@ async fn a_frozen_backend_is_ended_before_the_probe_so_its_late_claims_are_relea
 /// timeout (before, the calls beside the one ending it were sent at once).
 #[tokio::test]
 async fn no_call_goes_through_beside_the_one_ending_a_frozen_backend() {
-    let Some(pg) = server() else { return };
+    let pg = server();
     let (store, _, backend) = one_backend(&pg).await;
     let lease = LeaseName::queue("q");
     store.peek(&lease).await.expect("healthy");

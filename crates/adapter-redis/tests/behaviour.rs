@@ -24,7 +24,7 @@ fn fence(a: Acquire) -> u64 {
 
 #[tokio::test]
 async fn expiry_then_foreign_reacquire_leaves_the_new_lease_alone() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "b").await;
     let lease = LeaseName::queue("q");
     let (me, other) = (token("me", 1), token("other", 2));
@@ -50,7 +50,7 @@ async fn expiry_then_foreign_reacquire_leaves_the_new_lease_alone() {
 
 #[tokio::test]
 async fn renew_of_a_lost_lease_is_lost_and_changes_nothing() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "b").await;
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -62,7 +62,7 @@ async fn renew_of_a_lost_lease_is_lost_and_changes_nothing() {
 
 #[tokio::test]
 async fn fences_strictly_increase_across_holders_and_expiry() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "b").await;
     let lease = LeaseName::queue("fenced");
     let fence_key = store.keys().lease(&lease).fence;
@@ -89,7 +89,7 @@ async fn fences_strictly_increase_across_holders_and_expiry() {
 
 #[tokio::test]
 async fn script_flush_mid_run_is_recovered_in_the_same_call() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "b").await;
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -119,7 +119,7 @@ async fn script_flush_mid_run_is_recovered_in_the_same_call() {
 
 #[tokio::test]
 async fn a_foreign_type_is_a_permanent_wrong_type_and_claims_nothing() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "b").await;
     let keys = store.keys().clone();
     let lease = LeaseName::queue("q");
@@ -165,7 +165,7 @@ async fn a_foreign_type_is_a_permanent_wrong_type_and_claims_nothing() {
 /// tick skips, it does not fail open.
 #[tokio::test]
 async fn a_lease_without_a_ttl_is_held_for_good() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "b").await;
     let lease = LeaseName::queue("paused");
     redis.command(&["SET", &store.keys().lease(&lease).lease, "maintenance:by-hand"]).expect("set");
@@ -179,7 +179,7 @@ async fn a_lease_without_a_ttl_is_held_for_good() {
 
 #[tokio::test]
 async fn scan_lists_leases_fences_and_claims_without_keys() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "scan*me").await;
     let keys = store.keys().clone();
     let me = token("me", 1);
@@ -211,7 +211,7 @@ async fn scan_lists_leases_fences_and_claims_without_keys() {
 
 #[tokio::test]
 async fn cluster_scan_covers_every_primary() {
-    let Some(cluster) = RedisCluster::start(3) else { return };
+    let cluster = RedisCluster::start(3);
     let store = RedisStore::connect(config(&cluster.urls().join(",")).cluster(true).key_prefix("cs"))
         .await
         .expect("connect to the private cluster");
@@ -232,7 +232,7 @@ async fn cluster_scan_covers_every_primary() {
 /// "never ending" without a TTL, in one round trip.
 #[tokio::test]
 async fn keyed_claims_peek_an_embedder_s_own_claim_keys() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let (store, observer) = support::observed(connect_prefixed(&redis.url(), "b").await);
     redis.command(&["SET", "app:lock:{a}", "worker-1:0123", "PX", "5000"]).expect("set");
     redis.command(&["SET", "app:lock:{c}", "by-hand"]).expect("set");

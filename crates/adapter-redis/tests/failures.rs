@@ -60,7 +60,7 @@ fn assert_within_deadline(started: tokio::time::Instant, deadline: Duration) {
 
 #[tokio::test]
 async fn killed_server_gives_temporary_errors_then_the_same_store_recovers() {
-    let Some(mut redis) = RedisServer::start() else { return };
+    let mut redis = RedisServer::start();
     let cfg = config(&redis.url()).timeouts(Duration::from_millis(500), Duration::from_millis(500));
     let deadline = cfg.operation_deadline();
     let store = RedisStore::connect(cfg).await.expect("connect");
@@ -92,7 +92,7 @@ async fn killed_server_gives_temporary_errors_then_the_same_store_recovers() {
 
 #[tokio::test]
 async fn paused_server_times_out_then_recovers() {
-    let Some(mut redis) = RedisServer::start() else { return };
+    let mut redis = RedisServer::start();
     let cfg = config(&redis.url()).timeouts(Duration::from_millis(300), Duration::from_millis(300));
     let deadline = cfg.operation_deadline();
     let store = RedisStore::connect(cfg).await.expect("connect");
@@ -115,7 +115,7 @@ async fn paused_server_times_out_then_recovers() {
 
 #[tokio::test]
 async fn a_cut_connection_costs_at_most_one_failed_call() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect(&redis.url()).await;
     let lease = LeaseName::queue("q");
     let me = token("me", 1);
@@ -166,7 +166,7 @@ async fn bad_configuration_is_a_permanent_config_error() {
 
 #[tokio::test]
 async fn passwords_work_and_wrong_ones_are_permanent_auth_errors() {
-    let Some(redis) = RedisServer::start_with(&["--requirepass", "hunter2-secret"]) else { return };
+    let redis = RedisServer::start_with(&["--requirepass", "hunter2-secret"]);
     let port = redis.port();
     let store = connect(&format!("redis://:hunter2-secret@127.0.0.1:{port}")).await;
     cycle(&store, &LeaseName::queue("q"), &token("me", 1)).await.expect("authenticated");
@@ -189,7 +189,7 @@ async fn passwords_work_and_wrong_ones_are_permanent_auth_errors() {
 /// right, calls fail with a permanent `Permission` error that names the command.
 #[tokio::test]
 async fn minimal_acl_suffices_and_missing_rights_are_permission_errors() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     // The lease and claim rights (`drain doctor` checks them; they are the documented
     // ones), and `drain leases`' scan.
     let minimal = [LEASES_AND_CLAIMS, &["+scan", "+cluster|nodes"]].concat();
@@ -223,7 +223,7 @@ async fn minimal_acl_suffices_and_missing_rights_are_permission_errors() {
 /// plain-text server fails the handshake with a typed error, not a panic.
 #[tokio::test]
 async fn tls_against_a_plain_server_is_a_typed_error() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let url = format!("rediss://drain:hunter2-secret@127.0.0.1:{}", redis.port());
     let e = RedisStore::connect(config(&url)).await.expect_err("no TLS on this port");
     assert!(matches!(e.kind, ErrorKind::Connection | ErrorKind::Timeout | ErrorKind::Protocol), "{e}");

@@ -28,7 +28,7 @@ fn set(value: &[u8]) -> FencedWrite<'_> {
 
 #[tokio::test]
 async fn a_key_is_written_only_while_the_fence_is_not_below_its_mark() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect(&redis.url()).await;
     let get = |key: &str| redis.command(&["GET", key]).expect("GET");
 
@@ -74,7 +74,7 @@ async fn a_key_is_written_only_while_the_fence_is_not_below_its_mark() {
 
 #[tokio::test]
 async fn a_key_or_mark_of_another_type_writes_nothing_and_raises_nothing() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect(&redis.url()).await;
     redis.command(&["RPUSH", "list", "x"]).expect("RPUSH");
     let e = store.fenced_write("list", &fence(4), set(b"v")).await;
@@ -97,7 +97,7 @@ async fn a_key_or_mark_of_another_type_writes_nothing_and_raises_nothing() {
 /// the largest fence's value, and no write below an accepted one landed after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_writers_leave_the_largest_fence_s_value() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect(&redis.url()).await;
     for round in 0..20u64 {
         let key = format!("race-{round}");
@@ -119,7 +119,7 @@ async fn concurrent_writers_leave_the_largest_fence_s_value() {
 /// one, the empty key. No node answers `CROSSSLOT`, and the keys land on every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_every_key_keeps_its_mark_in_its_own_slot() {
-    let Some(cluster) = RedisCluster::start(3) else { return };
+    let cluster = RedisCluster::start(3);
     let store = connect_cluster(&cluster.urls()).await;
     let mut keys: Vec<String> =
         ["orders:{42}", "orders:42", "a{b", "{}x", "a}b", "}", "a{}b{c}", "", "x{y}z", "é{"].map(String::from).to_vec();
@@ -149,7 +149,7 @@ async fn on_a_cluster_every_key_keeps_its_mark_in_its_own_slot() {
 /// `SET` on the marks under the prefix, the write's own command on the embedder's keys.
 #[tokio::test]
 async fn fenced_writes_run_under_the_documented_acl() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let rights = ["+evalsha", "+eval", "+script|load", "+get", "+set", "+hset", "+del"];
     redis.acl_user("writer", "writer-pass-1", &["drain:*", "orders:*"], &[], &rights).expect("acl");
     let url = format!("redis://writer:writer-pass-1@127.0.0.1:{}", redis.port());
@@ -174,8 +174,8 @@ async fn fenced_writes_run_under_the_documented_acl() {
 async fn a_lease_moved_to_a_fresh_store_writes_on() {
     use drain_core::ports::{Acquire, LeaseStore};
 
-    let Some(old) = RedisServer::start() else { return };
-    let Some(new) = RedisServer::start() else { return };
+    let old = RedisServer::start();
+    let new = RedisServer::start();
     let (old_store, new_store) = (connect(&old.url()).await, connect(&new.url()).await);
     let job = LeaseName::job("nightly");
     let acquire = async |store: &adapter_redis::RedisStore, seed: u64| {

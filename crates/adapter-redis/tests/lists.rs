@@ -36,7 +36,7 @@ fn items(range: std::ops::Range<usize>) -> Vec<String> {
 
 #[tokio::test]
 async fn a_batch_moves_to_in_flight_and_leaves_it_only_recorded() {
-    let Some(server) = RedisServer::start() else { return };
+    let server = RedisServer::start();
     let observer = Arc::new(RecordingObserver::new());
     let store = connect(&server.url()).await.with_observer(observer.clone());
     let b = "t:backlog:{b}".to_owned();
@@ -83,7 +83,7 @@ async fn a_batch_moves_to_in_flight_and_leaves_it_only_recorded() {
 /// A batch bigger than Lua's unpack limit moves whole.
 #[tokio::test]
 async fn a_big_batch_moves_whole() {
-    let Some(server) = RedisServer::start() else { return };
+    let server = RedisServer::start();
     let store = connect(&server.url()).await;
     store.push_items(&[(BACKLOG.to_owned(), items(0..20_000))]).await.unwrap();
     let batch = store.take_batch(BACKLOG, IN_FLIGHT, 15_000).await.unwrap();
@@ -98,7 +98,7 @@ async fn a_big_batch_moves_whole() {
 /// list uncounted (before, a failed `HINCRBY` after the pop lost the batch).
 #[tokio::test]
 async fn a_missing_right_changes_nothing() {
-    let Some(server) = RedisServer::start() else { return };
+    let server = RedisServer::start();
     let all =
         ["+evalsha", "+eval", "+script|load", "+lrange", "+rpush", "+ltrim", "+hincrby", "+del", "+llen", "+ping"];
     let check = |missing: &'static str| {
@@ -129,7 +129,7 @@ async fn a_missing_right_changes_nothing() {
 
 #[tokio::test]
 async fn a_backlog_of_another_type_is_an_error_that_changes_nothing() {
-    let Some(server) = RedisServer::start() else { return };
+    let server = RedisServer::start();
     let store = connect(&server.url()).await;
     server.command(&["SET", BACKLOG, "x"]).unwrap();
     let e = store.take_batch(BACKLOG, IN_FLIGHT, 2).await.unwrap_err();
@@ -139,7 +139,7 @@ async fn a_backlog_of_another_type_is_an_error_that_changes_nothing() {
 
 #[tokio::test]
 async fn delete_keys_deletes_and_counts() {
-    let Some(server) = RedisServer::start() else { return };
+    let server = RedisServer::start();
     let store = connect(&server.url()).await;
     server.command(&["SET", "t:x", "1"]).unwrap();
     assert_eq!(store.delete_keys(&["t:x", "t:y"]).await.unwrap(), 1);

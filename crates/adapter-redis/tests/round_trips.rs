@@ -43,7 +43,7 @@ async fn measure<F: Future>(
 
 #[tokio::test]
 async fn standalone_operations_cost_one_round_trip_each() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let (store, obs) = observed(connect(&redis.url()).await);
     let stats = || redis.command_calls().expect("INFO commandstats");
     let lease = LeaseName::queue("q");
@@ -131,7 +131,7 @@ async fn standalone_operations_cost_one_round_trip_each() {
 /// nothing else — no connection checkout traffic under concurrency either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_cycles_send_nothing_but_the_operations() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect(&redis.url()).await;
     let before = redis.command_calls().expect("stats");
     let tasks: Vec<_> = (0..16u64)
@@ -164,7 +164,7 @@ async fn concurrent_cycles_send_nothing_but_the_operations() {
 /// for claims, and still one `EVALSHA` per lease operation.
 #[tokio::test]
 async fn cluster_round_trips_are_per_slot() {
-    let Some(cluster) = RedisCluster::start(3) else { return };
+    let cluster = RedisCluster::start(3);
     let (store, obs) = observed(connect_cluster(&cluster.urls()).await);
     let stats = || cluster.command_calls().expect("INFO commandstats");
     let keys = store.keys().clone();
@@ -230,7 +230,7 @@ async fn a_fenced_write_and_an_admit_cost_one_round_trip_each() {
     use adapter_redis::FencedWrite;
     use drain_core::ports::{Fence, FenceMarks};
 
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let (store, obs) = observed(connect(&redis.url()).await);
     let stats = || redis.command_calls().expect("INFO commandstats");
     let fence = Fence::new(LeaseName::job("j"), 3);

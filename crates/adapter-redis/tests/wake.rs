@@ -75,7 +75,7 @@ async fn measure<T>(
 
 #[tokio::test]
 async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let (store, obs) = observed(connect_prefixed(&redis.url(), "wk").await);
     let keys = store.keys().clone();
     let stats = || redis.command_calls().expect("INFO commandstats");
@@ -150,7 +150,7 @@ async fn a_release_wakes_exactly_one_registered_waiter_in_one_round_trip() {
 /// leaves neither a claim without a fence nor a registration behind.
 #[tokio::test]
 async fn a_registering_acquire_with_a_broken_fence_leaves_nothing_behind() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store = connect_prefixed(&redis.url(), "wf").await;
     let keys = store.keys().clone();
     let o = owner("o{2}");
@@ -168,7 +168,7 @@ async fn a_registering_acquire_with_a_broken_fence_leaves_nothing_behind() {
 
 #[tokio::test]
 async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek_owners() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let (store, obs) = observed(connect_prefixed(&redis.url(), "wk").await);
     let keys = store.keys().clone();
     let stats = || redis.command_calls().expect("INFO commandstats");
@@ -194,7 +194,7 @@ async fn a_registering_peek_of_many_owners_is_one_round_trip_and_answers_as_peek
 
 #[tokio::test]
 async fn the_subscriber_resubscribes_after_its_connection_is_killed() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let store: RedisStore = connect_prefixed(&redis.url(), "wk").await;
     let channel = store.keys().wake_channel("me");
     let mut hears = store.subscribe("me").await.expect("subscribe");
@@ -216,7 +216,7 @@ async fn the_subscriber_resubscribes_after_its_connection_is_killed() {
 
 #[tokio::test]
 async fn on_a_cluster_waiters_and_wakes_work_across_nodes() {
-    let Some(cluster) = RedisCluster::start(3) else { return };
+    let cluster = RedisCluster::start(3);
     let store = RedisStore::connect(config(&cluster.urls().join(",")).cluster(true).key_prefix("wk"))
         .await
         .expect("connect to the private cluster");
@@ -250,7 +250,7 @@ async fn on_a_cluster_waiters_and_wakes_work_across_nodes() {
 /// the channel pattern it names the channel.
 #[tokio::test]
 async fn missing_wake_rights_names_each_command_and_the_channel() {
-    let Some(redis) = RedisServer::start() else { return };
+    let redis = RedisServer::start();
     let wake = ["+rpush", "+lrem", "+lpop", "+publish", "+subscribe"];
     let set_user = |user: &str, channels: &[&str], rights: &[&str]| {
         let rights = [adapter_redis::rights::LEASES_AND_CLAIMS, rights].concat();

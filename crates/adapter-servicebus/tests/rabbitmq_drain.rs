@@ -78,7 +78,7 @@ impl Drain {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drains_10000_messages_once_each_with_concurrency_8() {
     const N: usize = 10_000;
-    let Some(r) = rabbit("drain-10000") else { return };
+    let r = rabbit("drain-10000");
     let source_q = TestQueue::declare(&r, None, false).await;
     let target_q = TestQueue::declare(&r, None, false).await;
     feed(&r, &source_q.name, None, (0..N).map(|i| format!("msg-{i:05}"))).await;
@@ -148,7 +148,7 @@ async fn drain_until_done(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_message_is_delivered_across_a_connection_outage() {
     const N: usize = 600;
-    let Some(r) = rabbit("outage-proxy") else { return };
+    let r = rabbit("outage-proxy");
     let source_q = TestQueue::declare(&r, None, false).await;
     let target_q = TestQueue::declare(&r, None, false).await;
     feed(&r, &source_q.name, None, (0..N).map(|i| format!("o-{i:04}"))).await;
@@ -205,7 +205,7 @@ async fn every_message_is_delivered_across_a_connection_outage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnects_after_the_broker_closes_every_connection_of_its_vhost() {
     const N: usize = 200;
-    let Some(r) = rabbit("outage-vhost") else { return };
+    let r = rabbit("outage-vhost");
     let vhost = PrivateVhost::create(&r);
     let v = Some(vhost.name.as_str());
     let source_q = TestQueue::declare(&r, v, false).await;

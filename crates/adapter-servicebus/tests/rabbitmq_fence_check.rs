@@ -81,7 +81,7 @@ async fn submit(to: &AmqpSubmitter, m: Message, fence: Option<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_consumer_refuses_what_a_holder_that_lost_its_lease_submitted() {
-    let Some(r) = rabbit("fence-check") else { return };
+    let r = rabbit("fence-check");
     let q = TestQueue::declare(&r, None, true).await;
     let options = || SubmitterOptions { fence_property: Some(PROPERTY.into()), ..SubmitterOptions::default() };
     // Two ticks' targets: holder A (fence 1), paused past its TTL; holder B (fence 2).

@@ -57,7 +57,7 @@ fn annotation(m: &AmqpMessage<Body<Value>>, key: &str) -> Option<Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ids_headers_and_annotations_survive_a_resubmit_with_their_types() {
-    let Some(r) = rabbit("identity") else { return };
+    let r = rabbit("identity");
     let (source_q, target_q) = (TestQueue::declare(&r, None, false).await, TestQueue::declare(&r, None, false).await);
     let ids = [
         (MessageId::Ulong(42), MessageId::Uuid(Uuid::from(UUID))),

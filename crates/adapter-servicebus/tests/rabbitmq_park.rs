@@ -28,7 +28,7 @@ fn await_counts(q: &TestQueue, want: (u64, u64)) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parked_source_holds_nothing_and_the_next_receive_attaches_again() {
-    let Some(r) = rabbit("park") else { return };
+    let r = rabbit("park");
     let q = TestQueue::declare(&r, None, false).await;
     let options = SourceOptions { prefetch: 32, ..SourceOptions::default() };
     let source = AmqpSource::connect(r.endpoint(&q.name, None), options).await.expect("source");

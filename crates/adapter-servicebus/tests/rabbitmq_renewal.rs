@@ -16,7 +16,7 @@ const WAIT: Duration = Duration::from_millis(500);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbitmq_deliveries_get_no_automatic_lock_renewal() {
-    let Some(r) = rabbit("no-renewal") else { return };
+    let r = rabbit("no-renewal");
     let q = TestQueue::declare(&r, None, false).await;
     // A short maximum: a renewer started by mistake would have acted (and failed with
     // `Unsupported`, an event) well within the wait below.

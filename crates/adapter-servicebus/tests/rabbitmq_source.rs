@@ -35,7 +35,7 @@ async fn take(source: &AmqpSource, want: usize) -> Vec<Delivery> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn passes_the_message_source_contract_with_its_dead_letter_queue() {
-    let Some(r) = rabbit("contract") else { return };
+    let r = rabbit("contract");
     let q = TestQueue::declare(&r, None, true).await;
     let (source, feed) = open(&r, &q.name).await;
     let dlq_name = q.dlq.clone().expect("dlq");
@@ -49,7 +49,7 @@ async fn passes_the_message_source_contract_with_its_dead_letter_queue() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn complete_abandon_and_dead_letter_do_what_they_say() {
-    let Some(r) = rabbit("settlement") else { return };
+    let r = rabbit("settlement");
     let q = TestQueue::declare(&r, None, true).await;
     let (source, feed) = open(&r, &q.name).await;
     let dlq = AmqpSource::connect(r.endpoint(q.dlq.as_deref().unwrap(), None), SourceOptions::default()).await.unwrap();
@@ -99,7 +99,7 @@ async fn complete_abandon_and_dead_letter_do_what_they_say() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_queue_returns_empty_and_the_link_stays_usable() {
-    let Some(r) = rabbit("empty") else { return };
+    let r = rabbit("empty");
     let q = TestQueue::declare(&r, None, false).await;
     let (source, feed) = open(&r, &q.name).await;
     // `max_wait` bounds the receive: it waits for messages until then (not much less)
@@ -125,7 +125,7 @@ async fn an_empty_queue_returns_empty_and_the_link_stays_usable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn settlement_runs_while_another_receive_waits() {
-    let Some(r) = rabbit("concurrent-settle") else { return };
+    let r = rabbit("concurrent-settle");
     let q = TestQueue::declare(&r, None, true).await;
     let (source, feed) = open(&r, &q.name).await;
     feed.submit(&message("a"), &CTX).await.unwrap();
@@ -157,7 +157,7 @@ async fn settlement_runs_while_another_receive_waits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credit_bounds_what_is_locked_and_close_returns_the_rest() {
-    let Some(r) = rabbit("credit") else { return };
+    let r = rabbit("credit");
     let q = TestQueue::declare(&r, None, false).await;
     let (source, feed) = open(&r, &q.name).await;
     for i in 0..10 {
@@ -185,7 +185,7 @@ async fn credit_bounds_what_is_locked_and_close_returns_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefetch_keeps_credit_open_between_receives() {
-    let Some(r) = rabbit("prefetch") else { return };
+    let r = rabbit("prefetch");
     let q = TestQueue::declare(&r, None, false).await;
     let options = SourceOptions { prefetch: 5, ..SourceOptions::default() };
     let source = AmqpSource::connect(r.endpoint(&q.name, None), options).await.unwrap();
@@ -207,7 +207,7 @@ async fn prefetch_keeps_credit_open_between_receives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_are_typed_and_keep_secrets() {
-    let Some(r) = rabbit("connect-errors") else { return };
+    let r = rabbit("connect-errors");
     // Wrong password: Auth, permanent, and the password is not in the message.
     let mut bad = r.endpoint("whatever", None);
     if let adapter_servicebus::Credentials::Plain { password, .. } = &mut bad.credentials {
@@ -246,7 +246,7 @@ async fn connect_errors_are_typed_and_keep_secrets() {
 /// option, the message goes out as it came in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fence_rides_along_as_an_application_property_when_asked() {
-    let Some(r) = rabbit("fence") else { return };
+    let r = rabbit("fence");
     let q = TestQueue::declare(&r, None, false).await;
     let source = AmqpSource::connect(r.endpoint(&q.name, None), SourceOptions::default()).await.expect("source");
     let options = SubmitterOptions { fence_property: Some("drain-fence".into()), ..SubmitterOptions::default() };

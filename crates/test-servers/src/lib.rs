@@ -5,26 +5,20 @@
 //! loopback ports, with nothing persisted, in a temporary directory of its own that
 //! is removed on drop. The shared server on 6379 is never touched.
 //!
-//! Both constructors return `Option`:
-//!
-//! * `Some(server)` once the server answers `PING` (bounded wait, 5 s);
-//! * `None` when `redis-server` is not installed **and** this is not a CI build,
-//!   after printing why the test is skipped, so `cargo test` works on a laptop
-//!   without Redis:
+//! Both constructors return the server once it answers `PING` (bounded wait, 5 s),
+//! and panic when it cannot be started. A server that is not installed fails the
+//! test with a message that says what to install ([`REDIS_MISSING`]), on a laptop
+//! as in CI: a test that cannot run says so, and never passes without running.
 //!
 //! ```no_run
 //! # fn demo() {
-//! let Some(redis) = test_servers::RedisServer::start() else { return };
+//! let redis = test_servers::RedisServer::start();
 //! println!("talk to {}", redis.url());
 //! # }
 //! ```
 //!
-//! * a panic with `redis-server not found: .ci/run installs it` when it is not
-//!   installed in a CI build, so CI can never pass by skipping.
-//!
-//! "CI build" is decided at **compile time** from the `CI` variable
-//! (`option_env!("CI")`, which cargo tracks), so this crate reads no environment at
-//! run time and the `env` gate holds. `.ci/run` builds and runs with `CI=true`.
+//! A benchmark that would rather report itself skipped asks first
+//! ([`redis_installed`], [`postgres_installed`]).
 //!
 //! Every process is a child of the test process: [`RedisServer::kill`] (SIGKILL),
 //! [`RedisServer::stop`] (SIGTERM), [`RedisServer::pause`] / [`RedisServer::resume`]
@@ -38,12 +32,12 @@
 //! child on a free port (`fsync=off`, `pg_stat_statements` preloaded), run as the
 //! `postgres` system user when the tests run as root (PostgreSQL refuses root).
 //! [`PostgresServer::sql`] runs setup SQL through tokio-postgres; kill, stop, pause/resume (its whole process group) and restart on the
-//! same port and data directory, where what was committed survives. It skips and
-//! fails exactly as `RedisServer` does when PostgreSQL is missing:
+//! same port and data directory, where what was committed survives. It fails as
+//! `RedisServer` does when PostgreSQL is missing ([`PG_MISSING`]):
 //!
 //! ```no_run
 //! # fn demo() {
-//! let Some(pg) = test_servers::PostgresServer::start() else { return };
+//! let pg = test_servers::PostgresServer::start();
 //! pg.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").expect("setup");
 //! println!("talk to {}", pg.url());
 //! # }
@@ -72,7 +66,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use process::{ServerProcess, process_controls};
 
 pub use pg_sql::Row;
-pub use postgres::{PG_MISSING_IN_CI, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer, SqlHandle};
+pub use postgres::{PG_MISSING, PG_START_TIMEOUT, PG_SUPERUSER, PostgresServer, SqlHandle, postgres_installed};
 pub use rabbit::{RABBIT_BIN, RABBIT_BOOT, RabbitNode, ctl as rabbitmqctl};
 pub use redis_cmd::Reply;
 
@@ -92,11 +86,17 @@ pub const START_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a cluster may take to reach `cluster_state:ok`.
 pub const CLUSTER_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Whether this build runs in CI (read when this crate is compiled).
-pub(crate) const IN_CI: bool = option_env!("CI").is_some();
+/// The message a test fails with when `redis-server` is not installed.
+pub const REDIS_MISSING: &str = "redis-server is not installed, so this test cannot run: install Redis 6.2+ \
+     (Debian: `apt-get install redis-server redis-tools`; `bash .ci/setup-services.sh` installs every server \
+     the tests use)";
 
-/// The message a CI build panics with when `redis-server` is missing.
-pub const MISSING_IN_CI: &str = "redis-server not found: .ci/run installs it";
+/// Whether `redis-server` can be run (for a benchmark that reports itself skipped
+/// without it; a test just starts its server, and fails saying what to install).
+#[must_use]
+pub fn redis_installed() -> bool {
+    Command::new("redis-server").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
+}
 
 /// A `redis-server` child process on a private loopback port.
 ///
@@ -112,13 +112,12 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// A plain standalone server; `None` (after printing the skip reason) when
-    /// `redis-server` is not installed outside CI.
+    /// A plain standalone server.
     ///
     /// # Panics
-    /// When the server cannot be started, or is not installed in a CI build.
+    /// When the server cannot be started, or is not installed ([`REDIS_MISSING`]).
     #[must_use]
-    pub fn start() -> Option<RedisServer> {
+    pub fn start() -> RedisServer {
         Self::start_with(&[])
     }
 
@@ -129,7 +128,7 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`].
     #[must_use]
-    pub fn start_with(extra: &[&str]) -> Option<RedisServer> {
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         Self::start_as(extra, None)
     }
 
@@ -140,7 +139,7 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`].
     #[must_use]
-    pub fn sentinel(name: &str, primary: u16) -> Option<RedisServer> {
+    pub fn sentinel(name: &str, primary: u16) -> RedisServer {
         let conf = format!(
             "sentinel monitor {name} 127.0.0.1 {primary} 1\nsentinel down-after-milliseconds {name} 500\n\
              sentinel failover-timeout {name} 3000\nsentinel parallel-syncs {name} 1\n"
@@ -148,7 +147,7 @@ impl RedisServer {
         Self::start_as(&[], Some(conf))
     }
 
-    fn start_as(extra: &[&str], sentinel: Option<String>) -> Option<RedisServer> {
+    fn start_as(extra: &[&str], sentinel: Option<String>) -> RedisServer {
         let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let mut last = String::new();
         // A free port can be taken between our probe and redis' bind: try a few.
@@ -163,8 +162,8 @@ impl RedisServer {
                 sentinel: sentinel.clone(),
             };
             match server.spawn() {
-                Ok(()) => return Some(server),
-                Err(StartError::NotInstalled) => return not_installed(),
+                Ok(()) => return server,
+                Err(StartError::NotInstalled) => panic!("{REDIS_MISSING}"),
                 Err(StartError::Failed(why)) => last = why,
             }
         }
@@ -383,7 +382,7 @@ impl RedisCluster {
     /// When the nodes do not start or the cluster does not reach `cluster_state:ok`
     /// within [`CLUSTER_TIMEOUT`]; or as [`RedisServer::start`].
     #[must_use]
-    pub fn start(masters: usize) -> Option<RedisCluster> {
+    pub fn start(masters: usize) -> RedisCluster {
         assert!(masters >= 1, "a cluster needs at least one master");
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
@@ -397,12 +396,12 @@ impl RedisCluster {
                 "nodes.conf",
                 "--cluster-node-timeout",
                 "5000",
-            ])?;
+            ]);
             nodes.push(node);
         }
         let cluster = RedisCluster { nodes };
         cluster.form();
-        Some(cluster)
+        cluster
     }
 
     fn form(&self) {
@@ -511,14 +510,6 @@ impl Freezer {
 enum StartError {
     NotInstalled,
     Failed(String),
-}
-
-fn not_installed<T>() -> Option<T> {
-    if IN_CI {
-        panic!("{MISSING_IN_CI}");
-    }
-    eprintln!("skipped: redis-server is not installed (install redis-server to run this test)");
-    None
 }
 
 fn spawn_redis(dir: &Path, args: &[String]) -> Result<Child, StartError> {
@@ -688,7 +679,7 @@ mod tests {
 
     #[test]
     fn server_lifecycle() {
-        let Some(mut redis) = RedisServer::start() else { return };
+        let mut redis = RedisServer::start();
         assert!(redis.url().ends_with(&redis.port().to_string()));
         assert_eq!(redis.command(&["SET", "k", "v"]).expect("set"), Reply::Simple("OK".into()));
         assert_eq!(redis.command(&["GET", "k"]).expect("get"), Reply::Bulk(Some(b"v".to_vec())));
@@ -714,7 +705,7 @@ mod tests {
 
     #[test]
     fn cluster_forms() {
-        let Some(cluster) = RedisCluster::start(3) else { return };
+        let cluster = RedisCluster::start(3);
         assert_eq!(cluster.nodes().len(), 3);
         assert_eq!(cluster.urls().len(), 3);
         // `{a}` hashes to slot 15495 (the last node's range), `{b}` to 3300 (the first's).

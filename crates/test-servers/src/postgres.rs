@@ -11,14 +11,23 @@ use std::time::{Duration, Instant};
 
 use crate::pg_sql::{self, Row};
 use crate::process::{ServerProcess, process_controls};
-use crate::{IN_CI, free_port, tail, temp_dir};
+use crate::{free_port, tail, temp_dir};
 
 /// How long a PostgreSQL server may take to accept its first query (crash recovery
 /// after [`PostgresServer::restart`] included).
 pub const PG_START_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The message a CI build panics with when PostgreSQL is missing.
-pub const PG_MISSING_IN_CI: &str = "PostgreSQL (initdb, postgres) not found: .ci/setup-services.sh installs it";
+/// The message a test fails with when PostgreSQL is not installed.
+pub const PG_MISSING: &str = "PostgreSQL (initdb, postgres) is not installed, so this test cannot run: install \
+     PostgreSQL 15+ (Debian: `apt-get install postgresql postgresql-contrib`; `bash .ci/setup-services.sh` \
+     installs every server the tests use)";
+
+/// Whether PostgreSQL's `initdb` and `postgres` can be found (for a benchmark that
+/// reports itself skipped without them; a test just starts its server).
+#[must_use]
+pub fn postgres_installed() -> bool {
+    find_bin().is_some()
+}
 
 /// The superuser of a private server (trust authentication on loopback).
 pub const PG_SUPERUSER: &str = "postgres";
@@ -43,20 +52,13 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
-    /// A fresh cluster; `None` (after printing the skip reason) when PostgreSQL is
-    /// not installed outside CI.
+    /// A fresh cluster.
     ///
     /// # Panics
-    /// When the server cannot be started, or is not installed in a CI build.
+    /// When the server cannot be started, or is not installed ([`PG_MISSING`]).
     #[must_use]
-    pub fn start() -> Option<PostgresServer> {
-        let Some(bin) = find_bin() else {
-            if IN_CI {
-                panic!("{PG_MISSING_IN_CI}");
-            }
-            eprintln!("skipped: PostgreSQL is not installed (install postgresql to run this test)");
-            return None;
-        };
+    pub fn start() -> PostgresServer {
+        let bin = find_bin().unwrap_or_else(|| panic!("{PG_MISSING}"));
         let run_as = run_as().unwrap_or_else(|why| panic!("cannot run PostgreSQL: {why}"));
         let dir = temp_dir("postgres");
         if let Some((uid, gid)) = run_as {
@@ -70,7 +72,7 @@ impl PostgresServer {
         for _ in 0..5 {
             server.port = free_port();
             match server.spawn() {
-                Ok(()) => return Some(server),
+                Ok(()) => return server,
                 Err(why) => last = why,
             }
         }
@@ -354,7 +356,7 @@ mod tests {
     /// server starts again on its data directory.
     #[test]
     fn a_paused_server_can_be_killed_and_restarted() {
-        let Some(mut pg) = PostgresServer::start() else { return };
+        let mut pg = PostgresServer::start();
         pg.sql("CREATE TABLE t (v int); INSERT INTO t VALUES (7)").expect("setup");
         let kids = crate::children(pg.pid().expect("running"));
         assert!(!kids.is_empty(), "a postmaster has background processes");
@@ -376,7 +378,7 @@ mod tests {
 
     #[test]
     fn server_lifecycle() {
-        let Some(mut pg) = PostgresServer::start() else { return };
+        let mut pg = PostgresServer::start();
         assert!(pg.url().contains(&format!(":{}/", pg.port())));
         pg.sql("CREATE TABLE t (v int); INSERT INTO t VALUES (7)").expect("setup");
         assert_eq!(pg.sql("SELECT v FROM t").expect("select"), vec![vec![Some("7".to_owned())]]);

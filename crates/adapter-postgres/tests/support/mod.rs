@@ -16,10 +16,10 @@ use test_servers::{Freezer, PostgresServer};
 pub use drain_runtime::TokioClock;
 
 /// A private server with pg_stat_statements created in database `postgres`.
-pub fn server() -> Option<PostgresServer> {
-    let pg = PostgresServer::start()?;
+pub fn server() -> PostgresServer {
+    let pg = PostgresServer::start();
     pg.sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").expect("create pg_stat_statements");
-    Some(pg)
+    pg
 }
 
 /// The contract environment: short TTL 300 ms on a real clock, names under `names`.

@@ -4,8 +4,8 @@
 //!
 //! RabbitMQ is `DRAIN_TEST_AMQP_URL` (set by `cargo xtask test` to its private
 //! node, with `DRAIN_TEST_AMQP_NODE` and `DRAIN_TEST_AMQP_HOME` for `rabbitmqctl`)
-//! or `amqp://guest:guest@127.0.0.1:5672`. When it does not answer: with `CI` set the
-//! test panics, otherwise it prints why it skips and returns.
+//! or `amqp://guest:guest@127.0.0.1:5672`. When it does not answer the test fails,
+//! saying how to start one.
 #![allow(dead_code, unreachable_pub)]
 #![allow(clippy::disallowed_methods, reason = "a test harness reads its DRAIN_TEST_* and CI variables")]
 
@@ -33,11 +33,11 @@ pub struct Rabbit {
     pub addr: SocketAddr,
 }
 
-/// RabbitMQ, or `None` (after printing why) when it does not answer outside CI.
+/// RabbitMQ.
 ///
 /// # Panics
-/// When it does not answer and `CI` is set.
-pub fn rabbit(test: &str) -> Option<Rabbit> {
+/// When it does not answer, saying how to start one.
+pub fn rabbit(test: &str) -> Rabbit {
     let base = std::env::var("DRAIN_TEST_AMQP_URL").unwrap_or_else(|_| DEFAULT_URL.to_owned());
     let base = base.trim_end_matches('/').to_owned();
     let parsed = Endpoint::parse(&base).expect("DRAIN_TEST_AMQP_URL parses").endpoint;
@@ -47,15 +47,12 @@ pub fn rabbit(test: &str) -> Option<Rabbit> {
         .and_then(|mut a| a.next())
         .expect("RabbitMQ address resolves");
     if StdTcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok() {
-        return Some(Rabbit { base, addr });
+        return Rabbit { base, addr };
     }
-    let why =
-        format!("RabbitMQ does not answer on {addr}: run the tests with `cargo xtask test` (it starts a private node)");
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why}");
-    }
-    eprintln!("SKIP {test}: {why}");
-    None
+    panic!(
+        "{test}: RabbitMQ does not answer on {addr}, so this test cannot run: run the tests with `cargo xtask test` \
+         (it starts a private node) or point DRAIN_TEST_AMQP_URL at a broker with the AMQP 1.0 plugin"
+    );
 }
 
 impl Rabbit {
