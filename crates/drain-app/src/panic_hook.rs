@@ -68,7 +68,7 @@ impl Report<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::secret_parts;
+    use crate::config::Secret;
 
     fn written(report: &Report<'_>, backtrace: &Backtrace, secrets: &[String]) -> String {
         let mut out = Vec::new();
@@ -78,11 +78,14 @@ mod tests {
 
     #[test]
     fn secrets_are_masked_and_the_rest_is_the_default_report() {
-        let mut secrets = secret_parts("redis://drain:Redis-Pw%2F9@10.0.0.5:6379");
-        secrets.extend(secret_parts("amqp://guest:Amqp-Pw-7@rabbit:5672/requests"));
-        secrets.extend(secret_parts(
-            "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=SasKey+5x9=;EntityPath=q",
-        ));
+        let mut secrets = Secret::url("redis://drain:Redis-Pw%2F9@10.0.0.5:6379").parts();
+        secrets.extend(Secret::url("amqp://guest:Amqp-Pw-7@rabbit:5672/requests").parts());
+        secrets.extend(
+            Secret::url(
+                "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=SasKey+5x9=;EntityPath=q",
+            )
+            .parts(),
+        );
         let location = Location::caller();
         let message = "cannot use redis://drain:Redis-Pw%2F9@10.0.0.5:6379 (password Redis-Pw/9), \
                        source amqp://guest:Amqp-Pw-7@rabbit:5672/requests, key SasKey+5x9=";

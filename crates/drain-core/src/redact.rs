@@ -34,6 +34,16 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.clear
     }
+
+    /// What of it is secret, each also percent-decoded, so that a text quoting one
+    /// (a panic message, say) can be [`scrub`]bed even when the URL around it is
+    /// gone: the whole value of [`Secret::new`]; of [`Secret::url`], the password of
+    /// each URL (the whole user information when it has no `:`) and the value of
+    /// each secret `key=value` pair.
+    #[must_use]
+    pub fn parts(&self) -> Vec<String> {
+        if self.shown == MASK { vec![self.clear.clone()] } else { secret_parts(&self.clear) }
+    }
 }
 
 impl fmt::Debug for Secret {
@@ -70,13 +80,9 @@ pub fn redact(value: &str) -> String {
     out
 }
 
-/// The secret parts of a URL or connection string, as [`redact`] sees them: the
-/// password of each URL (the whole user information when it has no `:`), the
-/// value of each secret `key=value` pair, each also percent-decoded. A text that
-/// quotes one of them (a panic message, say) can then be scrubbed even when the
-/// URL around it is gone.
-#[must_use]
-pub fn secret_parts(value: &str) -> Vec<String> {
+/// The secret parts of a URL or connection string, as [`redact`] sees them
+/// ([`Secret::parts`]).
+fn secret_parts(value: &str) -> Vec<String> {
     let mut parts: Vec<String> =
         urls(value).into_iter().filter_map(|url| password_span(url).map(|span| url[span].to_owned())).collect();
     for key in SECRET_KEYS {
@@ -265,7 +271,7 @@ mod tests {
 
     #[test]
     fn secret_parts_are_what_redact_masks() {
-        let parts = |v: &str| secret_parts(v);
+        let parts = |v: &str| Secret::url(v).parts();
         assert_eq!(parts("kv://127.0.0.1:6379"), Vec::<String>::new());
         assert_eq!(parts("kv://u:hun%2Fter2@h,kvs://:other@h2"), ["hun%2Fter2", "hun/ter2", "other"]);
         assert_eq!(parts("kv://justapassword@h"), ["justapassword"]);
@@ -306,6 +312,7 @@ mod tests {
         let key = Secret::new("p://x");
         assert_eq!(format!("{key} {key:?}"), "*** Secret(***)");
         assert_eq!(key.expose(), "p://x");
+        assert_eq!((key.parts(), url.parts()), (vec!["p://x".to_owned()], vec!["topsecret".to_owned()]));
     }
 
     #[test]

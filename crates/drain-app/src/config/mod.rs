@@ -21,7 +21,7 @@ use drain_core::admission::SchedulerConfig;
 use drain_core::tick::{InFlight, TickConfig};
 use settings::{Parsed, Warning};
 
-pub(crate) use drain_core::redact::{Secret, redact, scrub, secret_parts};
+pub(crate) use drain_core::redact::{Secret, redact, scrub};
 pub(crate) use render::{effective_table, flags_markdown};
 
 use registry::{Kind, SETTINGS, setting};
@@ -131,7 +131,7 @@ impl Config {
         [&self.redis_url, &self.postgres_url, &self.source_url, &self.target_url]
             .into_iter()
             .flatten()
-            .flat_map(|s| secret_parts(s.expose()))
+            .flat_map(Secret::parts)
             .collect()
     }
 
