@@ -6,9 +6,9 @@
 //! the checked resource and writes resuming within a TTL of each fault; in the same
 //! run it finds stale writes on the unchecked resource, and on a hand-written
 //! `SET NX` + `INCR` lease store it finds the repeated fence and the stall an empty
-//! restart causes. A fleet of `drain run` processes on RabbitMQ goes through a failover,
-//! a frozen lease holder and an empty restart while a consumer checks every fence
-//! (`nemesis/fleet.rs`). `cargo xtask nemesis --minutes N` runs the schedules for longer.
+//! restart causes. A fleet of `drain run` processes on RabbitMQ, its lease and claims
+//! on Redis or PostgreSQL, goes through a failover, a frozen lease holder and (Redis)
+//! an empty restart while a consumer checks every fence (`nemesis/fleet.rs`). `cargo xtask nemesis --minutes N` runs the schedules for longer.
 
 #[path = "nemesis/mod.rs"]
 mod nemesis;
@@ -50,7 +50,18 @@ fn the_checker_catches_a_store_whose_fences_are_a_bare_counter() {
 /// TTL, an empty restart. The consumer checks every fence.
 #[test]
 fn a_fleet_of_drain_processes_keeps_fences_and_messages_through_failover_freeze_and_restart() {
-    let Some(history) = fleet::run(&[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]) else { return };
+    fleet_holds(Store::Drain, &[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]);
+}
+
+/// The same fleet with the lease and claims on PostgreSQL behind the proxy: a failover
+/// to a standby that lost the last commits, and the lease holder frozen past the TTL.
+#[test]
+fn a_fleet_on_postgres_keeps_fences_and_messages_through_failover_and_freeze() {
+    fleet_holds(Store::Postgres, &[Fault::Failover, Fault::FrozenHolder]);
+}
+
+fn fleet_holds(store: Store, faults: &[Fault]) {
+    let Some(history) = fleet::run(store, faults) else { return };
     let verdict = fleet_check::check(&history);
     eprintln!("{}", verdict.table());
     eprintln!("{}", verdict.json());

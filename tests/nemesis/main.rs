@@ -1,7 +1,7 @@
 //! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs`
 //! for N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its
 //! negative control once, then N minutes of the fleet run of `drain` processes
-//! (`fleet.rs`), then the owner drains once (`owners.rs`); prints the
+//! (`fleet.rs`) on Redis and N on PostgreSQL, then the owner drains once (`owners.rs`); prints the
 //! results table and writes both verdicts as JSON. Exit 1 when drain's run breaks a
 //! rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
 //! builds and runs it.
@@ -74,31 +74,35 @@ fn main() -> ExitCode {
     }
     let fleet_cycles = (minutes * 60 / FLEET_CYCLE.as_secs()).max(1);
     let fleet_faults: Vec<Fault> = (0..fleet_cycles).flat_map(|_| Fault::ALL).collect();
-    let Some(history) = fleet::run(&fleet_faults) else {
-        eprintln!("drain-nemesis: RabbitMQ or redis-server is missing for the fleet run");
-        return ExitCode::from(2);
-    };
-    let fleet = fleet_check::check(&history);
-    println!(
-        "a fleet of {} drain processes on RabbitMQ and Redis, {:.0} s, {} ticks ({} lost their lease), {} messages fed, {} arrived twice ({} counted as possible duplicates), {} refused as stale, {} unfenced (ticks that failed open):\n{}",
-        fleet::PROCESSES,
-        history.took.as_secs_f64(),
-        fleet.ticks,
-        fleet.lost_leases,
-        fleet.fed,
-        fleet.twice,
-        fleet.counted,
-        fleet.refused,
-        fleet.unfenced,
-        fleet.table()
-    );
-    for v in &fleet.violations {
-        println!("VIOLATION {}: {}", v.rule, v.what);
+    let mut fleets = serde_json::Map::new();
+    for (name, store) in [("redis", Store::Drain), ("postgres", Store::Postgres)] {
+        let Some(history) = fleet::run(store, &fleet_faults) else {
+            eprintln!("drain-nemesis: RabbitMQ or the {name} server is missing for the fleet run");
+            return ExitCode::from(2);
+        };
+        let fleet = fleet_check::check(&history);
+        println!(
+            "a fleet of {} drain processes on RabbitMQ and {name}, {:.0} s, {} ticks ({} lost their lease), {} messages fed, {} arrived twice ({} counted as possible duplicates), {} refused as stale, {} unfenced (ticks that failed open):\n{}",
+            fleet::PROCESSES,
+            history.took.as_secs_f64(),
+            fleet.ticks,
+            fleet.lost_leases,
+            fleet.fed,
+            fleet.twice,
+            fleet.counted,
+            fleet.refused,
+            fleet.unfenced,
+            fleet.table()
+        );
+        for v in &fleet.violations {
+            println!("VIOLATION {}: {}", v.rule, v.what);
+        }
+        if !fleet.violations.is_empty() {
+            println!("fleet rules broken: {:?}", fleet.rules());
+        }
+        ok &= fleet.violations.is_empty();
+        fleets.insert(name.to_owned(), fleet.json());
     }
-    if !fleet.violations.is_empty() {
-        println!("fleet rules broken: {:?}", fleet.rules());
-    }
-    ok &= fleet.violations.is_empty();
     // Owner drains: their backlogs last about half a minute, so one schedule a run.
     let Some(owners) = owners::run(&owners::FAULTS) else {
         eprintln!("drain-nemesis: redis-server is missing for the owner drains");
@@ -120,7 +124,7 @@ fn main() -> ExitCode {
         let json = serde_json::json!({
             "drain": verdicts,
             "control": control.map(|c| c.json("counter-fences")),
-            "fleet": fleet.json(),
+            "fleet": fleets,
             "owners": {
                 "faults": owners.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
                 "recorded": owners.recorded,
