@@ -125,7 +125,17 @@ fn the_fleet_checker_finds_each_broken_rule() {
 /// TTL, slow replies, a partition. Every item recorded once, every process complete.
 #[test]
 fn owner_drains_record_every_item_once_through_a_freeze_slow_replies_and_a_partition() {
-    let Some(verdict) = owners::run(&owners::FAULTS) else { return };
+    owners_hold(Store::Drain);
+}
+
+/// The same on PostgreSQL behind the proxy.
+#[test]
+fn owner_drains_on_postgres_record_every_item_once_through_a_freeze_slow_replies_and_a_partition() {
+    owners_hold(Store::Postgres);
+}
+
+fn owners_hold(store: Store) {
+    let Some(verdict) = owners::run(store, &owners::FAULTS) else { return };
     let (n, twice, took) = (verdict.recorded, verdict.twice, verdict.took.as_secs_f64());
     eprintln!("through {:?}: {n} items recorded ({twice} twice) in {took:.1} s", verdict.faults);
     assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);

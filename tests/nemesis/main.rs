@@ -1,8 +1,8 @@
 //! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs`
 //! for N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its
 //! negative control once, then N minutes of the fleet run of `drain` processes
-//! (`fleet.rs`) on Redis and N on PostgreSQL, then the owner drains once (`owners.rs`); prints the
-//! results table and writes both verdicts as JSON. Exit 1 when drain's run breaks a
+//! (`fleet.rs`) on Redis and N on PostgreSQL, then the owner drains once on each
+//! store (`owners.rs`); prints the results tables and writes the verdicts as JSON. Exit 1 when drain's run breaks a
 //! rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
 //! builds and runs it.
 
@@ -104,33 +104,41 @@ fn main() -> ExitCode {
         fleets.insert(name.to_owned(), fleet.json());
     }
     // Owner drains: their backlogs last about half a minute, so one schedule a run.
-    let Some(owners) = owners::run(&owners::FAULTS) else {
-        eprintln!("drain-nemesis: redis-server is missing for the owner drains");
-        return ExitCode::from(2);
-    };
-    println!(
-        "{} drain owners processes, {:.0} s, through {:?}: {} items recorded, {} twice",
-        owners::PROCESSES,
-        owners.took.as_secs_f64(),
-        owners.faults,
-        owners.recorded,
-        owners.twice
-    );
-    for v in &owners.violations {
-        println!("VIOLATION {}: {}", v.rule, v.what);
+    let mut owner_runs = serde_json::Map::new();
+    for (name, store) in [("redis", Store::Drain), ("postgres", Store::Postgres)] {
+        let Some(owners) = owners::run(store, &owners::FAULTS) else {
+            eprintln!("drain-nemesis: the {name} server is missing for the owner drains");
+            return ExitCode::from(2);
+        };
+        println!(
+            "{} drain owners processes on {name}, {:.0} s, through {:?}: {} items recorded, {} twice",
+            owners::PROCESSES,
+            owners.took.as_secs_f64(),
+            owners.faults,
+            owners.recorded,
+            owners.twice
+        );
+        for v in &owners.violations {
+            println!("VIOLATION {}: {}", v.rule, v.what);
+        }
+        ok &= owners.violations.is_empty();
+        owner_runs.insert(
+            name.to_owned(),
+            serde_json::json!({
+                "faults": owners.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
+                "recorded": owners.recorded,
+                "twice": owners.twice,
+                "took_s": owners.took.as_secs_f64(),
+                "violations": owners.violations.iter().map(|v| serde_json::json!({"rule": v.rule, "what": v.what})).collect::<Vec<_>>(),
+            }),
+        );
     }
-    ok &= owners.violations.is_empty();
     if let Some(path) = out {
         let json = serde_json::json!({
             "drain": verdicts,
             "control": control.map(|c| c.json("counter-fences")),
             "fleet": fleets,
-            "owners": {
-                "faults": owners.faults.iter().map(|f| f.name()).collect::<Vec<_>>(),
-                "recorded": owners.recorded,
-                "twice": owners.twice,
-                "violations": owners.violations.iter().map(|v| serde_json::json!({"rule": v.rule, "what": v.what})).collect::<Vec<_>>(),
-            },
+            "owners": owner_runs,
         });
         if let Err(e) = std::fs::write(&path, format!("{json:#}\n")) {
             eprintln!("drain-nemesis: cannot write {path}: {e}");
