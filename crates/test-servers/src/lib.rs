@@ -387,22 +387,27 @@ impl RedisCluster {
         assert!(masters >= 1, "a cluster needs at least one master");
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
-            let bus = free_port().to_string();
-            let node = RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-port",
-                &bus,
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "5000",
-            ])?;
+            let node = Self::node()?;
             nodes.push(node);
         }
         let cluster = RedisCluster { nodes };
         cluster.form();
         Some(cluster)
+    }
+
+    /// A node with cluster mode on, its bus port probed free.
+    fn node() -> Option<RedisServer> {
+        let bus = free_port().to_string();
+        RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus,
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ])
     }
 
     fn form(&self) {
@@ -447,18 +452,7 @@ impl RedisCluster {
     /// When it does not start, join or sync within [`CLUSTER_TIMEOUT`].
     pub fn add_replica(&mut self, of: usize) -> usize {
         let master = &self.nodes[of];
-        let bus = free_port().to_string();
-        let replica = RedisServer::start_with(&[
-            "--cluster-enabled",
-            "yes",
-            "--cluster-port",
-            &bus,
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "5000",
-        ])
-        .expect("redis-server ran for the masters");
+        let replica = Self::node().expect("redis-server ran for the masters");
         let myself = |node: &RedisServer| -> (String, String) {
             let Ok(Reply::Bulk(Some(text))) = node.command(&["CLUSTER", "NODES"]) else {
                 panic!("CLUSTER NODES on port {}", node.port)
