@@ -4,7 +4,8 @@
 //! Redis: a primary with a replica behind one address (a loopback proxy standing for
 //! the managed endpoint). The replica stops receiving (as a lagging one does), one
 //! more holder takes the lease on the primary, the primary is SIGKILLed and the
-//! address moves to the replica. PostgreSQL: a copy of the data directory stands for
+//! address moves to the replica. A Redis Cluster: a master's replica, back from a
+//! snapshot that lacks the last fence, takes the slots over. PostgreSQL: a copy of the data directory stands for
 //! an asynchronous standby that stopped receiving; the server comes back on it.
 //! Each time the next acquire is answered at once (the lost lease is gone with the
 //! data) with a fence larger than every fence handed out before, the lost one
@@ -24,7 +25,7 @@ use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, 
 use drain_core::testkit::TestRng;
 use drain_e2e::proxy::Proxy;
 use drain_e2e::{RedisServer, answered, eventually, postgres::postgres};
-use test_servers::Reply;
+use test_servers::{RedisCluster, Reply};
 
 const TTL: Duration = Duration::from_secs(30);
 /// A store may take 20 s to answer again after its address moved: 200 attempts
@@ -125,6 +126,52 @@ async fn a_redis_failover_that_loses_the_last_fence_and_an_empty_restart_never_r
     let after_restart = take(&store, &lease, 6, true).await;
     assert!(after_restart > after_failover, "fence {after_restart} after an empty restart: {fences:?}");
     fences.push(after_restart);
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "every fence larger than the last: {fences:?}");
+}
+
+/// A Redis Cluster node fails over to its replica, which lacks the last fence: the
+/// replica's data is a snapshot taken after the third fence (it is restarted from
+/// it after the fourth, as a replica that had not received the fourth would be), the
+/// master is SIGKILLed and the replica takes its slots over (`CLUSTER FAILOVER
+/// TAKEOVER`). The cluster client finds the new owner by itself, and the next fence
+/// is above the lost one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_to_a_replica_that_lost_the_last_fence_never_hands_it_out_again() {
+    let mut cluster = RedisCluster::start(3);
+    let seeds = cluster.urls().join(",");
+    let config = RedisConfig::new(seeds).cluster(true).timeouts(Duration::from_secs(2), Duration::from_secs(2));
+    let store = RedisStore::connect(config).await.expect("connect to the cluster");
+    let lease = LeaseName::queue("requests");
+    let fence_key = "drain:fence:{requests}";
+
+    let mut fences = Vec::new();
+    for seed in 1..=3 {
+        fences.push(take(&store, &lease, seed, true).await);
+    }
+    let owner = (0..cluster.nodes().len())
+        .find(|&i| cluster.nodes()[i].command(&["EXISTS", fence_key]).ok() == Some(Reply::Int(1)))
+        .expect("a node holds the fence");
+    let replica = cluster.add_replica(owner);
+    assert_eq!(cluster.nodes()[replica].command(&["SAVE"]).expect("save"), Reply::Simple("OK".into()));
+
+    let lost = take(&store, &lease, 4, false).await;
+    fences.push(lost);
+    cluster.nodes_mut()[owner].kill();
+    // Back from the snapshot: the replica never had the fourth fence.
+    cluster.nodes_mut()[replica].restart();
+    let takeover = cluster.nodes()[replica].command(&["CLUSTER", "FAILOVER", "TAKEOVER"]).expect("takeover");
+    assert_eq!(takeover, Reply::Simple("OK".into()));
+    let promoted = eventually(Duration::from_secs(20), || {
+        cluster.nodes()[replica].info("replication").is_ok_and(|i| i.iter().any(|(k, v)| k == "role" && v == "master"))
+    });
+    assert!(promoted, "the replica took the slots over");
+    let kept = cluster.nodes()[replica].command(&["GET", fence_key]).expect("get");
+    let third = fences[2].to_string().into_bytes();
+    assert_eq!(kept, Reply::Bulk(Some(third)), "the new master has the third fence, not the lost fourth");
+
+    let after = take(&store, &lease, 5, true).await;
+    assert!(after > lost, "fence {after} after the cluster failover, {lost} handed out before it: {fences:?}");
+    fences.push(after);
     assert!(fences.windows(2).all(|w| w[0] < w[1]), "every fence larger than the last: {fences:?}");
 }
 

@@ -46,7 +46,7 @@ const BOUND: Duration = Duration::from_secs(60);
 /// on, a beat every second. Claims stay pending for 60 s, longer than the freeze, so
 /// no other process takes over a message the frozen one may still submit.
 fn start(redis: &RedisServer, source: &str, target: &str, instance: &str) -> Running {
-    let mut cmd = fleet_member(redis, (source, target), instance);
+    let mut cmd = fleet_member(&redis.url(), (source, target), instance);
     cmd.env("DRAIN_TARGET_FENCE_PROPERTY", PROPERTY)
         .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
         .env("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS", "60")

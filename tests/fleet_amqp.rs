@@ -26,7 +26,7 @@ const TAIL_BOUND: Duration = Duration::from_secs(60);
 /// One `drain run` of the fleet from `urls.0` to `urls.1`: lease and claims on,
 /// short TTLs, a beat every second.
 fn start(redis: &RedisServer, urls: (&str, &str), concurrency: u32, instance: &str) -> Running {
-    let mut cmd = fleet_member(redis, urls, instance);
+    let mut cmd = fleet_member(&redis.url(), urls, instance);
     cmd.env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.to_string())
         .env("SERVICEBUS_ATOMIC_CLAIM_PENDING_SECONDS", TTL.to_string())
         .env("SERVICEBUS_DRAIN_CONCURRENCY", concurrency.to_string())

@@ -6,9 +6,9 @@
 //! the checked resource and writes resuming within a TTL of each fault; in the same
 //! run it finds stale writes on the unchecked resource, and on a hand-written
 //! `SET NX` + `INCR` lease store it finds the repeated fence and the stall an empty
-//! restart causes. A fleet of `drain run` processes on RabbitMQ goes through a failover,
-//! a frozen lease holder and an empty restart while a consumer checks every fence
-//! (`nemesis/fleet.rs`). `cargo xtask nemesis --minutes N` runs the schedules for longer.
+//! restart causes. A fleet of `drain run` processes on RabbitMQ, its lease and claims
+//! on Redis or PostgreSQL, goes through a failover, a frozen lease holder and (Redis)
+//! an empty restart while a consumer checks every fence (`nemesis/fleet.rs`). `cargo xtask nemesis --minutes N` runs the schedules for longer.
 
 #[path = "nemesis/mod.rs"]
 mod nemesis;
@@ -50,7 +50,18 @@ fn the_checker_catches_a_store_whose_fences_are_a_bare_counter() {
 /// TTL, an empty restart. The consumer checks every fence.
 #[test]
 fn a_fleet_of_drain_processes_keeps_fences_and_messages_through_failover_freeze_and_restart() {
-    let history = fleet::run(&[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]);
+    fleet_holds(Store::Drain, &[Fault::Failover, Fault::FrozenHolder, Fault::EmptyRestart]);
+}
+
+/// The same fleet with the lease and claims on PostgreSQL behind the proxy: a failover
+/// to a standby that lost the last commits, and the lease holder frozen past the TTL.
+#[test]
+fn a_fleet_on_postgres_keeps_fences_and_messages_through_failover_and_freeze() {
+    fleet_holds(Store::Postgres, &[Fault::Failover, Fault::FrozenHolder]);
+}
+
+fn fleet_holds(store: Store, faults: &[Fault]) {
+    let history = fleet::run(store, faults);
     let verdict = fleet_check::check(&history);
     eprintln!("{}", verdict.table());
     eprintln!("{}", verdict.json());
@@ -114,7 +125,17 @@ fn the_fleet_checker_finds_each_broken_rule() {
 /// TTL, slow replies, a partition. Every item recorded once, every process complete.
 #[test]
 fn owner_drains_record_every_item_once_through_a_freeze_slow_replies_and_a_partition() {
-    let verdict = owners::run(&owners::FAULTS);
+    owners_hold(Store::Drain);
+}
+
+/// The same on PostgreSQL behind the proxy.
+#[test]
+fn owner_drains_on_postgres_record_every_item_once_through_a_freeze_slow_replies_and_a_partition() {
+    owners_hold(Store::Postgres);
+}
+
+fn owners_hold(store: Store) {
+    let verdict = owners::run(store, &owners::FAULTS);
     let (n, twice, took) = (verdict.recorded, verdict.twice, verdict.took.as_secs_f64());
     eprintln!("through {:?}: {n} items recorded ({twice} twice) in {took:.1} s", verdict.faults);
     assert!(verdict.violations.is_empty(), "{:#?}", verdict.violations);

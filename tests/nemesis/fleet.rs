@@ -1,9 +1,9 @@
 //! The fleet run: `drain run` processes, as a fleet runs them, drain a RabbitMQ queue
-//! into another with the lease and claims on a managed Redis (a primary and a replica
-//! behind the loopback proxy of `harness.rs`), each message stamped with its tick's
-//! fence. A producer feeds the source all along; a consumer reads the target and
+//! into another with the lease and claims on a managed store behind the loopback proxy
+//! of `harness.rs` (Redis: a primary and a replica; or PostgreSQL), each message
+//! stamped with its tick's fence. A producer feeds the source all along; a consumer reads the target and
 //! checks every message's fence with drain-core's `FenceCheck`, as the example
-//! consumer does. The nemesis runs the faults of `harness.rs` on Redis, and freezes
+//! consumer does. The nemesis runs the faults of `harness.rs` on the store, and freezes
 //! the process that holds the lease (SIGSTOP past the TTL).
 //!
 //! What is recorded: every message fed, every arrival at the consumer (its fence and
@@ -97,13 +97,18 @@ async fn consume(shared: &Shared, endpoint: Endpoint, queue: &str) {
     source.close().await.expect("close the consumer");
 }
 
-/// The instance that holds `queue`'s lease on `primary` now, if one does.
+/// The instance that holds `queue`'s lease on the store now, if one does.
 fn holder(servers: &Servers, queue: &str) -> Option<usize> {
-    let keys = KeySpace::new("drain").lease(&LeaseName::queue(queue));
-    let Ok(Reply::Bulk(Some(token))) = servers.primary()?.command(&["GET", &keys.lease]) else { return None };
-    let token = String::from_utf8_lossy(&token).into_owned();
-    let instance = token.rsplit_once(':')?.0;
-    instance.strip_prefix("fleet-")?.parse().ok()
+    let holder = if let Some(primary) = servers.primary() {
+        let keys = KeySpace::new("drain").lease(&LeaseName::queue(queue));
+        let Ok(Reply::Bulk(Some(token))) = primary.command(&["GET", &keys.lease]) else { return None };
+        String::from_utf8_lossy(&token).rsplit_once(':')?.0.to_owned()
+    } else {
+        // Queue names are plain identifiers: nothing to quote.
+        let sql = format!("SELECT holder FROM drain.leases WHERE name = '{queue}' AND expires_at > clock_timestamp()");
+        servers.postgres()?.sql(&sql).ok()?.into_iter().next()?.into_iter().next()??
+    };
+    holder.strip_prefix("fleet-")?.parse().ok()
 }
 
 /// The ticks a process logged: each report with a fence, and its possible duplicates.
@@ -125,20 +130,20 @@ fn ticks(p: &mut Running, instance: usize) -> Vec<Tick> {
         .collect()
 }
 
-/// Run `faults` in order on a fleet; the recorded history.
-pub(crate) fn run(faults: &[Fault]) -> FleetHistory {
+/// Run `faults` in order on a fleet with its lease and claims on `store` (adapter-redis
+/// or adapter-postgres); the recorded history.
+pub(crate) fn run(store: Store, faults: &[Fault]) -> FleetHistory {
     let broker = Broker::shared("nemesis_fleet");
-    let mut servers = Servers::start(Store::Drain);
+    let mut servers = Servers::start(store);
     drain_bin(); // built before the clock starts
     let (source, target) = (Queue::declare(&broker, "fleet-source"), Queue::declare(&broker, "fleet-target"));
     let endpoint = |q: &str| Endpoint::parse(&broker.url(q)).expect("a queue's URL").endpoint;
     let mut procs: Vec<Running> = (0..PROCESSES)
         .map(|i| {
             let instance = format!("fleet-{i}");
-            let primary = servers.primary().expect("a Redis primary");
-            let mut cmd = fleet_member(primary, (&broker.url(&source.name), &broker.url(&target.name)), &instance);
-            cmd.env("DRAIN_REDIS_URL", servers.lease_url())
-                .env("DRAIN_TARGET_FENCE_PROPERTY", PROPERTY)
+            let urls = (broker.url(&source.name), broker.url(&target.name));
+            let mut cmd = fleet_member(&servers.lease_url(), (&urls.0, &urls.1), &instance);
+            cmd.env("DRAIN_TARGET_FENCE_PROPERTY", PROPERTY)
                 .env("SERVICEBUS_DRAIN_LOCK_TTL_SECONDS", TTL.as_secs().to_string());
             beat_started(cmd, &instance)
         })

@@ -1,4 +1,4 @@
-//! The fleet run's history (`fleet.rs`) and its checker. Four rules:
+//! The fleet run's history (`fleet.rs`) and its checker. Five rules:
 //!
 //! * **`fence.unique`**: no fence is logged by two ticks (of one process or two);
 //! * **`fence.stamped`**: every message arrives with a fence, but those of a tick

@@ -137,6 +137,14 @@ impl Servers {
         }
     }
 
+    /// The PostgreSQL server behind the proxy (`None` on Redis).
+    pub(crate) fn postgres(&self) -> Option<&PostgresServer> {
+        match &self.managed {
+            Managed::Postgres(pg) => Some(pg),
+            Managed::Redis { .. } => None,
+        }
+    }
+
     /// The lease store's URL, through the proxy.
     pub(crate) fn lease_url(&self) -> String {
         match &self.managed {

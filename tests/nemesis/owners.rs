@@ -1,7 +1,8 @@
 //! Owner drains under the nemesis: `drain owners` processes serve seeded backlogs on
-//! the managed Redis of `harness.rs` (through its proxy) while the nemesis freezes a
-//! process past its owner claims' TTL, slows the replies and partitions the address.
-//! The backlogs are the demo's data in the same Redis, so the faults that lose writes
+//! the managed store of `harness.rs` (Redis or PostgreSQL, through its proxy) while
+//! the nemesis freezes a process past its owner claims' TTL, slows the replies and
+//! partitions the address.
+//! The backlogs are the demo's data in the same store, so the faults that lose writes
 //! (a failover, an empty restart) would lose items drain never saw; they are left out.
 //!
 //! Two rules: **`items.once`**: every item is recorded exactly once and nothing is
@@ -10,7 +11,7 @@
 
 use std::time::{Duration, Instant};
 
-use drain_e2e::owners::{backlog, in_flight, recorded, seed};
+use drain_e2e::owners::Store as Backlogs;
 use drain_e2e::{Running, drain, drain_bin};
 
 use super::check::{Fault, Violation};
@@ -40,12 +41,22 @@ pub(crate) struct OwnersVerdict {
     pub(crate) took: Duration,
 }
 
-/// Run `faults` (of [`FAULTS`]) in order on a fleet of owner drains.
-pub(crate) fn run(faults: &[Fault]) -> OwnersVerdict {
-    let mut servers = Servers::start(Store::Drain);
+/// The backlogs on `servers`' store, seeded and counted through the proxy's address.
+fn backlogs<'a>(servers: &'a Servers, url: &'a str) -> Backlogs<'a> {
+    match (servers.primary(), servers.postgres()) {
+        (Some(primary), _) => Backlogs::Redis(primary),
+        (None, Some(pg)) => Backlogs::Postgres(pg, url),
+        (None, None) => unreachable!("the store is Redis or PostgreSQL"),
+    }
+}
+
+/// Run `faults` (of [`FAULTS`]) in order on a fleet of owner drains on `store`
+/// (adapter-redis or adapter-postgres).
+pub(crate) fn run(store: Store, faults: &[Fault]) -> OwnersVerdict {
+    let mut servers = Servers::start(store);
     drain_bin();
-    let primary = servers.primary().expect("a Redis primary");
-    seed(primary, OWNERS, ITEMS);
+    let url = servers.lease_url();
+    backlogs(&servers, &url).seed(OWNERS, ITEMS);
     let origin = Instant::now();
     let mut procs: Vec<Running> = (0..PROCESSES)
         .map(|_| {
@@ -53,7 +64,7 @@ pub(crate) fn run(faults: &[Fault]) -> OwnersVerdict {
             cmd.args(["owners", "--owners", &OWNERS.to_string(), "--batch", "5", "--pass-ms", "100"])
                 .args(["--item-delay-us", &(ITEM_MS * 1000).to_string()])
                 .args(["--claim-ttl-seconds", &CLAIM_TTL.as_secs().to_string()])
-                .env("DRAIN_REDIS_URL", servers.lease_url())
+                .env("DRAIN_STORE_URL", &url)
                 .env("DRAIN_LOG", "info")
                 .env("PROJECTION_DRAIN_BACKOFF_MIN_SECONDS", "1")
                 .env("PROJECTION_DRAIN_BACKOFF_MAX_SECONDS", "2");
@@ -93,9 +104,9 @@ pub(crate) fn run(faults: &[Fault]) -> OwnersVerdict {
             violations.push(Violation { rule: "owners.finish", at: origin.elapsed(), what });
         }
     }
-    let primary = servers.primary().expect("a Redis primary");
-    let (n, twice) = recorded(primary);
-    let left = (backlog(primary), in_flight(primary));
+    let backlogs = backlogs(&servers, &url);
+    let (n, twice) = backlogs.recorded();
+    let left = (backlogs.backlog(), backlogs.in_flight());
     if n != ITEMS as i64 || twice != 0 || left != (0, 0) {
         let what = format!("{n} of {ITEMS} items recorded, {twice} twice, {left:?} left in the backlogs and in flight");
         violations.push(Violation { rule: "items.once", at: origin.elapsed(), what });

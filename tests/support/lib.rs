@@ -289,13 +289,14 @@ pub fn cpu_seconds(pid: u32) -> f64 {
 }
 
 /// `drain run` as one process `instance` of a fleet, from `source` to `target`: lease
-/// and claims on `redis`, a beat every second, batches of 32 waited for up to
-/// 500 ms, an info log. Each test adds its own settings, then [`beat_started`].
-pub fn fleet_member(redis: &RedisServer, (source, target): (&str, &str), instance: &str) -> Command {
+/// and claims on the store at `store_url` (Redis or PostgreSQL), a beat every second,
+/// batches of 32 waited for up to 500 ms, an info log. Each test adds its own
+/// settings, then [`beat_started`].
+pub fn fleet_member(store_url: &str, (source, target): (&str, &str), instance: &str) -> Command {
     let mut cmd = drain();
     cmd.arg("run")
         .env("DRAIN_LOG", "info")
-        .env("DRAIN_REDIS_URL", redis.url())
+        .env("DRAIN_STORE_URL", store_url)
         .env("DRAIN_SOURCE_URL", source)
         .env("DRAIN_TARGET_URL", target)
         .env("DRAIN_INSTANCE_ID", instance)

@@ -386,22 +386,27 @@ impl RedisCluster {
         assert!(masters >= 1, "a cluster needs at least one master");
         let mut nodes = Vec::with_capacity(masters);
         for _ in 0..masters {
-            let bus = free_port().to_string();
-            let node = RedisServer::start_with(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-port",
-                &bus,
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-node-timeout",
-                "5000",
-            ]);
+            let node = Self::node();
             nodes.push(node);
         }
         let cluster = RedisCluster { nodes };
         cluster.form();
         cluster
+    }
+
+    /// A node with cluster mode on, its bus port probed free.
+    fn node() -> RedisServer {
+        let bus = free_port().to_string();
+        RedisServer::start_with(&[
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus,
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ])
     }
 
     fn form(&self) {
@@ -437,7 +442,71 @@ impl RedisCluster {
         }
     }
 
-    /// The nodes, in slot order (node 0 serves the lowest slots).
+    /// Start a replica of node `of`, joined to the cluster by `CLUSTER MEET` and
+    /// `CLUSTER REPLICATE`, and wait until it is in sync; its index in
+    /// [`nodes`](Self::nodes). Its cluster configuration lives in its directory, so a
+    /// [`RedisServer::restart`] brings it back as the same node.
+    ///
+    /// # Panics
+    /// When it does not start, join or sync within [`CLUSTER_TIMEOUT`].
+    pub fn add_replica(&mut self, of: usize) -> usize {
+        let master = &self.nodes[of];
+        let replica = Self::node();
+        let myself = |node: &RedisServer| -> (String, String) {
+            let Ok(Reply::Bulk(Some(text))) = node.command(&["CLUSTER", "NODES"]) else {
+                panic!("CLUSTER NODES on port {}", node.port)
+            };
+            let text = String::from_utf8_lossy(&text).into_owned();
+            let line = text.lines().find(|l| l.contains("myself")).expect("a line for the node itself").to_owned();
+            let mut fields = line.split(' ');
+            let id = fields.next().unwrap_or_default().to_owned();
+            // `ip:port@cport`: the bus port follows the `@`.
+            let cport = fields.next().and_then(|a| a.split(['@', ',']).nth(1)).unwrap_or_default().to_owned();
+            (id, cport)
+        };
+        let (master_id, master_bus) = myself(master);
+        let port = master.port.to_string();
+        // The first sync starts at once, not after the default 5 s wait for more replicas.
+        let _ = master.command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        assert_eq!(
+            replica.command(&["CLUSTER", "MEET", "127.0.0.1", &port, &master_bus]).expect("meet"),
+            Reply::Simple("OK".into())
+        );
+        let deadline = Instant::now() + CLUSTER_TIMEOUT;
+        loop {
+            // The master is known once the handshake is over; only then may it be replicated.
+            if replica.command(&["CLUSTER", "REPLICATE", &master_id]).ok() == Some(Reply::Simple("OK".into())) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the new node did not learn master {master_id} in {CLUSTER_TIMEOUT:?}");
+            thread::sleep(Duration::from_millis(50));
+        }
+        loop {
+            let synced = replica.info("replication").is_ok_and(|info| {
+                info.iter().any(|(k, v)| k == "master_link_status" && v == "up")
+                    && !info.iter().any(|(k, v)| k == "master_sync_in_progress" && v == "1")
+            });
+            // Every node must know the replica, or none but its master would follow
+            // it when it takes the slots over.
+            let known = format!("cluster_known_nodes:{}\r", self.nodes.len() + 1);
+            let knows = |node: &RedisServer| {
+                matches!(node.command(&["CLUSTER", "INFO"]), Ok(Reply::Bulk(Some(text)))
+                    if String::from_utf8_lossy(&text).contains("cluster_state:ok")
+                        && String::from_utf8_lossy(&text).contains(&known))
+            };
+            let synced = synced && knows(&replica) && self.nodes.iter().all(knows);
+            if synced {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the replica did not sync in {CLUSTER_TIMEOUT:?}");
+            thread::sleep(Duration::from_millis(50));
+        }
+        self.nodes.push(replica);
+        self.nodes.len() - 1
+    }
+
+    /// The nodes, in slot order (node 0 serves the lowest slots), then the replicas
+    /// [`add_replica`](Self::add_replica) added.
     #[must_use]
     pub fn nodes(&self) -> &[RedisServer] {
         &self.nodes
