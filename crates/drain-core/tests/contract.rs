@@ -89,8 +89,9 @@ fn without_an_outage_hook_or_instances_the_rules_they_need_are_skipped_not_passe
         "owners.error",
         "wake.error",
         "fence.error",
-        "marks.error",
+        "stamps.error",
         "store.one_clock",
+        "store.never_sent",
     ]
     .into_iter()
     .collect();
@@ -200,25 +201,31 @@ fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violat
     let (clock, [store, b, c]) = fleet(Some(defect));
     let all = [&store, &b, &c];
     let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
-    out.push(("marks", block_on(&clock, contract::drain_stamps(&store, &env))));
+    out.push(("fence", block_on(&clock, contract::fence_marks(&store, &env))));
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("stamps", block_on(&clock, contract::drain_stamps(&store, &env))));
     out
 }
 
 /// Instances whose clocks disagree must agree on expiry: a store that judges it on
-/// each instance's clock fails the lease suite and the claim suite, each on its own;
-/// through one instance nothing shows it.
+/// each instance's clock fails every suite that races acquires or claims through
+/// several instances, each on its own; through one instance nothing shows it.
 #[test]
-fn expiry_on_each_instance_s_clock_fails_the_lease_and_claim_suites() {
+fn expiry_on_each_instance_s_clock_fails_the_suites_that_race_through_instances() {
     for (suite, r) in each_suite_alone(Defect::ExpiryOnCallerClock) {
         match suite {
-            "lease" | "claim" => assert_eq!(r.expect_err(suite).rule, Rule::StoreOneClock, "{suite}"),
+            "lease" | "claim" | "wake" | "stamps" => {
+                assert_eq!(r.expect_err(suite).rule, Rule::StoreOneClock, "{suite}");
+            }
             _ => assert!(r.is_ok(), "{suite}: {r:?}"),
         }
     }
     let (clock, [store, _, _]) = fleet(Some(Defect::ExpiryOnCallerClock));
     let env = ContractEnv::new(&*clock).outage(&store);
     let checked = block_on(&clock, store_suites(&store, &env)).unwrap_or_else(|v| panic!("{v}"));
-    assert_eq!(checked.skipped.iter().filter(|(r, _)| *r == Rule::StoreOneClock).count(), 2, "{:?}", checked.skipped);
+    assert_eq!(checked.skipped.iter().filter(|(r, _)| *r == Rule::StoreOneClock).count(), 4, "{:?}", checked.skipped);
 }
 
 /// A store without a timeout of its own would hang each suite's error rules; each
@@ -228,8 +235,49 @@ fn every_store_suite_bounds_the_calls_it_makes_during_an_outage() {
     for (suite, r) in each_suite_alone(Defect::HangsInOutage) {
         let v = r.expect_err(suite);
         assert_eq!(v.rule, Rule::StoreTimeout, "{suite}: {v}");
-        assert!(v.detail.contains("had not returned after 10s"), "{suite}: {v}");
+        assert!(v.detail.contains("had not returned after 5s"), "{suite}: {v}");
     }
+}
+
+/// Virtual time each store suite takes on a fresh fleet with `defect` (or none),
+/// summed over the six, and whether every one failed with `store.timeout`.
+fn six_suites_time(defect: Option<Defect>) -> (Duration, bool) {
+    let mut total = Duration::ZERO;
+    let mut all_timed_out = true;
+    for suite in 0..6 {
+        let (clock, [store, b, c]) = fleet(defect);
+        let all = [&store, &b, &c];
+        let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+        let start = clock.now();
+        let r = block_on(&clock, async {
+            match suite {
+                0 => contract::lease_store(&store, &env).await,
+                1 => contract::claim_store(&store, &env).await,
+                2 => contract::owner_claims(&store, &env).await,
+                3 => contract::release_wake(&store, &env).await,
+                4 => contract::fence_marks(&store, &env).await,
+                _ => contract::drain_stamps(&store, &env).await,
+            }
+        });
+        total += clock.now().saturating_since(start);
+        all_timed_out &= matches!(r, Err(v) if v.rule == Rule::StoreTimeout);
+    }
+    (total, all_timed_out)
+}
+
+/// A store whose calls never return fails all six store suites within a minute
+/// together, at their default deadline; one that hangs only in an outage spends at
+/// most one deadline per suite more than a sound store.
+#[test]
+fn a_store_whose_calls_never_return_fails_all_six_suites_within_a_minute() {
+    let (took, failed) = six_suites_time(Some(Defect::NeverAnswers));
+    assert!(failed, "every suite names store.timeout");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+    let (sound, _) = six_suites_time(None);
+    let (hanging, failed) = six_suites_time(Some(Defect::HangsInOutage));
+    assert!(failed, "every suite names store.timeout");
+    let over = hanging.saturating_sub(sound);
+    assert!(over <= Duration::from_secs(6 * 5), "{over:?} beyond a sound store's {sound:?}");
 }
 
 #[test]

@@ -17,7 +17,11 @@
 //! from a healthy store breaks a rule too (rule `store.answers`). Every call MUST
 //! come back within a bounded time, with `Err` when the store did not answer within
 //! the adapter's own timeout: a call that waits for ever on a store that is down
-//! stalls the tick that made it (rule `store.timeout`). Expiry MUST be judged on one
+//! stalls the tick that made it (rule `store.timeout`). An error MUST be marked
+//! never sent ([`PortError::never_sent`](crate::PortError::never_sent)) only when the
+//! request cannot have reached the store: a call that timed out may still run when
+//! the server answers again, and a caller told it never ran does not clean up after
+//! it (rule `store.never_sent`). Expiry MUST be judged on one
 //! clock, the store's: every instance of a store (each process of a fleet, each
 //! connection) agrees on whether a lease or a claim still holds, however far the
 //! callers' own clocks are apart, so a store on a server computes and compares

@@ -56,6 +56,9 @@ pub struct BrokenStore {
     /// Each claim's last pending holder's token, kept as a row keeps it after its
     /// time ran out; only `SettleExpiredOwn` reads it.
     expired_rows: Arc<std::sync::Mutex<HashMap<(String, MessageId), String>>>,
+    /// Acquires a frozen store got during an outage and runs when it thaws; only
+    /// `TimeoutReportedUnsent` keeps them.
+    thawing: Arc<std::sync::Mutex<Vec<(LeaseName, LeaseToken, Duration)>>>,
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -87,6 +90,7 @@ impl BrokenStore {
             connection: Mutex::new(()),
             skew_ms: 0,
             expired_rows: Arc::default(),
+            thawing: Arc::default(),
         }
     }
 
@@ -101,6 +105,7 @@ impl BrokenStore {
             connection: Mutex::new(()),
             skew_ms: 0,
             expired_rows: Arc::clone(&self.expired_rows),
+            thawing: Arc::clone(&self.thawing),
         }
     }
 
@@ -125,7 +130,7 @@ impl BrokenStore {
     /// A call to a store without a timeout of its own: while the store cannot
     /// answer, it never comes back.
     async fn stall(&self) {
-        if self.failing(Defect::HangsInOutage) {
+        if self.failing(Defect::HangsInOutage) || self.is(Defect::NeverAnswers) {
             futures::future::pending::<()>().await;
         }
     }
@@ -299,6 +304,11 @@ impl Future for YieldNow {
 impl LeaseStore for BrokenStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.stall().await;
+        if self.failing(Defect::TimeoutReportedUnsent) {
+            let mut thawing = self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            thawing.push((lease.clone(), token.clone(), ttl));
+            return Err(PortError::new(ErrorKind::Timeout, "no answer in time").never_sent());
+        }
         if self.failing(Defect::AcquireErrorAsHeld) {
             return Ok(Acquire::Busy { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
         }
@@ -546,5 +556,9 @@ impl Outage for BrokenStore {
 
     async fn end(&self) {
         self.inner.set_failing(None);
+        let thawed = std::mem::take(&mut *self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for (lease, token, ttl) in thawed {
+            let _ = self.inner.call("acquire", |s, now| Ok(mem::acquire(s, now, &lease, &token, ttl)));
+        }
     }
 }

@@ -19,7 +19,7 @@ pub enum Port {
     /// [`FenceMarks`](crate::ports::FenceMarks).
     Fence,
     /// [`DrainStamps`](crate::ports::DrainStamps).
-    Marks,
+    Stamps,
 }
 
 impl Port {
@@ -34,7 +34,7 @@ impl Port {
             Port::Wake => "drain_core::ports::ReleaseWake",
             Port::Source => "drain_core::ports::MessageSource",
             Port::Fence => "drain_core::ports::FenceMarks",
-            Port::Marks => "drain_core::ports::DrainStamps",
+            Port::Stamps => "drain_core::ports::DrainStamps",
         }
     }
 }
@@ -79,6 +79,7 @@ rules! {
     StoreAnswers => Store, "store.answers";
     StoreTimeout => Store, "store.timeout";
     StoreOneClock => Store, "store.one_clock";
+    StoreNeverSent => Store, "store.never_sent";
 
     LeaseAcquireExclusive => Lease, "lease.acquire.exclusive";
     LeaseFenceIncreases => Lease, "lease.fence.increases";
@@ -126,11 +127,14 @@ rules! {
     WakePeekRegisters => Wake, "wake.peek.registers";
     WakeRegisterOnce => Wake, "wake.register.once";
     WakeRegisterExpires => Wake, "wake.register.expires";
+    WakeAcquireExclusive => Wake, "wake.acquire.exclusive";
     WakeAcquireRegisters => Wake, "wake.acquire.registers";
     WakeAcquireUnregisters => Wake, "wake.acquire.unregisters";
     WakeReleaseFrees => Wake, "wake.release.frees";
+    WakeReleaseFence => Wake, "wake.release.fence";
     WakeReleaseOne => Wake, "wake.release.one";
     WakeReleaseReports => Wake, "wake.release.reports";
+    WakeReleaseCommitted => Wake, "wake.release.committed";
     WakeReleaseQuiet => Wake, "wake.release.quiet";
     WakeError => Wake, "wake.error";
 
@@ -147,17 +151,24 @@ rules! {
     FenceStale => Fence, "fence.stale";
     FenceExclusive => Fence, "fence.exclusive";
     FenceKeeps => Fence, "fence.keeps";
+    FenceUnits => Fence, "fence.units";
     FenceResources => Fence, "fence.resources";
     FenceError => Fence, "fence.error";
 
-    MarksPeekClaims => Marks, "marks.peek.claims";
-    MarksPeekNone => Marks, "marks.peek.none";
-    MarksAcquire => Marks, "marks.acquire";
-    MarksAcquireUnmarked => Marks, "marks.acquire.unmarked";
-    MarksRelease => Marks, "marks.release";
-    MarksReleaseStamps => Marks, "marks.release.stamps";
-    MarksReleaseQuiet => Marks, "marks.release.quiet";
-    MarksError => Marks, "marks.error";
+    StampsPeekClaims => Stamps, "stamps.peek.claims";
+    StampsPeekNone => Stamps, "stamps.peek.none";
+    StampsPeekAtomic => Stamps, "stamps.peek.atomic";
+    StampsKeeps => Stamps, "stamps.keeps";
+    StampsAcquire => Stamps, "stamps.acquire";
+    StampsAcquireExclusive => Stamps, "stamps.acquire.exclusive";
+    StampsAcquireUnstamped => Stamps, "stamps.acquire.unstamped";
+    StampsRelease => Stamps, "stamps.release";
+    StampsReleaseFence => Stamps, "stamps.release.fence";
+    StampsReleaseDrained => Stamps, "stamps.release.drained";
+    StampsReleaseQuiet => Stamps, "stamps.release.quiet";
+    StampsReleaseNotOwner => Stamps, "stamps.release.not_owner";
+    StampsReleaseUnstarted => Stamps, "stamps.release.unstarted";
+    StampsError => Stamps, "stamps.error";
 }
 
 #[cfg(test)]
@@ -253,7 +264,7 @@ mod tests {
                 Port::Wake => "wake.",
                 Port::Source => "source.",
                 Port::Fence => "fence.",
-                Port::Marks => "marks.",
+                Port::Stamps => "stamps.",
             };
             assert!(r.id().starts_with(prefix), "{r:?}");
         }
