@@ -21,7 +21,8 @@ where
         + drain_core::ports::OwnerClaims
         + drain_core::ports::ReleaseWake
         + drain_core::ports::FenceMarks
-        + drain_core::ports::DrainStamps,
+        + drain_core::ports::DrainStamps
+        + drain_core::ports::FencedWrites,
 {
     let mut all = Checked::default();
     for checked in [
@@ -31,6 +32,7 @@ where
         contract::release_wake(store, env).await?,
         contract::fence_marks(store, env).await?,
         contract::drain_stamps(store, env).await?,
+        contract::fenced_writes(store, env).await?,
     ] {
         all.checked.extend(checked.checked);
         all.skipped.extend(checked.skipped);
@@ -90,6 +92,7 @@ fn without_an_outage_hook_or_instances_the_rules_they_need_are_skipped_not_passe
         "wake.error",
         "fence.error",
         "stamps.error",
+        "write.error",
         "store.one_clock",
         "store.never_sent",
     ]
@@ -206,6 +209,10 @@ fn each_suite_alone(defect: Defect) -> Vec<(&'static str, Result<Checked, Violat
     let all = [&store, &b, &c];
     let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
     out.push(("stamps", block_on(&clock, contract::drain_stamps(&store, &env))));
+    let (clock, [store, b, c]) = fleet(Some(defect));
+    let all = [&store, &b, &c];
+    let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
+    out.push(("writes", block_on(&clock, contract::fenced_writes(&store, &env))));
     out
 }
 
@@ -240,11 +247,11 @@ fn every_store_suite_bounds_the_calls_it_makes_during_an_outage() {
 }
 
 /// Virtual time each store suite takes on a fresh fleet with `defect` (or none),
-/// summed over the six, and whether every one failed with `store.timeout`.
+/// summed over the seven, and whether every one failed with `store.timeout`.
 fn six_suites_time(defect: Option<Defect>) -> (Duration, bool) {
     let mut total = Duration::ZERO;
     let mut all_timed_out = true;
-    for suite in 0..6 {
+    for suite in 0..7 {
         let (clock, [store, b, c]) = fleet(defect);
         let all = [&store, &b, &c];
         let env = ContractEnv::new(&*clock).outage(&store).instances(&all);
@@ -256,7 +263,8 @@ fn six_suites_time(defect: Option<Defect>) -> (Duration, bool) {
                 2 => contract::owner_claims(&store, &env).await,
                 3 => contract::release_wake(&store, &env).await,
                 4 => contract::fence_marks(&store, &env).await,
-                _ => contract::drain_stamps(&store, &env).await,
+                5 => contract::drain_stamps(&store, &env).await,
+                _ => contract::fenced_writes(&store, &env).await,
             }
         });
         total += clock.now().saturating_since(start);
@@ -265,11 +273,11 @@ fn six_suites_time(defect: Option<Defect>) -> (Duration, bool) {
     (total, all_timed_out)
 }
 
-/// A store whose calls never return fails all six store suites within a minute
+/// A store whose calls never return fails all seven store suites within a minute
 /// together, at their default deadline; one that hangs only in an outage spends at
 /// most one deadline per suite more than a sound store.
 #[test]
-fn a_store_whose_calls_never_return_fails_all_six_suites_within_a_minute() {
+fn a_store_whose_calls_never_return_fails_every_store_suite_within_a_minute() {
     let (took, failed) = six_suites_time(Some(Defect::NeverAnswers));
     assert!(failed, "every suite names store.timeout");
     assert!(took < Duration::from_secs(60), "{took:?}");
@@ -277,7 +285,7 @@ fn a_store_whose_calls_never_return_fails_all_six_suites_within_a_minute() {
     let (hanging, failed) = six_suites_time(Some(Defect::HangsInOutage));
     assert!(failed, "every suite names store.timeout");
     let over = hanging.saturating_sub(sound);
-    assert!(over <= Duration::from_secs(6 * 5), "{over:?} beyond a sound store's {sound:?}");
+    assert!(over <= Duration::from_secs(7 * 5), "{over:?} beyond a sound store's {sound:?}");
 }
 
 #[test]

@@ -8,6 +8,7 @@
 //! | [`ReleaseWake`] | the release wake-up (optional capability) | when the release wake is wanted |
 //! | [`DrainStamps`] | when each owner's latest drain began (optional capability) | when served requests are skipped |
 //! | [`FenceMarks`] | the highest fence each resource accepted, to refuse stale writers | where writes are checked against fences |
+//! | [`FencedWrites`] | values written only while their fence is the lease's current one | where writes land in the lease's store |
 //! | [`MessageSource`], [`Submitter`] | the queue and the target | for a tick |
 //! | [`Clock`], [`Observer`] | time and decisions | always |
 //!
@@ -41,6 +42,7 @@ mod owners;
 mod source;
 mod submit;
 mod wake;
+mod writes;
 
 pub use claim::{
     ClaimState, ClaimStore, ClaimTtls, SettleAction, SettleResult, SettledThenClaimed, Settlement,
@@ -55,3 +57,4 @@ pub use owners::{OwnerClaim, OwnerClaims};
 pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, PropertyValue};
 pub use submit::{SubmitContext, Submitter};
 pub use wake::{ReleaseWake, Releases, Waiter, WakeRelease};
+pub use writes::{FencedWrites, WriteVerdict};

@@ -138,4 +138,11 @@ defects! {
     StampOnExpiredOwn => StampsReleaseNotOwner: "a drained release of our own expired claim answers NotOwner and still publishes its start";
     StampAfterPlainAcquire => StampsReleaseUnstarted: "a drained release publishes the last start recorded, whoever took the claim: after a plain acquire, an earlier holder's";
     StampsErrorAsAnswer => StampsError: "a stamped peek or acquire the store cannot answer answers as if free and unstamped";
+
+    WriteAnyFence => WriteStale: "a fenced write lands whatever its fence";
+    WriteNotBelowFence => WriteStale: "a fenced write lands when its fence is not below the current one, like a mark: a fence never handed out writes";
+    WriteOnlyWhileHeld => WriteCurrent: "a fenced write is refused once its lease expired or was released, although nobody took it since";
+    WriteCheckThenSet => WriteAtomic: "a fenced write reads the current fence, then writes in a second step: a stale holder's write lands after the new holder's acquire";
+    WriteKeysShared => WriteRead: "fenced values are keyed by the key alone: leases of one key name share a value";
+    WriteErrorAsStale => WriteError: "a fenced write the store cannot answer answers Stale, a read answers None";
 }

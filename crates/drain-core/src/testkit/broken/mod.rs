@@ -39,6 +39,7 @@ mod defect;
 mod drained;
 mod fence;
 mod wake;
+mod writes;
 
 pub use defect::Defect;
 

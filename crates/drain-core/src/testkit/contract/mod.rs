@@ -49,6 +49,7 @@ mod owners;
 mod rules;
 mod source;
 mod wake;
+mod writes;
 
 pub use claim::claim_store;
 pub use drained::drain_stamps;
@@ -58,6 +59,7 @@ pub use owners::owner_claims;
 pub use rules::{Port, Rule};
 pub use source::message_source;
 pub use wake::release_wake;
+pub use writes::fenced_writes;
 
 use std::fmt;
 use std::future::Future;

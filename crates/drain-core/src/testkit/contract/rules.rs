@@ -20,6 +20,8 @@ pub enum Port {
     Fence,
     /// [`DrainStamps`](crate::ports::DrainStamps).
     Stamps,
+    /// [`FencedWrites`](crate::ports::FencedWrites).
+    Write,
 }
 
 impl Port {
@@ -35,6 +37,7 @@ impl Port {
             Port::Source => "drain_core::ports::MessageSource",
             Port::Fence => "drain_core::ports::FenceMarks",
             Port::Stamps => "drain_core::ports::DrainStamps",
+            Port::Write => "drain_core::ports::FencedWrites",
         }
     }
 }
@@ -169,6 +172,12 @@ rules! {
     StampsReleaseNotOwner => Stamps, "stamps.release.not_owner";
     StampsReleaseUnstarted => Stamps, "stamps.release.unstarted";
     StampsError => Stamps, "stamps.error";
+
+    WriteCurrent => Write, "write.current";
+    WriteStale => Write, "write.stale";
+    WriteAtomic => Write, "write.atomic";
+    WriteRead => Write, "write.read";
+    WriteError => Write, "write.error";
 }
 
 #[cfg(test)]
@@ -190,6 +199,7 @@ mod tests {
         ("ports/observer.rs", include_str!("../../ports/observer.rs")),
         ("ports/marks.rs", include_str!("../../ports/marks.rs")),
         ("ports/drained.rs", include_str!("../../ports/drained.rs")),
+        ("ports/writes.rs", include_str!("../../ports/writes.rs")),
     ];
 
     /// The doc comments of a file as sentences, with the file's name.
@@ -265,6 +275,7 @@ mod tests {
                 Port::Source => "source.",
                 Port::Fence => "fence.",
                 Port::Stamps => "stamps.",
+                Port::Write => "write.",
             };
             assert!(r.id().starts_with(prefix), "{r:?}");
         }
