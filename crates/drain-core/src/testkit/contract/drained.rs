@@ -4,7 +4,7 @@ use futures::future::join_all;
 
 use super::{Checked, ContractEnv, Rule, Suite, Violation, token};
 use crate::admission::OwnerId;
-use crate::ports::{Acquire, DrainStamps, LeaseName, LeaseStore, OwnerClaim, Release, StampedClaim};
+use crate::ports::{Acquire, DrainStamps, LeaseName, LeaseStore, OwnerClaim, Release, StampedClaim, Waiter};
 use crate::time::Time;
 use crate::token::LeaseToken;
 
@@ -249,8 +249,8 @@ where
     Ok(())
 }
 
-/// Rounds of a drained release racing stamped peeks of its owner, through every
-/// instance: each peek answers the claim held and no stamp (before the release), or
+/// Rounds of a drained release racing stamped peeks of its owner, with a waiter and
+/// without, through every instance: each peek answers the claim held and no stamp (before the release), or
 /// the claim free and the stamp (after it), never one half of each.
 async fn atomic_peeks<S>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation>
 where
@@ -258,6 +258,8 @@ where
 {
     let pool = s.env.pool(store);
     let peeks = s.env.callers.max(2);
+    // Every other peek registers a waiter nobody listens for, as admission's do.
+    let waiter = Waiter { instance: s.env.name("stamp-peeker"), ttl: s.env.short_ttl };
     for round in 0..s.env.rounds {
         let o = OwnerId::from(s.env.name(&format!("stamp-peek-{round}")));
         let h = token("stamp-peek-holder", 400 + round as u64);
@@ -265,7 +267,7 @@ where
         // The release goes in at a place that turns with the round.
         let at = round % peeks;
         let env = s.env;
-        let (o, h) = (&o, &h);
+        let (o, h, waiter) = (&o, &h, &waiter);
         let calls = (0..=peeks).map(|i| {
             let on = pool[i % pool.len()];
             async move {
@@ -273,7 +275,8 @@ where
                     let r = env.within(env.deadline, on.release_drained(o, h, true, false)).await;
                     (Some(r), None)
                 } else {
-                    let p = env.within(env.deadline, on.peek_stamped(std::slice::from_ref(o), None)).await;
+                    let w = (i % 2 == 1).then_some(waiter);
+                    let p = env.within(env.deadline, on.peek_stamped(std::slice::from_ref(o), w)).await;
                     (None, Some(p))
                 }
             }
