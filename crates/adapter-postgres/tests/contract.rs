@@ -116,3 +116,35 @@ async fn every_suite_at_once_on_one_store() {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
 }
+
+/// The outage recipe for a server others use: the stores under test connect through
+/// a proxy, and the outage holds the proxy's traffic (their connections alone
+/// frozen) instead of freezing the server. The error rules pass as with SIGSTOP, and
+/// the server answers another client meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_rules_pass_behind_a_held_proxy_on_a_server_that_keeps_serving() {
+    let Some(pg) = server() else { return };
+    let direct = pg.url();
+    let port: u16 =
+        direct.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
+    let proxy = test_servers::proxy::Proxy::start(([127, 0, 0, 1], port).into());
+    let url = direct.replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+    let stores = fleet(&url).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
+    let clock = TokioClock::new();
+    let others = pg.sql_handle();
+    let outage = drain_core::testkit::OutageBy::new(
+        || {
+            proxy.hold();
+            // The server itself still answers a client that does not go through it.
+            let answered = others.sql("SELECT 1", Duration::from_secs(5));
+            assert!(answered.is_ok(), "the shared server answers others during the outage: {answered:?}");
+        },
+        || proxy.release(),
+        &clock,
+        Duration::from_millis(100),
+    );
+    let env = env(&clock, "proxied-").outage(&outage).instances(&all);
+    all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("stamps", contract::drain_stamps(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+}

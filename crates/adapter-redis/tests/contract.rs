@@ -1,8 +1,7 @@
 //! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
 //! drain stamps, fenced writes, concurrency and the error rules included) against a
-//! private redis-server and a
-//! private 3-master Redis Cluster, each through three stores as a fleet's processes
-//! would have them.
+//! private redis-server and a private 3-master Redis Cluster, each through three
+//! stores as a fleet's processes would have them.
 
 mod support;
 
