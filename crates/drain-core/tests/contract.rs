@@ -425,3 +425,25 @@ fn a_release_that_counts_a_delivery_or_breaks_its_capability_fails_its_rule() {
         assert_eq!(v.rule, Rule::SourceReleaseUncounted, "refuses={refuses}: {v}");
     }
 }
+
+/// docs/embedding.md's sample test runs every store suite `testkit::contract`
+/// exports, so a store written from the guide is held to every port it implements.
+#[test]
+fn the_embedding_guide_s_sample_test_runs_every_store_suite() {
+    let guide = include_str!("../../../docs/embedding.md");
+    let sample = guide
+        .split("async fn my_store_keeps_the_contract")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/embedding.md has the sample test");
+    let exports = include_str!("../src/testkit/contract/mod.rs");
+    let suites: Vec<&str> = exports
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub use ")?.strip_suffix(';')?.rsplit("::").next())
+        .filter(|name| name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        .filter(|name| *name != "message_source")
+        .collect();
+    assert_eq!(suites.len(), 7, "{suites:?}");
+    let missing: Vec<&&str> = suites.iter().filter(|s| !sample.contains(&format!("contract::{s}(store, &env)"))).collect();
+    assert!(missing.is_empty(), "docs/embedding.md's sample test does not run {missing:?}");
+}
