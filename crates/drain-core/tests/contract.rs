@@ -444,6 +444,30 @@ fn the_embedding_guide_s_sample_test_runs_every_store_suite() {
         .filter(|name| *name != "message_source")
         .collect();
     assert_eq!(suites.len(), 7, "{suites:?}");
-    let missing: Vec<&&str> = suites.iter().filter(|s| !sample.contains(&format!("contract::{s}(store, &env)"))).collect();
+    let missing: Vec<&&str> =
+        suites.iter().filter(|s| !sample.contains(&format!("contract::{s}(store, &env)"))).collect();
     assert!(missing.is_empty(), "docs/embedding.md's sample test does not run {missing:?}");
+}
+
+#[test]
+fn the_outside_sql_store_s_newer_port_variants_are_among_them() {
+    // The variants of an outside team's store for the newer ports that passed every
+    // suite: each is now a broken store, caught by the rule it breaks.
+    for (d, rule) in [
+        (Defect::StampedPeekTwoTrips, Rule::StampsPeekAtomic),
+        (Defect::StampOnExpiredOwn, Rule::StampsReleaseNotOwner),
+        (Defect::WakeReleaseResetsFence, Rule::WakeReleaseFence),
+        (Defect::StampedReleaseResetsFence, Rule::StampsReleaseFence),
+        (Defect::MarksLapseWhenQuiet, Rule::FenceKeeps),
+        (Defect::WakeBeforeRelease, Rule::WakeReleaseCommitted),
+        (Defect::TimeoutReportedUnsent, Rule::StoreNeverSent),
+        (Defect::StampedAcquirePeekThenUpsert, Rule::StampsAcquireExclusive),
+        (Defect::WokeWithoutNotifying, Rule::WakeReleaseReports),
+        (Defect::NeverAnswers, Rule::StoreTimeout),
+        (Defect::StampAfterPlainAcquire, Rule::StampsReleaseUnstarted),
+        (Defect::StampsLapse, Rule::StampsKeeps),
+    ] {
+        assert!(Defect::ALL.contains(&d), "{d:?}");
+        assert_eq!(d.rule(), rule, "{d:?}");
+    }
 }

@@ -261,6 +261,49 @@ mod tests {
         assert!(unnamed.is_empty(), "rules no port doc states: {unnamed:?}");
     }
 
+    /// Port by port, each rule with the one MUST sentence that states it and the
+    /// broken stores that break it (printed with `--nocapture`): every rule is
+    /// stated once, and every store rule is broken by a store of its own. The
+    /// message source's rules have no broken store: its suite is checked against
+    /// doubles in drain-core's `tests/contract.rs`.
+    #[test]
+    fn every_port_s_musts_rules_and_broken_stores_map_one_to_one() {
+        use std::collections::BTreeMap;
+        use std::fmt::Write as _;
+
+        use crate::testkit::broken::Defect;
+
+        let mut stated: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (file, sentence) in sentences() {
+            for id in ids_in(&sentence) {
+                stated.entry(id.to_owned()).or_default().push(format!("{file}: {}", sentence.trim()));
+            }
+        }
+        let mut ports: Vec<Port> = Rule::ALL.iter().map(|r| r.port()).collect();
+        ports.dedup();
+        let (mut table, mut wrong) = (String::new(), Vec::new());
+        for port in ports {
+            let rules: Vec<Rule> = Rule::ALL.iter().copied().filter(|r| r.port() == port).collect();
+            let broken = Defect::ALL.iter().filter(|d| d.rule().port() == port).count();
+            let _ = writeln!(table, "{}: {} rules, {broken} broken stores", port.doc(), rules.len());
+            for rule in rules {
+                let sentences = stated.get(rule.id()).map_or(&[][..], Vec::as_slice);
+                let stores: Vec<String> =
+                    Defect::ALL.iter().filter(|d| d.rule() == rule).map(|d| format!("{d:?}")).collect();
+                let _ = writeln!(table, "  {} <- {}", rule.id(), sentences.join(" | "));
+                let _ = writeln!(table, "  {} -> {}", rule.id(), stores.join(", "));
+                if sentences.len() != 1 {
+                    wrong.push(format!("{} is stated by {} sentences", rule.id(), sentences.len()));
+                }
+                if stores.is_empty() && port != Port::Source {
+                    wrong.push(format!("{} has no broken store", rule.id()));
+                }
+            }
+        }
+        println!("{table}");
+        assert!(wrong.is_empty(), "{}\n{table}", wrong.join("\n"));
+    }
+
     #[test]
     fn ids_are_unique_and_belong_to_their_port() {
         let ids: BTreeSet<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
