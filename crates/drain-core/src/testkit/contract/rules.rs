@@ -267,6 +267,8 @@ mod tests {
     /// message source's rules have no broken store: its suite is checked against
     /// doubles in drain-core's `tests/contract.rs`.
     #[test]
+    // The table is the test's answer to a reader: printed, not only on failure.
+    #[allow(clippy::print_stdout)]
     fn every_port_s_musts_rules_and_broken_stores_map_one_to_one() {
         use std::collections::BTreeMap;
         use std::fmt::Write as _;
