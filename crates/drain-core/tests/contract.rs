@@ -288,6 +288,18 @@ fn a_store_whose_calls_never_return_fails_every_store_suite_within_a_minute() {
     assert!(over <= Duration::from_secs(7 * 5), "{over:?} beyond a sound store's {sound:?}");
 }
 
+/// A timed-out call reported as never sent that ran once the store thawed is caught
+/// by the lease suite (an acquire) and the claim suite (a claim), each on its own.
+#[test]
+fn a_timed_out_call_reported_never_sent_fails_the_lease_and_claim_suites() {
+    for (suite, r) in each_suite_alone(Defect::TimeoutReportedUnsent) {
+        match suite {
+            "lease" | "claim" => assert_eq!(r.expect_err(suite).rule, Rule::StoreNeverSent, "{suite}"),
+            _ => assert!(r.is_ok(), "{suite}: {r:?}"),
+        }
+    }
+}
+
 #[test]
 fn every_store_rule_has_a_broken_store_that_breaks_it() {
     let broken: BTreeSet<Rule> = Defect::ALL.iter().map(|d| d.rule()).collect();

@@ -43,7 +43,7 @@ defects! {
     HangsInOutage => StoreTimeout: "calls never return while the store cannot answer (no timeout of its own)";
     ExpiryOnCallerClock => StoreOneClock: "each instance computes and judges expiry on its own clock, not the store's";
     NeverAnswers => StoreTimeout: "no call ever returns, healthy store or not";
-    TimeoutReportedUnsent => StoreNeverSent: "an acquire that timed out in an outage is reported never sent, and the frozen store runs it when it thaws";
+    TimeoutReportedUnsent => StoreNeverSent: "an acquire or a claim that timed out in an outage is reported never sent, and the frozen store runs it when it thaws";
 
     NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
     OneConnectionAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step, on one connection per instance: only calls through different instances interleave";

@@ -57,9 +57,15 @@ pub struct BrokenStore {
     /// Each claim's last pending holder's token, kept as a row keeps it after its
     /// time ran out; only `SettleExpiredOwn` reads it.
     expired_rows: Arc<std::sync::Mutex<HashMap<(String, MessageId), String>>>,
-    /// Acquires a frozen store got during an outage and runs when it thaws; only
-    /// `TimeoutReportedUnsent` keeps them.
-    thawing: Arc<std::sync::Mutex<Vec<(LeaseName, LeaseToken, Duration)>>>,
+    /// Acquires and claims a frozen store got during an outage and runs when it
+    /// thaws; only `TimeoutReportedUnsent` keeps them.
+    thawing: Arc<std::sync::Mutex<Vec<Thawing>>>,
+}
+
+/// A call a frozen store runs when it thaws.
+enum Thawing {
+    Acquire(LeaseName, LeaseToken, Duration),
+    Claim(String, Vec<MessageId>, LeaseToken, Duration),
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -307,7 +313,7 @@ impl LeaseStore for BrokenStore {
         self.stall().await;
         if self.failing(Defect::TimeoutReportedUnsent) {
             let mut thawing = self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            thawing.push((lease.clone(), token.clone(), ttl));
+            thawing.push(Thawing::Acquire(lease.clone(), token.clone(), ttl));
             return Err(PortError::new(ErrorKind::Timeout, "no answer in time").never_sent());
         }
         if self.failing(Defect::AcquireErrorAsHeld) {
@@ -405,6 +411,11 @@ impl ClaimStore for BrokenStore {
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
         self.stall().await;
+        if self.failing(Defect::TimeoutReportedUnsent) {
+            let mut thawing = self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            thawing.push(Thawing::Claim(queue.to_owned(), ids.to_vec(), token.clone(), pending_ttl));
+            return Err(PortError::new(ErrorKind::Timeout, "no answer in time").never_sent());
+        }
         if self.failing(Defect::ClaimErrorAsPending) {
             return Ok(vec![ClaimState::PendingElsewhere { holder: "unknown".to_owned() }; ids.len()]);
         }
@@ -558,8 +569,13 @@ impl Outage for BrokenStore {
     async fn end(&self) {
         self.inner.set_failing(None);
         let thawed = std::mem::take(&mut *self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        for (lease, token, ttl) in thawed {
-            let _ = self.inner.call("acquire", |s, now| Ok(mem::acquire(s, now, &lease, &token, ttl)));
+        for call in thawed {
+            let _ = match call {
+                Thawing::Acquire(lease, token, ttl) => self.inner.acquire(&lease, &token, ttl).await.map(drop),
+                Thawing::Claim(queue, ids, token, ttl) => {
+                    self.inner.claim_batch(&queue, &ids, &token, ttl).await.map(drop)
+                }
+            };
         }
     }
 }
