@@ -15,7 +15,7 @@ pub use test_servers::{RedisServer, free_port};
 pub mod owners;
 pub mod postgres;
 pub mod prometheus;
-pub mod proxy;
+pub use test_servers::proxy;
 pub mod rabbit;
 pub mod servicebus;
 

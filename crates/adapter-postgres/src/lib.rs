@@ -8,7 +8,7 @@
 //! [`ReleaseWake`](drain_core::ports::ReleaseWake),
 //! [`DrainStamps`](drain_core::ports::DrainStamps) and
 //! [`FenceMarks`](drain_core::ports::FenceMarks) over drain's schema
-//! (`src/schema_v1.sql` to `src/schema_v5.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
+//! (`src/schema_v1.sql` to `src/schema_v6.sql`, version [`SCHEMA_VERSION`]): a table of leases whose rows
 //! keep their fence when the lease is released or expires (so fences only grow,
 //! across restarts too), a table of claims, a table of waiters, a table of drain stamps, a `schema_version`
 //! table, and one plpgsql function per operation. Every row carries
@@ -101,6 +101,7 @@ mod conn;
 mod drained;
 mod error;
 mod fenced;
+mod fenced_table;
 mod inspect;
 mod orphans;
 mod releases;
@@ -115,6 +116,7 @@ pub use config::{
 };
 pub use error::map_error;
 pub use fenced::{Fenced, FencedError};
+pub use fenced_table::FencedTable;
 pub use inspect::{
     Inspection, ListedLease, Listing, PendingClaim, QueueClaims, SchemaState, check_url, functions, inspect, list,
 };

@@ -10,15 +10,17 @@ use crate::error::map_error;
 /// The schema version this crate writes and reads: 2 adds the fence checks
 /// (`src/schema_v2.sql`), 3 the owner backlogs of `drain owners`
 /// (`src/schema_v3.sql`), 4 the drain stamps (`src/schema_v4.sql`), 5 fences never
-/// below the server's clock (`src/schema_v5.sql`). A store that finds an older
+/// below the server's clock (`src/schema_v5.sql`), 6 a stamped peek that reads the
+/// claims and the stamps of one instant (`src/schema_v6.sql`). A store that finds an older
 /// version upgrades it as it would create it (the SQL is idempotent).
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 const SCHEMA_V1: &str = include_str!("schema_v1.sql");
 const SCHEMA_V2: &str = include_str!("schema_v2.sql");
 const SCHEMA_V3: &str = include_str!("schema_v3.sql");
 const SCHEMA_V4: &str = include_str!("schema_v4.sql");
 const SCHEMA_V5: &str = include_str!("schema_v5.sql");
+const SCHEMA_V6: &str = include_str!("schema_v6.sql");
 
 /// The SQL that creates drain's schema `schema` (tables, functions, version rows),
 /// or upgrades an older version of it, idempotent: run it as a role that may create
@@ -30,7 +32,8 @@ const SCHEMA_V5: &str = include_str!("schema_v5.sql");
 /// digits and `_`, not starting with a digit, 1 to 63 bytes).
 pub fn schema_sql(schema: &str) -> Result<String, PortError> {
     check_schema(schema)?;
-    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}\n{SCHEMA_V3}\n{SCHEMA_V4}\n{SCHEMA_V5}").replace("@SCHEMA@", schema))
+    Ok(format!("{SCHEMA_V1}\n{SCHEMA_V2}\n{SCHEMA_V3}\n{SCHEMA_V4}\n{SCHEMA_V5}\n{SCHEMA_V6}")
+        .replace("@SCHEMA@", schema))
 }
 
 /// The SQL that lets `role` run drain on schema `schema` and nothing more: `USAGE`

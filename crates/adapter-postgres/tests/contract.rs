@@ -1,11 +1,17 @@
 //! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
-//! concurrency and the error rules included) against a private PostgreSQL, through
-//! three stores as a fleet's processes would have them.
+//! drain stamps, fenced writes through `FencedTable`, concurrency and the error rules
+//! included) against a private PostgreSQL, through three stores as a fleet's
+//! processes would have them.
 
 mod support;
 
-use adapter_postgres::PostgresStore;
-use drain_core::testkit::contract::{self, Checked};
+use std::time::Duration;
+
+use adapter_postgres::{FencedTable, PostgresStore};
+use drain_core::PortError;
+use drain_core::ports::{Acquire, Fence, FencedWrites, Holding, LeaseName, LeaseStore, Release, Renew, WriteVerdict};
+use drain_core::testkit::contract::{self, Checked, ContractEnv};
+use drain_core::token::LeaseToken;
 
 use support::{TokioClock, env, fleet, frozen, server};
 
@@ -35,7 +41,58 @@ suites!(passes_the_lease_contract: "lease" => contract::lease_store);
 suites!(passes_the_claim_contract: "claim" => contract::claim_store);
 suites!(passes_the_fence_marks_contract: "fence" => contract::fence_marks);
 suites!(passes_the_owner_claims_and_release_wake_contracts: "owners" => contract::owner_claims, "wake" => contract::release_wake);
-suites!(passes_the_drain_marks_contract: "marks" => contract::drain_stamps);
+suites!(passes_the_drain_stamps_contract: "stamps" => contract::drain_stamps);
+
+/// A store's leases and a [`FencedTable`] of values beside them, as the one store
+/// the fenced writes' suite takes.
+struct LeasesAndValues {
+    leases: PostgresStore,
+    values: FencedTable,
+}
+
+#[drain_core::async_trait]
+impl LeaseStore for LeasesAndValues {
+    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
+        self.leases.acquire(lease, token, ttl).await
+    }
+    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
+        self.leases.release(lease, token).await
+    }
+    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
+        self.leases.renew(lease, token, ttl).await
+    }
+    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
+        self.leases.peek(lease).await
+    }
+}
+
+#[drain_core::async_trait]
+impl FencedWrites for LeasesAndValues {
+    async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
+        self.values.write_fenced(fence, key, value).await
+    }
+    async fn read_fenced(&self, lease: &LeaseName, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        self.values.read_fenced(lease, key).await
+    }
+}
+
+/// `PostgresStore::fenced`, as `FencedTable` writes through it, keeps the fenced
+/// writes' contract: three instances, each with a connection of its own, the server
+/// frozen for the error rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_table_passes_the_fenced_writes_contract() {
+    let pg = server();
+    let mut fleet_of = Vec::new();
+    for store in fleet(&pg.url()).await {
+        let values = FencedTable::create(store.clone(), "fenced_values").await.expect("the values' table");
+        fleet_of.push(LeasesAndValues { leases: store, values });
+    }
+    let all: Vec<&LeasesAndValues> = fleet_of.iter().collect();
+    let clock = TokioClock::new();
+    let outage = frozen(pg.freezer(), &clock);
+    let env = ContractEnv::new(&clock).short_ttl(Duration::from_millis(300)).outage(&outage).instances(&all);
+    all_checked("writes", contract::fenced_writes(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+}
 
 /// Every suite at once on one server under different names: the functions keep
 /// their promises while other callers work on the same tables.
@@ -58,4 +115,36 @@ async fn every_suite_at_once_on_one_store() {
     for (what, r) in [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence)] {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
+}
+
+/// The outage recipe for a server others use: the stores under test connect through
+/// a proxy, and the outage holds the proxy's traffic (their connections alone
+/// frozen) instead of freezing the server. The error rules pass as with SIGSTOP, and
+/// the server answers another client meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_rules_pass_behind_a_held_proxy_on_a_server_that_keeps_serving() {
+    let pg = server();
+    let direct = pg.url();
+    let port: u16 =
+        direct.rsplit(':').next().and_then(|p| p.split('/').next()).and_then(|p| p.parse().ok()).expect("port");
+    let proxy = test_servers::proxy::Proxy::start(([127, 0, 0, 1], port).into());
+    let url = direct.replace(&format!(":{port}/"), &format!(":{}/", proxy.port()));
+    let stores = fleet(&url).await;
+    let all: Vec<&PostgresStore> = stores.iter().collect();
+    let clock = TokioClock::new();
+    let others = pg.sql_handle();
+    let outage = drain_core::testkit::OutageBy::new(
+        || {
+            proxy.hold();
+            // The server itself still answers a client that does not go through it.
+            let answered = others.sql("SELECT 1", Duration::from_secs(5));
+            assert!(answered.is_ok(), "the shared server answers others during the outage: {answered:?}");
+        },
+        || proxy.release(),
+        &clock,
+        Duration::from_millis(100),
+    );
+    let env = env(&clock, "proxied-").outage(&outage).instances(&all);
+    all_checked("lease", contract::lease_store(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("stamps", contract::drain_stamps(all[0], &env).await.unwrap_or_else(|v| panic!("{v}")));
 }

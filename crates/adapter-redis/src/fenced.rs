@@ -1,11 +1,13 @@
 //! Fences checked where the writes land: [`RedisStore::fenced_write`] writes a key
 //! only while the writer's fence is not below the key's mark, and
-//! [`FenceMarks`] on Redis. One script (`scripts/fence.lua`), one round trip each.
+//! [`FenceMarks`] on Redis (`scripts/fence.lua`); [`FencedWrites`] writes a value
+//! beside the lease only while the fence is the lease's current one
+//! (`scripts/fenced_value.lua`). One round trip each.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::ports::{Fence, FenceMarks, FenceVerdict};
+use drain_core::ports::{Fence, FenceMarks, FenceVerdict, FencedWrites, LeaseName, WriteVerdict};
 use drain_core::{ErrorKind, PortError};
 use redis::Value;
 
@@ -136,5 +138,36 @@ impl FenceMarks for RedisStore {
         };
         let v = self.eval("admit", &SCRIPTS.fence, &[mark.as_str()], args).await?;
         self.verdict("admit", &v)
+    }
+}
+
+/// Values beside their lease ([`KeySpace::fenced_value`](crate::KeySpace::fenced_value),
+/// in the lease's hash slot): a write is one script that compares the fence with the
+/// lease's fence key and sets the value, a read one `GET`.
+#[async_trait]
+impl FencedWrites for RedisStore {
+    async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
+        let op = "write_fenced";
+        let fence_key = self.keys().lease(fence.lease()).fence;
+        let value_key = self.keys().fenced_value(fence.lease(), key);
+        let number = fence.number().to_string();
+        let args = |cmd: &mut redis::Cmd| {
+            cmd.arg(&number).arg(value);
+        };
+        let v = self.eval(op, &SCRIPTS.fenced_value, &[fence_key.as_str(), value_key.as_str()], args).await?;
+        match self.verdict(op, &v)? {
+            FenceVerdict::Accepted => Ok(WriteVerdict::Written),
+            FenceVerdict::Stale { mark } => Ok(WriteVerdict::Stale { current: mark }),
+        }
+    }
+
+    async fn read_fenced(&self, lease: &LeaseName, key: &str) -> Result<Option<Vec<u8>>, PortError> {
+        let op = "read_fenced";
+        let v = self.query(op, redis::cmd("GET").arg(self.keys().fenced_value(lease, key))).await?;
+        match v {
+            Value::Nil => Ok(None),
+            Value::BulkString(b) => Ok(Some(b)),
+            other => Err(shape_error(op, self.endpoint(), &format!("{other:?}"))),
+        }
     }
 }

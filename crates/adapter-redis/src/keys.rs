@@ -227,6 +227,18 @@ impl KeySpace {
         key
     }
 
+    /// The value `key` written beside `lease` by a fenced write
+    /// (`FencedWrites`): `<prefix>:<kind>-value:{<name>}:<key>`, in the lease's hash
+    /// slot, so one script compares the lease's fence and writes it.
+    #[must_use]
+    pub fn fenced_value(&self, lease: &LeaseName, key: &str) -> String {
+        let (held, _) = lease_kinds(lease);
+        let mut out = self.tagged(&format!("{held}-value"), &encode_name(lease.name().as_bytes()));
+        out.push(':');
+        out.push_str(&encode_name(key.as_bytes()));
+        out
+    }
+
     /// The owner claim key `<prefix>:claim:{<owner>}` that admission peeks by default.
     #[must_use]
     pub fn owner_claim(&self, owner: &str) -> String {

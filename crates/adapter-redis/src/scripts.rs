@@ -35,11 +35,12 @@ pub(crate) struct Scripts {
     pub(crate) acquire_marked: LuaScript,
     pub(crate) release_drained: LuaScript,
     pub(crate) peek_marked: LuaScript,
+    pub(crate) fenced_value: LuaScript,
 }
 
 impl Scripts {
     /// All of them, for `SCRIPT LOAD` at connect.
-    pub(crate) fn all(&self) -> [&LuaScript; 13] {
+    pub(crate) fn all(&self) -> [&LuaScript; 14] {
         [
             &self.acquire,
             &self.release,
@@ -54,6 +55,7 @@ impl Scripts {
             &self.acquire_marked,
             &self.release_drained,
             &self.peek_marked,
+            &self.fenced_value,
         ]
     }
 }
@@ -88,6 +90,7 @@ pub(crate) static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
         concat!(include_str!("scripts/release_drained.lua"), include_str!("scripts/wake_one.lua")),
     ),
     peek_marked: LuaScript::new("peek_marked", include_str!("scripts/peek_marked.lua")),
+    fenced_value: LuaScript::new("fenced_value", include_str!("scripts/fenced_value.lua")),
 });
 
 #[cfg(test)]

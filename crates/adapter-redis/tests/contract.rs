@@ -1,7 +1,7 @@
-//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up, drain stamps,
-//! concurrency and the error rules included) against a private redis-server and a
-//! private 3-master Redis Cluster, each through three stores as a fleet's processes
-//! would have them.
+//! drain-core's contract suites (leases, claims, owner peeks, the release wake-up,
+//! drain stamps, fenced writes, concurrency and the error rules included) against a
+//! private redis-server and a private 3-master Redis Cluster, each through three
+//! stores as a fleet's processes would have them.
 
 mod support;
 
@@ -37,7 +37,8 @@ suites!(standalone_passes_the_lease_contract: "lease" => contract::lease_store);
 suites!(standalone_passes_the_claim_contract: "claim" => contract::claim_store);
 suites!(standalone_passes_the_fence_marks_contract: "fence" => contract::fence_marks);
 suites!(standalone_passes_the_owner_claims_and_release_wake_contracts: "owners" => contract::owner_claims, "wake" => contract::release_wake);
-suites!(standalone_passes_the_drain_marks_contract: "marks" => contract::drain_stamps);
+suites!(standalone_passes_the_drain_stamps_contract: "stamps" => contract::drain_stamps);
+suites!(standalone_passes_the_fenced_writes_contract: "writes" => contract::fenced_writes);
 
 /// One cluster for every suite (forming one takes a few seconds). They run at once
 /// on one store under different names (the outage, which freezes every node, after
@@ -56,18 +57,27 @@ async fn cluster_passes_every_store_contract() {
         env(&clock, "w-"),
         env(&clock, "f-"),
         env(&clock, "m-"),
+        env(&clock, "v-"),
     ]
     .map(|e| e.instances(&all));
-    let (lease, claim, owners, wake, fence, marks) = tokio::join!(
+    let (lease, claim, owners, wake, fence, stamps, writes) = tokio::join!(
         contract::lease_store(store, &envs[0]),
         contract::claim_store(store, &envs[1]),
         contract::owner_claims(store, &envs[2]),
         contract::release_wake(store, &envs[3]),
         contract::fence_marks(store, &envs[4]),
         contract::drain_stamps(store, &envs[5]),
+        contract::fenced_writes(store, &envs[6]),
     );
-    let all_suites =
-        [("lease", lease), ("claim", claim), ("owners", owners), ("wake", wake), ("fence", fence), ("marks", marks)];
+    let all_suites = [
+        ("lease", lease),
+        ("claim", claim),
+        ("owners", owners),
+        ("wake", wake),
+        ("fence", fence),
+        ("stamps", stamps),
+        ("writes", writes),
+    ];
     for (what, r) in all_suites {
         r.unwrap_or_else(|v| panic!("{what}: {v}"));
     }
@@ -79,7 +89,8 @@ async fn cluster_passes_every_store_contract() {
     all_checked("owners", contract::owner_claims(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("wake", contract::release_wake(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
     all_checked("fence", contract::fence_marks(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
-    all_checked("marks", contract::drain_stamps(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("stamps", contract::drain_stamps(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
+    all_checked("writes", contract::fenced_writes(store, &env).await.unwrap_or_else(|v| panic!("{v}")));
 
     for node in cluster.nodes() {
         let errors = node.info("errorstats").expect("INFO errorstats");

@@ -43,6 +43,10 @@
 //! # }
 //! ```
 //!
+//! [`proxy::Proxy`] is a loopback TCP proxy a test can hold: the outage of a store
+//! tested on a server others use (its connections frozen, the server serving the
+//! rest), and of a process whose target must stop answering.
+//!
 //! [`RabbitNode`] is a private RabbitMQ node with the AMQP 1.0 plugin, the one
 //! start-up of the repository: `cargo xtask` starts one for a test run, and a test
 //! that stops and starts its broker starts one of its own.
@@ -51,6 +55,7 @@
 mod pg_sql;
 mod postgres;
 mod process;
+pub mod proxy;
 mod rabbit;
 mod redis_cmd;
 

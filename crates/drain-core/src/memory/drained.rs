@@ -1,5 +1,5 @@
 //! [`DrainStamps`] on the memory store: per owner, the start of the current holder's
-//! turn (by token) and the published mark.
+//! turn (by token) and the published stamp.
 
 use std::time::Duration;
 

@@ -18,6 +18,7 @@ mod drained;
 mod executor;
 mod source;
 pub(crate) mod store;
+mod writes;
 
 pub use clock::ManualClock;
 pub use executor::block_on;

@@ -64,6 +64,8 @@ pub(crate) struct State {
     pub(crate) marks: HashMap<String, (u64, Time)>,
     /// Drain stamps by owner (see `memory::drained`).
     pub(crate) drains: HashMap<String, super::drained::DrainRow>,
+    /// Fenced writes' values by lease and key (see `memory::writes`).
+    pub(crate) values: HashMap<(LeaseName, String), Vec<u8>>,
     calls: BTreeMap<&'static str, u64>,
     pub(crate) failing: Option<ErrorKind>,
     fail_next: u32,

@@ -74,8 +74,14 @@ pub trait FenceMarks: Send + Sync {
     /// (rule `fence.stale`). Admits MUST be atomic: of concurrent admits of different
     /// fences to one resource, the largest is accepted, the mark ends at it, and an
     /// admit that starts after a fence was accepted never accepts a lower one
-    /// (rule `fence.exclusive`). A mark MUST never expire or go down
-    /// (rule `fence.keeps`). Marks of different resources MUST be independent,
+    /// (rule `fence.exclusive`). A mark MUST never expire or go down, however long
+    /// the resource stays quiet (rule `fence.keeps`). Every `u64` MUST compare as the
+    /// number it is, those above the largest signed 64-bit integer and those a
+    /// floating-point number cannot hold included, or be refused with an
+    /// [`ErrorKind::Config`](crate::ErrorKind::Config) error when it is wider than the
+    /// store keeps, never answered: a store that keeps fences in a signed or
+    /// floating-point column refuses a larger fence or accepts a smaller one
+    /// (rule `fence.units`). Marks of different resources MUST be independent,
     /// whatever characters the names hold (rule `fence.resources`).
     async fn admit(&self, resource: &str, fence: u64) -> Result<FenceVerdict, PortError>;
 

@@ -8,6 +8,7 @@
 //! | [`ReleaseWake`] | the release wake-up (optional capability) | when the release wake is wanted |
 //! | [`DrainStamps`] | when each owner's latest drain began (optional capability) | when served requests are skipped |
 //! | [`FenceMarks`] | the highest fence each resource accepted, to refuse stale writers | where writes are checked against fences |
+//! | [`FencedWrites`] | values written only while their fence is the lease's current one | where writes land in the lease's store |
 //! | [`MessageSource`], [`Submitter`] | the queue and the target | for a tick |
 //! | [`Clock`], [`Observer`] | time and decisions | always |
 //!
@@ -17,7 +18,11 @@
 //! from a healthy store breaks a rule too (rule `store.answers`). Every call MUST
 //! come back within a bounded time, with `Err` when the store did not answer within
 //! the adapter's own timeout: a call that waits for ever on a store that is down
-//! stalls the tick that made it (rule `store.timeout`). Expiry MUST be judged on one
+//! stalls the tick that made it (rule `store.timeout`). An error MUST be marked
+//! never sent ([`PortError::never_sent`](crate::PortError::never_sent)) only when the
+//! request cannot have reached the store: a call that timed out may still run when
+//! the server answers again, and a caller told it never ran does not clean up after
+//! it (rule `store.never_sent`). Expiry MUST be judged on one
 //! clock, the store's: every instance of a store (each process of a fleet, each
 //! connection) agrees on whether a lease or a claim still holds, however far the
 //! callers' own clocks are apart, so a store on a server computes and compares
@@ -37,6 +42,7 @@ mod owners;
 mod source;
 mod submit;
 mod wake;
+mod writes;
 
 pub use claim::{
     ClaimState, ClaimStore, ClaimTtls, SettleAction, SettleResult, SettledThenClaimed, Settlement,
@@ -51,3 +57,4 @@ pub use owners::{OwnerClaim, OwnerClaims};
 pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, PropertyValue};
 pub use submit::{SubmitContext, Submitter};
 pub use wake::{ReleaseWake, Releases, Waiter, WakeRelease};
+pub use writes::{FencedWrites, WriteVerdict};

@@ -74,7 +74,10 @@ pub trait ReleaseWake: Send + Sync {
     /// [`LeaseStore::acquire`](crate::ports::LeaseStore::acquire) of `owner`'s claim
     /// that registers `waiter` when the claim is held, in the same step.
     ///
-    /// MUST answer as acquire does, and register `waiter` when it answers `Busy`
+    /// MUST answer as acquire does: of concurrent calls for a free claim, from any
+    /// instance, exactly one answers `Acquired`, with a fence larger than every one
+    /// handed out before for the claim, by this call or a plain acquire
+    /// (rule `wake.acquire.exclusive`). MUST register `waiter` when it answers `Busy`
     /// (rule `wake.acquire.registers`); when it answers `Acquired`, MUST drop
     /// `waiter`'s registration on `owner`, so it does not take a wake-up another
     /// waiter needs (rule `wake.acquire.unregisters`).
@@ -91,10 +94,15 @@ pub trait ReleaseWake: Send + Sync {
     /// with `owner`. Pass `wake = false` when the holder continues with the owner at
     /// once.
     ///
-    /// MUST release as release does (rule `wake.release.frees`). With `wake`, it
+    /// MUST release as release does (rule `wake.release.frees`), and MUST keep the
+    /// claim's fence as release does: the next acquire hands out a larger one
+    /// (rule `wake.release.fence`). With `wake`, it
     /// MUST notify exactly one waiter, the one whose registration is the oldest, and
     /// drop that registration (rule `wake.release.one`); `woke` MUST say whether a waiter was
-    /// notified (rule `wake.release.reports`). A release that answers `NotOwner`,
+    /// notified: true only when a notification went out (rule `wake.release.reports`).
+    /// The notification MUST leave only once the release is in effect (committed, on
+    /// a store with transactions): a waiter that peeks as soon as it hears it finds
+    /// the claim free (rule `wake.release.committed`). A release that answers `NotOwner`,
     /// and one without `wake`, MUST notify nobody and keep every registration
     /// (rule `wake.release.quiet`).
     async fn release_and_wake(&self, owner: &OwnerId, token: &LeaseToken, wake: bool)

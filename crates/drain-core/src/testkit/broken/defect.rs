@@ -42,6 +42,8 @@ defects! {
     Flaky => StoreAnswers: "fails one call in seven on a healthy store";
     HangsInOutage => StoreTimeout: "calls never return while the store cannot answer (no timeout of its own)";
     ExpiryOnCallerClock => StoreOneClock: "each instance computes and judges expiry on its own clock, not the store's";
+    NeverAnswers => StoreTimeout: "no call ever returns, healthy store or not";
+    TimeoutReportedUnsent => StoreNeverSent: "an acquire or a claim that timed out in an outage is reported never sent, and the frozen store runs it when it thaws";
 
     NonAtomicAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step: concurrent acquires all win";
     OneConnectionAcquire => LeaseAcquireExclusive: "acquire reads, then writes in a second step, on one connection per instance: only calls through different instances interleave";
@@ -95,6 +97,7 @@ defects! {
     PeekRegistersFree => WakePeekRegisters: "a peek registers the waiter on free owners too";
     PeekAndWaitAnswersFree => WakePeekAnswers: "a peek that registers answers Free for every owner";
     AcquireDoesNotRegister => WakeAcquireRegisters: "a lost acquire never registers the waiter";
+    NonAtomicAcquireOrWait => WakeAcquireExclusive: "acquire_or_wait peeks, then takes the claim unconditionally in a second step: concurrent acquires all win";
     AcquireKeepsRegistration => WakeAcquireUnregisters: "a won acquire keeps the winner registered";
     RegisterTwice => WakeRegisterOnce: "registering again adds a second registration";
     RegistrationsNeverExpire => WakeRegisterExpires: "registrations never lapse";
@@ -102,6 +105,9 @@ defects! {
     WakeEveryone => WakeReleaseOne: "a release wakes every waiter";
     WakeNewest => WakeReleaseOne: "a release wakes the newest waiter";
     WokeNeverReported => WakeReleaseReports: "a release never says it woke someone";
+    WokeWithoutNotifying => WakeReleaseReports: "a release with waiters answers woke and notifies nobody";
+    WakeReleaseResetsFence => WakeReleaseFence: "a release that wakes deletes the claim's row, fence and all: the next acquire hands out fence 1 again";
+    WakeBeforeRelease => WakeReleaseCommitted: "the wake-up goes out in a step of its own before the release: a woken waiter finds the claim still held";
     WakeOnForeignRelease => WakeReleaseQuiet: "a release that is not ours still wakes a waiter";
     WakeWithoutFlag => WakeReleaseQuiet: "a release asked not to wake still wakes a waiter";
     WakeBroadcast => WakeDeliverOwn: "a notification goes to every subscription";
@@ -111,15 +117,32 @@ defects! {
     EqualFenceRefused => FenceAccepts: "a fence equal to the mark is refused: the holder cannot write twice";
     MarkNeverRaised => FenceStale: "a larger fence is accepted without raising the mark";
     MarksExpire => FenceKeeps: "marks lapse 100 ms after they were raised, like a key with a time to live";
+    MarksLapseWhenQuiet => FenceKeeps: "marks lapse after a second without writes, like a key whose time to live each write renews";
+    FencesAsFloats => FenceUnits: "fences compare as floating-point numbers: above 2^53 neighbours are equal";
+    FencesSigned => FenceUnits: "fences are kept as signed 64-bit numbers: one above 2^63 reads as negative and is refused";
     ResourcesShareMarks => FenceResources: "marks are keyed by the resource's letters and digits only: `r{a}` and `ra` share one";
     AdmitErrorAsAccepted => FenceError: "an admit the store cannot answer answers Accepted";
 
-    MarkedPeekMissesHeld => MarksPeekClaims: "a marked peek answers every claim Free";
-    UnmarkedAnswersZero => MarksPeekNone: "an owner never drained answers a mark of age zero";
-    MarkedAcquireIgnoresHolder => MarksAcquire: "a marked acquire takes a held claim over";
-    MarkAtAcquire => MarksAcquireUnmarked: "the mark is published when the turn takes the claim: a turn that fails or dies drops the requests it never served";
-    DrainedReleaseIgnoresToken => MarksRelease: "a drained release deletes the claim whoever holds it";
-    MarkAtRelease => MarksReleaseStamps: "the mark is the release's time, not the acquire's: items written during the turn count as drained";
-    MarkWithoutDrained => MarksReleaseQuiet: "every release by the holder publishes the mark, drained or not";
-    MarksErrorAsAnswer => MarksError: "a marked peek or acquire the store cannot answer answers as if free and unmarked";
+    StampedPeekMissesHeld => StampsPeekClaims: "a stamped peek answers every claim Free";
+    UnstampedAnswersZero => StampsPeekNone: "an owner never drained answers a stamp of age zero";
+    StampedPeekTwoTrips => StampsPeekAtomic: "a stamped peek reads the claims, then the stamps in a second round trip: a release in between pairs the holder's claim with its own stamp";
+    StampsLapse => StampsKeeps: "stamps lapse a second after their drain began, like a key with a short time to live";
+    StampedAcquireIgnoresHolder => StampsAcquire: "a stamped acquire takes a held claim over";
+    StampedAcquireRestartsFence => StampsAcquire: "a stamped acquire of a free claim writes a new row with fence 1, not the claim's next fence";
+    StampedAcquirePeekThenUpsert => StampsAcquireExclusive: "a stamped acquire peeks, then upserts the claim unconditionally in a second round trip: concurrent acquires all win";
+    StampAtAcquire => StampsAcquireUnstamped: "the stamp is published when the turn takes the claim: a turn that fails or dies drops the requests it never served";
+    DrainedReleaseIgnoresToken => StampsRelease: "a drained release deletes the claim whoever holds it";
+    StampedReleaseResetsFence => StampsReleaseFence: "a drained release deletes the claim's row, fence and all: the next acquire hands out fence 1 again";
+    StampAtRelease => StampsReleaseDrained: "the stamp is the release's time, not the acquire's: items written during the turn count as drained";
+    StampWithoutDrained => StampsReleaseQuiet: "every release by the holder publishes the stamp, drained or not";
+    StampOnExpiredOwn => StampsReleaseNotOwner: "a drained release of our own expired claim answers NotOwner and still publishes its start";
+    StampAfterPlainAcquire => StampsReleaseUnstarted: "a drained release publishes the last start recorded, whoever took the claim: after a plain acquire, an earlier holder's";
+    StampsErrorAsAnswer => StampsError: "a stamped peek or acquire the store cannot answer answers as if free and unstamped";
+
+    WriteAnyFence => WriteStale: "a fenced write lands whatever its fence";
+    WriteNotBelowFence => WriteStale: "a fenced write lands when its fence is not below the current one, like a mark: a fence never handed out writes";
+    WriteOnlyWhileHeld => WriteCurrent: "a fenced write is refused once its lease expired or was released, although nobody took it since";
+    WriteCheckThenSet => WriteAtomic: "a fenced write reads the current fence, then writes in a second step: a stale holder's write lands after the new holder's acquire";
+    WriteKeysShared => WriteRead: "fenced values are keyed by the key alone: leases of one key name share a value";
+    WriteErrorAsStale => WriteError: "a fenced write the store cannot answer answers Stale, a read answers None";
 }

@@ -39,6 +39,7 @@ mod defect;
 mod drained;
 mod fence;
 mod wake;
+mod writes;
 
 pub use defect::Defect;
 
@@ -56,6 +57,15 @@ pub struct BrokenStore {
     /// Each claim's last pending holder's token, kept as a row keeps it after its
     /// time ran out; only `SettleExpiredOwn` reads it.
     expired_rows: Arc<std::sync::Mutex<HashMap<(String, MessageId), String>>>,
+    /// Acquires and claims a frozen store got during an outage and runs when it
+    /// thaws; only `TimeoutReportedUnsent` keeps them.
+    thawing: Arc<std::sync::Mutex<Vec<Thawing>>>,
+}
+
+/// A call a frozen store runs when it thaws.
+enum Thawing {
+    Acquire(LeaseName, LeaseToken, Duration),
+    Claim(String, Vec<MessageId>, LeaseToken, Duration),
 }
 
 impl std::fmt::Debug for BrokenStore {
@@ -87,6 +97,7 @@ impl BrokenStore {
             connection: Mutex::new(()),
             skew_ms: 0,
             expired_rows: Arc::default(),
+            thawing: Arc::default(),
         }
     }
 
@@ -101,6 +112,7 @@ impl BrokenStore {
             connection: Mutex::new(()),
             skew_ms: 0,
             expired_rows: Arc::clone(&self.expired_rows),
+            thawing: Arc::clone(&self.thawing),
         }
     }
 
@@ -125,7 +137,7 @@ impl BrokenStore {
     /// A call to a store without a timeout of its own: while the store cannot
     /// answer, it never comes back.
     async fn stall(&self) {
-        if self.failing(Defect::HangsInOutage) {
+        if self.failing(Defect::HangsInOutage) || self.is(Defect::NeverAnswers) {
             futures::future::pending::<()>().await;
         }
     }
@@ -299,6 +311,11 @@ impl Future for YieldNow {
 impl LeaseStore for BrokenStore {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
         self.stall().await;
+        if self.failing(Defect::TimeoutReportedUnsent) {
+            let mut thawing = self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            thawing.push(Thawing::Acquire(lease.clone(), token.clone(), ttl));
+            return Err(PortError::new(ErrorKind::Timeout, "no answer in time").never_sent());
+        }
         if self.failing(Defect::AcquireErrorAsHeld) {
             return Ok(Acquire::Busy { holder: "unknown".to_owned(), remaining: Duration::from_secs(1) });
         }
@@ -394,6 +411,11 @@ impl ClaimStore for BrokenStore {
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
         self.stall().await;
+        if self.failing(Defect::TimeoutReportedUnsent) {
+            let mut thawing = self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            thawing.push(Thawing::Claim(queue.to_owned(), ids.to_vec(), token.clone(), pending_ttl));
+            return Err(PortError::new(ErrorKind::Timeout, "no answer in time").never_sent());
+        }
         if self.failing(Defect::ClaimErrorAsPending) {
             return Ok(vec![ClaimState::PendingElsewhere { holder: "unknown".to_owned() }; ids.len()]);
         }
@@ -546,5 +568,14 @@ impl Outage for BrokenStore {
 
     async fn end(&self) {
         self.inner.set_failing(None);
+        let thawed = std::mem::take(&mut *self.thawing.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        for call in thawed {
+            let _ = match call {
+                Thawing::Acquire(lease, token, ttl) => self.inner.acquire(&lease, &token, ttl).await.map(drop),
+                Thawing::Claim(queue, ids, token, ttl) => {
+                    self.inner.claim_batch(&queue, &ids, &token, ttl).await.map(drop)
+                }
+            };
+        }
     }
 }

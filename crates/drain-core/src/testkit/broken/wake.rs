@@ -5,7 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::channel::mpsc;
 
-use super::{BrokenStore, Defect, FAR};
+use super::{BrokenStore, Defect, FAR, YieldNow};
 use crate::admission::OwnerId;
 use crate::error::PortError;
 use crate::memory::store::{self as mem, State};
@@ -97,6 +97,26 @@ impl ReleaseWake for BrokenStore {
         if self.failing(Defect::WakeErrorAsAnswer) {
             return Ok(Acquire::Acquired { fence: 1 });
         }
+        let lease = LeaseName::owner(owner.as_str());
+        if self.is(Defect::NonAtomicAcquireOrWait) {
+            let held = self.call("acquire_or_wait", |s, now| Ok(mem::owner_claim(s, now, owner)))?;
+            if let OwnerClaim::Busy { holder, remaining } = held {
+                self.call("acquire_or_wait", |s, now| {
+                    self.register_in(s, now, owner, waiter);
+                    Ok(())
+                })?;
+                return Ok(Acquire::Busy { holder, remaining });
+            }
+            YieldNow(false).await;
+            return self.call("acquire_or_wait", |s, now| {
+                let row = s.leases.entry(lease.clone()).or_default();
+                row.fence += 1;
+                row.held = Some((token.as_str().to_owned(), now + ttl));
+                let fence = row.fence;
+                mem::unregister(s, owner, &waiter.instance);
+                Ok(Acquire::Acquired { fence })
+            });
+        }
         self.call("acquire_or_wait", |s, now| {
             let got = mem::acquire(s, now, &LeaseName::owner(owner.as_str()), token, ttl);
             match got {
@@ -119,6 +139,18 @@ impl ReleaseWake for BrokenStore {
         if self.failing(Defect::WakeErrorAsAnswer) {
             return Ok(WakeRelease { release: Release::Released, woke: false });
         }
+        if self.is(Defect::WakeBeforeRelease) {
+            let woke = self.call("release_and_wake", |s, now| {
+                let ours =
+                    mem::peek(s, now, &LeaseName::owner(owner.as_str())).is_some_and(|h| h.holder == token.holder());
+                Ok(wake && ours && self.wake_in(s, owner))
+            })?;
+            YieldNow(false).await;
+            let release = self.call("release_and_wake", |s, now| {
+                Ok(mem::release(s, now, &LeaseName::owner(owner.as_str()), token))
+            })?;
+            return Ok(WakeRelease { release, woke });
+        }
         self.call("release_and_wake", |s, now| {
             let lease = LeaseName::owner(owner.as_str());
             let release = if self.is(Defect::WakeReleaseKeepsClaim) {
@@ -127,8 +159,25 @@ impl ReleaseWake for BrokenStore {
             } else {
                 mem::release(s, now, &lease, token)
             };
+            if release == Release::Released
+                && self.is(Defect::WakeReleaseResetsFence)
+                && let Some(row) = s.leases.get_mut(&lease)
+            {
+                row.fence = 0;
+            }
             let may_wake = (wake || self.is(Defect::WakeWithoutFlag))
                 && (release == Release::Released || self.is(Defect::WakeOnForeignRelease));
+            if may_wake && self.is(Defect::WokeWithoutNotifying) {
+                // The registration is taken, the notification never sent.
+                let taken = s.waiters.get_mut(owner.as_str()).is_some_and(|l| {
+                    let had = !l.instances.is_empty();
+                    if had {
+                        l.instances.remove(0);
+                    }
+                    had
+                });
+                return Ok(WakeRelease { release, woke: taken });
+            }
             let woke = may_wake && self.wake_in(s, owner);
             Ok(WakeRelease { release, woke: woke && !self.is(Defect::WokeNeverReported) })
         })

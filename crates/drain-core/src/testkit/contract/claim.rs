@@ -391,9 +391,11 @@ async fn settle_then_claim<S: ClaimStore + ?Sized>(
 /// While the store cannot answer, claims and settlements answer `Err`, also when
 /// asked in one call.
 async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: &str) -> Result<(), Violation> {
-    let a = token("alpha", 41);
-    let id = s_id("outage");
-    let Some(outage) = s.begin_outage(&[Rule::ClaimError, Rule::ClaimSettleError]).await else { return Ok(()) };
+    let (a, b) = (token("alpha", 41), token("beta", 42));
+    let (id, lone) = (s_id("outage"), s_id("outage-lone"));
+    let rules = [Rule::ClaimError, Rule::ClaimSettleError, Rule::StoreNeverSent];
+    let Some(outage) = s.begin_outage(&rules).await else { return Ok(()) };
+    let alone = s.timed(store.claim_batch(queue, std::slice::from_ref(&lone), &a, LONG)).await;
     let claimed = s.timed(store.claim_batch(queue, std::slice::from_ref(&id), &a, LONG)).await;
     let settled = s.timed(store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG)).await;
     let both = s
@@ -406,6 +408,7 @@ async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
         ))
         .await;
     outage.end().await;
+    s.must_fail(Rule::ClaimError, "claim_batch", &alone)?;
     s.must_fail(Rule::ClaimError, "claim_batch", &claimed)?;
     s.must_fail(Rule::ClaimSettleError, "settle_batch", &settled)?;
     let (both_settled, both_claimed) = match both {
@@ -414,7 +417,16 @@ async fn errors<S: ClaimStore + ?Sized>(s: &mut Suite<'_, S>, store: &S, queue: 
     };
     s.must_fail(Rule::ClaimSettleError, "settle_then_claim (its settlements)", &both_settled)?;
     s.must_fail(Rule::ClaimError, "settle_then_claim (its claims)", &both_claimed)?;
+    // A request the server got runs when it answers again (a frozen server thaws):
+    // a claim reported never sent must not have been taken.
+    s.env.wait(s.env.short_ttl / 3).await;
+    let now = s.call("claim_batch", store.claim_batch(queue, std::slice::from_ref(&lone), &b, LONG)).await?;
+    let landed = matches!(now.as_slice(), [ClaimState::PendingElsewhere { holder }] if holder == a.holder());
+    s.unsent_landed("claim_batch", &alone, landed)?;
     // A timed-out claim may have landed once the store answered again.
-    let _ = s.timed(store.settle_batch(queue, &[settle(&id, SettleAction::Release)], &a, LONG)).await;
+    for t in [&a, &b] {
+        let release = [settle(&id, SettleAction::Release), settle(&lone, SettleAction::Release)];
+        let _ = s.timed(store.settle_batch(queue, &release, t, LONG)).await;
+    }
     Ok(())
 }

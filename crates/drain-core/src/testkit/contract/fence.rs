@@ -1,17 +1,27 @@
+use std::time::Duration;
+
 use futures::future::join_all;
 
 use super::{Checked, Rule, Suite, Violation};
+use crate::error::ErrorKind;
 use crate::ports::{FenceMarks, FenceVerdict};
 
 /// A fence above 2^53, where a store that compares fences as floating-point numbers
 /// sees it equal to the one below.
 const HUGE: u64 = (1 << 53) + 1;
+/// A fence above the largest signed 64-bit integer, which a store that keeps fences
+/// as signed numbers reads as negative.
+const WIDE: u64 = (1 << 63) + 5;
+/// How long a resource stays quiet before its mark is checked again: longer than a
+/// store that lets marks lapse after a quiet second or two would keep them.
+const QUIET: Duration = Duration::from_secs(5);
 
 /// The [`FenceMarks`] contract: fences not below the mark are accepted (equal ones
 /// too) and raise it, lower ones are refused with the mark, also above 2^53; many
 /// concurrent admits of different fences leave the mark at the largest; marks never
-/// lapse; resources with odd names keep marks of their own; and (with an outage
-/// hook) an outage answers `Err`, never `Accepted`.
+/// lapse, also after a resource was quiet for seconds; fences above 2^63 compare as
+/// the numbers they are; resources with odd names keep marks of their own; and (with
+/// an outage hook) an outage answers `Err`, never `Accepted`.
 ///
 /// Marks never expire: run the suite on a fresh store, or under a fresh
 /// [`ContractEnv::names`](super::ContractEnv::names) prefix each time.
@@ -23,10 +33,19 @@ pub async fn fence_marks<S: FenceMarks + ?Sized>(
     env: &super::ContractEnv<'_, S>,
 ) -> Result<Checked, Violation> {
     let mut s = Suite::new(env);
+    // The quiet resource's mark is set first and checked last, so the wait overlaps
+    // the other checks.
+    let quiet = s.env.name("fence-keeps");
+    let since = s.env.clock.now();
+    let got = admit(&mut s, store, &quiet, 9).await?;
+    s.ensure(got == FenceVerdict::Accepted, Rule::FenceAccepts, || {
+        format!("fence 9 to a fresh resource answered {got:?}")
+    })?;
     marks(&mut s, store).await?;
+    units(&mut s, store).await?;
     exclusion(&mut s, store).await?;
     resources(&mut s, store).await?;
-    keeps(&mut s, store).await?;
+    keeps(&mut s, store, &quiet, since).await?;
     errors(&mut s, store).await?;
     Ok(s.finish())
 }
@@ -58,13 +77,31 @@ async fn marks<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Resul
         let rule = if want == FenceVerdict::Accepted { Rule::FenceAccepts } else { Rule::FenceStale };
         s.ensure(got == want, rule, || format!("fence {fence} answered {got:?}, not {want:?}"))?;
     }
-    let r = s.env.name("fence-marks-huge");
-    let got = admit(s, store, &r, HUGE).await?;
-    s.ensure(got == FenceVerdict::Accepted, Rule::FenceAccepts, || format!("fence {HUGE} answered {got:?}"))?;
-    let got = admit(s, store, &r, HUGE - 1).await?;
-    s.ensure(got == FenceVerdict::Stale { mark: HUGE }, Rule::FenceStale, || {
-        format!("fence {} after {HUGE} answered {got:?}", HUGE - 1)
-    })
+    Ok(())
+}
+
+/// Fences a floating-point or a signed 64-bit column cannot hold compare as the
+/// numbers they are; a store may refuse a fence wider than it keeps with a `Config`
+/// error instead, never with a verdict.
+async fn units<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
+    'pairs: for (name, low, high) in [("fence-units-float", HUGE - 1, HUGE), ("fence-units-wide", 7, WIDE)] {
+        let r = s.env.name(name);
+        for (fence, want, wider) in [
+            (low, FenceVerdict::Accepted, false),
+            (high, FenceVerdict::Accepted, true),
+            (low, FenceVerdict::Stale { mark: high }, false),
+            (u64::MAX, FenceVerdict::Accepted, true),
+            (high, FenceVerdict::Stale { mark: u64::MAX }, false),
+        ] {
+            let got = match s.bounded("admit", store.admit(&r, fence)).await? {
+                // Refused as wider than the store keeps: nothing above it to compare.
+                Err(e) if wider && e.kind == ErrorKind::Config => continue 'pairs,
+                other => s.answer("admit", other)?,
+            };
+            s.ensure(got == want, Rule::FenceUnits, || format!("fence {fence} answered {got:?}, not {want:?}"))?;
+        }
+    }
+    Ok(())
 }
 
 /// Rounds of concurrent admits of different fences to one resource: the largest is
@@ -129,18 +166,22 @@ async fn resources<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> R
     Ok(())
 }
 
-/// A mark outlasts any time to live the store may keep.
-async fn keeps<S: FenceMarks + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
-    let r = s.env.name("fence-keeps");
-    let got = admit(s, store, &r, 9).await?;
-    s.ensure(got == FenceVerdict::Accepted, Rule::FenceAccepts, || {
-        format!("fence 9 to a fresh resource answered {got:?}")
-    })?;
-    let wait = s.env.short_ttl * 3;
-    s.env.wait(wait).await;
-    let got = admit(s, store, &r, 8).await?;
+/// A mark outlasts a time to live the store may keep: fence 9 went to `quiet` at
+/// `since`, nothing since; after [`QUIET`] a lower fence is still refused.
+async fn keeps<S: FenceMarks + ?Sized>(
+    s: &mut Suite<'_, S>,
+    store: &S,
+    quiet: &str,
+    since: crate::time::Time,
+) -> Result<(), Violation> {
+    let until = since + QUIET.max(s.env.short_ttl * 3);
+    if s.env.clock.now() < until {
+        s.env.clock.sleep_until(until).await;
+    }
+    let waited = s.env.clock.now().saturating_since(since);
+    let got = admit(s, store, quiet, 8).await?;
     s.ensure(got == FenceVerdict::Stale { mark: 9 }, Rule::FenceKeeps, || {
-        format!("fence 8, {wait:?} after fence 9 was accepted, answered {got:?}")
+        format!("fence 8, {waited:?} after fence 9 was accepted and nothing since, answered {got:?}")
     })
 }
 

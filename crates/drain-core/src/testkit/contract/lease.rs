@@ -333,7 +333,13 @@ async fn names<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Resul
 
 /// While the store cannot answer, every call answers `Err`.
 async fn errors<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation> {
-    let rules = [Rule::LeaseAcquireError, Rule::LeaseReleaseError, Rule::LeaseRenewError, Rule::LeasePeekError];
+    let rules = [
+        Rule::LeaseAcquireError,
+        Rule::LeaseReleaseError,
+        Rule::LeaseRenewError,
+        Rule::LeasePeekError,
+        Rule::StoreNeverSent,
+    ];
     let held = LeaseName::queue(s.env.name("contract-outage-held"));
     let free = LeaseName::queue(s.env.name("contract-outage-free"));
     let (a, b) = (token("alpha", 10), token("beta", 11));
@@ -351,6 +357,12 @@ async fn errors<S: LeaseStore + ?Sized>(s: &mut Suite<'_, S>, store: &S) -> Resu
     s.must_fail(Rule::LeaseRenewError, "renew", &renewed)?;
     s.must_fail(Rule::LeaseReleaseError, "release", &released)?;
     s.must_fail(Rule::LeasePeekError, "peek", &peeked)?;
+    // A request the server got runs when it answers again (a frozen server thaws):
+    // an acquire reported never sent must not have taken the lease.
+    s.env.wait(s.env.short_ttl / 3).await;
+    let now = s.call("peek", store.peek(&free)).await?;
+    let landed = now.as_ref().is_some_and(|h| h.holder == b.holder());
+    s.unsent_landed("acquire", &acquired, landed)?;
     // A timed-out request may have landed once the store answered again: release
     // with the same tokens, whatever the answers.
     let _ = s.timed(store.release(&free, &b)).await;

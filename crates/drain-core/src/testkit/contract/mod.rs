@@ -18,7 +18,10 @@
 //! that the error rules are checked too (without one they are listed as skipped).
 //! Every call the suite makes is bounded by `ContractEnv::deadline` on that clock: a
 //! call that has not come back by then (a store without a timeout of its own, during
-//! an outage) is reported as rule `store.timeout`, never a suite that hangs.
+//! an outage) is reported as rule `store.timeout`, never a suite that hangs. A suite
+//! waits out the deadline once at most: after a call that did not come back it makes
+//! no other call during the outage, so a store whose calls never return fails each
+//! suite within one deadline.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -46,6 +49,7 @@ mod owners;
 mod rules;
 mod source;
 mod wake;
+mod writes;
 
 pub use claim::claim_store;
 pub use drained::drain_stamps;
@@ -55,6 +59,7 @@ pub use owners::owner_claims;
 pub use rules::{Port, Rule};
 pub use source::message_source;
 pub use wake::release_wake;
+pub use writes::fenced_writes;
 
 use std::fmt;
 use std::future::Future;
@@ -124,7 +129,8 @@ pub struct ContractEnv<'a, S: ?Sized> {
     pub outage: Option<&'a dyn Outage>,
     /// How long the suite waits for any one call, on `clock`, before it reports rule
     /// `store.timeout` instead of waiting for ever: longer than the store's own
-    /// timeout, which must end a call to a store that cannot answer.
+    /// timeout, which must end a call to a store that cannot answer. A suite waits it
+    /// out once at most.
     pub deadline: Duration,
     /// Instances of the store under test, as the processes of a fleet would each
     /// have one (each with connections of its own): the concurrent callers of the
@@ -145,7 +151,7 @@ impl<S: ?Sized> Copy for ContractEnv<'_, S> {}
 
 impl<'a, S: ?Sized> ContractEnv<'a, S> {
     /// Defaults: `short_ttl` 300 ms, no name prefix, 8 callers over 20 rounds, no
-    /// outage, a deadline of 10 s per call, no further instances.
+    /// outage, a deadline of 5 s per call, no further instances.
     #[must_use]
     pub fn new(clock: &'a dyn Clock) -> Self {
         ContractEnv {
@@ -155,7 +161,7 @@ impl<'a, S: ?Sized> ContractEnv<'a, S> {
             callers: 8,
             rounds: 20,
             outage: None,
-            deadline: Duration::from_secs(10),
+            deadline: Duration::from_secs(5),
             instances: &[],
         }
     }
@@ -280,11 +286,14 @@ impl Tally {
 struct Suite<'a, S: ?Sized> {
     env: ContractEnv<'a, S>,
     tally: Tally,
+    /// A call did not come back by the deadline: the suite makes no other bounded
+    /// call, so that it waits the deadline out once.
+    hung: bool,
 }
 
 impl<'a, S: ?Sized> Suite<'a, S> {
     fn new(env: &ContractEnv<'a, S>) -> Self {
-        Suite { env: *env, tally: Tally::default() }
+        Suite { env: *env, tally: Tally::default(), hung: false }
     }
 
     /// Begin an outage when there is an outage hook (the caller makes its calls,
@@ -305,7 +314,7 @@ impl<'a, S: ?Sized> Suite<'a, S> {
     /// `fut`'s output, or a `store.timeout` violation when it did not return within
     /// the deadline.
     async fn bounded<F: Future>(&mut self, what: &str, fut: F) -> Result<F::Output, Violation> {
-        let out = self.env.within(self.env.deadline, fut).await;
+        let out = self.timed(fut).await;
         self.timely(what, out)
     }
 
@@ -317,9 +326,15 @@ impl<'a, S: ?Sized> Suite<'a, S> {
 
     /// What a call came back with, or `None` when it had not come back by the
     /// deadline: for calls made during an outage ([`Suite::must_fail`] checks them
-    /// once it ended) and the clean-up after it.
-    async fn timed<F: Future>(&self, fut: F) -> Option<F::Output> {
-        self.env.within(self.env.deadline, fut).await
+    /// once it ended) and the clean-up after it. After one call did not come back,
+    /// the next ones are not made (`None` at once): the suite fails on the first.
+    async fn timed<F: Future>(&mut self, fut: F) -> Option<F::Output> {
+        if self.hung {
+            return None;
+        }
+        let out = self.env.within(self.env.deadline, fut).await;
+        self.hung = out.is_none();
+        out
     }
 
     /// An output that came back within the deadline (`Some`), or a `store.timeout`
@@ -356,6 +371,20 @@ impl<'a, S: ?Sized> Suite<'a, S> {
             });
         };
         self.tally.ensure(r.is_err(), rule, || format!("{what} answered {} while the store could not answer", shown(r)))
+    }
+
+    /// Fail `store.never_sent` when a call made during an outage was reported never
+    /// sent, yet it ran once the store answered again (`landed`).
+    fn unsent_landed<T>(
+        &mut self,
+        what: &str,
+        r: &Option<Result<T, PortError>>,
+        landed: bool,
+    ) -> Result<(), Violation> {
+        let unsent = matches!(r, Some(Err(e)) if e.unsent);
+        self.tally.ensure(!(unsent && landed), Rule::StoreNeverSent, || {
+            format!("{what} failed during the outage as never sent, and ran once the store answered again")
+        })
     }
 
     fn finish(self) -> Checked {

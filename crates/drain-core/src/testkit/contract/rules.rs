@@ -19,7 +19,9 @@ pub enum Port {
     /// [`FenceMarks`](crate::ports::FenceMarks).
     Fence,
     /// [`DrainStamps`](crate::ports::DrainStamps).
-    Marks,
+    Stamps,
+    /// [`FencedWrites`](crate::ports::FencedWrites).
+    Write,
 }
 
 impl Port {
@@ -34,7 +36,8 @@ impl Port {
             Port::Wake => "drain_core::ports::ReleaseWake",
             Port::Source => "drain_core::ports::MessageSource",
             Port::Fence => "drain_core::ports::FenceMarks",
-            Port::Marks => "drain_core::ports::DrainStamps",
+            Port::Stamps => "drain_core::ports::DrainStamps",
+            Port::Write => "drain_core::ports::FencedWrites",
         }
     }
 }
@@ -79,6 +82,7 @@ rules! {
     StoreAnswers => Store, "store.answers";
     StoreTimeout => Store, "store.timeout";
     StoreOneClock => Store, "store.one_clock";
+    StoreNeverSent => Store, "store.never_sent";
 
     LeaseAcquireExclusive => Lease, "lease.acquire.exclusive";
     LeaseFenceIncreases => Lease, "lease.fence.increases";
@@ -126,11 +130,14 @@ rules! {
     WakePeekRegisters => Wake, "wake.peek.registers";
     WakeRegisterOnce => Wake, "wake.register.once";
     WakeRegisterExpires => Wake, "wake.register.expires";
+    WakeAcquireExclusive => Wake, "wake.acquire.exclusive";
     WakeAcquireRegisters => Wake, "wake.acquire.registers";
     WakeAcquireUnregisters => Wake, "wake.acquire.unregisters";
     WakeReleaseFrees => Wake, "wake.release.frees";
+    WakeReleaseFence => Wake, "wake.release.fence";
     WakeReleaseOne => Wake, "wake.release.one";
     WakeReleaseReports => Wake, "wake.release.reports";
+    WakeReleaseCommitted => Wake, "wake.release.committed";
     WakeReleaseQuiet => Wake, "wake.release.quiet";
     WakeError => Wake, "wake.error";
 
@@ -147,17 +154,30 @@ rules! {
     FenceStale => Fence, "fence.stale";
     FenceExclusive => Fence, "fence.exclusive";
     FenceKeeps => Fence, "fence.keeps";
+    FenceUnits => Fence, "fence.units";
     FenceResources => Fence, "fence.resources";
     FenceError => Fence, "fence.error";
 
-    MarksPeekClaims => Marks, "marks.peek.claims";
-    MarksPeekNone => Marks, "marks.peek.none";
-    MarksAcquire => Marks, "marks.acquire";
-    MarksAcquireUnmarked => Marks, "marks.acquire.unmarked";
-    MarksRelease => Marks, "marks.release";
-    MarksReleaseStamps => Marks, "marks.release.stamps";
-    MarksReleaseQuiet => Marks, "marks.release.quiet";
-    MarksError => Marks, "marks.error";
+    StampsPeekClaims => Stamps, "stamps.peek.claims";
+    StampsPeekNone => Stamps, "stamps.peek.none";
+    StampsPeekAtomic => Stamps, "stamps.peek.atomic";
+    StampsKeeps => Stamps, "stamps.keeps";
+    StampsAcquire => Stamps, "stamps.acquire";
+    StampsAcquireExclusive => Stamps, "stamps.acquire.exclusive";
+    StampsAcquireUnstamped => Stamps, "stamps.acquire.unstamped";
+    StampsRelease => Stamps, "stamps.release";
+    StampsReleaseFence => Stamps, "stamps.release.fence";
+    StampsReleaseDrained => Stamps, "stamps.release.drained";
+    StampsReleaseQuiet => Stamps, "stamps.release.quiet";
+    StampsReleaseNotOwner => Stamps, "stamps.release.not_owner";
+    StampsReleaseUnstarted => Stamps, "stamps.release.unstarted";
+    StampsError => Stamps, "stamps.error";
+
+    WriteCurrent => Write, "write.current";
+    WriteStale => Write, "write.stale";
+    WriteAtomic => Write, "write.atomic";
+    WriteRead => Write, "write.read";
+    WriteError => Write, "write.error";
 }
 
 #[cfg(test)]
@@ -179,6 +199,7 @@ mod tests {
         ("ports/observer.rs", include_str!("../../ports/observer.rs")),
         ("ports/marks.rs", include_str!("../../ports/marks.rs")),
         ("ports/drained.rs", include_str!("../../ports/drained.rs")),
+        ("ports/writes.rs", include_str!("../../ports/writes.rs")),
     ];
 
     /// The doc comments of a file as sentences, with the file's name.
@@ -240,6 +261,51 @@ mod tests {
         assert!(unnamed.is_empty(), "rules no port doc states: {unnamed:?}");
     }
 
+    /// Port by port, each rule with the one MUST sentence that states it and the
+    /// broken stores that break it (printed with `--nocapture`): every rule is
+    /// stated once, and every store rule is broken by a store of its own. The
+    /// message source's rules have no broken store: its suite is checked against
+    /// doubles in drain-core's `tests/contract.rs`.
+    #[test]
+    // The table is the test's answer to a reader: printed, not only on failure.
+    #[allow(clippy::print_stdout)]
+    fn every_port_s_musts_rules_and_broken_stores_map_one_to_one() {
+        use std::collections::BTreeMap;
+        use std::fmt::Write as _;
+
+        use crate::testkit::broken::Defect;
+
+        let mut stated: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (file, sentence) in sentences() {
+            for id in ids_in(&sentence) {
+                stated.entry(id.to_owned()).or_default().push(format!("{file}: {}", sentence.trim()));
+            }
+        }
+        let mut ports: Vec<Port> = Rule::ALL.iter().map(|r| r.port()).collect();
+        ports.dedup();
+        let (mut table, mut wrong) = (String::new(), Vec::new());
+        for port in ports {
+            let rules: Vec<Rule> = Rule::ALL.iter().copied().filter(|r| r.port() == port).collect();
+            let broken = Defect::ALL.iter().filter(|d| d.rule().port() == port).count();
+            let _ = writeln!(table, "{}: {} rules, {broken} broken stores", port.doc(), rules.len());
+            for rule in rules {
+                let sentences = stated.get(rule.id()).map_or(&[][..], Vec::as_slice);
+                let stores: Vec<String> =
+                    Defect::ALL.iter().filter(|d| d.rule() == rule).map(|d| format!("{d:?}")).collect();
+                let _ = writeln!(table, "  {} <- {}", rule.id(), sentences.join(" | "));
+                let _ = writeln!(table, "  {} -> {}", rule.id(), stores.join(", "));
+                if sentences.len() != 1 {
+                    wrong.push(format!("{} is stated by {} sentences", rule.id(), sentences.len()));
+                }
+                if stores.is_empty() && port != Port::Source {
+                    wrong.push(format!("{} has no broken store", rule.id()));
+                }
+            }
+        }
+        println!("{table}");
+        assert!(wrong.is_empty(), "{}\n{table}", wrong.join("\n"));
+    }
+
     #[test]
     fn ids_are_unique_and_belong_to_their_port() {
         let ids: BTreeSet<&str> = Rule::ALL.iter().map(|r| r.id()).collect();
@@ -253,7 +319,8 @@ mod tests {
                 Port::Wake => "wake.",
                 Port::Source => "source.",
                 Port::Fence => "fence.",
-                Port::Marks => "marks.",
+                Port::Stamps => "stamps.",
+                Port::Write => "write.",
             };
             assert!(r.id().starts_with(prefix), "{r:?}");
         }

@@ -2,6 +2,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::StreamExt;
+use futures::future::join_all;
 
 use super::{Checked, ContractEnv, Rule, Suite, Violation, ready_now, token};
 use crate::admission::OwnerId;
@@ -60,8 +61,8 @@ where
     s.ensure(peeked.is_none(), Rule::WakeReleaseFrees, || {
         format!("after the holder's release, peek answered {peeked:?}")
     })?;
-    expect_one_rule(&mut s, &mut l, "alpha", &o0, Rule::WakePeekRegisters, "the release of an owner alpha peeked at")
-        .await?;
+    let when = "the release of an owner alpha peeked at";
+    expect_one_rule(&mut s, &mut l, ("alpha", &o0, got.woke), Rule::WakePeekRegisters, when).await?;
     s.ensure(got.woke, Rule::WakeReleaseReports, || format!("a release that woke alpha answered {got:?}"))?;
 
     // A lost acquire registers: the holder's release wakes beta.
@@ -77,8 +78,8 @@ where
     s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
         format!("the holder's release answered {got:?}")
     })?;
-    expect_one_rule(&mut s, &mut l, "beta", &o1, Rule::WakeAcquireRegisters, "the release of an owner beta lost")
-        .await?;
+    let when = "the release of an owner beta lost";
+    expect_one_rule(&mut s, &mut l, ("beta", &o1, got.woke), Rule::WakeAcquireRegisters, when).await?;
 
     // The holder takes o; alpha peeks (registers), beta loses the acquire (registers).
     let o = owner("wake-o");
@@ -99,7 +100,7 @@ where
     s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
         format!("the holder's release answered {got:?}")
     })?;
-    expect_one(&mut s, &mut l, "alpha", &o, "the release with alpha then beta registered").await?;
+    expect_one(&mut s, &mut l, ("alpha", &o, got.woke), "the release with alpha then beta registered").await?;
     s.ensure(got.woke, Rule::WakeReleaseReports, || format!("a release that woke alpha answered {got:?}"))?;
 
     // A peek registers only where it found the claim held: the free owner wakes nobody.
@@ -120,7 +121,7 @@ where
     acquired(&mut s, store.acquire_or_wait(&o, &h, LONG, &wh), Rule::WakeReleaseFrees, "the holder").await?;
     let got = s.call("release_and_wake", store.release_and_wake(&o, &h, true)).await?;
     s.ensure(got.woke, Rule::WakeReleaseQuiet, || format!("beta was still registered, the release answered {got:?}"))?;
-    expect_one(&mut s, &mut l, "beta", &o, "the release after a quiet one").await?;
+    expect_one(&mut s, &mut l, ("beta", &o, got.woke), "the release after a quiet one").await?;
 
     // A won acquire drops the winner's registration.
     let o2 = owner("wake-o2");
@@ -145,12 +146,13 @@ where
     s.ensure(matches!(got, Acquire::Busy { .. }), Rule::WakeAcquireRegisters, || format!("answered {got:?}"))?;
     let got = s.call("release_and_wake", store.release_and_wake(&o3, &h, true)).await?;
     s.ensure(got.woke, Rule::WakeReleaseReports, || format!("a release with waiters answered {got:?}"))?;
-    expect_one(&mut s, &mut l, "alpha", &o3, "the first release of an owner alpha registered on twice").await?;
+    expect_one(&mut s, &mut l, ("alpha", &o3, got.woke), "the first release of an owner alpha registered on twice")
+        .await?;
     let h2 = token(&wh.instance, 74);
     acquired(&mut s, store.acquire_or_wait(&o3, &h2, LONG, &wh), Rule::WakeReleaseFrees, "the holder").await?;
     let got = s.call("release_and_wake", store.release_and_wake(&o3, &h2, true)).await?;
     s.ensure(got.woke, Rule::WakeRegisterOnce, || format!("beta was still registered, the release answered {got:?}"))?;
-    expect_one_rule(&mut s, &mut l, "beta", &o3, Rule::WakeRegisterOnce, "the second release").await?;
+    expect_one_rule(&mut s, &mut l, ("beta", &o3, got.woke), Rule::WakeRegisterOnce, "the second release").await?;
 
     // A registration lapses.
     let o4 = owner("wake-o4");
@@ -168,8 +170,143 @@ where
     let stray = ready_now(l.gamma.next()).flatten();
     s.ensure(stray.is_none(), Rule::WakeDeliverOwn, || format!("gamma, which never waited, heard {stray:?}"))?;
 
+    committed(&mut s, store, &mut l, (&owner("wake-o5"), &h, &wh), &wa).await?;
+    fences(&mut s, store, &owner("wake-fence"), (&h, &wh), &tb).await?;
+    super::clocks::leases(&mut s, store).await?;
+    exclusion(&mut s, store).await?;
+
     errors(&mut s, store, &owner("wake-outage"), &wa).await?;
     Ok(s.finish())
+}
+
+/// Alpha, registered, hears the release while it is in flight and peeks at once:
+/// the claim is free (a wake-up sent before the release took effect finds it held).
+async fn committed<S>(
+    s: &mut Suite<'_, S>,
+    store: &S,
+    l: &mut Listeners,
+    (o, h, wh): (&OwnerId, &LeaseToken, &Waiter),
+    wa: &Waiter,
+) -> Result<(), Violation>
+where
+    S: LeaseStore + ReleaseWake + ?Sized,
+{
+    acquired(s, store.acquire_or_wait(o, h, LONG, wh), Rule::WakeAcquireRegisters, "the holder").await?;
+    let _ = s.call("peek_and_wait", store.peek_and_wait(std::slice::from_ref(o), wa)).await?;
+    let (env, lease) = (s.env, LeaseName::owner(o.as_str()));
+    let wait = l.wait * 10;
+    let alpha = &mut l.alpha;
+    let listen = async {
+        let heard = env.within(wait, alpha.next()).await.flatten();
+        let peeked = match heard {
+            Some(_) => env.within(env.deadline, store.peek(&lease)).await,
+            None => None,
+        };
+        (heard, peeked)
+    };
+    let (got, (heard, peeked)) = futures::join!(env.within(env.deadline, store.release_and_wake(o, h, true)), listen);
+    let got = s.timely("release_and_wake", got)?;
+    let got = s.answer("release_and_wake", got)?;
+    s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
+        format!("the holder's release answered {got:?}")
+    })?;
+    s.ensure(heard.as_ref() == Some(o), Rule::WakeReleaseOne, || {
+        format!("alpha, the only waiter, heard {heard:?} within {wait:?}, not {o}")
+    })?;
+    let peeked = s.timely("peek", peeked)?;
+    let peeked = s.answer("peek", peeked)?;
+    s.ensure(peeked.is_none(), Rule::WakeReleaseCommitted, || {
+        format!("alpha heard the release of {o} and peeked at once: {peeked:?}")
+    })
+}
+
+/// Fences run on across the wake-up's acquires and releases: `acquire_or_wait`
+/// hands out a larger fence than a plain acquire before it, and the next acquire
+/// after `release_and_wake` a larger one again.
+async fn fences<S>(
+    s: &mut Suite<'_, S>,
+    store: &S,
+    o: &OwnerId,
+    (h, wh): (&LeaseToken, &Waiter),
+    other: &LeaseToken,
+) -> Result<(), Violation>
+where
+    S: LeaseStore + ReleaseWake + ?Sized,
+{
+    let lease = LeaseName::owner(o.as_str());
+    let mut last = 0;
+    for wake in [true, false] {
+        let got = s.call("acquire", store.acquire(&lease, other, LONG)).await?;
+        let right = matches!(got, Acquire::Acquired { fence } if fence > last);
+        s.ensure(right, Rule::WakeReleaseFence, || {
+            format!("after a release of the claim taken with fence {last}, the next acquire answered {got:?}")
+        })?;
+        let f0 = if let Acquire::Acquired { fence } = got { fence } else { last };
+        let got = s.call("release", store.release(&lease, other)).await?;
+        s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
+        let got = s.call("acquire_or_wait", store.acquire_or_wait(o, h, LONG, wh)).await?;
+        let right = matches!(got, Acquire::Acquired { fence } if fence > f0);
+        s.ensure(right, Rule::WakeAcquireExclusive, || {
+            format!("after a plain acquire with fence {f0}, acquire_or_wait answered {got:?}")
+        })?;
+        last = if let Acquire::Acquired { fence } = got { fence } else { f0 };
+        let got = s.call("release_and_wake", store.release_and_wake(o, h, wake)).await?;
+        s.ensure(got.release == Release::Released, Rule::WakeReleaseFrees, || {
+            format!("the holder's release answered {got:?}")
+        })?;
+    }
+    let got = s.call("acquire", store.acquire(&lease, other, LONG)).await?;
+    let right = matches!(got, Acquire::Acquired { fence } if fence > last);
+    s.ensure(right, Rule::WakeReleaseFence, || {
+        format!("after a release of the claim taken with fence {last}, the next acquire answered {got:?}")
+    })?;
+    let got = s.call("release", store.release(&lease, other)).await?;
+    s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))
+}
+
+/// Rounds of concurrent `acquire_or_wait` of a fresh owner's claim, through every
+/// instance: exactly one wins. The waiters are instances nobody listens for. The
+/// instances must agree on expiry first, or a claim held for one is free for
+/// another and the race says nothing of atomicity.
+async fn exclusion<S>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation>
+where
+    S: LeaseStore + ReleaseWake + ?Sized,
+{
+    let pool = s.env.pool(store);
+    let callers = s.env.callers;
+    let racers: Vec<(LeaseToken, Waiter)> = (0..callers)
+        .map(|i| {
+            let instance = s.env.name(&format!("w-racer-{i}"));
+            (token(&instance, 500 + i as u64), Waiter { instance, ttl: LONG })
+        })
+        .collect();
+    for round in 0..s.env.rounds {
+        let o = OwnerId::from(s.env.name(&format!("wake-race-{round}")));
+        let env = s.env;
+        let answers = join_all(racers.iter().enumerate().map(|(i, (t, w))| {
+            let on = pool[i % pool.len()];
+            let o = &o;
+            async move { env.within(env.deadline, on.acquire_or_wait(o, t, LONG, w)).await }
+        }))
+        .await;
+        let mut winners = Vec::new();
+        for (i, answer) in answers.into_iter().enumerate() {
+            let answer = s.timely("acquire_or_wait", answer)?;
+            if matches!(s.answer("acquire_or_wait", answer)?, Acquire::Acquired { .. }) {
+                winners.push(i);
+            }
+        }
+        s.ensure(winners.len() == 1, Rule::WakeAcquireExclusive, || {
+            format!(
+                "round {round}: {} of {callers} concurrent acquires of a free claim answered Acquired",
+                winners.len()
+            )
+        })?;
+        for i in winners {
+            let _ = s.call("release_and_wake", store.release_and_wake(&o, &racers[i].0, false)).await?;
+        }
+    }
+    Ok(())
 }
 
 fn quiet(release: Release) -> WakeRelease {
@@ -206,19 +343,19 @@ async fn expect_none<S: ?Sized>(
 async fn expect_one<S: ?Sized>(
     s: &mut Suite<'_, S>,
     l: &mut Listeners,
-    who: &str,
-    owner: &OwnerId,
+    heard: (&str, &OwnerId, bool),
     when: &str,
 ) -> Result<(), Violation> {
-    expect_one_rule(s, l, who, owner, Rule::WakeReleaseOne, when).await
+    expect_one_rule(s, l, heard, Rule::WakeReleaseOne, when).await
 }
 
-/// `who` hears `owner` (and nothing else), and nobody else hears anything.
+/// `who` hears `owner` (and nothing else), and nobody else hears anything, after a
+/// release that answered `woke`. When nobody heard anything although the release
+/// said it woke a waiter, the release's answer is what is wrong.
 async fn expect_one_rule<S: ?Sized>(
     s: &mut Suite<'_, S>,
     l: &mut Listeners,
-    who: &str,
-    owner: &OwnerId,
+    (who, owner, woke): (&str, &OwnerId, bool),
     rule: Rule,
     when: &str,
 ) -> Result<(), Violation> {
@@ -228,11 +365,24 @@ async fn expect_one_rule<S: ?Sized>(
         _ => (&mut l.beta, [("alpha", &mut l.alpha), ("gamma", &mut l.gamma)]),
     };
     let heard = s.env.within(wait, mine.next()).await.flatten();
-    s.ensure(heard.as_ref() == Some(owner), rule, || {
-        format!("{when}: {who} heard {heard:?} within {wait:?}, not {owner}")
-    })?;
-    s.env.wait(l.wait).await;
     let mut extra = Vec::new();
+    if heard.as_ref() != Some(owner) {
+        for (n, r) in others {
+            if let Some(o) = ready_now(r.next()).flatten() {
+                extra.push(format!("{n} heard {o}"));
+            }
+        }
+        let rule = if heard.is_none() && extra.is_empty() && woke { Rule::WakeReleaseReports } else { rule };
+        return Err(Violation {
+            rule,
+            detail: format!(
+                "{when}: {who} heard {heard:?} within {wait:?}, not {owner}; the release answered woke = {woke}{}",
+                extra.iter().map(|e| format!(", {e}")).collect::<String>()
+            ),
+        });
+    }
+    s.ensure(true, rule, String::new)?;
+    s.env.wait(l.wait).await;
     if let Some(o) = ready_now(mine.next()).flatten() {
         extra.push(format!("{who} heard {o} again"));
     }

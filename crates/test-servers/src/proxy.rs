@@ -1,6 +1,16 @@
 //! A loopback TCP proxy whose traffic a test can hold back: while held, what a
 //! client sends is taken and kept, not forwarded, and nothing it waits for comes
-//! back. The end-to-end tests put one between a `drain` process and its target, to
+//! back; released, what waited goes through first.
+//!
+//! It is the outage of a store tested on a server others use: connect the store
+//! under test through the proxy, and [`Proxy::hold`] freezes that store's
+//! connections alone, as SIGSTOP freezes a private server (its calls time out, what
+//! it sent runs when [`Proxy::release`] lets it through, new connections hang), while
+//! the server goes on serving everyone else. drain-core's `testkit::OutageBy` makes
+//! a contract suite's `Outage` of it: `OutageBy::new(|| proxy.hold(), || proxy.release(),
+//! &clock, Duration::from_millis(100))`.
+//!
+//! The end-to-end tests also put one between a `drain` process and its target, to
 //! stop the process at a moment when everything it sent has left it: once held, the
 //! test waits until the client has sent nothing for a while ([`Proxy::wait_quiet`]).
 //! It also stands for a managed address that moves to another node on a failover
@@ -38,6 +48,10 @@ struct Flags {
 
 impl Proxy {
     /// Listen on a free loopback port and forward every connection to `upstream`.
+    ///
+    /// # Panics
+    /// When no loopback port can be bound.
+    #[must_use]
     pub fn start(upstream: SocketAddr) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).expect("a non-blocking listener");
@@ -53,6 +67,7 @@ impl Proxy {
     }
 
     /// The port to connect to instead of the upstream's.
+    #[must_use]
     pub fn port(&self) -> u16 {
         self.port
     }
@@ -64,6 +79,9 @@ impl Proxy {
 
     /// Wait until clients have sent nothing for `quiet` (within 30 s): while held,
     /// that means whatever a client had started to send has left it.
+    ///
+    /// # Panics
+    /// When clients still send 30 s after it was called.
     pub fn wait_quiet(&self, quiet: Duration) {
         let bound = Instant::now() + Duration::from_secs(30);
         let (mut last, mut since) = (self.flags.sent.load(Ordering::SeqCst), Instant::now());
@@ -125,7 +143,8 @@ fn accept(listener: &TcpListener, flags: &Arc<Flags>, threads: &Mutex<Vec<JoinHa
 
 /// Copy `from` to `to` until either ends, the proxy stops or is retargeted (a newer
 /// `generation`). While held, what an `upstream` pump (client to server) reads is
-/// kept for later, counted in `flags.sent`; the other reads nothing.
+/// kept for later, counted in `flags.sent`; the other reads nothing, and keeps what
+/// a read begun before the hold brought.
 fn pump(mut from: TcpStream, mut to: TcpStream, upstream: bool, generation: usize, flags: &Flags) {
     let ready =
         from.set_nonblocking(false).and(from.set_read_timeout(Some(POLL))).and(to.set_write_timeout(Some(POLL)));
@@ -146,9 +165,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, upstream: bool, generation: usiz
                 if upstream {
                     flags.sent.fetch_add(n as u64, Ordering::SeqCst);
                 }
-                if held {
-                    kept.extend_from_slice(&buf[..n]);
-                } else if !write_all(&mut to, &buf[..n], flags) {
+                // Held again since the read began: what arrived after `hold`
+                // returned waits too, so an outage begins at once.
+                kept.extend_from_slice(&buf[..n]);
+                if !flags.held.load(Ordering::SeqCst) && !write_all(&mut to, &std::mem::take(&mut kept), flags) {
                     break;
                 }
             }
