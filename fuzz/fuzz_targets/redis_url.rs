@@ -9,7 +9,7 @@
 #![no_main]
 
 use adapter_redis::RedisConfig;
-use drain_core::redact::redact;
+use drain_runtime::redact::redact;
 use libfuzzer_sys::fuzz_target;
 
 fn any_text(text: &str) {

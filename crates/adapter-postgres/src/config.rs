@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use drain_core::redact::redact;
+use drain_runtime::redact::redact;
 
 /// How to reach PostgreSQL. Build it with [`PostgresConfig::new`] and adjust it with
 /// the builder methods or the public fields.

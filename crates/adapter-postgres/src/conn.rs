@@ -97,7 +97,7 @@ pub(crate) async fn connect_client(
     let mut pg: tokio_postgres::Config = config.url.parse().map_err(|e: tokio_postgres::Error| {
         PortError::new(
             drain_core::ErrorKind::Config,
-            format!("the PostgreSQL URL {} does not parse: {e}", drain_core::redact::redact(&config.url)),
+            format!("the PostgreSQL URL {} does not parse: {e}", drain_runtime::redact::redact(&config.url)),
         )
     })?;
     pg.connect_timeout(config.connect_timeout);

@@ -91,7 +91,7 @@
 //!
 //! Driver errors are mapped at the boundary by [`map_error`] (its table). Messages
 //! name the endpoint (`host:port`) and what to check, and never contain the
-//! password ([`drain_core::redact::redact`]).
+//! password ([`drain_runtime::redact::redact`]).
 #![forbid(unsafe_code)]
 
 mod backlogs;

@@ -4,7 +4,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use drain_core::redact::redact;
+use drain_runtime::redact::redact;
 
 /// How to reach Redis. Build it with [`RedisConfig::new`] and adjust the public
 /// fields; the app fills it from `DRAIN_REDIS_URL` and `DRAIN_REDIS_CLUSTER`.
@@ -189,7 +189,7 @@ fn host_port(url: &str) -> String {
 /// (a short one would mask ordinary words).
 pub(crate) fn scrub(text: &str, password: Option<&str>) -> String {
     let secrets: Vec<&str> = password.filter(|p| p.len() >= 4).into_iter().collect();
-    drain_core::redact::scrub(text, &secrets)
+    drain_runtime::redact::scrub(text, &secrets)
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@
 //! | `CROSSSLOT`, `NOSCRIPT` after `EVAL`, a reply drain's scripts never give | `Protocol` | permanent |
 //!
 //! Messages name the endpoint (`host:port`) and what to check, and never contain the
-//! password ([`drain_core::redact::redact`]). A lease key without a TTL (written by hand, never by
+//! password ([`drain_runtime::redact::redact`]). A lease key without a TTL (written by hand, never by
 //! drain) is held until someone deletes it: `Busy` reports [`Duration::MAX`] left.
 //!
 //! [`Duration::MAX`]: std::time::Duration::MAX

@@ -394,7 +394,7 @@ fn validate(config: &RedisConfig) -> Result<(), PortError> {
             ErrorKind::Config,
             format!(
                 "{} is not a redis://, rediss:// or redis+sentinel:// URL: check DRAIN_REDIS_URL",
-                drain_core::redact::redact(url)
+                drain_runtime::redact::redact(url)
             ),
         ));
     }

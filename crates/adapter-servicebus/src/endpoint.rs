@@ -4,8 +4,8 @@
 
 use std::fmt;
 
-use drain_core::redact::Secret;
 use drain_core::{ErrorKind, PortError};
+use drain_runtime::redact::Secret;
 use percent_encoding::percent_decode_str;
 
 /// Default AMQP port without TLS.

@@ -72,7 +72,7 @@ mod submit;
 mod token_refresh;
 
 pub use drain_core::Backoff;
-pub use drain_core::redact::Secret;
+pub use drain_runtime::redact::Secret;
 pub use endpoint::{AMQP_PORT, AMQPS_PORT, Credentials, Endpoint, ParsedEndpoint, Profile};
 pub use profile::{DEAD_LETTER_CONDITION, DEAD_LETTER_DESCRIPTION, DEAD_LETTER_REASON};
 pub use renewal::{LockEvent, LockRenewal, LockToken, RenewEvent, RenewSchedule};

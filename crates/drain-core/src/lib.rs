@@ -35,8 +35,6 @@
 //! * Errors: [`PortError`] ([`ErrorKind`], [`Persistence`]).
 //! * Decisions as data, for an observer: [`Event`] and its labels in [`event`].
 //! * Values: [`Switch`] (off / shadow / on), [`Time`], [`LeaseToken`].
-//! * Secrets: [`redact::Secret`] and [`redact::redact`], the one redaction of URLs and
-//!   connection strings every drain crate uses.
 //! * Retries: [`Backoff`], the one jittered exponential back-off.
 //! * `memory` (feature): `MemoryStore` (every store port), `StoredClaim`,
 //!   `MemorySource`, `ManualClock`, `block_on`.
@@ -60,7 +58,6 @@ pub mod guard;
 pub mod outcome;
 pub mod owner;
 pub mod ports;
-pub mod redact;
 pub mod switch;
 pub mod tick;
 pub mod time;

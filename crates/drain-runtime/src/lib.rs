@@ -10,6 +10,7 @@ mod lease;
 mod marking;
 mod owners;
 mod purge;
+pub mod redact;
 mod retry;
 mod ticks;
 mod waking;

@@ -21,7 +21,7 @@ use drain_core::admission::SchedulerConfig;
 use drain_core::tick::{InFlight, TickConfig};
 use settings::{Parsed, Warning};
 
-pub(crate) use drain_core::redact::{Secret, redact, scrub};
+pub(crate) use drain_runtime::redact::{Secret, redact, scrub};
 pub(crate) use render::{effective_table, flags_markdown};
 
 use registry::{Kind, SETTINGS, setting};
