@@ -40,8 +40,18 @@ pub fn config(url: &str) -> PostgresConfig {
     PostgresConfig::new(url).timeouts(Duration::from_millis(500), Duration::from_millis(500))
 }
 
+/// Connect with [`config`]'s short timeouts. Connecting also creates or upgrades the
+/// schema, which a loaded machine can take longer than 500 ms for: a temporary failure
+/// is tried again (the schema's steps are idempotent), a few times.
 pub async fn connect(url: &str) -> PostgresStore {
-    PostgresStore::connect(config(url)).await.expect("connect to the private PostgreSQL")
+    let mut attempt = 0;
+    loop {
+        match PostgresStore::connect(config(url)).await {
+            Ok(store) => return store,
+            Err(e) if e.is_temporary() && attempt < 5 => attempt += 1,
+            Err(e) => panic!("connect to the private PostgreSQL: {e:?}"),
+        }
+    }
 }
 
 /// Three stores on one server, each with connections of its own, as three processes
