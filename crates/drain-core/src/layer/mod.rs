@@ -168,10 +168,17 @@ impl Hooks for StoreOffers {
 /// assert!(stamps_only.release_wake().is_none());
 /// assert!(stamps_only.drain_stamps().is_some());
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Forward<S: ?Sized, H> {
     inner: Arc<S>,
     hooks: H,
+}
+
+/// A clone shares the wrapped store (whatever `S` is) and clones the hooks.
+impl<S: ?Sized, H: Clone> Clone for Forward<S, H> {
+    fn clone(&self) -> Self {
+        Forward { inner: Arc::clone(&self.inner), hooks: self.hooks.clone() }
+    }
 }
 
 impl<S: ?Sized, H> Forward<S, H> {

@@ -399,6 +399,15 @@ impl OwnerClaims for BrokenStore {
         }
         Ok(out)
     }
+
+    // It offers the optional ports it implements, so that a wrapper forwards them.
+    fn release_wake(&self) -> Option<&dyn crate::ports::ReleaseWake> {
+        Some(self)
+    }
+
+    fn drain_stamps(&self) -> Option<&dyn crate::ports::DrainStamps> {
+        Some(self)
+    }
 }
 
 #[async_trait]
