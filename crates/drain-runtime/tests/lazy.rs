@@ -46,7 +46,7 @@ async fn a_lazy_store_offering_the_wake_up_shows_it_and_reaches_the_store_throug
     let wake = store.release_wake().expect("the wake-up it was built with");
     let owners = [OwnerId::from("a")];
     assert_eq!(wake.peek_and_wait(&owners, &waiter()).await.expect("answered"), [OwnerClaim::Free]);
-    wake.subscribe("i").await.expect("subscribed through the connected store");
+    let _releases = wake.subscribe("i").await.expect("subscribed through the connected store");
 }
 
 #[tokio::test]
