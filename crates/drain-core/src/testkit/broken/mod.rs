@@ -400,13 +400,12 @@ impl OwnerClaims for BrokenStore {
         Ok(out)
     }
 
-    // It offers the optional ports it implements, so that a wrapper forwards them.
     fn release_wake(&self) -> Option<&dyn crate::ports::ReleaseWake> {
-        Some(self)
+        if self.is(Defect::WakeNotOffered) { None } else { Some(self) }
     }
 
     fn drain_stamps(&self) -> Option<&dyn crate::ports::DrainStamps> {
-        Some(self)
+        if self.is(Defect::StampsNotOffered) { None } else { Some(self) }
     }
 }
 
