@@ -11,9 +11,9 @@ use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions,
 };
-use drain_core::Backoff;
 use drain_core::memory::{MemorySource, MemoryStore};
-use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, Submitter};
+use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, StoreOffers, Submitter};
+use drain_core::{Backoff, Switch};
 use drain_runtime::{BeatConfig, ClaimGate, Connect, LazyStore, Ticks, retrying};
 
 use crate::config::{Config, Secret};
@@ -194,6 +194,24 @@ pub(crate) async fn compose_until_signal(
     }
 }
 
+/// Whether the switches let the release wake-up act: claim-aware On and release
+/// wake not Off.
+pub(crate) fn switches_allow_wake(config: &Config) -> bool {
+    config.claim_aware == Switch::On && config.release_wake != Switch::Off
+}
+
+/// What a connected-on-first-use store offers owner drains: the drain stamps unless
+/// the skip-served switch is Off (then the turns and peeks are those before the
+/// stamps), the release wake-up where the switches allow it and the store's user
+/// surely has its rights (`wake_rights`: PostgreSQL's `grant_sql` grants them with the
+/// rest; on Redis only `drain owners` probes them, on its connected store).
+fn offers(config: &Config, wake_rights: bool) -> StoreOffers {
+    StoreOffers {
+        release_wake: wake_rights && switches_allow_wake(config),
+        drain_stamps: config.skip_served != Switch::Off,
+    }
+}
+
 /// Build the runtime from the configuration. `owner_drains` says whether owner
 /// drains will run (they peek and take claims in the store).
 pub(crate) async fn compose(
@@ -225,7 +243,8 @@ pub(crate) async fn compose(
                 let (redis, seen) = (redis.clone(), seen.clone());
                 Box::pin(async move { Ok(RedisStore::connect(redis).await?.with_observer(seen)) })
             });
-            let store = Arc::new(LazyStore::new("Redis", url.to_string(), connect));
+            let offers = offers(&config, false);
+            let store = Arc::new(LazyStore::new("Redis", url.to_string(), connect).offering(offers));
             // Connect now so the first tick does not pay for it; a failure is not fatal.
             let _ = store.store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Redis(store))
@@ -236,7 +255,8 @@ pub(crate) async fn compose(
                 let (pg, seen) = (pg.clone(), seen.clone());
                 Box::pin(async move { Ok(PostgresStore::connect(pg).await?.with_observer(seen)) })
             });
-            let store = Arc::new(LazyStore::new("PostgreSQL", url.to_string(), connect));
+            let offers = offers(&config, true);
+            let store = Arc::new(LazyStore::new("PostgreSQL", url.to_string(), connect).offering(offers));
             let _ = store.store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Postgres(store))
         }

@@ -55,6 +55,7 @@ pub mod error;
 pub mod event;
 pub mod fence;
 pub mod guard;
+pub mod layer;
 pub mod outcome;
 pub mod owner;
 pub mod ports;

@@ -1,34 +1,46 @@
 //! Counts of what owner drains did, for a report: the peeks admission made, and
-//! how the turns ended. Both forward everything; they only count on the way.
+//! how the turns ended. Both pass everything on and only count on the way: the
+//! peeks as hooks on drain-core's one forwarding layer, the turns as an observer.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::admission::{OwnerId, TurnOutcome};
+use drain_core::PortError;
+use drain_core::admission::TurnOutcome;
 use drain_core::event::{Event, SkipReason};
-use drain_core::ports::{
-    Acquire, DrainStamps, Observer, OwnerClaim, OwnerClaims, ReleaseWake, Releases, StampedClaim, Waiter, WakeRelease,
-};
-use drain_core::{LeaseToken, PortError};
+use drain_core::layer::{Call, Hooks, Run};
+use drain_core::ports::{Observer, StoreOffers};
 
-/// Admission's peeks through `store`, counted (owners, round trips). It offers the
-/// store's release wake-up, and with `stamps` the store's drain stamps, whose peeks
-/// it counts too. Give it to `DriverPorts::claims`; the turns take claims from the
-/// store itself.
-pub struct CountedPeeks<S> {
-    store: S,
+/// Hooks for a [`Forward`](drain_core::layer::Forward) over the store admission
+/// peeks: they count its peeks (owners, round trips), those through the release
+/// wake-up and the drain stamps included, and hide the drain stamps unless `stamps`.
+/// Give the wrapper to `DriverPorts::claims`; the turns take claims from the store
+/// itself.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use drain_core::layer::Forward;
+/// use drain_core::memory::{ManualClock, MemoryStore};
+/// use drain_runtime::CountedPeeks;
+///
+/// let store = Arc::new(MemoryStore::new(Arc::new(ManualClock::new())));
+/// let peeks = Forward::new(store, CountedPeeks::new(true));
+/// assert_eq!(peeks.hooks().round_trips(), 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct CountedPeeks {
     stamps: bool,
     owners: AtomicU64,
     round_trips: AtomicU64,
 }
 
-impl<S> CountedPeeks<S> {
-    /// Peeks through `store`, offering its drain stamps when `stamps` (the
+impl CountedPeeks {
+    /// Counting hooks, offering the store's drain stamps when `stamps` (the
     /// skip-served switch is not Off).
-    pub fn new(store: S, stamps: bool) -> Self {
-        CountedPeeks { store, stamps, owners: AtomicU64::new(0), round_trips: AtomicU64::new(0) }
+    pub fn new(stamps: bool) -> Self {
+        CountedPeeks { stamps, owners: AtomicU64::new(0), round_trips: AtomicU64::new(0) }
     }
 
     /// Owners peeked so far.
@@ -40,80 +52,20 @@ impl<S> CountedPeeks<S> {
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
     }
-
-    fn count(&self, owners: &[OwnerId]) {
-        self.owners.fetch_add(owners.len() as u64, Ordering::Relaxed);
-        self.round_trips.fetch_add(1, Ordering::Relaxed);
-    }
 }
 
 #[async_trait]
-impl<S: OwnerClaims + ReleaseWake + DrainStamps> OwnerClaims for CountedPeeks<S> {
-    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
-        self.count(owners);
-        self.store.peek_owners(owners).await
+impl Hooks for CountedPeeks {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        if let Some(owners) = call.peeked() {
+            self.owners.fetch_add(owners.len() as u64, Ordering::Relaxed);
+            self.round_trips.fetch_add(1, Ordering::Relaxed);
+        }
+        run.await
     }
 
-    fn release_wake(&self) -> Option<&dyn ReleaseWake> {
-        Some(self)
-    }
-
-    fn drain_stamps(&self) -> Option<&dyn DrainStamps> {
-        if self.stamps { Some(self) } else { None }
-    }
-}
-
-#[async_trait]
-impl<S: DrainStamps> DrainStamps for CountedPeeks<S> {
-    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
-        self.count(owners);
-        self.store.peek_stamped(owners, waiter).await
-    }
-    async fn acquire_stamped(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        ttl: Duration,
-        waiter: Option<&Waiter>,
-    ) -> Result<Acquire, PortError> {
-        self.store.acquire_stamped(owner, token, ttl, waiter).await
-    }
-    async fn release_drained(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        drained: bool,
-        wake: bool,
-    ) -> Result<WakeRelease, PortError> {
-        self.store.release_drained(owner, token, drained, wake).await
-    }
-}
-
-#[async_trait]
-impl<S: OwnerClaims + ReleaseWake> ReleaseWake for CountedPeeks<S> {
-    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        self.store.subscribe(instance).await
-    }
-    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
-        self.count(owners);
-        self.store.peek_and_wait(owners, waiter).await
-    }
-    async fn acquire_or_wait(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        ttl: Duration,
-        waiter: &Waiter,
-    ) -> Result<Acquire, PortError> {
-        self.store.acquire_or_wait(owner, token, ttl, waiter).await
-    }
-    async fn release_and_wake(
-        &self,
-        owner: &OwnerId,
-        token: &LeaseToken,
-        wake: bool,
-    ) -> Result<WakeRelease, PortError> {
-        self.store.release_and_wake(owner, token, wake).await
+    fn offers(&self, inner: StoreOffers) -> StoreOffers {
+        StoreOffers { drain_stamps: inner.drain_stamps && self.stamps, ..inner }
     }
 }
 

@@ -1,6 +1,8 @@
 //! A store that connects on first use and keeps retrying, so that a store that is
 //! down when the process starts behaves like one that went down later: the lease
 //! fails open, claims fail closed, and the process serves once the store answers.
+//! It offers the optional ports it was told to ([`LazyStore::offering`]): it cannot
+//! ask a store it has not connected.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,8 +10,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use drain_core::admission::OwnerId;
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
-    Release, Renew, SettleResult, SettledThenClaimed, Settlement,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, DrainStamps, Fence, FenceMarks, FenceVerdict, Holding, LeaseName,
+    LeaseStore, MessageId, OwnerClaim, OwnerClaims, Release, ReleaseWake, Releases, Renew, SettleResult,
+    SettledThenClaimed, Settlement, StampedClaim, StoreOffers, Waiter, WakeRelease,
 };
 use drain_core::{ErrorKind, LeaseToken, PortError};
 use futures::future::BoxFuture;
@@ -23,6 +26,13 @@ pub type Connect<S> = Arc<dyn Fn() -> BoxFuture<'static, Result<S, PortError>> +
 /// calls within `retry_every` (1 s) fail at once with the same error; the first call
 /// after that tries again. The first failure and the connect are logged, with `shown`
 /// (where it points, secrets masked).
+///
+/// It is every store port `S` is. Of the optional ones reached through owner claims
+/// (the release wake-up, the drain stamps) it offers those it was built with
+/// ([`LazyStore::offering`]; none by default): the application knows what it
+/// enabled, the wake-up say only where the store's user has its rights. While the
+/// store is down every call fails as the others do; a port offered here that the
+/// connected store does not offer fails its calls as unsupported.
 ///
 /// ```no_run
 /// # async fn demo() {
@@ -44,6 +54,7 @@ pub struct LazyStore<S> {
     connect: Connect<S>,
     state: Mutex<State<S>>,
     retry_every: Duration,
+    offers: StoreOffers,
 }
 
 struct State<S> {
@@ -62,7 +73,15 @@ impl<S: Clone + Send + Sync + 'static> LazyStore<S> {
             connect,
             state: Mutex::new(State { store: None, last_attempt: None, last_error: None }),
             retry_every: Duration::from_secs(1),
+            offers: StoreOffers::NONE,
         }
+    }
+
+    /// The same store, offering `offers` of the optional owner-claim ports.
+    #[must_use]
+    pub fn offering(mut self, offers: StoreOffers) -> Self {
+        self.offers = offers;
+        self
     }
 
     /// Where it points, secrets masked.
@@ -130,6 +149,100 @@ impl<S: OwnerClaims + Clone + 'static> OwnerClaims for LazyStore<S> {
             return Ok(Vec::new());
         }
         self.store().await?.peek_owners(owners).await
+    }
+
+    fn release_wake(&self) -> Option<&dyn ReleaseWake> {
+        if self.offers.release_wake { Some(self) } else { None }
+    }
+
+    fn drain_stamps(&self) -> Option<&dyn DrainStamps> {
+        if self.offers.drain_stamps { Some(self) } else { None }
+    }
+
+    fn offers(&self) -> StoreOffers {
+        self.offers
+    }
+}
+
+/// The error of a call to an optional port the connected store does not offer.
+fn not_offered(port: &str) -> PortError {
+    PortError::new(ErrorKind::Unsupported, format!("the store does not offer the {port}")).never_sent()
+}
+
+#[async_trait]
+impl<S: OwnerClaims + Clone + 'static> ReleaseWake for LazyStore<S> {
+    async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
+        let s = self.store().await?;
+        s.release_wake().ok_or_else(|| not_offered("release wake-up"))?.subscribe(instance).await
+    }
+    async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = self.store().await?;
+        s.release_wake().ok_or_else(|| not_offered("release wake-up"))?.peek_and_wait(owners, waiter).await
+    }
+    async fn acquire_or_wait(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: &Waiter,
+    ) -> Result<Acquire, PortError> {
+        let s = self.store().await?;
+        let wake = s.release_wake().ok_or_else(|| not_offered("release wake-up"))?;
+        wake.acquire_or_wait(owner, token, ttl, waiter).await
+    }
+    async fn release_and_wake(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        let s = self.store().await?;
+        s.release_wake().ok_or_else(|| not_offered("release wake-up"))?.release_and_wake(owner, token, wake).await
+    }
+}
+
+#[async_trait]
+impl<S: OwnerClaims + Clone + 'static> DrainStamps for LazyStore<S> {
+    async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
+        if owners.is_empty() {
+            return Ok(Vec::new());
+        }
+        let s = self.store().await?;
+        s.drain_stamps().ok_or_else(|| not_offered("drain stamps"))?.peek_stamped(owners, waiter).await
+    }
+    async fn acquire_stamped(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        ttl: Duration,
+        waiter: Option<&Waiter>,
+    ) -> Result<Acquire, PortError> {
+        let s = self.store().await?;
+        s.drain_stamps().ok_or_else(|| not_offered("drain stamps"))?.acquire_stamped(owner, token, ttl, waiter).await
+    }
+    async fn release_drained(
+        &self,
+        owner: &OwnerId,
+        token: &LeaseToken,
+        drained: bool,
+        wake: bool,
+    ) -> Result<WakeRelease, PortError> {
+        let s = self.store().await?;
+        let stamps = s.drain_stamps().ok_or_else(|| not_offered("drain stamps"))?;
+        stamps.release_drained(owner, token, drained, wake).await
+    }
+}
+
+#[async_trait]
+impl<S: FenceMarks + Clone + 'static> FenceMarks for LazyStore<S> {
+    async fn admit(&self, resource: &str, fence: u64) -> Result<FenceVerdict, PortError> {
+        self.store().await?.admit(resource, fence).await
+    }
+    async fn admit_fence(&self, resource: &str, fence: &Fence) -> Result<FenceVerdict, PortError> {
+        self.store().await?.admit_fence(resource, fence).await
     }
 }
 

@@ -37,6 +37,11 @@ pub struct StampedClaim {
 /// go): a lapsed stamp answers `None`, which costs one turn that finds nothing. It
 /// must not lapse sooner than an hour after its drain began.
 ///
+/// A store that implements them MUST offer them: its
+/// [`OwnerClaims::drain_stamps`](crate::ports::OwnerClaims::drain_stamps) answers
+/// `Some` (rule `stamps.offered`), or admission, and every wrapper of the store, never
+/// reach them.
+///
 /// `testkit::contract::drain_stamps` checks every rule below; each rule's name follows
 /// its sentence.
 ///

@@ -53,7 +53,7 @@ pub use drained::{DrainStamps, StampedClaim};
 pub use lease::{Acquire, Fence, Holding, LeaseKind, LeaseName, LeaseStore, Release, Renew};
 pub use marks::{FenceMarks, FenceVerdict};
 pub use observer::{NoopObserver, Observer};
-pub use owners::{OwnerClaim, OwnerClaims};
+pub use owners::{OwnerClaim, OwnerClaims, StoreOffers};
 pub use source::{Capabilities, Delivery, DeliveryHandle, Message, MessageId, MessageSource, PropertyValue};
 pub use submit::{SubmitContext, Submitter};
 pub use wake::{ReleaseWake, Releases, Waiter, WakeRelease};

@@ -19,6 +19,34 @@ pub enum OwnerClaim {
     },
 }
 
+/// The optional ports a store of owner claims offers beside its peeks, as data: what
+/// its [`OwnerClaims::release_wake`] and [`OwnerClaims::drain_stamps`] answer. A
+/// wrapper that cannot ask its store yet (one that connects on first use) is told
+/// them instead, and one that hides a port says so here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOffers {
+    /// The release wake-up ([`ReleaseWake`](crate::ports::ReleaseWake)).
+    pub release_wake: bool,
+    /// The drain stamps ([`DrainStamps`](crate::ports::DrainStamps)).
+    pub drain_stamps: bool,
+}
+
+impl StoreOffers {
+    /// Neither optional port: owner claims alone.
+    pub const NONE: StoreOffers = StoreOffers { release_wake: false, drain_stamps: false };
+    /// Both optional ports.
+    pub const ALL: StoreOffers = StoreOffers { release_wake: true, drain_stamps: true };
+
+    /// What both `self` and `other` offer.
+    #[must_use]
+    pub const fn and(self, other: StoreOffers) -> StoreOffers {
+        StoreOffers {
+            release_wake: self.release_wake && other.release_wake,
+            drain_stamps: self.drain_stamps && other.drain_stamps,
+        }
+    }
+}
+
 /// Read-only peeks at owners' claims: how claim-aware admission learns, before it
 /// launches a turn, that another instance already holds the owner.
 ///
@@ -49,16 +77,25 @@ pub trait OwnerClaims: Send + Sync {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError>;
 
     /// The release wake-up, when this store offers it (the same store's
-    /// [`ReleaseWake`](crate::ports::ReleaseWake)): admission's driver then registers
-    /// waiters by itself. `None` by default.
+    /// [`ReleaseWake`](crate::ports::ReleaseWake), answered as `Some(self)`):
+    /// admission's driver and `OwnerTurns` then register waiters by themselves.
+    /// `None` by default. A wrapper answers it from its [`StoreOffers`], as
+    /// `drain_core::layer::Forward` does.
     fn release_wake(&self) -> Option<&dyn crate::ports::ReleaseWake> {
         None
     }
 
     /// The drain stamps, when this store offers them (the same store's
-    /// [`DrainStamps`](crate::ports::DrainStamps)): admission's driver then peeks with
-    /// the marks and drops the requests a drain already served. `None` by default.
+    /// [`DrainStamps`](crate::ports::DrainStamps), answered as `Some(self)`):
+    /// admission's driver then peeks with the marks and drops the requests a drain
+    /// already served. `None` by default.
     fn drain_stamps(&self) -> Option<&dyn crate::ports::DrainStamps> {
         None
+    }
+
+    /// What the two accessors above answer, as data. The default reads them; a
+    /// store overrides neither this nor them to offer nothing.
+    fn offers(&self) -> StoreOffers {
+        StoreOffers { release_wake: self.release_wake().is_some(), drain_stamps: self.drain_stamps().is_some() }
     }
 }

@@ -43,6 +43,11 @@ pub type Releases = Pin<Box<dyn Stream<Item = OwnerId> + Send + 'static>>;
 /// no release falls between the two. A wake-up that is lost (a crashed waiter, a
 /// dropped notification) costs only the retry window.
 ///
+/// A store that implements it MUST offer it: its
+/// [`OwnerClaims::release_wake`](crate::ports::OwnerClaims::release_wake) answers
+/// `Some` (rule `wake.offered`), or admission, and every wrapper of the store, never
+/// reach it.
+///
 /// `testkit::contract::release_wake` checks every rule below; each rule's name
 /// follows its sentence.
 ///

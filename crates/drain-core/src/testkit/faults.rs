@@ -6,9 +6,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::error::{ErrorKind, PortError};
+use crate::layer::{Call, Hooks, Run};
 use crate::ports::Clock;
 use crate::testkit::contract::Outage;
-use crate::testkit::forward::{Call, Hooks, Run};
 
 /// [`Hooks`] for a [`Forward`](crate::testkit::Forward) claim store that forwards
 /// claims and fails every settlement with a `Connection` error: what a tick meets
@@ -57,5 +57,16 @@ impl<B: Fn() + Send + Sync, E: Fn() + Send + Sync> Outage for OutageBy<'_, B, E>
     async fn end(&self) {
         (self.end)();
         self.clock.sleep_until(self.clock.now() + self.settle).await;
+    }
+}
+
+/// Hooks that change nothing but make `settle_then_claim` as two calls: a store
+/// without a one-call `settle_then_claim` of its own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TwoCalls;
+
+impl Hooks for TwoCalls {
+    fn two_calls(&self) -> bool {
+        true
     }
 }

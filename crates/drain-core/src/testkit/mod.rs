@@ -7,8 +7,10 @@
 //!   adapter's tests, concurrency included. Each answers `Ok` with the rules it
 //!   checked or `Err` naming the rule that broke.
 //! * [`broken`]: stores with one defect each, and the rule each must fail.
-//! * [`Forward`]: the one wrapper for store doubles, which forwards every call to a
-//!   store through [`Hooks`] in which the double changes only what it needs to.
+//! * [`Forward`]: the one forwarding layer ([`crate::layer`]), here for store
+//!   doubles: it forwards every call to a store through [`Hooks`] in which the
+//!   double changes only what it needs to; [`TwoCalls`] is the hooks of a store
+//!   without a one-call `settle_then_claim`.
 //! * [`RecordingObserver`], [`RecordingSubmitter`], [`BacklogWork`], [`FailSettle`],
 //!   [`OutageBy`]: parts of a test harness; [`TestRng`] and [`message`] make tokens and messages repeatable.
 //!
@@ -19,13 +21,12 @@ pub mod broken;
 pub mod contract;
 
 mod faults;
-mod forward;
 mod observer;
 mod submitter;
 mod work;
 
-pub use faults::{FailSettle, OutageBy};
-pub use forward::{Call, Forward, Hooks, Run, TwoCalls};
+pub use crate::layer::{Call, Forward, Hooks, Run};
+pub use faults::{FailSettle, OutageBy, TwoCalls};
 pub use observer::RecordingObserver;
 pub use submitter::RecordingSubmitter;
 pub use work::BacklogWork;

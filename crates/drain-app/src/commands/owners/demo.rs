@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, Worked, drive};
 use drain_core::ports::{Clock, LeaseStore, OwnerClaims};
-use drain_runtime::{Marking, Waking, owner_passes};
+use drain_runtime::owner_passes;
 use rand::RngExt;
 use rand::rngs::{SmallRng, StdRng};
 use tokio::sync::watch;
@@ -59,30 +59,12 @@ impl Backlogs {
 
 /// Run the demo owner workload over `owners` owners until `shutdown` flips.
 pub(crate) async fn run(rt: Arc<Runtime>, owners: usize, shutdown: watch::Receiver<bool>) {
+    // The composed store offers what the switches enabled (`compose::offers`), so the
+    // turns and the peeks use exactly that.
     let claims = rt.owner_claims.as_deref();
-    // The drain stamps, unless the skip-served switch is Off (then the turns and peeks
-    // are exactly those before the marks). grant_sql grants the PostgreSQL wake-up's
-    // functions with the rest: there the switches decide the wake-up.
-    let marks = rt.config.skip_served != drain_core::Switch::Off;
-    let wake = super::wake::switches_allow_wake(&rt);
     match &rt.backend {
         Backend::Embedded(store) => over(&rt, &**store, claims, owners, shutdown).await,
-        Backend::Redis(store) if marks => {
-            let marking = Marking::new(store.clone());
-            let claims = claims.map(|_| &marking as &dyn OwnerClaims);
-            over(&rt, &marking, claims, owners, shutdown).await;
-        }
         Backend::Redis(store) => over(&rt, &**store, claims, owners, shutdown).await,
-        Backend::Postgres(store) if marks => {
-            let marking = if wake { Marking::new(store.clone()).waking() } else { Marking::new(store.clone()) };
-            let claims = claims.map(|_| &marking as &dyn OwnerClaims);
-            over(&rt, &marking, claims, owners, shutdown).await;
-        }
-        Backend::Postgres(store) if wake => {
-            let waking = Waking(store.clone());
-            let claims = claims.map(|_| &waking as &dyn OwnerClaims);
-            over(&rt, &waking, claims, owners, shutdown).await;
-        }
         Backend::Postgres(store) => over(&rt, &**store, claims, owners, shutdown).await,
         Backend::Unused => tracing::error!("owner drains need a store for the owners' claims; none is composed"),
     }

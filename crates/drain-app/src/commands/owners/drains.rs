@@ -27,6 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use drain_core::admission::{DriverPorts, OwnerId, OwnerTurns, Scheduler, TurnOutcome, Worked, drive};
+use drain_core::layer::Forward;
 use drain_core::ports::{DrainStamps, LeaseStore, OwnerClaims, ReleaseWake};
 use drain_core::{PortError, Switch};
 use drain_runtime::{CountedPeeks, CountedTurns, owner_passes};
@@ -251,7 +252,7 @@ where
         turns = turns.without_marks();
     }
     // The peeks read the marks the turns publish (Off: neither, as before the marks).
-    let peeks = CountedPeeks::new(store.clone(), marks);
+    let peeks = Forward::new(Arc::new(store.clone()), CountedPeeks::new(marks));
     let observer = CountedTurns::new(rt.ticks.observer.clone());
     let ports = DriverPorts { claims: Some(&peeks), work: &turns, clock: &*rt.ticks.clock, observer: &observer };
 
@@ -320,8 +321,8 @@ where
         productive: observer.turns(TurnOutcome::Productive { more: false }),
         done: observer.turns(TurnOutcome::Done),
         failed: observer.turns(TurnOutcome::Failed),
-        peeks: peeks.owners(),
-        peek_round_trips: peeks.round_trips(),
+        peeks: peeks.hooks().owners(),
+        peek_round_trips: peeks.hooks().round_trips(),
         releases_heard,
         release_wakes: observer.release_wakes(),
         skipped_served: observer.skipped_served(),

@@ -6,14 +6,13 @@
 //! it, and a warning says so; on PostgreSQL `grant_sql` grants them with the rest).
 
 use adapter_redis::RedisStore;
-use drain_core::Switch;
 
 use crate::compose::Runtime;
 
 /// Whether the switches let the release wake-up act: claim-aware On and release
 /// wake not Off.
 pub(crate) fn switches_allow_wake(rt: &Runtime) -> bool {
-    rt.config.claim_aware == Switch::On && rt.config.release_wake != Switch::Off
+    crate::compose::switches_allow_wake(&rt.config)
 }
 
 /// Whether the release wake-up may act for this process on Redis: the switches, and

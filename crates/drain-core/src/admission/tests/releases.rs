@@ -7,8 +7,9 @@ use std::time::Duration;
 use crate::admission::{DriverPorts, OwnerId, Scheduler, SchedulerConfig, driver::drive_with_releases};
 use crate::error::PortError;
 use crate::event::{Event, SkipReason};
+use crate::layer::{Call, Forward, Hooks, Run};
 use crate::memory::{ManualClock, MemoryStore, block_on};
-use crate::ports::{Clock, LeaseName, OwnerClaim, OwnerClaims};
+use crate::ports::{Clock, LeaseName, StoreOffers};
 use crate::switch::Switch;
 use crate::testkit::{BacklogWork, RecordingObserver};
 use crate::time::Time;
@@ -27,20 +28,26 @@ struct Outcome {
     held_peeks: usize,
 }
 
-/// The in-memory store, answering each batched peek `delay` after reading it (a
-/// slow round trip), so a release can arrive while the peek is outstanding.
+/// Hooks on the in-memory store that answer each batched peek `delay` after reading
+/// it (a slow round trip), so a release can arrive while the peek is outstanding. The
+/// releases come by hand, so the store offers no wake-up or stamps of its own.
 struct SlowPeeks {
-    inner: Arc<MemoryStore>,
     clock: Arc<ManualClock>,
     delay: Duration,
 }
 
 #[async_trait]
-impl OwnerClaims for SlowPeeks {
-    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
-        let found = self.inner.peek_owners(owners).await;
-        self.clock.sleep_until(self.clock.now() + self.delay).await;
+impl Hooks for SlowPeeks {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        let found = run.await;
+        if matches!(call, Call::PeekOwners(_)) {
+            self.clock.sleep_until(self.clock.now() + self.delay).await;
+        }
         found
+    }
+
+    fn offers(&self, _: StoreOffers) -> StoreOffers {
+        StoreOffers::NONE
     }
 }
 
@@ -67,7 +74,7 @@ fn run_case(Case { release_wake, release_at_ms, held_ms, peek_ms }: Case) -> Out
     let a = OwnerId::from("a");
     work.add(&a, 2);
     store.put_lease(&LeaseName::owner("a"), "other:1", Duration::from_millis(held_ms));
-    let peeks = SlowPeeks { inner: store.clone(), clock: clock.clone(), delay: Duration::from_millis(peek_ms) };
+    let peeks = Forward::new(store.clone(), SlowPeeks { clock: clock.clone(), delay: Duration::from_millis(peek_ms) });
 
     let cfg = SchedulerConfig { claim_aware: Switch::On, release_wake, workers: 1, ..SchedulerConfig::default() };
     let mut s = Scheduler::new(cfg, SmallRng::seed_from_u64(7));
@@ -144,6 +151,9 @@ fn a_release_that_overtakes_the_held_peek_is_applied_when_the_peek_answers() {
     assert_eq!(on.wakes, [Switch::On], "the early release woke the owner");
     assert_eq!((on.turns, on.claim_busy, on.backlog), (1, 0, 0));
     assert!(on.ended_ms < 1_000, "not the 5-15 s backstop: ended at {} ms", on.ended_ms);
+    // Applied when the slow peek answered (100 ms), not when it came (50 ms): the next
+    // peek answers at 200 ms, then the turn works two items of 100 ms.
+    assert_eq!(on.ended_ms, 400, "the release was applied before the held peek answered");
     let off = run_case(case(Switch::Off));
     assert!(off.wakes.is_empty() && off.ended_ms >= 5_000, "Off waits for the timer ({} ms)", off.ended_ms);
 }

@@ -112,6 +112,7 @@ defects! {
     WakeWithoutFlag => WakeReleaseQuiet: "a release asked not to wake still wakes a waiter";
     WakeBroadcast => WakeDeliverOwn: "a notification goes to every subscription";
     WakeErrorAsAnswer => WakeError: "a wake-up call the store cannot answer answers as if free";
+    WakeNotOffered => WakeOffered: "implements the release wake-up, but its owner claims' accessor answers None: admission and wrappers never use it";
 
     NonAtomicAdmit => FenceExclusive: "admit reads the mark, then writes in a second step: a lower fence can land last";
     EqualFenceRefused => FenceAccepts: "a fence equal to the mark is refused: the holder cannot write twice";
@@ -138,6 +139,7 @@ defects! {
     StampOnExpiredOwn => StampsReleaseNotOwner: "a drained release of our own expired claim answers NotOwner and still publishes its start";
     StampAfterPlainAcquire => StampsReleaseUnstarted: "a drained release publishes the last start recorded, whoever took the claim: after a plain acquire, an earlier holder's";
     StampsErrorAsAnswer => StampsError: "a stamped peek or acquire the store cannot answer answers as if free and unstamped";
+    StampsNotOffered => StampsOffered: "implements the drain stamps, but its owner claims' accessor answers None: admission and wrappers never use them";
 
     WriteAnyFence => WriteStale: "a fenced write lands whatever its fence";
     WriteNotBelowFence => WriteStale: "a fenced write lands when its fence is not below the current one, like a mark: a fence never handed out writes";

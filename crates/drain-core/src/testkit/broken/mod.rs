@@ -399,6 +399,14 @@ impl OwnerClaims for BrokenStore {
         }
         Ok(out)
     }
+
+    fn release_wake(&self) -> Option<&dyn crate::ports::ReleaseWake> {
+        if self.is(Defect::WakeNotOffered) { None } else { Some(self) }
+    }
+
+    fn drain_stamps(&self) -> Option<&dyn crate::ports::DrainStamps> {
+        if self.is(Defect::StampsNotOffered) { None } else { Some(self) }
+    }
 }
 
 #[async_trait]

@@ -4,7 +4,9 @@ use futures::future::join_all;
 
 use super::{Checked, ContractEnv, Rule, Suite, Violation, token};
 use crate::admission::OwnerId;
-use crate::ports::{Acquire, DrainStamps, LeaseName, LeaseStore, OwnerClaim, Release, StampedClaim, Waiter};
+use crate::ports::{
+    Acquire, DrainStamps, LeaseName, LeaseStore, OwnerClaim, OwnerClaims, Release, StampedClaim, Waiter,
+};
 use crate::time::Time;
 use crate::token::LeaseToken;
 
@@ -31,9 +33,12 @@ const ROUNDING: Duration = Duration::from_millis(2);
 /// The first rule the store broke.
 pub async fn drain_stamps<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
-    S: LeaseStore + DrainStamps + ?Sized,
+    S: LeaseStore + OwnerClaims + DrainStamps + ?Sized,
 {
     let mut s = Suite::new(env);
+    s.ensure(store.drain_stamps().is_some(), Rule::StampsOffered, || {
+        "the store implements the drain stamps, but OwnerClaims::drain_stamps answers None".into()
+    })?;
     let owner = |n: &str| OwnerId::from(env.name(n));
     let (a, b) = (token("stamp-alpha", 81), token("stamp-beta", 82));
     let (o1, o2, never) = (owner("stamp-o1"), owner("stamp-o2"), owner("stamp-never"));

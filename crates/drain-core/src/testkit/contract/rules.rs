@@ -140,6 +140,7 @@ rules! {
     WakeReleaseCommitted => Wake, "wake.release.committed";
     WakeReleaseQuiet => Wake, "wake.release.quiet";
     WakeError => Wake, "wake.error";
+    WakeOffered => Wake, "wake.offered";
 
     SourceReceiveMax => Source, "source.receive.max";
     SourceReceiveIntact => Source, "source.receive.intact";
@@ -172,6 +173,7 @@ rules! {
     StampsReleaseNotOwner => Stamps, "stamps.release.not_owner";
     StampsReleaseUnstarted => Stamps, "stamps.release.unstarted";
     StampsError => Stamps, "stamps.error";
+    StampsOffered => Stamps, "stamps.offered";
 
     WriteCurrent => Write, "write.current";
     WriteStale => Write, "write.stale";

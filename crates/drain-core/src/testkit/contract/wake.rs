@@ -7,7 +7,9 @@ use futures::future::join_all;
 use super::{Checked, ContractEnv, Rule, Suite, Violation, ready_now, token};
 use crate::admission::OwnerId;
 use crate::error::PortError;
-use crate::ports::{Acquire, LeaseName, LeaseStore, OwnerClaim, Release, ReleaseWake, Releases, Waiter, WakeRelease};
+use crate::ports::{
+    Acquire, LeaseName, LeaseStore, OwnerClaim, OwnerClaims, Release, ReleaseWake, Releases, Waiter, WakeRelease,
+};
 use crate::token::LeaseToken;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -31,9 +33,12 @@ struct Listeners {
 /// The first rule the store broke.
 pub async fn release_wake<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
-    S: LeaseStore + ReleaseWake + ?Sized,
+    S: LeaseStore + OwnerClaims + ReleaseWake + ?Sized,
 {
     let mut s = Suite::new(env);
+    s.ensure(store.release_wake().is_some(), Rule::WakeOffered, || {
+        "the store implements the release wake-up, but OwnerClaims::release_wake answers None".into()
+    })?;
     let instance = |n: &str| env.name(n);
     let waiter = |n: &str| Waiter { instance: instance(n), ttl: LONG };
     let (wa, wb, wh) = (waiter("w-alpha"), waiter("w-beta"), waiter("w-holder"));

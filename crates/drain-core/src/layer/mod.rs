@@ -1,6 +1,10 @@
-//! One forwarding wrapper for store doubles: [`Forward`] passes every lease and
-//! claim call to the store it wraps, through [`Hooks`] in which a double says only
-//! what it changes (a call that fails, waits, or is counted).
+//! The one forwarding layer for stores: [`Forward`] passes every call of every store
+//! port (leases, claims, owner claims, the release wake-up, drain stamps, fence
+//! marks) to the store it wraps, through [`Hooks`] in which a wrapper says only what
+//! it changes (a call that fails, waits, or is counted; an optional port it hides).
+//! Counting, metering and the test doubles are hooks on it, not wrappers of their own.
+
+mod optional;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,14 +13,16 @@ use async_trait::async_trait;
 use futures::future::BoxFuture;
 
 use crate::error::PortError;
+use crate::owner::OwnerId;
 use crate::ports::{
     Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, Release, Renew,
-    SettleResult, SettledThenClaimed, Settlement, settle_then_claim_in_two_calls,
+    SettleResult, SettledThenClaimed, Settlement, StoreOffers, settle_then_claim_in_two_calls,
 };
 use crate::token::LeaseToken;
 
 /// A store call as [`Hooks`] see it: which method, on which lease or queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Call<'a> {
     /// [`LeaseStore::acquire`] of the lease.
     Acquire(&'a LeaseName),
@@ -32,6 +38,24 @@ pub enum Call<'a> {
     SettleBatch(&'a str),
     /// [`ClaimStore::settle_then_claim`] in the queue, made as one call.
     SettleThenClaim(&'a str),
+    /// [`OwnerClaims::peek_owners`](crate::ports::OwnerClaims::peek_owners) of the owners.
+    PeekOwners(&'a [OwnerId]),
+    /// [`ReleaseWake::subscribe`](crate::ports::ReleaseWake::subscribe) of the instance.
+    Subscribe(&'a str),
+    /// [`ReleaseWake::peek_and_wait`](crate::ports::ReleaseWake::peek_and_wait) of the owners.
+    PeekAndWait(&'a [OwnerId]),
+    /// [`ReleaseWake::acquire_or_wait`](crate::ports::ReleaseWake::acquire_or_wait) of the owner.
+    AcquireOrWait(&'a OwnerId),
+    /// [`ReleaseWake::release_and_wake`](crate::ports::ReleaseWake::release_and_wake) of the owner.
+    ReleaseAndWake(&'a OwnerId),
+    /// [`DrainStamps::peek_stamped`](crate::ports::DrainStamps::peek_stamped) of the owners.
+    PeekStamped(&'a [OwnerId]),
+    /// [`DrainStamps::acquire_stamped`](crate::ports::DrainStamps::acquire_stamped) of the owner.
+    AcquireStamped(&'a OwnerId),
+    /// [`DrainStamps::release_drained`](crate::ports::DrainStamps::release_drained) of the owner.
+    ReleaseDrained(&'a OwnerId),
+    /// [`FenceMarks::admit`](crate::ports::FenceMarks::admit) (or `admit_fence`) to the resource.
+    Admit(&'a str),
 }
 
 impl Call<'_> {
@@ -46,6 +70,25 @@ impl Call<'_> {
             Call::ClaimBatch(_) => "claim_batch",
             Call::SettleBatch(_) => "settle_batch",
             Call::SettleThenClaim(_) => "settle_then_claim",
+            Call::PeekOwners(_) => "peek_owners",
+            Call::Subscribe(_) => "subscribe",
+            Call::PeekAndWait(_) => "peek_and_wait",
+            Call::AcquireOrWait(_) => "acquire_or_wait",
+            Call::ReleaseAndWake(_) => "release_and_wake",
+            Call::PeekStamped(_) => "peek_stamped",
+            Call::AcquireStamped(_) => "acquire_stamped",
+            Call::ReleaseDrained(_) => "release_drained",
+            Call::Admit(_) => "admit",
+        }
+    }
+
+    /// The owners of a peek at owners' claims (`peek_owners`, `peek_and_wait`,
+    /// `peek_stamped`): what admission's peeks cost.
+    #[must_use]
+    pub const fn peeked(&self) -> Option<&[OwnerId]> {
+        match self {
+            Call::PeekOwners(o) | Call::PeekAndWait(o) | Call::PeekStamped(o) => Some(*o),
+            _ => None,
         }
     }
 
@@ -64,8 +107,8 @@ impl Call<'_> {
 /// any (for `settle_then_claim`, the settlements' error, else the claims').
 pub type Run<'a> = BoxFuture<'a, Result<(), PortError>>;
 
-/// What a double changes about the store a [`Forward`] wraps. Every default changes
-/// nothing, so a double implements only the hooks it needs.
+/// What a wrapper changes about the store a [`Forward`] wraps. Every default changes
+/// nothing, so a wrapper implements only the hooks it needs.
 #[async_trait]
 pub trait Hooks: Send + Sync {
     /// Makes `call`. `Ok` answers it with what the wrapped store answered, so `run`
@@ -90,28 +133,52 @@ pub trait Hooks: Send + Sync {
     fn two_calls(&self) -> bool {
         false
     }
+
+    /// What the wrapper offers of what the wrapped store offers (`inner`): a port
+    /// left out is hidden, its accessor answers `None` and its calls fail as
+    /// unsupported. The default: all of `inner`.
+    fn offers(&self, inner: StoreOffers) -> StoreOffers {
+        inner
+    }
 }
 
 /// Hooks that change nothing: the wrapped store as it is.
 impl Hooks for () {}
 
-/// Hooks that change nothing but make `settle_then_claim` as two calls: a store
-/// without a one-call `settle_then_claim` of its own.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TwoCalls;
-
-impl Hooks for TwoCalls {
-    fn two_calls(&self) -> bool {
-        true
+/// Hooks that change nothing but what the wrapped store offers: at most these ports.
+impl Hooks for StoreOffers {
+    fn offers(&self, inner: StoreOffers) -> StoreOffers {
+        inner.and(*self)
     }
 }
 
-/// A [`LeaseStore`] and [`ClaimStore`] (for whichever of them `S` is) that forwards
-/// every call to `S` through `H`'s [`Hooks`].
-#[derive(Debug, Clone)]
+/// Every store port `S` has (leases, claims, owner claims and the optional ports
+/// they offer, fence marks), forwarding every call to `S` through `H`'s [`Hooks`].
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use drain_core::layer::Forward;
+/// use drain_core::memory::{ManualClock, MemoryStore};
+/// use drain_core::ports::{OwnerClaims, StoreOffers};
+///
+/// let store = Arc::new(MemoryStore::new(Arc::new(ManualClock::new())));
+/// // The memory store without its release wake-up.
+/// let stamps_only = Forward::new(store, StoreOffers { release_wake: false, drain_stamps: true });
+/// assert!(stamps_only.release_wake().is_none());
+/// assert!(stamps_only.drain_stamps().is_some());
+/// ```
+#[derive(Debug)]
 pub struct Forward<S: ?Sized, H> {
     inner: Arc<S>,
     hooks: H,
+}
+
+/// A clone shares the wrapped store (whatever `S` is) and clones the hooks.
+impl<S: ?Sized, H: Clone> Clone for Forward<S, H> {
+    fn clone(&self) -> Self {
+        Forward { inner: Arc::clone(&self.inner), hooks: self.hooks.clone() }
+    }
 }
 
 impl<S: ?Sized, H> Forward<S, H> {
@@ -123,6 +190,11 @@ impl<S: ?Sized, H> Forward<S, H> {
     /// The hooks, for what they recorded.
     pub fn hooks(&self) -> &H {
         &self.hooks
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<S> {
+        &self.inner
     }
 }
 
