@@ -134,6 +134,12 @@ impl PortError {
         PortError { kind, persistence: kind.default_persistence(), message: message.into(), unsent: false }
     }
 
+    /// A call to an optional port (the release wake-up, the drain stamps) that the
+    /// store, or a wrapper of it, does not offer: unsupported, and never sent.
+    pub fn not_offered(port: &str) -> Self {
+        PortError::new(ErrorKind::Unsupported, format!("the store does not offer the {port}")).never_sent()
+    }
+
     /// Mark the request as never sent (see [`PortError::unsent`]).
     #[must_use]
     pub fn never_sent(mut self) -> Self {

@@ -164,23 +164,26 @@ impl<S: OwnerClaims + Clone + 'static> OwnerClaims for LazyStore<S> {
     }
 }
 
-/// The error of a call to an optional port the connected store does not offer.
-fn not_offered(port: &str) -> PortError {
-    PortError::new(ErrorKind::Unsupported, format!("the store does not offer the {port}")).never_sent()
+/// The connected store's release wake-up, or the error of a port it does not offer.
+fn wake_of<S: OwnerClaims>(store: &S) -> Result<&dyn ReleaseWake, PortError> {
+    store.release_wake().ok_or_else(|| PortError::not_offered("release wake-up"))
+}
+
+/// The connected store's drain stamps, or the error of a port it does not offer.
+fn stamps_of<S: OwnerClaims>(store: &S) -> Result<&dyn DrainStamps, PortError> {
+    store.drain_stamps().ok_or_else(|| PortError::not_offered("drain stamps"))
 }
 
 #[async_trait]
 impl<S: OwnerClaims + Clone + 'static> ReleaseWake for LazyStore<S> {
     async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        let s = self.store().await?;
-        s.release_wake().ok_or_else(|| not_offered("release wake-up"))?.subscribe(instance).await
+        wake_of(&self.store().await?)?.subscribe(instance).await
     }
     async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
-        let s = self.store().await?;
-        s.release_wake().ok_or_else(|| not_offered("release wake-up"))?.peek_and_wait(owners, waiter).await
+        wake_of(&self.store().await?)?.peek_and_wait(owners, waiter).await
     }
     async fn acquire_or_wait(
         &self,
@@ -189,9 +192,7 @@ impl<S: OwnerClaims + Clone + 'static> ReleaseWake for LazyStore<S> {
         ttl: Duration,
         waiter: &Waiter,
     ) -> Result<Acquire, PortError> {
-        let s = self.store().await?;
-        let wake = s.release_wake().ok_or_else(|| not_offered("release wake-up"))?;
-        wake.acquire_or_wait(owner, token, ttl, waiter).await
+        wake_of(&self.store().await?)?.acquire_or_wait(owner, token, ttl, waiter).await
     }
     async fn release_and_wake(
         &self,
@@ -199,8 +200,7 @@ impl<S: OwnerClaims + Clone + 'static> ReleaseWake for LazyStore<S> {
         token: &LeaseToken,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
-        let s = self.store().await?;
-        s.release_wake().ok_or_else(|| not_offered("release wake-up"))?.release_and_wake(owner, token, wake).await
+        wake_of(&self.store().await?)?.release_and_wake(owner, token, wake).await
     }
 }
 
@@ -210,8 +210,7 @@ impl<S: OwnerClaims + Clone + 'static> DrainStamps for LazyStore<S> {
         if owners.is_empty() {
             return Ok(Vec::new());
         }
-        let s = self.store().await?;
-        s.drain_stamps().ok_or_else(|| not_offered("drain stamps"))?.peek_stamped(owners, waiter).await
+        stamps_of(&self.store().await?)?.peek_stamped(owners, waiter).await
     }
     async fn acquire_stamped(
         &self,
@@ -220,8 +219,7 @@ impl<S: OwnerClaims + Clone + 'static> DrainStamps for LazyStore<S> {
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquire, PortError> {
-        let s = self.store().await?;
-        s.drain_stamps().ok_or_else(|| not_offered("drain stamps"))?.acquire_stamped(owner, token, ttl, waiter).await
+        stamps_of(&self.store().await?)?.acquire_stamped(owner, token, ttl, waiter).await
     }
     async fn release_drained(
         &self,
@@ -230,9 +228,7 @@ impl<S: OwnerClaims + Clone + 'static> DrainStamps for LazyStore<S> {
         drained: bool,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
-        let s = self.store().await?;
-        let stamps = s.drain_stamps().ok_or_else(|| not_offered("drain stamps"))?;
-        stamps.release_drained(owner, token, drained, wake).await
+        stamps_of(&self.store().await?)?.release_drained(owner, token, drained, wake).await
     }
 }
 

@@ -72,20 +72,7 @@ impl RedisCluster {
             String::from_utf8_lossy(&out.stderr)
         );
         let deadline = Instant::now() + CLUSTER_TIMEOUT;
-        loop {
-            let ready = self.nodes.iter().all(|node| match node.command(&["CLUSTER", "INFO"]) {
-                Ok(Reply::Bulk(Some(text))) => {
-                    let text = String::from_utf8_lossy(&text);
-                    text.contains("cluster_state:ok") && text.contains(&format!("cluster_known_nodes:{n}\r"))
-                }
-                _ => false,
-            });
-            if ready {
-                return;
-            }
-            assert!(Instant::now() < deadline, "the cluster did not reach cluster_state:ok in {CLUSTER_TIMEOUT:?}");
-            thread::sleep(Duration::from_millis(50));
-        }
+        until(deadline, "the cluster did not reach cluster_state:ok", || self.nodes.iter().all(|node| knows(node, n)));
     }
 
     /// Start a replica of node `of`, joined to the cluster by `CLUSTER MEET` and
@@ -119,34 +106,16 @@ impl RedisCluster {
             Reply::Simple("OK".into())
         );
         let deadline = Instant::now() + CLUSTER_TIMEOUT;
-        loop {
-            // The master is known once the handshake is over; only then may it be replicated.
-            if replica.command(&["CLUSTER", "REPLICATE", &master_id]).ok() == Some(Reply::Simple("OK".into())) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the new node did not learn master {master_id} in {CLUSTER_TIMEOUT:?}");
-            thread::sleep(Duration::from_millis(50));
-        }
-        loop {
-            let synced = replica.info("replication").is_ok_and(|info| {
-                info.iter().any(|(k, v)| k == "master_link_status" && v == "up")
-                    && !info.iter().any(|(k, v)| k == "master_sync_in_progress" && v == "1")
-            });
-            // Every node must know the replica, or none but its master would follow
-            // it when it takes the slots over.
-            let known = format!("cluster_known_nodes:{}\r", self.nodes.len() + 1);
-            let knows = |node: &RedisServer| {
-                matches!(node.command(&["CLUSTER", "INFO"]), Ok(Reply::Bulk(Some(text)))
-                    if String::from_utf8_lossy(&text).contains("cluster_state:ok")
-                        && String::from_utf8_lossy(&text).contains(&known))
-            };
-            let synced = synced && knows(&replica) && self.nodes.iter().all(knows);
-            if synced {
-                break;
-            }
-            assert!(Instant::now() < deadline, "the replica did not sync in {CLUSTER_TIMEOUT:?}");
-            thread::sleep(Duration::from_millis(50));
-        }
+        // The master is known once the handshake is over; only then may it be replicated.
+        until(deadline, "the new node did not learn its master", || {
+            replica.command(&["CLUSTER", "REPLICATE", &master_id]).ok() == Some(Reply::Simple("OK".into()))
+        });
+        // Every node must know the replica, or none but its master would follow it
+        // when it takes the slots over.
+        let n = self.nodes.len() + 1;
+        until(deadline, "the replica did not sync", || {
+            replica.in_sync() && knows(&replica, n) && self.nodes.iter().all(|node| knows(node, n))
+        });
         self.nodes.push(replica);
         self.nodes.len() - 1
     }
@@ -187,5 +156,24 @@ impl RedisCluster {
             }
         }
         Ok(out)
+    }
+}
+
+/// Whether `node` sees the cluster whole (`cluster_state:ok`) with `n` nodes in it.
+fn knows(node: &RedisServer, n: usize) -> bool {
+    match node.command(&["CLUSTER", "INFO"]) {
+        Ok(Reply::Bulk(Some(text))) => {
+            let text = String::from_utf8_lossy(&text);
+            text.contains("cluster_state:ok") && text.contains(&format!("cluster_known_nodes:{n}\r"))
+        }
+        _ => false,
+    }
+}
+
+/// Poll `cond` every 50 ms until it holds; panic with `what` at `deadline`.
+fn until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what} in {CLUSTER_TIMEOUT:?}");
+        thread::sleep(Duration::from_millis(50));
     }
 }

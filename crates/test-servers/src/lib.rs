@@ -272,12 +272,15 @@ impl RedisServer {
             assert_eq!(reply, Reply::Simple("OK".into()), "{args:?}");
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        let synced =
-            || self.info("replication").unwrap_or_default().iter().any(|(k, v)| k == "master_link_status" && v == "up");
-        while !synced() {
+        while !self.in_sync() {
             assert!(Instant::now() < deadline, "the replica on port {} did not sync within 10 s", self.port);
             thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Whether this replica's link to its primary is up: the first sync is over.
+    pub(crate) fn in_sync(&self) -> bool {
+        self.info("replication").unwrap_or_default().iter().any(|(k, v)| k == "master_link_status" && v == "up")
     }
 
     /// Calls per command from `INFO commandstats` (`evalsha`, `get`, `ping`, …;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::{Call, Forward, Hooks};
-use crate::error::{ErrorKind, PortError};
+use crate::error::PortError;
 use crate::owner::OwnerId;
 use crate::ports::{
     Acquire, DrainStamps, Fence, FenceMarks, FenceVerdict, OwnerClaim, OwnerClaims, ReleaseWake, Releases,
@@ -15,22 +15,17 @@ use crate::ports::{
 };
 use crate::token::LeaseToken;
 
-/// The error of a call to an optional port the wrapper does not offer.
-fn not_offered(port: &str) -> PortError {
-    PortError::new(ErrorKind::Unsupported, format!("this store does not offer the {port}")).never_sent()
-}
-
 impl<S: OwnerClaims + ?Sized, H: Hooks> Forward<S, H> {
     /// The wrapped store's release wake-up, when offered through the hooks.
     fn wake(&self) -> Result<&dyn ReleaseWake, PortError> {
         let hidden = !self.offers().release_wake;
-        self.inner.release_wake().filter(|_| !hidden).ok_or_else(|| not_offered("release wake-up"))
+        self.inner.release_wake().filter(|_| !hidden).ok_or_else(|| PortError::not_offered("release wake-up"))
     }
 
     /// The wrapped store's drain stamps, when offered through the hooks.
     fn stamps(&self) -> Result<&dyn DrainStamps, PortError> {
         let hidden = !self.offers().drain_stamps;
-        self.inner.drain_stamps().filter(|_| !hidden).ok_or_else(|| not_offered("drain stamps"))
+        self.inner.drain_stamps().filter(|_| !hidden).ok_or_else(|| PortError::not_offered("drain stamps"))
     }
 }
 
