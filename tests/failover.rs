@@ -1,16 +1,16 @@
-//! Fences across a failover that loses the store's latest writes and across a
-//! restart that loses everything (docs/reliability.md, "Fences across a failover").
+//! Fences across a failover that loses the store's latest writes and across a restart
+//! that loses everything (docs/reliability.md, "Fences across a failover").
 //!
 //! Redis: a primary with a replica behind one address (a loopback proxy standing for
-//! the managed endpoint). The replica stops receiving (as a lagging one does), one
-//! more holder takes the lease on the primary, the primary is SIGKILLed and the
-//! address moves to the replica. A Redis Cluster: a master's replica, back from a
-//! snapshot that lacks the last fence, takes the slots over. PostgreSQL: a copy of the data directory stands for
-//! an asynchronous standby that stopped receiving; the server comes back on it.
-//! Each time the next acquire is answered at once (the lost lease is gone with the
-//! data) with a fence larger than every fence handed out before, the lost one
-//! included. Before fences were floored at the server's clock, the Redis run handed
-//! out the lost fence a second time and the empty restart started again at 1.
+//! the managed endpoint). The replica stops receiving (as a lagging one does), one more
+//! holder takes the lease on the primary, the primary is SIGKILLed and the address
+//! moves to the replica. A Redis Cluster: a master's replica, back from a snapshot that
+//! lacks the last fence, takes the slots over. PostgreSQL: a copy of the data directory
+//! stands for an asynchronous standby that stopped receiving; the server comes back on
+//! it. Each time the next acquire is answered at once (the lost lease is gone with the
+//! data) with a fence larger than every fence handed out before, the lost one included.
+//! Before fences were floored at the server's clock, the Redis run handed out the lost
+//! fence a second time and the empty restart started again at 1.
 //!
 //! The `done` claims written after the replica stopped are lost with it: the test
 //! counts them, as docs/reliability.md says what covers them.

@@ -1,14 +1,18 @@
 //! Fences under a schedule of faults (`nemesis/`): holders of one lease on a managed
-//! Redis (primary and replica behind a proxy) or PostgreSQL (behind a proxy, a copy
-//! of its data standing for a standby) write to a resource elsewhere while a nemesis
-//! fails the store over with its last writes lost, freezes a holder past the TTL,
-//! slows the replies, partitions the address and restarts the store (Redis empty). The checker finds no fence handed out twice, no stale write accepted by
-//! the checked resource and writes resuming within a TTL of each fault; in the same
-//! run it finds stale writes on the unchecked resource, and on a hand-written
-//! `SET NX` + `INCR` lease store it finds the repeated fence and the stall an empty
-//! restart causes. A fleet of `drain run` processes on RabbitMQ, its lease and claims
-//! on Redis or PostgreSQL, goes through a failover, a frozen lease holder and (Redis)
-//! an empty restart while a consumer checks every fence (`nemesis/fleet.rs`). `cargo xtask nemesis --minutes N` runs the schedules for longer.
+//! Redis (primary and replica behind a proxy) or PostgreSQL (behind a proxy, a copy of
+//! its data standing for a standby) write to a resource elsewhere while a nemesis fails
+//! the store over with its last writes lost, freezes a holder past the TTL, slows the
+//! replies, partitions the address and restarts the store (Redis empty). The checker
+//! finds no fence handed out twice, no stale write accepted by the checked resource and
+//! writes resuming within a TTL of each fault; in the same run it finds stale writes on
+//! the unchecked resource, and on a hand-written `SET NX` + `INCR` lease store it finds
+//! the repeated fence and the stall an empty restart causes. A fleet of `drain run`
+//! processes on RabbitMQ, its lease and claims on Redis or PostgreSQL, goes through a
+//! failover, a frozen lease holder and (Redis) an empty restart while a consumer checks
+//! every fence (`nemesis/fleet.rs`), and `drain owners` processes on either store
+//! record every item once through a frozen process, slow replies and a partition
+//! (`nemesis/owners.rs`). `cargo xtask nemesis --minutes N` runs the schedules for
+//! longer.
 
 #[path = "nemesis/mod.rs"]
 mod nemesis;

@@ -1,10 +1,10 @@
 //! The fleet run: `drain run` processes, as a fleet runs them, drain a RabbitMQ queue
 //! into another with the lease and claims on a managed store behind the loopback proxy
 //! of `harness.rs` (Redis: a primary and a replica; or PostgreSQL), each message
-//! stamped with its tick's fence. A producer feeds the source all along; a consumer reads the target and
-//! checks every message's fence with drain-core's `FenceCheck`, as the example
-//! consumer does. The nemesis runs the faults of `harness.rs` on the store, and freezes
-//! the process that holds the lease (SIGSTOP past the TTL).
+//! stamped with its tick's fence. A producer feeds the source all along; a consumer
+//! reads the target and checks every message's fence with drain-core's `FenceCheck`, as
+//! the example consumer does. The nemesis runs the faults of `harness.rs` on the store,
+//! and freezes the process that holds the lease (SIGSTOP past the TTL).
 //!
 //! What is recorded: every message fed, every arrival at the consumer (its fence and
 //! whether the check refused it) and every tick the processes logged (its fence, its

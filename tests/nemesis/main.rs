@@ -1,9 +1,9 @@
-//! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs`
-//! for N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its
-//! negative control once, then N minutes of the fleet run of `drain` processes
-//! (`fleet.rs`) on Redis and N on PostgreSQL, then the owner drains once on each
-//! store (`owners.rs`); prints the results tables and writes the verdicts as JSON. Exit 1 when drain's run breaks a
-//! rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
+//! `drain-nemesis [--minutes N] [--out FILE]`: the fault run of `tests/nemesis.rs` for
+//! N minutes on Redis, then N on PostgreSQL (cycles of every fault), then its negative
+//! control once, then N minutes of the fleet run of `drain` processes (`fleet.rs`) on
+//! Redis and N on PostgreSQL, then the owner drains once on each store (`owners.rs`);
+//! prints the results tables and writes the verdicts as JSON. Exit 1 when drain's run
+//! breaks a rule or the checker misses the control's. `cargo xtask nemesis --minutes N`
 //! builds and runs it.
 
 mod broken;
