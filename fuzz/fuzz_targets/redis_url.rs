@@ -1,4 +1,4 @@
-//! Redis URL handling: drain-core's `redact` (the one redaction every crate uses)
+//! Redis URL handling: drain-runtime's `redact` (the one redaction every crate uses)
 //! and adapter-redis's `RedisConfig` endpoint, TLS detection and `Debug`. Any text: never a panic, redaction is idempotent.
 //! Structured: the input is split into user, password and host (newline-separated)
 //! and built into `redis://user:password@host`; the password MUST NOT appear in the

@@ -153,7 +153,7 @@ fn seeds(url: &str) -> Vec<&str> {
 
 /// What follows `scheme://` split at its last `@` into user information and the
 /// rest. Everything before the last `@` counts as user information, even a `/`,
-/// `?`, `#` or `,` (a password that was not percent-encoded), as in drain-core's
+/// `?`, `#` or `,` (a password that was not percent-encoded), as in drain-runtime's
 /// redaction, so an endpoint never names part of a password.
 fn userinfo(rest: &str) -> (Option<&str>, &str) {
     match rest.rsplit_once('@') {
@@ -184,7 +184,7 @@ fn host_port(url: &str) -> String {
     if has_port { host.to_owned() } else { format!("{host}:6379") }
 }
 
-/// Scrub `text` for display: credentials in any URL it contains (drain-core's one
+/// Scrub `text` for display: credentials in any URL it contains (drain-runtime's one
 /// redaction), and the literal `password` when it is long enough to replace safely
 /// (a short one would mask ordinary words).
 pub(crate) fn scrub(text: &str, password: Option<&str>) -> String {
