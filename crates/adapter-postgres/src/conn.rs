@@ -8,7 +8,7 @@ use tokio_postgres::{Client, NoTls, Statement};
 
 use crate::config::PostgresConfig;
 use crate::error::{map_error, timeout};
-use crate::orphans::{Backend, END_BACKENDS, THIS_BACKEND};
+use crate::orphans::{Backend, END_BACKENDS, STILL_RUNNING, THIS_BACKEND};
 use crate::schema;
 
 /// drain's statements, prepared once per connection: each call is then one
@@ -36,6 +36,7 @@ pub(crate) struct Statements {
     pub(crate) release_drained: Statement,
     pub(crate) peek_marked: Statement,
     pub(crate) end_backends: Statement,
+    pub(crate) still_running: Statement,
 }
 
 /// One connected client, its statements, and the server backend it talks to (`None`
@@ -140,6 +141,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         format!("SELECT released, woke FROM {s}.release_drained($1, $2, $3, $4, $5)"),
         format!("SELECT ord, holder, remaining_us, drained_us FROM {s}.peek_marked($1, $2, $3, $4)"),
         END_BACKENDS.to_owned(),
+        STILL_RUNNING.to_owned(),
     ];
     // Prepared at once, beside the question of which backend this is: the client
     // pipelines them.
@@ -178,8 +180,9 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
             release_drained,
             peek_marked,
             end_backends,
+            still_running,
         ],
-    ) = <[Statement; 21]>::try_from(prepared)
+    ) = <[Statement; 22]>::try_from(prepared)
     else {
         return Err(crate::error::protocol(
             "preparing drain's statements",
@@ -209,6 +212,7 @@ async fn connect(config: &PostgresConfig, check_schema: bool) -> Result<Conn, Po
         release_drained,
         peek_marked,
         end_backends,
+        still_running,
     };
     Ok(Conn { client, stmts, backend })
 }

@@ -81,25 +81,24 @@ impl Orphans {
         let wait = (budget / 2).max(Duration::from_millis(1));
         let wait_ms = i64::try_from(wait.as_millis()).unwrap_or(i64::MAX);
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&pids, &started, &wait_ms];
-        let call = conn.client.query(&conn.stmts.end_backends, &params);
+        // Which are still there is asked in a statement of its own, pipelined after
+        // the one that ends them: `pg_terminate_backend` answers false alike for a
+        // backend that outlived the wait and for one already gone when its row came
+        // (the statement's view of the backends is taken when it begins).
+        let ending = conn.client.query(&conn.stmts.end_backends, &params);
+        let looking = conn.client.query(&conn.stmts.still_running, &params[..2]);
         let bound = budget.max(wait.saturating_mul(2));
-        let rows = match tokio::time::timeout(bound, call).await {
-            Ok(Ok(rows)) => rows,
-            Ok(Err(e)) if breaks_connection(&e) => return Err((map_error(&e, op, endpoint), true)),
-            Ok(Err(_)) => {
+        let rows = match tokio::time::timeout(bound, futures::future::join(ending, looking)).await {
+            Ok((Ok(_), Ok(rows))) => rows,
+            Ok((Err(e), _) | (_, Err(e))) if breaks_connection(&e) => return Err((map_error(&e, op, endpoint), true)),
+            Ok(_) => {
                 self.lock().retain(|b| !noted.contains(b));
                 return Ok(());
             }
             Err(_) => return Err((timeout(op, endpoint, bound), true)),
         };
-        // A row whose answer cannot be read counts as a backend still there.
-        let alive: Vec<i32> = rows
-            .iter()
-            .filter_map(|r| match (r.try_get::<_, i32>(0), r.try_get::<_, bool>(1)) {
-                (Ok(_), Ok(true)) | (Err(_), _) => None,
-                (Ok(pid), _) => Some(pid),
-            })
-            .collect();
+        // An answer that cannot be read counts as every noted backend still there.
+        let alive: Vec<i32> = rows.iter().map(|r| r.try_get::<_, i32>(0)).collect::<Result<_, _>>().unwrap_or(pids);
         self.lock().retain(|b| !noted.contains(b) || alive.contains(&b.pid));
         if alive.is_empty() {
             return Ok(());
@@ -120,8 +119,19 @@ impl Orphans {
 }
 
 /// The SQL that ends the noted backends still there (`$1` pids, `$2` start times,
-/// `$3` the wait in ms): one row per backend found, whether it is gone.
-pub(crate) const END_BACKENDS: &str = "SELECT o.pid, pg_terminate_backend(o.pid, $3) \
+/// `$3` the wait in ms): all are signalled first (in the select list, so only a backend the join
+/// matched, never a reused pid), then each is waited for until the
+/// one deadline, so the whole takes the wait at most, however many there are.
+pub(crate) const END_BACKENDS: &str = "WITH signalled AS MATERIALIZED ( \
+       SELECT o.pid, pg_terminate_backend(o.pid) AS sent FROM unnest($1::int4[], $2::text[]) AS o(pid, started) \
+       JOIN pg_stat_activity a ON a.pid = o.pid AND a.backend_start::text = o.started) \
+     SELECT pg_terminate_backend(pid, greatest(1, $3::int8 \
+       - (extract(epoch FROM clock_timestamp() - statement_timestamp()) * 1000)::int8)) FROM signalled WHERE sent";
+
+/// The SQL that lists the noted backends still there (`$1` pids, `$2` start times):
+/// one row each. A backend leaves `pg_stat_activity` after it rolled back what it
+/// ran, on its way out.
+pub(crate) const STILL_RUNNING: &str = "SELECT a.pid \
      FROM unnest($1::int4[], $2::text[]) AS o(pid, started) \
      JOIN pg_stat_activity a ON a.pid = o.pid AND a.backend_start::text = o.started";
 
