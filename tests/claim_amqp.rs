@@ -20,8 +20,8 @@ use adapter_redis::{RedisConfig, RedisStore};
 use adapter_servicebus::{AmqpSource, AmqpSubmitter, Endpoint, SourceOptions, SubmitterOptions};
 use async_trait::async_trait;
 use drain_core::event::{Event, MessageOutcome};
-use drain_core::ports::{ClaimState, Message, SubmitContext, Submitter};
-use drain_core::testkit::{Forward, Hooks, RecordingObserver, TestRng};
+use drain_core::ports::{ClaimState, Message, SettledThenClaimed, SubmitContext, Submitter};
+use drain_core::testkit::{Answer, Call, Forward, Hooks, RecordingObserver, TestRng};
 use drain_core::tick::{DrainStats, TickConfig, TickControl, TickPorts, TickReport, run_tick};
 use drain_core::{ErrorKind, LeaseToken, PortError, Switch};
 use drain_e2e::rabbit::{Broker, block_on};
@@ -99,7 +99,12 @@ struct CountBusy {
 }
 
 impl Hooks for CountBusy {
-    fn claimed(&self, states: &[ClaimState]) {
+    fn answered(&self, _: Call<'_>, answer: Answer<'_>) {
+        let states = match answer {
+            Answer::Claimed(Ok(states)) => states,
+            Answer::SettledThenClaimed(SettledThenClaimed { claimed: Ok(states), .. }) => states,
+            _ => return,
+        };
         let busy = states.iter().filter(|s| matches!(s, ClaimState::PendingElsewhere { .. })).count();
         self.pending_elsewhere.fetch_add(busy as u64, Relaxed);
     }

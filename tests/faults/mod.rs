@@ -290,7 +290,7 @@ pub(crate) struct KillDuring<V> {
 
 impl<V: FaultServer> KillDuring<V> {
     /// `store`, whose `nth` call of `op` the server dies during.
-    pub(crate) fn new<S: FaultStore>(store: S, server: Shared<V>, op: Op, nth: usize) -> Forward<S, Self> {
+    pub(crate) fn new<S: FaultStore>(store: S, server: Shared<V>, op: Op, nth: usize) -> Forward<Arc<S>, Self> {
         Forward::new(Arc::new(store), KillDuring { server, op, nth, seen: Mutex::new(BTreeMap::new()) })
     }
 }
@@ -301,7 +301,7 @@ impl<V: FaultServer> Hooks for KillDuring<V> {
         let op = match call {
             Call::Acquire(_) => Op::Acquire,
             Call::Release(_) => Op::Release,
-            Call::ClaimBatch(_) | Call::SettleThenClaim(_) => Op::Claim,
+            Call::ClaimBatch(..) | Call::SettleThenClaim(..) => Op::Claim,
             _ => return run.await,
         };
         let n = {

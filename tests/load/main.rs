@@ -116,7 +116,7 @@ async fn connect(url: &str, meter: &Arc<Meter>, observer: &Arc<Counting>) -> Res
         .await
         .map_err(|e| format!("connecting to the private redis-server: {e}"))?
         .with_observer(observer.clone());
-    Ok(Metered { store, meter: meter.clone() })
+    Ok(drain_core::layer::Forward::new(Arc::new(store), meter.clone()))
 }
 
 /// Run the load; whether every check passed.

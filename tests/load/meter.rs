@@ -1,4 +1,4 @@
-//! A metering wrapper around `RedisStore`: counts every port call per operation and
+//! Metering hooks on `RedisStore`'s calls: count every port call per operation and
 //! its errors, and keeps the commands the server must have counted for the calls
 //! that answered, from what each script or pipeline does (crates/adapter-redis:
 //! `src/scripts/*.lua`, `peek_pipe`). At the end the model is compared with the
@@ -21,17 +21,15 @@
 //! it could have run, and is reported.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use adapter_redis::RedisStore;
 use async_trait::async_trait;
-use drain_core::admission::OwnerId;
+use drain_core::PortError;
+use drain_core::layer::{Answer, Call, Forward, Hooks, Run};
 use drain_core::ports::{
-    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim, OwnerClaims,
-    Release, Renew, SettleAction, SettleResult, SettledThenClaimed, Settlement,
+    Acquire, ClaimState, MessageId, Release, Renew, SettleAction, SettleResult, Settlement, StoreOffers,
 };
-use drain_core::{LeaseToken, PortError};
 
 use crate::parts::lock;
 
@@ -148,12 +146,9 @@ impl Meter {
     }
 }
 
-/// The store of one instance, metered.
-#[derive(Clone)]
-pub(crate) struct Metered {
-    pub(crate) store: RedisStore,
-    pub(crate) meter: std::sync::Arc<Meter>,
-}
+/// The store of one instance, metered: its calls through drain-core's layer, with
+/// the meter (shared by the instances) as hooks.
+pub(crate) type Metered = Forward<Arc<RedisStore>, Arc<Meter>>;
 
 fn count<T>(items: &[T], pred: impl Fn(&T) -> bool) -> u64 {
     items.iter().filter(|x| pred(x)).count() as u64
@@ -170,126 +165,110 @@ fn settle_writes(settlements: &[Settlement], results: &Result<Vec<SettleResult>,
     (settled(SettleAction::Done), settled(SettleAction::Release))
 }
 
+/// The `SET`s a claim script ran: one per message claimed.
+fn claim_writes(states: &Result<Vec<ClaimState>, PortError>) -> u64 {
+    states.as_ref().map_or(0, |s| count(s, |c| matches!(c, ClaimState::Claimed)))
+}
+
+/// What metering calls `call`: its operation and the most it can run. With
+/// nothing to settle or nothing to claim the store makes the one call that is
+/// left, metered as that.
+fn upper(call: Call<'_>) -> (&'static str, Vec<(&'static str, u64)>) {
+    let n = |items: usize| items as u64;
+    match call {
+        Call::Acquire(_) => {
+            ("acquire", vec![("evalsha", 1), ("set", 2), ("incr", 1), ("pexpiretime", 1), ("get", 1), ("pttl", 1)])
+        }
+        Call::Release(_) => ("release", vec![("evalsha", 1), ("get", 1), ("del", 1)]),
+        Call::Renew(_) => ("renew", vec![("evalsha", 1), ("get", 1), ("pexpire", 1)]),
+        Call::Peek(_) => ("peek", vec![("get", 2), ("pttl", 1)]),
+        Call::PeekOwners(o) => ("peek_owners", vec![("get", n(o.len())), ("pttl", n(o.len()))]),
+        Call::ClaimBatch(_, ids) | Call::SettleThenClaim(_, [], ids) => {
+            ("claim_batch", vec![("evalsha", 1), ("get", n(ids.len())), ("set", n(ids.len()))])
+        }
+        Call::SettleBatch(_, s) | Call::SettleThenClaim(_, s, []) => {
+            let k = n(s.len());
+            ("settle_batch", vec![("evalsha", 1), ("get", k), ("set", k), ("del", k)])
+        }
+        Call::SettleThenClaim(_, s, ids) => {
+            let (k, j) = (n(s.len()), n(ids.len()));
+            ("settle_then_claim", vec![("evalsha", 1), ("get", k + j), ("set", k + j), ("del", k)])
+        }
+        other => (other.name(), Vec::new()),
+    }
+}
+
 #[async_trait]
-impl LeaseStore for Metered {
-    async fn acquire(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        let upper = [("evalsha", 1), ("set", 2), ("incr", 1), ("pexpiretime", 1), ("get", 1), ("pttl", 1)];
-        let mut call = self.meter.start("acquire", &upper);
-        let r = self.store.acquire(key, token, ttl).await;
-        call.done = true;
-        let cmds: &[(&str, u64)] = match &r {
-            Ok(Acquire::Acquired { .. }) => {
-                // The counter is raised to the clock when it moved past it.
-                self.meter.may("set", 1);
-                &[("evalsha", 1), ("set", 1), ("incr", 1), ("pexpiretime", 1)]
+impl Hooks for Meter {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        let (op, upper) = upper(call);
+        let mut flight = self.start(op, &upper);
+        let answered = run.await;
+        flight.done = true;
+        answered
+    }
+
+    /// The load drives admission by its peeks alone, the path the model counts: the
+    /// store's release wake-up and drain stamps stay hidden.
+    fn offers(&self, _: StoreOffers) -> StoreOffers {
+        StoreOffers::NONE
+    }
+
+    fn answered(&self, call: Call<'_>, answer: Answer<'_>) {
+        let sent = |items: usize| u64::from(items > 0);
+        match (call, answer) {
+            (Call::Acquire(_), Answer::Acquire(r)) => {
+                let cmds: &[(&str, u64)] = if let Ok(Acquire::Acquired { .. }) = r {
+                    // The counter is raised to the clock when it moved past it.
+                    self.may("set", 1);
+                    &[("evalsha", 1), ("set", 1), ("incr", 1), ("pexpiretime", 1)]
+                } else {
+                    &[("evalsha", 1), ("set", 1), ("get", 1), ("pttl", 1)]
+                };
+                self.record("acquire", 1, r, cmds);
             }
-            _ => &[("evalsha", 1), ("set", 1), ("get", 1), ("pttl", 1)],
-        };
-        self.meter.record("acquire", 1, &r, cmds);
-        r
-    }
-
-    async fn release(&self, key: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        let mut call = self.meter.start("release", &[("evalsha", 1), ("get", 1), ("del", 1)]);
-        let r = self.store.release(key, token).await;
-        call.done = true;
-        let del = u64::from(matches!(r, Ok(Release::Released)));
-        self.meter.record("release", 1, &r, &[("evalsha", 1), ("get", 1), ("del", del)]);
-        r
-    }
-
-    async fn renew(&self, key: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        let mut call = self.meter.start("renew", &[("evalsha", 1), ("get", 1), ("pexpire", 1)]);
-        let r = self.store.renew(key, token, ttl).await;
-        call.done = true;
-        let pexpire = u64::from(matches!(r, Ok(Renew::Renewed)));
-        self.meter.record("renew", 1, &r, &[("evalsha", 1), ("get", 1), ("pexpire", pexpire)]);
-        r
-    }
-
-    async fn peek(&self, key: &LeaseName) -> Result<Option<Holding>, PortError> {
-        let mut call = self.meter.start("peek", &[("get", 2), ("pttl", 1)]);
-        let r = self.store.peek(key).await;
-        call.done = true;
-        self.meter.record("peek", 1, &r, &[("get", 2), ("pttl", 1)]);
-        r
+            (Call::Release(_), Answer::Release(r)) => {
+                let del = u64::from(matches!(r, Ok(Release::Released)));
+                self.record("release", 1, r, &[("evalsha", 1), ("get", 1), ("del", del)]);
+            }
+            (Call::Renew(_), Answer::Renew(r)) => {
+                let pexpire = u64::from(matches!(r, Ok(Renew::Renewed)));
+                self.record("renew", 1, r, &[("evalsha", 1), ("get", 1), ("pexpire", pexpire)]);
+            }
+            (Call::Peek(_), Answer::Peek(r)) => self.record("peek", 1, r, &[("get", 2), ("pttl", 1)]),
+            (Call::PeekOwners(o), Answer::Owners(r)) => {
+                let k = o.len() as u64;
+                self.record("peek_owners", o.len(), r, &[("get", k), ("pttl", k)]);
+            }
+            (Call::ClaimBatch(_, ids), Answer::Claimed(r)) => self.claimed(ids, r),
+            (Call::SettleBatch(_, s), Answer::Settled(r)) => self.settled(s, r),
+            (Call::SettleThenClaim(_, [], ids), Answer::SettledThenClaimed(a)) => self.claimed(ids, &a.claimed),
+            (Call::SettleThenClaim(_, s, []), Answer::SettledThenClaimed(a)) => self.settled(s, &a.settled),
+            (Call::SettleThenClaim(_, s, ids), Answer::SettledThenClaimed(a)) => {
+                let (k, j) = (s.len() as u64, ids.len() as u64);
+                let (set, del) = settle_writes(s, &a.settled);
+                let set = set + claim_writes(&a.claimed);
+                let both = a.settled.as_ref().and(a.claimed.as_ref()).map(|_| ()).map_err(PortError::clone);
+                let cmds = [("evalsha", sent(s.len() + ids.len())), ("get", k + j), ("set", set), ("del", del)];
+                self.record("settle_then_claim", s.len() + ids.len(), &both, &cmds);
+            }
+            // The load makes no other call; one it made would be counted without commands.
+            (other, _) => self.record::<()>(other.name(), 0, &Ok(()), &[]),
+        }
     }
 }
 
-#[async_trait]
-impl OwnerClaims for Metered {
-    async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
-        let k = owners.len() as u64;
-        let mut call = self.meter.start("peek_owners", &[("get", k), ("pttl", k)]);
-        let r = self.store.peek_owners(owners).await;
-        call.done = true;
-        self.meter.record("peek_owners", owners.len(), &r, &[("get", k), ("pttl", k)]);
-        r
-    }
-}
-
-#[async_trait]
-impl ClaimStore for Metered {
-    async fn claim_batch(
-        &self,
-        queue: &str,
-        keys: &[MessageId],
-        token: &LeaseToken,
-        pending_ttl: Duration,
-    ) -> Result<Vec<ClaimState>, PortError> {
-        let k = keys.len() as u64;
-        let mut call = self.meter.start("claim_batch", &[("evalsha", 1), ("get", k), ("set", k)]);
-        let r = self.store.claim_batch(queue, keys, token, pending_ttl).await;
-        call.done = true;
-        let claimed = r.as_ref().map_or(0, |s| count(s, |c| matches!(c, ClaimState::Claimed)));
-        let sent = u64::from(!keys.is_empty());
-        self.meter.record("claim_batch", keys.len(), &r, &[("evalsha", sent), ("get", k), ("set", claimed)]);
-        r
+impl Meter {
+    fn claimed(&self, ids: &[MessageId], r: &Result<Vec<ClaimState>, PortError>) {
+        let k = ids.len() as u64;
+        let cmds = [("evalsha", u64::from(!ids.is_empty())), ("get", k), ("set", claim_writes(r))];
+        self.record("claim_batch", ids.len(), r, &cmds);
     }
 
-    async fn settle_batch(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        token: &LeaseToken,
-        done_ttl: Duration,
-    ) -> Result<Vec<SettleResult>, PortError> {
+    fn settled(&self, settlements: &[Settlement], r: &Result<Vec<SettleResult>, PortError>) {
         let k = settlements.len() as u64;
-        let mut call = self.meter.start("settle_batch", &[("evalsha", 1), ("get", k), ("set", k), ("del", k)]);
-        let r = self.store.settle_batch(queue, settlements, token, done_ttl).await;
-        call.done = true;
-        let (set, del) = settle_writes(settlements, &r);
-        let sent = u64::from(!settlements.is_empty());
-        let cmds = [("evalsha", sent), ("get", k), ("set", set), ("del", del)];
-        self.meter.record("settle_batch", settlements.len(), &r, &cmds);
-        r
-    }
-
-    /// The tick's call for every batch after the first. With nothing to settle or
-    /// nothing to claim the store makes the one call that is left: metered as that.
-    async fn settle_then_claim(
-        &self,
-        queue: &str,
-        settlements: &[Settlement],
-        ids: &[MessageId],
-        token: &LeaseToken,
-        ttls: ClaimTtls,
-    ) -> SettledThenClaimed {
-        if settlements.is_empty() || ids.is_empty() {
-            return drain_core::ports::settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
-        }
-        let (k, j) = (settlements.len() as u64, ids.len() as u64);
-        let upper = [("evalsha", 1), ("get", k + j), ("set", k + j), ("del", k)];
-        let mut call = self.meter.start("settle_then_claim", &upper);
-        let answer = self.store.settle_then_claim(queue, settlements, ids, token, ttls).await;
-        call.done = true;
-        let (mut set, del) = settle_writes(settlements, &answer.settled);
-        if let Ok(states) = &answer.claimed {
-            set += count(states, |c| matches!(c, ClaimState::Claimed));
-        }
-        let both = answer.settled.as_ref().and(answer.claimed.as_ref()).map(|_| ()).map_err(PortError::clone);
-        let cmds = [("evalsha", 1), ("get", k + j), ("set", set), ("del", del)];
-        self.meter.record("settle_then_claim", settlements.len() + ids.len(), &both, &cmds);
-        answer
+        let (set, del) = settle_writes(settlements, r);
+        let cmds = [("evalsha", u64::from(!settlements.is_empty())), ("get", k), ("set", set), ("del", del)];
+        self.record("settle_batch", settlements.len(), r, &cmds);
     }
 }

@@ -2,7 +2,7 @@
 //! [`PostgresStore::fenced`]: a value lands only in a transaction that found its
 //! fence current, holding the lease's row until it commits.
 
-use drain_core::ports::{Fence, FencedWrites, LeaseName, WriteVerdict};
+use drain_core::ports::{Fence, FencedWrites, LeaseName, LeaseStore, WriteVerdict};
 use drain_core::{ErrorKind, PortError};
 use tokio::sync::Mutex;
 use tokio_postgres::Client;
@@ -76,6 +76,10 @@ impl FencedTable {
 
 #[drain_core::async_trait]
 impl FencedWrites for FencedTable {
+    fn leases(&self) -> &dyn LeaseStore {
+        &self.store
+    }
+
     async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
         let (kind, name) = (fence.lease().kind().as_str(), fence.lease().name());
         let sql = format!(

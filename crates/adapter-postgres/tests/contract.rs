@@ -8,10 +8,7 @@ mod support;
 use std::time::Duration;
 
 use adapter_postgres::{FencedTable, PostgresStore};
-use drain_core::PortError;
-use drain_core::ports::{Acquire, Fence, FencedWrites, Holding, LeaseName, LeaseStore, Release, Renew, WriteVerdict};
 use drain_core::testkit::contract::{self, Checked, ContractEnv};
-use drain_core::token::LeaseToken;
 
 use support::{TokioClock, env, fleet, frozen, server};
 
@@ -43,51 +40,17 @@ suites!(passes_the_fence_marks_contract: "fence" => contract::fence_marks);
 suites!(passes_the_owner_claims_and_release_wake_contracts: "owners" => contract::owner_claims, "wake" => contract::release_wake);
 suites!(passes_the_drain_stamps_contract: "stamps" => contract::drain_stamps);
 
-/// A store's leases and a [`FencedTable`] of values beside them, as the one store
-/// the fenced writes' suite takes.
-struct LeasesAndValues {
-    leases: PostgresStore,
-    values: FencedTable,
-}
-
-#[drain_core::async_trait]
-impl LeaseStore for LeasesAndValues {
-    async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.leases.acquire(lease, token, ttl).await
-    }
-    async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        self.leases.release(lease, token).await
-    }
-    async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.leases.renew(lease, token, ttl).await
-    }
-    async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.leases.peek(lease).await
-    }
-}
-
-#[drain_core::async_trait]
-impl FencedWrites for LeasesAndValues {
-    async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
-        self.values.write_fenced(fence, key, value).await
-    }
-    async fn read_fenced(&self, lease: &LeaseName, key: &str) -> Result<Option<Vec<u8>>, PortError> {
-        self.values.read_fenced(lease, key).await
-    }
-}
-
 /// `PostgresStore::fenced`, as `FencedTable` writes through it, keeps the fenced
 /// writes' contract: three instances, each with a connection of its own, the server
 /// frozen for the error rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fenced_table_passes_the_fenced_writes_contract() {
     let pg = server();
-    let mut fleet_of = Vec::new();
+    let mut tables = Vec::new();
     for store in fleet(&pg.url()).await {
-        let values = FencedTable::create(store.clone(), "fenced_values").await.expect("the values' table");
-        fleet_of.push(LeasesAndValues { leases: store, values });
+        tables.push(FencedTable::create(store, "fenced_values").await.expect("the values' table"));
     }
-    let all: Vec<&LeasesAndValues> = fleet_of.iter().collect();
+    let all: Vec<&FencedTable> = tables.iter().collect();
     let clock = TokioClock::new();
     let outage = frozen(pg.freezer(), &clock);
     let env = ContractEnv::new(&clock).short_ttl(Duration::from_millis(300)).outage(&outage).instances(&all);

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use drain_core::ports::{Fence, FenceMarks, FenceVerdict, FencedWrites, LeaseName, WriteVerdict};
+use drain_core::ports::{Fence, FenceMarks, FenceVerdict, FencedWrites, LeaseName, LeaseStore, WriteVerdict};
 use drain_core::{ErrorKind, PortError};
 use redis::Value;
 
@@ -146,6 +146,10 @@ impl FenceMarks for RedisStore {
 /// lease's fence key and sets the value, a read one `GET`.
 #[async_trait]
 impl FencedWrites for RedisStore {
+    fn leases(&self) -> &dyn LeaseStore {
+        self
+    }
+
     async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
         let op = "write_fenced";
         let fence_key = self.keys().lease(fence.lease()).fence;

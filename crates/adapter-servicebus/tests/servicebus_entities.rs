@@ -150,7 +150,12 @@ async fn a_prefetched_lock_that_ran_out_is_counted_not_dropped_in_silence() {
     assert!(source.locks_lost_waiting() >= 2, "both expired locks were counted: {}", source.locks_lost_waiting());
     assert!(again.iter().all(|d| d.delivery_count >= 1), "redelivered by the broker");
     for d in again {
-        source.complete(d.handle).await.unwrap();
+        // Their 300 ms locks may run out again on a loaded machine: that is told, too.
+        match source.complete(d.handle).await {
+            Ok(()) => {}
+            Err(e) if e.kind == ErrorKind::LockLost => {}
+            Err(e) => panic!("completing a redelivery: {e:?}"),
+        }
     }
     source.close().await.unwrap();
 }

@@ -11,6 +11,7 @@ use adapter_redis::{KeySpace, RedisConfig, RedisStore};
 use adapter_servicebus::{
     AmqpSource, AmqpSubmitter, Endpoint, SessionOptions, SessionSource, SourceOptions, SubmitterOptions,
 };
+use drain_core::layer::Forward;
 use drain_core::memory::{MemorySource, MemoryStore};
 use drain_core::ports::{ClaimStore, Clock, LeaseStore, MessageSource, Observer, OwnerClaims, StoreOffers, Submitter};
 use drain_core::{Backoff, Switch};
@@ -42,9 +43,9 @@ pub(crate) enum Backend {
     /// In this process only (no `DRAIN_STORE_URL` or `DRAIN_REDIS_URL`).
     Embedded(Arc<MemoryStore>),
     /// Redis, standalone or Cluster, connected on first use.
-    Redis(Arc<LazyStore<RedisStore>>),
+    Redis(Arc<Forward<LazyStore<RedisStore>, ()>>),
     /// PostgreSQL, connected on first use.
-    Postgres(Arc<LazyStore<PostgresStore>>),
+    Postgres(Arc<Forward<LazyStore<PostgresStore>, ()>>),
     /// A store URL is set, but no enabled feature needs a store: it is never contacted.
     Unused,
 }
@@ -118,8 +119,8 @@ impl Runtime {
     pub(crate) fn store_name(&self) -> String {
         match &self.backend {
             Backend::Embedded(_) => "embedded in-memory store (single process)".to_owned(),
-            Backend::Redis(r) => format!("redis at {}", r.shown()),
-            Backend::Postgres(p) => format!("postgres at {}", p.shown()),
+            Backend::Redis(r) => format!("redis at {}", r.inner().shown()),
+            Backend::Postgres(p) => format!("postgres at {}", p.inner().shown()),
             Backend::Unused => {
                 "none (single-flight and the atomic claim are off; the store is not contacted)".to_owned()
             }
@@ -244,9 +245,9 @@ pub(crate) async fn compose(
                 Box::pin(async move { Ok(RedisStore::connect(redis).await?.with_observer(seen)) })
             });
             let offers = offers(&config, false);
-            let store = Arc::new(LazyStore::new("Redis", url.to_string(), connect).offering(offers));
+            let store = Arc::new(LazyStore::new("Redis", url.to_string(), connect).offering(offers).layer());
             // Connect now so the first tick does not pay for it; a failure is not fatal.
-            let _ = store.store().await;
+            let _ = store.inner().store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Redis(store))
         }
         (None, Some(url)) => {
@@ -256,8 +257,8 @@ pub(crate) async fn compose(
                 Box::pin(async move { Ok(PostgresStore::connect(pg).await?.with_observer(seen)) })
             });
             let offers = offers(&config, true);
-            let store = Arc::new(LazyStore::new("PostgreSQL", url.to_string(), connect).offering(offers));
-            let _ = store.store().await;
+            let store = Arc::new(LazyStore::new("PostgreSQL", url.to_string(), connect).offering(offers).layer());
+            let _ = store.inner().store().await;
             (stores(store.clone(), store.clone(), store.clone()), Backend::Postgres(store))
         }
     };

@@ -119,7 +119,7 @@ struct Frozen {
 
 impl Frozen {
     /// As lease and claim store.
-    fn store(clock: &Arc<ManualClock>) -> Forward<MemoryStore, Frozen> {
+    fn store(clock: &Arc<ManualClock>) -> Forward<Arc<MemoryStore>, Frozen> {
         let never_reached = Arc::new(MemoryStore::new(clock.clone()));
         Forward::new(never_reached, Frozen { clock: clock.clone(), calls: Default::default() })
     }
@@ -250,15 +250,15 @@ struct LateClaims {
 }
 
 impl LateClaims {
-    fn new(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Forward<MemoryStore, Self> {
+    fn new(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Forward<Arc<MemoryStore>, Self> {
         Self::over(inner, late, kind, false)
     }
 
-    fn never_sent(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Forward<MemoryStore, Self> {
+    fn never_sent(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind) -> Forward<Arc<MemoryStore>, Self> {
         Self::over(inner, late, kind, true)
     }
 
-    fn over(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind, unsent: bool) -> Forward<MemoryStore, Self> {
+    fn over(inner: Arc<MemoryStore>, late: u32, kind: ErrorKind, unsent: bool) -> Forward<Arc<MemoryStore>, Self> {
         let calls = std::sync::atomic::AtomicU32::new(0);
         Forward::new(inner, LateClaims { late, kind, unsent, calls })
     }
@@ -267,7 +267,7 @@ impl LateClaims {
 #[async_trait]
 impl Hooks for LateClaims {
     async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
-        if !matches!(call, Call::ClaimBatch(_))
+        if !matches!(call, Call::ClaimBatch(..))
             || self.calls.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1 != self.late
         {
             return run.await;

@@ -88,8 +88,8 @@ impl MessageSource for Slow<MemorySource> {
 impl<H: Hooks> Hooks for Slow<H> {
     async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
         let name = match call {
-            Call::ClaimBatch(_) => "claim",
-            Call::SettleBatch(_) => "settle",
+            Call::ClaimBatch(..) => "claim",
+            Call::SettleBatch(..) => "settle",
             _ => call.name(),
         };
         self.call(name, self.inner.around(call, run)).await

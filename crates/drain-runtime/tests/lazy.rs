@@ -10,10 +10,10 @@ use drain_core::ports::{Clock, OwnerClaim, OwnerClaims, ReleaseWake, StoreOffers
 use drain_core::{ErrorKind, OwnerId};
 use drain_runtime::LazyStore;
 
-/// A memory store behind the layer (a store that is `Clone`), offering `offers`.
-type Inner = Forward<MemoryStore, StoreOffers>;
+/// A memory store behind the layer, offering `offers`.
+type Inner = Forward<Arc<MemoryStore>, StoreOffers>;
 
-fn lazy(inner: StoreOffers, offering: StoreOffers) -> LazyStore<Inner> {
+fn lazy(inner: StoreOffers, offering: StoreOffers) -> Forward<LazyStore<Inner>, ()> {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new());
     let store = Forward::new(Arc::new(MemoryStore::new(clock)), inner);
     LazyStore::new(
@@ -25,6 +25,7 @@ fn lazy(inner: StoreOffers, offering: StoreOffers) -> LazyStore<Inner> {
         }),
     )
     .offering(offering)
+    .layer()
 }
 
 fn waiter() -> Waiter {

@@ -156,7 +156,7 @@ async fn forever(rt: Arc<Runtime>, args: &RunArgs) -> ExitCode {
             let store = store.clone();
             Some(tokio::spawn(purge_rounds(PURGE_EVERY, PURGE_LIMIT, move |limit| {
                 let store = store.clone();
-                async move { store.store().await?.purge_expired(limit).await }
+                async move { store.inner().store().await?.purge_expired(limit).await }
             })))
         }
         _ => None,

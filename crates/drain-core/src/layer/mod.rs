@@ -3,6 +3,8 @@
 //! marks) to the store it wraps, through [`Hooks`] in which a wrapper says only what
 //! it changes (a call that fails, waits, or is counted; an optional port it hides).
 //! Counting, metering and the test doubles are hooks on it, not wrappers of their own.
+//! It reaches the store through [`Wrapped`]: an `Arc` of the store at once, or a
+//! store connected on first use (drain-runtime's `LazyStore`).
 
 mod optional;
 
@@ -15,8 +17,9 @@ use futures::future::BoxFuture;
 use crate::error::PortError;
 use crate::owner::OwnerId;
 use crate::ports::{
-    Acquire, ClaimState, ClaimStore, ClaimTtls, Holding, LeaseName, LeaseStore, MessageId, Release, Renew,
-    SettleResult, SettledThenClaimed, Settlement, StoreOffers, settle_then_claim_in_two_calls,
+    Acquire, ClaimState, ClaimStore, ClaimTtls, FenceVerdict, Holding, LeaseName, LeaseStore, MessageId, OwnerClaim,
+    Release, Releases, Renew, SettleResult, SettledThenClaimed, Settlement, StampedClaim, StoreOffers, WakeRelease,
+    settle_then_claim_in_two_calls,
 };
 use crate::token::LeaseToken;
 
@@ -32,12 +35,13 @@ pub enum Call<'a> {
     Renew(&'a LeaseName),
     /// [`LeaseStore::peek`] at the lease.
     Peek(&'a LeaseName),
-    /// [`ClaimStore::claim_batch`] in the queue.
-    ClaimBatch(&'a str),
-    /// [`ClaimStore::settle_batch`] in the queue.
-    SettleBatch(&'a str),
-    /// [`ClaimStore::settle_then_claim`] in the queue, made as one call.
-    SettleThenClaim(&'a str),
+    /// [`ClaimStore::claim_batch`] of the messages in the queue.
+    ClaimBatch(&'a str, &'a [MessageId]),
+    /// [`ClaimStore::settle_batch`] of the settlements in the queue.
+    SettleBatch(&'a str, &'a [Settlement]),
+    /// [`ClaimStore::settle_then_claim`] of the settlements, then the messages, in the
+    /// queue, made as one call.
+    SettleThenClaim(&'a str, &'a [Settlement], &'a [MessageId]),
     /// [`OwnerClaims::peek_owners`](crate::ports::OwnerClaims::peek_owners) of the owners.
     PeekOwners(&'a [OwnerId]),
     /// [`ReleaseWake::subscribe`](crate::ports::ReleaseWake::subscribe) of the instance.
@@ -67,9 +71,9 @@ impl Call<'_> {
             Call::Release(_) => "release",
             Call::Renew(_) => "renew",
             Call::Peek(_) => "peek",
-            Call::ClaimBatch(_) => "claim_batch",
-            Call::SettleBatch(_) => "settle_batch",
-            Call::SettleThenClaim(_) => "settle_then_claim",
+            Call::ClaimBatch(..) => "claim_batch",
+            Call::SettleBatch(..) => "settle_batch",
+            Call::SettleThenClaim(..) => "settle_then_claim",
             Call::PeekOwners(_) => "peek_owners",
             Call::Subscribe(_) => "subscribe",
             Call::PeekAndWait(_) => "peek_and_wait",
@@ -102,6 +106,37 @@ impl Call<'_> {
     }
 }
 
+/// A store call's answer as [`Hooks::answered`] sees it: what the port method
+/// answers, by the type it answers (one variant serves every method answering it).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Answer<'a> {
+    /// Of `acquire`, `acquire_or_wait` and `acquire_stamped`.
+    Acquire(&'a Result<Acquire, PortError>),
+    /// Of `release`.
+    Release(&'a Result<Release, PortError>),
+    /// Of `renew`.
+    Renew(&'a Result<Renew, PortError>),
+    /// Of `peek`.
+    Peek(&'a Result<Option<Holding>, PortError>),
+    /// Of `claim_batch`: one state per message.
+    Claimed(&'a Result<Vec<ClaimState>, PortError>),
+    /// Of `settle_batch`: one result per settlement.
+    Settled(&'a Result<Vec<SettleResult>, PortError>),
+    /// Of `settle_then_claim`, made as one call.
+    SettledThenClaimed(&'a SettledThenClaimed),
+    /// Of `peek_owners` and `peek_and_wait`.
+    Owners(&'a Result<Vec<OwnerClaim>, PortError>),
+    /// Of `subscribe`: whether it subscribed.
+    Subscribed(Result<(), &'a PortError>),
+    /// Of `release_and_wake` and `release_drained`.
+    WakeRelease(&'a Result<WakeRelease, PortError>),
+    /// Of `peek_stamped`.
+    Stamped(&'a Result<Vec<StampedClaim>, PortError>),
+    /// Of `admit` and `admit_fence`.
+    Admitted(&'a Result<FenceVerdict, PortError>),
+}
+
 /// The call on the wrapped store, handed to [`Hooks::around`]: awaiting it makes the
 /// call and keeps the answer for the caller; it resolves to that answer's error, if
 /// any (for `settle_then_claim`, the settlements' error, else the claims').
@@ -121,10 +156,11 @@ pub trait Hooks: Send + Sync {
         run.await
     }
 
-    /// Sees the states every claim answered (of `claim_batch`, and the claims of
-    /// `settle_then_claim`) before the caller does.
-    fn claimed(&self, states: &[ClaimState]) {
-        let _ = states;
+    /// Sees what `call` answers, before the caller does: the wrapped store's answer,
+    /// or the error [`Hooks::around`] answered instead. Not called for a call whose
+    /// caller stopped waiting first.
+    fn answered(&self, call: Call<'_>, answer: Answer<'_>) {
+        let _ = (call, answer);
     }
 
     /// Whether `settle_then_claim` is made as the two calls, the settlements then the
@@ -142,6 +178,59 @@ pub trait Hooks: Send + Sync {
     }
 }
 
+/// How a [`Forward`] reaches the store it wraps: an `Arc` of it at once; a store
+/// connected on first use (drain-runtime's `LazyStore`) by connecting.
+pub trait Wrapped: Send + Sync {
+    /// The wrapped store.
+    type Store: ?Sized + Send + Sync;
+
+    /// The store, connected first when it must be. An error fails the call.
+    fn reach(&self) -> impl Future<Output = Result<Arc<Self::Store>, PortError>> + Send;
+
+    /// The store, when it is at hand without waiting: the optional ports it offers
+    /// are read from it. `None` (not connected yet, say) answers them from
+    /// [`Wrapped::offers`].
+    fn at_hand(&self) -> Option<&Self::Store>;
+
+    /// What a store not at hand offers of the optional owner-claim ports: nothing,
+    /// unless the wrapper was told.
+    fn offers(&self) -> StoreOffers {
+        StoreOffers::NONE
+    }
+}
+
+impl<S: ?Sized + Send + Sync> Wrapped for Arc<S> {
+    type Store = S;
+
+    fn reach(&self) -> impl Future<Output = Result<Arc<S>, PortError>> + Send {
+        std::future::ready(Ok(Arc::clone(self)))
+    }
+
+    fn at_hand(&self) -> Option<&S> {
+        Some(self)
+    }
+}
+
+/// Hooks shared by several wrappers: each sees its own calls, recorded in one place.
+#[async_trait]
+impl<H: Hooks + ?Sized> Hooks for Arc<H> {
+    async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
+        (**self).around(call, run).await
+    }
+
+    fn answered(&self, call: Call<'_>, answer: Answer<'_>) {
+        (**self).answered(call, answer);
+    }
+
+    fn two_calls(&self) -> bool {
+        (**self).two_calls()
+    }
+
+    fn offers(&self, inner: StoreOffers) -> StoreOffers {
+        (**self).offers(inner)
+    }
+}
+
 /// Hooks that change nothing: the wrapped store as it is.
 impl Hooks for () {}
 
@@ -152,8 +241,9 @@ impl Hooks for StoreOffers {
     }
 }
 
-/// Every store port `S` has (leases, claims, owner claims and the optional ports
-/// they offer, fence marks), forwarding every call to `S` through `H`'s [`Hooks`].
+/// Every store port the store `W` wraps has (leases, claims, owner claims and the
+/// optional ports they offer, fence marks), forwarding every call to it through
+/// `H`'s [`Hooks`].
 ///
 /// ```
 /// use std::sync::Arc;
@@ -168,22 +258,15 @@ impl Hooks for StoreOffers {
 /// assert!(stamps_only.release_wake().is_none());
 /// assert!(stamps_only.drain_stamps().is_some());
 /// ```
-#[derive(Debug)]
-pub struct Forward<S: ?Sized, H> {
-    inner: Arc<S>,
+#[derive(Debug, Clone)]
+pub struct Forward<W, H> {
+    inner: W,
     hooks: H,
 }
 
-/// A clone shares the wrapped store (whatever `S` is) and clones the hooks.
-impl<S: ?Sized, H: Clone> Clone for Forward<S, H> {
-    fn clone(&self) -> Self {
-        Forward { inner: Arc::clone(&self.inner), hooks: self.hooks.clone() }
-    }
-}
-
-impl<S: ?Sized, H> Forward<S, H> {
+impl<W, H> Forward<W, H> {
     /// `inner`'s calls, through `hooks`.
-    pub fn new(inner: Arc<S>, hooks: H) -> Self {
+    pub fn new(inner: W, hooks: H) -> Self {
         Forward { inner, hooks }
     }
 
@@ -192,19 +275,53 @@ impl<S: ?Sized, H> Forward<S, H> {
         &self.hooks
     }
 
-    /// The wrapped store.
-    pub fn inner(&self) -> &Arc<S> {
+    /// The wrapped store, as it was given.
+    pub fn inner(&self) -> &W {
         &self.inner
     }
 }
 
 /// The answer of a store call, which a hook may replace by an error.
-trait Answer: Send {
+trait Reply: Send + Sized {
     fn error(&self) -> Option<&PortError>;
     fn failed(e: PortError) -> Self;
+    fn view(&self) -> Answer<'_>;
 }
 
-impl<T: Send> Answer for Result<T, PortError> {
+/// A `Reply` for the answer type of a port method: a `Result` of `$t`, seen as
+/// `$variant`.
+macro_rules! reply {
+    ($($t:ty => $variant:ident),* $(,)?) => {$(
+        impl Reply for Result<$t, PortError> {
+            fn error(&self) -> Option<&PortError> {
+                self.as_ref().err()
+            }
+
+            fn failed(e: PortError) -> Self {
+                Err(e)
+            }
+
+            fn view(&self) -> Answer<'_> {
+                Answer::$variant(self)
+            }
+        }
+    )*};
+}
+
+reply! {
+    Acquire => Acquire,
+    Release => Release,
+    Renew => Renew,
+    Option<Holding> => Peek,
+    Vec<ClaimState> => Claimed,
+    Vec<SettleResult> => Settled,
+    Vec<OwnerClaim> => Owners,
+    WakeRelease => WakeRelease,
+    Vec<StampedClaim> => Stamped,
+    FenceVerdict => Admitted,
+}
+
+impl Reply for Result<Releases, PortError> {
     fn error(&self) -> Option<&PortError> {
         self.as_ref().err()
     }
@@ -212,9 +329,13 @@ impl<T: Send> Answer for Result<T, PortError> {
     fn failed(e: PortError) -> Self {
         Err(e)
     }
+
+    fn view(&self) -> Answer<'_> {
+        Answer::Subscribed(self.as_ref().map(|_| ()))
+    }
 }
 
-impl Answer for SettledThenClaimed {
+impl Reply for SettledThenClaimed {
     fn error(&self) -> Option<&PortError> {
         self.settled.as_ref().err().or(self.claimed.as_ref().err())
     }
@@ -222,11 +343,15 @@ impl Answer for SettledThenClaimed {
     fn failed(e: PortError) -> Self {
         SettledThenClaimed::failed(e)
     }
+
+    fn view(&self) -> Answer<'_> {
+        Answer::SettledThenClaimed(self)
+    }
 }
 
-impl<S: ?Sized + Send + Sync, H: Hooks> Forward<S, H> {
+impl<W: Wrapped, H: Hooks> Forward<W, H> {
     /// `call`, made by `f` on the wrapped store, through [`Hooks::around`].
-    async fn call<A: Answer>(&self, call: Call<'_>, f: impl Future<Output = A> + Send) -> A {
+    async fn call<A: Reply>(&self, call: Call<'_>, f: impl Future<Output = A> + Send) -> A {
         let mut answer = None;
         let run: Run<'_> = Box::pin(async {
             let a = f.await;
@@ -235,43 +360,38 @@ impl<S: ?Sized + Send + Sync, H: Hooks> Forward<S, H> {
             e.map_or(Ok(()), Err)
         });
         let hooked = self.hooks.around(call, run).await;
-        match (hooked, answer) {
+        let answer = match (hooked, answer) {
             (Ok(()), Some(a)) => a,
             (Ok(()), None) => panic!("the hooks answered {} without making it", call.name()),
             (Err(e), Some(a)) if a.error() == Some(&e) => a,
             (Err(e), _) => A::failed(e),
-        }
-    }
-
-    /// Shows the hooks the states of a claim that was answered.
-    fn seen(&self, claimed: &Result<Vec<ClaimState>, PortError>) {
-        if let Ok(states) = claimed {
-            self.hooks.claimed(states);
-        }
+        };
+        self.hooks.answered(call, answer.view());
+        answer
     }
 }
 
 #[async_trait]
-impl<S: LeaseStore + ?Sized, H: Hooks> LeaseStore for Forward<S, H> {
+impl<W: Wrapped<Store: LeaseStore>, H: Hooks> LeaseStore for Forward<W, H> {
     async fn acquire(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Acquire, PortError> {
-        self.call(Call::Acquire(lease), self.inner.acquire(lease, token, ttl)).await
+        self.call(Call::Acquire(lease), async { self.inner.reach().await?.acquire(lease, token, ttl).await }).await
     }
 
     async fn release(&self, lease: &LeaseName, token: &LeaseToken) -> Result<Release, PortError> {
-        self.call(Call::Release(lease), self.inner.release(lease, token)).await
+        self.call(Call::Release(lease), async { self.inner.reach().await?.release(lease, token).await }).await
     }
 
     async fn renew(&self, lease: &LeaseName, token: &LeaseToken, ttl: Duration) -> Result<Renew, PortError> {
-        self.call(Call::Renew(lease), self.inner.renew(lease, token, ttl)).await
+        self.call(Call::Renew(lease), async { self.inner.reach().await?.renew(lease, token, ttl).await }).await
     }
 
     async fn peek(&self, lease: &LeaseName) -> Result<Option<Holding>, PortError> {
-        self.call(Call::Peek(lease), self.inner.peek(lease)).await
+        self.call(Call::Peek(lease), async { self.inner.reach().await?.peek(lease).await }).await
     }
 }
 
 #[async_trait]
-impl<S: ClaimStore + ?Sized, H: Hooks> ClaimStore for Forward<S, H> {
+impl<W: Wrapped<Store: ClaimStore>, H: Hooks> ClaimStore for Forward<W, H> {
     async fn claim_batch(
         &self,
         queue: &str,
@@ -279,9 +399,10 @@ impl<S: ClaimStore + ?Sized, H: Hooks> ClaimStore for Forward<S, H> {
         token: &LeaseToken,
         pending_ttl: Duration,
     ) -> Result<Vec<ClaimState>, PortError> {
-        let claimed = self.call(Call::ClaimBatch(queue), self.inner.claim_batch(queue, ids, token, pending_ttl)).await;
-        self.seen(&claimed);
-        claimed
+        self.call(Call::ClaimBatch(queue, ids), async {
+            self.inner.reach().await?.claim_batch(queue, ids, token, pending_ttl).await
+        })
+        .await
     }
 
     async fn settle_batch(
@@ -291,7 +412,10 @@ impl<S: ClaimStore + ?Sized, H: Hooks> ClaimStore for Forward<S, H> {
         token: &LeaseToken,
         done_ttl: Duration,
     ) -> Result<Vec<SettleResult>, PortError> {
-        self.call(Call::SettleBatch(queue), self.inner.settle_batch(queue, settlements, token, done_ttl)).await
+        self.call(Call::SettleBatch(queue, settlements), async {
+            self.inner.reach().await?.settle_batch(queue, settlements, token, done_ttl).await
+        })
+        .await
     }
 
     async fn settle_then_claim(
@@ -305,9 +429,12 @@ impl<S: ClaimStore + ?Sized, H: Hooks> ClaimStore for Forward<S, H> {
         if self.hooks.two_calls() {
             return settle_then_claim_in_two_calls(self, queue, settlements, ids, token, ttls).await;
         }
-        let one = self.inner.settle_then_claim(queue, settlements, ids, token, ttls);
-        let answer = self.call(Call::SettleThenClaim(queue), one).await;
-        self.seen(&answer.claimed);
-        answer
+        let one = async {
+            match self.inner.reach().await {
+                Ok(store) => store.settle_then_claim(queue, settlements, ids, token, ttls).await,
+                Err(e) => SettledThenClaimed::failed(e),
+            }
+        };
+        self.call(Call::SettleThenClaim(queue, settlements, ids), one).await
     }
 }

@@ -1,12 +1,14 @@
 //! [`Forward`] for the owner-claim ports and fence marks. The release wake-up and the
 //! drain stamps are reached through the wrapped store's accessors, so a wrapper of
-//! any owner-claims store forwards them exactly when that store offers them.
+//! any owner-claims store forwards them exactly when that store offers them (a store
+//! not at hand: when it was said to, and its calls fail as not offered when the
+//! store, once reached, does not).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{Call, Forward, Hooks};
+use super::{Call, Forward, Hooks, Wrapped};
 use crate::error::PortError;
 use crate::owner::OwnerId;
 use crate::ports::{
@@ -15,24 +17,32 @@ use crate::ports::{
 };
 use crate::token::LeaseToken;
 
-impl<S: OwnerClaims + ?Sized, H: Hooks> Forward<S, H> {
-    /// The wrapped store's release wake-up, when offered through the hooks.
-    fn wake(&self) -> Result<&dyn ReleaseWake, PortError> {
-        let hidden = !self.offers().release_wake;
-        self.inner.release_wake().filter(|_| !hidden).ok_or_else(|| PortError::not_offered("release wake-up"))
+impl<W: Wrapped<Store: OwnerClaims>, H: Hooks> Forward<W, H> {
+    /// `Ok` when the release wake-up is offered through the hooks.
+    fn wake(&self) -> Result<(), PortError> {
+        if self.offers().release_wake { Ok(()) } else { Err(PortError::not_offered("release wake-up")) }
     }
 
-    /// The wrapped store's drain stamps, when offered through the hooks.
-    fn stamps(&self) -> Result<&dyn DrainStamps, PortError> {
-        let hidden = !self.offers().drain_stamps;
-        self.inner.drain_stamps().filter(|_| !hidden).ok_or_else(|| PortError::not_offered("drain stamps"))
+    /// `Ok` when the drain stamps are offered through the hooks.
+    fn stamps(&self) -> Result<(), PortError> {
+        if self.offers().drain_stamps { Ok(()) } else { Err(PortError::not_offered("drain stamps")) }
     }
 }
 
+/// `store`'s release wake-up, or the error of a port it does not offer.
+fn wake_of<S: OwnerClaims + ?Sized>(store: &S) -> Result<&dyn ReleaseWake, PortError> {
+    store.release_wake().ok_or_else(|| PortError::not_offered("release wake-up"))
+}
+
+/// `store`'s drain stamps, or the error of a port it does not offer.
+fn stamps_of<S: OwnerClaims + ?Sized>(store: &S) -> Result<&dyn DrainStamps, PortError> {
+    store.drain_stamps().ok_or_else(|| PortError::not_offered("drain stamps"))
+}
+
 #[async_trait]
-impl<S: OwnerClaims + ?Sized, H: Hooks> OwnerClaims for Forward<S, H> {
+impl<W: Wrapped<Store: OwnerClaims>, H: Hooks> OwnerClaims for Forward<W, H> {
     async fn peek_owners(&self, owners: &[OwnerId]) -> Result<Vec<OwnerClaim>, PortError> {
-        self.call(Call::PeekOwners(owners), self.inner.peek_owners(owners)).await
+        self.call(Call::PeekOwners(owners), async { self.inner.reach().await?.peek_owners(owners).await }).await
     }
 
     fn release_wake(&self) -> Option<&dyn ReleaseWake> {
@@ -44,18 +54,25 @@ impl<S: OwnerClaims + ?Sized, H: Hooks> OwnerClaims for Forward<S, H> {
     }
 
     fn offers(&self) -> StoreOffers {
-        self.hooks.offers(self.inner.offers())
+        let inner = self.inner.at_hand().map_or_else(|| self.inner.offers(), |store| store.offers());
+        self.hooks.offers(inner)
     }
 }
 
 #[async_trait]
-impl<S: OwnerClaims + ?Sized, H: Hooks> ReleaseWake for Forward<S, H> {
+impl<W: Wrapped<Store: OwnerClaims>, H: Hooks> ReleaseWake for Forward<W, H> {
     async fn subscribe(&self, instance: &str) -> Result<Releases, PortError> {
-        self.call(Call::Subscribe(instance), self.wake()?.subscribe(instance)).await
+        self.wake()?;
+        self.call(Call::Subscribe(instance), async { wake_of(&*self.inner.reach().await?)?.subscribe(instance).await })
+            .await
     }
 
     async fn peek_and_wait(&self, owners: &[OwnerId], waiter: &Waiter) -> Result<Vec<OwnerClaim>, PortError> {
-        self.call(Call::PeekAndWait(owners), self.wake()?.peek_and_wait(owners, waiter)).await
+        self.wake()?;
+        self.call(Call::PeekAndWait(owners), async {
+            wake_of(&*self.inner.reach().await?)?.peek_and_wait(owners, waiter).await
+        })
+        .await
     }
 
     async fn acquire_or_wait(
@@ -65,7 +82,11 @@ impl<S: OwnerClaims + ?Sized, H: Hooks> ReleaseWake for Forward<S, H> {
         ttl: Duration,
         waiter: &Waiter,
     ) -> Result<Acquire, PortError> {
-        self.call(Call::AcquireOrWait(owner), self.wake()?.acquire_or_wait(owner, token, ttl, waiter)).await
+        self.wake()?;
+        self.call(Call::AcquireOrWait(owner), async {
+            wake_of(&*self.inner.reach().await?)?.acquire_or_wait(owner, token, ttl, waiter).await
+        })
+        .await
     }
 
     async fn release_and_wake(
@@ -74,14 +95,22 @@ impl<S: OwnerClaims + ?Sized, H: Hooks> ReleaseWake for Forward<S, H> {
         token: &LeaseToken,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
-        self.call(Call::ReleaseAndWake(owner), self.wake()?.release_and_wake(owner, token, wake)).await
+        self.wake()?;
+        self.call(Call::ReleaseAndWake(owner), async {
+            wake_of(&*self.inner.reach().await?)?.release_and_wake(owner, token, wake).await
+        })
+        .await
     }
 }
 
 #[async_trait]
-impl<S: OwnerClaims + ?Sized, H: Hooks> DrainStamps for Forward<S, H> {
+impl<W: Wrapped<Store: OwnerClaims>, H: Hooks> DrainStamps for Forward<W, H> {
     async fn peek_stamped(&self, owners: &[OwnerId], waiter: Option<&Waiter>) -> Result<Vec<StampedClaim>, PortError> {
-        self.call(Call::PeekStamped(owners), self.stamps()?.peek_stamped(owners, waiter)).await
+        self.stamps()?;
+        self.call(Call::PeekStamped(owners), async {
+            stamps_of(&*self.inner.reach().await?)?.peek_stamped(owners, waiter).await
+        })
+        .await
     }
 
     async fn acquire_stamped(
@@ -91,7 +120,11 @@ impl<S: OwnerClaims + ?Sized, H: Hooks> DrainStamps for Forward<S, H> {
         ttl: Duration,
         waiter: Option<&Waiter>,
     ) -> Result<Acquire, PortError> {
-        self.call(Call::AcquireStamped(owner), self.stamps()?.acquire_stamped(owner, token, ttl, waiter)).await
+        self.stamps()?;
+        self.call(Call::AcquireStamped(owner), async {
+            stamps_of(&*self.inner.reach().await?)?.acquire_stamped(owner, token, ttl, waiter).await
+        })
+        .await
     }
 
     async fn release_drained(
@@ -101,18 +134,20 @@ impl<S: OwnerClaims + ?Sized, H: Hooks> DrainStamps for Forward<S, H> {
         drained: bool,
         wake: bool,
     ) -> Result<WakeRelease, PortError> {
-        let released = self.stamps()?.release_drained(owner, token, drained, wake);
+        self.stamps()?;
+        let released =
+            async { stamps_of(&*self.inner.reach().await?)?.release_drained(owner, token, drained, wake).await };
         self.call(Call::ReleaseDrained(owner), released).await
     }
 }
 
 #[async_trait]
-impl<S: FenceMarks + ?Sized, H: Hooks> FenceMarks for Forward<S, H> {
+impl<W: Wrapped<Store: FenceMarks>, H: Hooks> FenceMarks for Forward<W, H> {
     async fn admit(&self, resource: &str, fence: u64) -> Result<FenceVerdict, PortError> {
-        self.call(Call::Admit(resource), self.inner.admit(resource, fence)).await
+        self.call(Call::Admit(resource), async { self.inner.reach().await?.admit(resource, fence).await }).await
     }
 
     async fn admit_fence(&self, resource: &str, fence: &Fence) -> Result<FenceVerdict, PortError> {
-        self.call(Call::Admit(resource), self.inner.admit_fence(resource, fence)).await
+        self.call(Call::Admit(resource), async { self.inner.reach().await?.admit_fence(resource, fence).await }).await
     }
 }

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 
 use super::store::{MemoryStore, State};
 use crate::error::PortError;
-use crate::ports::{Fence, FencedWrites, LeaseName, WriteVerdict};
+use crate::ports::{Fence, FencedWrites, LeaseName, LeaseStore, WriteVerdict};
 
 /// The current fence of `lease`: its latest acquire's, 0 when never taken.
 pub(crate) fn current_fence(s: &State, lease: &LeaseName) -> u64 {
@@ -14,6 +14,10 @@ pub(crate) fn current_fence(s: &State, lease: &LeaseName) -> u64 {
 
 #[async_trait]
 impl FencedWrites for MemoryStore {
+    fn leases(&self) -> &dyn LeaseStore {
+        self
+    }
+
     async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
         self.call("write_fenced", |s, _| {
             let current = current_fence(s, fence.lease());

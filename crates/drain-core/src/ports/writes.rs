@@ -1,7 +1,7 @@
 use async_trait::async_trait;
 
 use crate::error::PortError;
-use crate::ports::{Fence, LeaseName};
+use crate::ports::{Fence, LeaseName, LeaseStore};
 
 /// What a fenced write did ([`FencedWrites::write_fenced`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,8 +27,8 @@ pub enum WriteVerdict {
 /// database, a key in the lease's shard), named by the lease and a key of the
 /// embedder's choosing. Implementations: drain-core's `MemoryStore` (feature
 /// `memory`) and the adapters. `testkit::contract::fenced_writes` checks every rule
-/// below, over a store that is also the lease's `LeaseStore`; each rule's name
-/// follows its sentence.
+/// below, over the writes and the lease store they answer with
+/// ([`FencedWrites::leases`]); each rule's name follows its sentence.
 ///
 /// # Errors
 ///
@@ -36,6 +36,11 @@ pub enum WriteVerdict {
 /// value (rule `write.error`).
 #[async_trait]
 pub trait FencedWrites: Send + Sync {
+    /// The lease store whose fences these writes are checked against: the store
+    /// itself when it holds the leases too, or the store a table of values was made
+    /// over.
+    fn leases(&self) -> &dyn LeaseStore;
+
     /// Write `value` under `key` of `fence`'s lease if `fence` is the lease's current
     /// fence, in one step.
     ///

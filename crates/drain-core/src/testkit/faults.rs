@@ -21,7 +21,7 @@ pub struct FailSettle;
 impl Hooks for FailSettle {
     async fn around(&self, call: Call<'_>, run: Run<'_>) -> Result<(), PortError> {
         match call {
-            Call::SettleBatch(_) => Err(PortError::new(ErrorKind::Connection, "settle refused by the test")),
+            Call::SettleBatch(..) => Err(PortError::new(ErrorKind::Connection, "settle refused by the test")),
             _ => run.await,
         }
     }

@@ -25,7 +25,7 @@ mod observer;
 mod submitter;
 mod work;
 
-pub use crate::layer::{Call, Forward, Hooks, Run};
+pub use crate::layer::{Answer, Call, Forward, Hooks, Run};
 pub use faults::{FailSettle, OutageBy, TwoCalls};
 pub use observer::RecordingObserver;
 pub use submitter::RecordingSubmitter;

@@ -87,7 +87,7 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
         }
     };
     match &rt.backend {
-        Backend::Redis(lazy) => match lazy.store().await {
+        Backend::Redis(lazy) => match lazy.inner().store().await.map(|s| (*s).clone()) {
             Ok(store) => {
                 let backlogs = RedisBacklogs { store: store.clone(), keys: OwnerKeys::new(rt.keys.clone()) };
                 let wake = draining && wake::wake_allowed(&rt, &store).await;
@@ -95,9 +95,9 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
                 let heard = move || (counters.received(), counters.reconnects());
                 serve(args, rt.clone(), OwnerStore { claims: store, backlogs, heard, wake }).await
             }
-            Err(e) => cannot_use("Redis", lazy.shown(), &e),
+            Err(e) => cannot_use("Redis", lazy.inner().shown(), &e),
         },
-        Backend::Postgres(lazy) => match lazy.store().await {
+        Backend::Postgres(lazy) => match lazy.inner().store().await.map(|s| (*s).clone()) {
             Ok(store) => {
                 // grant_sql grants the wake-up's functions with the others: the switches decide.
                 let wake = draining && wake::switches_allow_wake(&rt);
@@ -107,7 +107,7 @@ pub(crate) async fn main(args: &OwnersArgs, loaded: Loaded) -> ExitCode {
                 };
                 serve(args, rt.clone(), OwnerStore { claims: store.clone(), backlogs: store, heard, wake }).await
             }
-            Err(e) => cannot_use("PostgreSQL", lazy.shown(), &e),
+            Err(e) => cannot_use("PostgreSQL", lazy.inner().shown(), &e),
         },
         _ => {
             tracing::error!(

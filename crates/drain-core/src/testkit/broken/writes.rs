@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use super::{BrokenStore, Defect, YieldNow};
 use crate::error::PortError;
 use crate::memory::store::State;
-use crate::ports::{Fence, FencedWrites, LeaseName, WriteVerdict};
+use crate::ports::{Fence, FencedWrites, LeaseName, LeaseStore, WriteVerdict};
 use crate::time::Time;
 
 impl BrokenStore {
@@ -33,6 +33,10 @@ impl BrokenStore {
 
 #[async_trait]
 impl FencedWrites for BrokenStore {
+    fn leases(&self) -> &dyn LeaseStore {
+        self
+    }
+
     async fn write_fenced(&self, fence: &Fence, key: &str, value: &[u8]) -> Result<WriteVerdict, PortError> {
         self.stall().await;
         if self.failing(Defect::WriteErrorAsStale) {

@@ -3,13 +3,13 @@ use std::time::Duration;
 use futures::future::join_all;
 
 use super::{Checked, ContractEnv, Rule, Suite, Violation, token};
-use crate::ports::{Acquire, Fence, FencedWrites, LeaseName, LeaseStore, Release, WriteVerdict};
+use crate::ports::{Acquire, Fence, FencedWrites, LeaseName, Release, WriteVerdict};
 use crate::token::LeaseToken;
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// The [`FencedWrites`] contract, over a store that is also the leases'
-/// [`LeaseStore`]: the current fence writes, also after its lease expired or was
+/// The [`FencedWrites`] contract, over the writes and the lease store they check
+/// ([`FencedWrites::leases`]): the current fence writes, also after its lease expired or was
 /// released while nobody took it; an earlier holder's fence, a larger one and one of
 /// a lease never taken write nothing and answer the current fence; a write racing
 /// another holder's acquire never lands after it; reads answer the last write, keys
@@ -20,7 +20,7 @@ const LONG: Duration = Duration::from_secs(60);
 /// The first rule the store broke.
 pub async fn fenced_writes<S>(store: &S, env: &ContractEnv<'_, S>) -> Result<Checked, Violation>
 where
-    S: LeaseStore + FencedWrites + ?Sized,
+    S: FencedWrites + ?Sized,
 {
     let mut s = Suite::new(env);
     let lease = LeaseName::job(env.name("write-lease"));
@@ -43,7 +43,7 @@ where
     read(&mut s, store, &lease, key, Some(b"a1"), "after a write with a fence never handed out").await?;
 
     // Released, nobody took it since: still current. Then beta takes it.
-    let got = s.call("release", store.release(&lease, &a)).await?;
+    let got = s.call("release", store.leases().release(&lease, &a)).await?;
     s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
     expect(&mut s, store, &Fence::new(lease.clone(), fa), key, b"a2", WriteVerdict::Written).await?;
     let fb = take(&mut s, store, &lease, &b, env.short_ttl).await?;
@@ -79,7 +79,7 @@ async fn write<S>(
     v: &[u8],
 ) -> Result<WriteVerdict, Violation>
 where
-    S: LeaseStore + FencedWrites + ?Sized,
+    S: FencedWrites + ?Sized,
 {
     s.call("write_fenced", store.write_fenced(fence, key, v)).await
 }
@@ -94,7 +94,7 @@ async fn expect<S>(
     want: WriteVerdict,
 ) -> Result<(), Violation>
 where
-    S: LeaseStore + FencedWrites + ?Sized,
+    S: FencedWrites + ?Sized,
 {
     let got = write(s, store, fence, key, v).await?;
     let rule = if want == WriteVerdict::Written { Rule::WriteCurrent } else { Rule::WriteStale };
@@ -110,7 +110,7 @@ async fn read<S>(
     when: &str,
 ) -> Result<(), Violation>
 where
-    S: LeaseStore + FencedWrites + ?Sized,
+    S: FencedWrites + ?Sized,
 {
     let got = s.call("read_fenced", store.read_fenced(lease, key)).await?;
     let rule = if want.is_some() { Rule::WriteCurrent } else { Rule::WriteRead };
@@ -125,9 +125,9 @@ async fn take<S>(
     ttl: Duration,
 ) -> Result<u64, Violation>
 where
-    S: LeaseStore + FencedWrites + ?Sized,
+    S: FencedWrites + ?Sized,
 {
-    match s.call("acquire", store.acquire(lease, t, ttl)).await? {
+    match s.call("acquire", store.leases().acquire(lease, t, ttl)).await? {
         Acquire::Acquired { fence } => Ok(fence),
         got => Err(Violation { rule: Rule::LeaseAcquireExclusive, detail: format!("a free lease answered {got:?}") }),
     }
@@ -139,7 +139,7 @@ where
 /// landed after it changes it).
 async fn atomic<S>(s: &mut Suite<'_, S>, store: &S) -> Result<(), Violation>
 where
-    S: LeaseStore + FencedWrites + ?Sized,
+    S: FencedWrites + ?Sized,
 {
     let pool = s.env.pool(store);
     let writers = s.env.callers.max(2);
@@ -149,7 +149,7 @@ where
         let f = take(s, store, &lease, &old, s.env.short_ttl).await?;
         let fence = Fence::new(lease.clone(), f);
         expect(s, store, &fence, "k", b"old-0", WriteVerdict::Written).await?;
-        let got = s.call("release", store.release(&lease, &old)).await?;
+        let got = s.call("release", store.leases().release(&lease, &old)).await?;
         s.ensure(got == Release::Released, Rule::LeaseReleaseFrees, || format!("release answered {got:?}"))?;
         // The acquire goes in at a place that turns with the round.
         let at = round % (writers + 1);
@@ -159,7 +159,7 @@ where
             let on = pool[i % pool.len()];
             async move {
                 if i == at {
-                    let got = env.within(env.deadline, on.acquire(lease_ref, new_ref, LONG)).await;
+                    let got = env.within(env.deadline, on.leases().acquire(lease_ref, new_ref, LONG)).await;
                     let seen = env.within(env.deadline, on.read_fenced(lease_ref, "k")).await;
                     (Some((got, seen)), None)
                 } else {
@@ -193,7 +193,7 @@ where
                 after.map(|v| String::from_utf8_lossy(&v).into_owned())
             )
         })?;
-        let _ = s.call("release", store.release(&lease, &new)).await?;
+        let _ = s.call("release", store.leases().release(&lease, &new)).await?;
     }
     Ok(())
 }
