@@ -215,7 +215,6 @@ impl Hooks for Meter {
     }
 
     fn answered(&self, call: Call<'_>, answer: Answer<'_>) {
-        let sent = |items: usize| u64::from(items > 0);
         match (call, answer) {
             (Call::Acquire(_), Answer::Acquire(r)) => {
                 let cmds: &[(&str, u64)] = if let Ok(Acquire::Acquired { .. }) = r {
@@ -249,7 +248,7 @@ impl Hooks for Meter {
                 let (set, del) = settle_writes(s, &a.settled);
                 let set = set + claim_writes(&a.claimed);
                 let both = a.settled.as_ref().and(a.claimed.as_ref()).map(|_| ()).map_err(PortError::clone);
-                let cmds = [("evalsha", sent(s.len() + ids.len())), ("get", k + j), ("set", set), ("del", del)];
+                let cmds = [("evalsha", 1), ("get", k + j), ("set", set), ("del", del)];
                 self.record("settle_then_claim", s.len() + ids.len(), &both, &cmds);
             }
             // The load makes no other call; one it made would be counted without commands.

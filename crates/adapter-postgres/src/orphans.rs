@@ -49,7 +49,7 @@ impl Orphans {
     }
 
     /// End every noted backend, on `conn`, within `budget` (the server waits up to
-    /// half of it for each to go, the rest is the round trip's slack): `Ok`
+    /// half of it for them all to go, the rest is the round trip's slack): `Ok`
     /// once none runs (most calls: there is none, and nothing is sent). A backend not
     /// gone in time stays noted and fails the call as a timeout, as a connection that
     /// breaks or answers nothing on the way does (then the error says `true`: give
@@ -119,8 +119,8 @@ impl Orphans {
 }
 
 /// The SQL that ends the noted backends still there (`$1` pids, `$2` start times,
-/// `$3` the wait in ms): all are signalled first (in the select list, so only a backend the join
-/// matched, never a reused pid), then each is waited for until the
+/// `$3` the wait in ms): all are signalled first (in the select list, so only a
+/// backend the join matched, never a reused pid), then each is waited for until the
 /// one deadline, so the whole takes the wait at most, however many there are.
 pub(crate) const END_BACKENDS: &str = "WITH signalled AS MATERIALIZED ( \
        SELECT o.pid, pg_terminate_backend(o.pid) AS sent FROM unnest($1::int4[], $2::text[]) AS o(pid, started) \
