@@ -59,6 +59,7 @@
 //! endpoint and never contain a password, key or token.
 #![forbid(unsafe_code)]
 
+mod batch;
 mod connect;
 mod convert;
 mod endpoint;

@@ -3,8 +3,11 @@
 //! One task owns the connection and the sender. A submit is queued to it; the task
 //! puts the transfer on the link (unsettled: the broker must answer with an outcome)
 //! and hands the outcome's future to a small waiter task, so many submits are in
-//! flight at once. `Ok` means the broker's `accepted`; `rejected`, `released` and
-//! `modified` map to [`PortError`]s. After a lost link the task reconnects with
+//! flight at once. On Service Bus the submits queued together go out as batches
+//! (`src/batch.rs`): one transfer and one outcome for up to 64 messages of one
+//! session and partition; a batch the broker refuses is sent again one message at a
+//! time, so a message's refusal fails only its own submit. `Ok` means the broker's
+//! `accepted`; `rejected`, `released` and `modified` map to [`PortError`]s. After a lost link the task reconnects with
 //! jittered backoff; submits wait for it up to [`SubmitterOptions::send_timeout`].
 //!
 //! On Service Bus the connection's CBS token is refreshed before it expires by the
@@ -30,6 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, sleep_until, timeout};
 
+use crate::batch;
 use crate::connect::{self, Conn};
 use crate::endpoint::{Endpoint, Profile};
 use crate::{convert, error};
@@ -137,6 +141,7 @@ impl AmqpSubmitter {
         let (tx, rx) = mpsc::channel(1024);
         let what = endpoint.to_string();
         let fence_property = options.fence_property.clone();
+        let endpoint_batches = endpoint.profile == Profile::ServiceBus;
         let actor = Actor {
             what: what.clone(),
             endpoint,
@@ -148,6 +153,8 @@ impl AmqpSubmitter {
             attempt: 0,
             last_error: None,
             queue: VecDeque::new(),
+            batching: endpoint_batches,
+            alone: mpsc::unbounded_channel(),
         };
         tokio::spawn(actor.run());
         Ok(AmqpSubmitter { what, commands: tx, fence_property })
@@ -180,7 +187,14 @@ impl Submitter for AmqpSubmitter {
         }
         let (reply, rx) = oneshot::channel();
         let cmd = Command::Send { message: Box::new(Sendable::from(amqp)), reply };
-        self.commands.send(cmd).await.map_err(|_| self.closed())?;
+        // Queued at once where there is room: an awaited send can be made to wait by
+        // Tokio's task budget, and then submits started in order reach the broker out
+        // of it (messages of one session among them).
+        match self.commands.try_send(cmd) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(cmd)) => self.commands.send(cmd).await.map_err(|_| self.closed())?,
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(self.closed()),
+        }
         rx.await.map_err(|_| self.closed())?
     }
 }
@@ -189,6 +203,8 @@ struct Queued {
     message: Box<Sendable<Data>>,
     deadline: Instant,
     reply: Reply,
+    /// Sent in a batch the broker refused: now goes out on its own.
+    alone: bool,
 }
 
 enum Event {
@@ -197,6 +213,7 @@ enum Event {
     Retry,
     Expire,
     Detached(PortError),
+    Alone(Option<Vec<Queued>>),
 }
 
 struct Actor {
@@ -211,6 +228,10 @@ struct Actor {
     last_error: Option<PortError>,
     /// Submits waiting for a link.
     queue: VecDeque<Queued>,
+    /// Whether submits queued together go out as one batch (Service Bus).
+    batching: bool,
+    /// The messages of refused batches, back from their waiter tasks.
+    alone: (mpsc::UnboundedSender<Vec<Queued>>, mpsc::UnboundedReceiver<Vec<Queued>>),
 }
 
 impl Actor {
@@ -220,6 +241,7 @@ impl Actor {
             let expire_at = self.queue.front().map(|q| q.deadline);
             let event = tokio::select! {
                 biased;
+                group = self.alone.1.recv() => Event::Alone(group),
                 cmd = self.commands.recv() => Event::Command(cmd),
                 e = on_detach(&mut self.link), if self.link.is_some() => Event::Detached(e),
                 r = connect::join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
@@ -237,9 +259,20 @@ impl Actor {
                     let _ = reply.send(());
                     return;
                 }
-                Event::Command(Some(Command::Send { message, reply, .. })) => {
-                    let deadline = Instant::now() + self.opts.send_timeout;
-                    self.queue.push_back(Queued { message, deadline, reply });
+                Event::Command(Some(Command::Send { message, reply })) => {
+                    self.enqueue(message, reply);
+                    // Every submit already waiting joins the queue too, so that they
+                    // go out together.
+                    while let Ok(cmd) = self.commands.try_recv() {
+                        match cmd {
+                            Command::Send { message, reply } => self.enqueue(message, reply),
+                            Command::Close { reply } => {
+                                self.shutdown().await;
+                                let _ = reply.send(());
+                                return;
+                            }
+                        }
+                    }
                     if self.link.is_none() && self.connecting.is_none() && self.retry_at.is_none() {
                         self.start_connecting();
                     }
@@ -262,42 +295,69 @@ impl Actor {
                 Event::Retry => self.start_connecting(),
                 Event::Expire => self.expire(),
                 Event::Detached(e) => self.link_lost(e),
+                Event::Alone(group) => {
+                    for q in group.into_iter().flatten().rev() {
+                        self.queue.push_front(q);
+                    }
+                }
             }
         }
     }
 
-    /// Put queued messages on the link; each outcome is awaited by a waiter task.
+    fn enqueue(&mut self, message: Box<Sendable<Data>>, reply: Reply) {
+        let deadline = Instant::now() + self.opts.send_timeout;
+        self.queue.push_back(Queued { message, deadline, reply, alone: false });
+    }
+
+    /// Put queued messages on the link, in batches where they may share one; each
+    /// outcome is awaited by a waiter task.
     async fn flush(&mut self) {
         while let Some(link) = &mut self.link {
-            let Some(q) = self.queue.pop_front() else { return };
-            let budget = q.deadline.saturating_duration_since(Instant::now());
-            match timeout(budget, link.sender.send_batchable_ref(&q.message)).await {
+            let Some(first) = self.queue.pop_front() else { return };
+            let (group, encoded) =
+                if self.batching { gather(first, &mut self.queue, link) } else { (vec![first], vec![]) };
+            let budget = group[0].deadline.saturating_duration_since(Instant::now());
+            let sent = if encoded.is_empty() {
+                timeout(budget, link.sender.send_batchable_ref(&group[0].message)).await
+            } else {
+                let sendable = batch::envelope(&group[0].message.message, encoded);
+                timeout(budget, link.sender.send_batchable_ref(&sendable)).await
+            };
+            match sent {
                 Ok(Ok(outcome)) => {
-                    let what = self.what.clone();
-                    let timeout_after = budget;
+                    let (what, alone) = (self.what.clone(), self.alone.0.clone());
                     tokio::spawn(async move {
-                        let result = match timeout(timeout_after, outcome).await {
+                        let result = match timeout(budget, outcome).await {
                             Ok(Ok(Outcome::Accepted(_))) => Ok(()),
+                            Ok(Ok(other)) if group.len() > 1 => {
+                                tracing::debug!(target_queue = %what, outcome = ?other, messages = group.len(),
+                                    "the broker refused a batch; sending its messages one at a time");
+                                let group = group.into_iter().map(|q| Queued { alone: true, ..q }).collect();
+                                if let Err(back) = alone.send(group) {
+                                    reply_all(back.0, &Err(error::outcome_error(&what, &other)));
+                                }
+                                return;
+                            }
                             Ok(Ok(other)) => Err(error::outcome_error(&what, &other)),
                             Ok(Err(e)) => Err(error::send_error(&what, &e)),
-                            Err(_) => Err(error::timeout(&what, "waiting for the broker's outcome", timeout_after)),
+                            Err(_) => Err(error::timeout(&what, "waiting for the broker's outcome", budget)),
                         };
-                        let _ = q.reply.send(result);
+                        reply_all(group, &result);
                     });
                 }
                 Ok(Err(e)) => {
                     let err = error::send_error(&self.what, &e);
                     if e.recovery().link_is_usable() {
-                        let _ = q.reply.send(Err(err));
+                        reply_all(group, &Err(err));
                     } else {
-                        // Not sent: keep it for the next link.
-                        self.queue.push_front(q);
+                        // Not sent: keep them for the next link.
+                        for q in group.into_iter().rev() {
+                            self.queue.push_front(q);
+                        }
                         self.link_lost(err);
                     }
                 }
-                Err(_) => {
-                    let _ = q.reply.send(Err(error::timeout(&self.what, "waiting for link credit", budget)));
-                }
+                Err(_) => reply_all(group, &Err(error::timeout(&self.what, "waiting for link credit", budget))),
             }
         }
     }
@@ -362,6 +422,43 @@ impl Actor {
                 Command::Close { reply } => drop(reply.send(())),
             }
         }
+    }
+}
+
+/// `first` and the queued messages behind it that may share its batch (see
+/// `src/batch.rs`), with their encodings; no encodings when `first` goes alone.
+fn gather(first: Queued, queue: &mut VecDeque<Queued>, link: &Link) -> (Vec<Queued>, Vec<Vec<u8>>) {
+    let alike =
+        |first: &Queued, next: &Queued| !next.alone && batch::alike(&first.message.message, &next.message.message);
+    if first.alone || !queue.front().is_some_and(|next| alike(&first, next)) {
+        return (vec![first], Vec::new());
+    }
+    let budget = batch::budget(link.sender.max_message_size());
+    let head = batch::encode(&first.message.message);
+    let mut used = batch::cost(&head);
+    let mut encoded = vec![head];
+    let mut group = vec![first];
+    while group.len() < batch::MAX_MESSAGES
+        && let Some(next) = queue.front()
+        && alike(&group[0], next)
+    {
+        let e = batch::encode(&next.message.message);
+        used += batch::cost(&e);
+        if used > budget {
+            break;
+        }
+        encoded.push(e);
+        group.extend(queue.pop_front());
+    }
+    if group.len() == 1 {
+        encoded.clear();
+    }
+    (group, encoded)
+}
+
+fn reply_all(group: Vec<Queued>, result: &Result<(), PortError>) {
+    for q in group {
+        let _ = q.reply.send(result.clone());
     }
 }
 

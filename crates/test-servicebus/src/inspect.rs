@@ -149,4 +149,8 @@ pub struct BrokerCounters {
     pub renew_lock_requests: u64,
     /// `$management` requests for operations the broker does not model (answered 501).
     pub unsupported_requests: u64,
+    /// Transfers of messages from producers (a batch is one), kept or refused.
+    pub transfers_received: u64,
+    /// Of those, batches (message format `0x80013700`).
+    pub batches_received: u64,
 }

@@ -225,6 +225,8 @@ impl Broker {
             links_expired: get(&c.links_expired),
             renew_lock_requests: get(&c.renew_lock_requests),
             unsupported_requests: get(&c.unsupported_requests),
+            transfers_received: get(&c.transfers_received),
+            batches_received: get(&c.batches_received),
         }
     }
 

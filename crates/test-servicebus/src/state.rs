@@ -46,6 +46,8 @@ pub(crate) struct Counters {
     pub(crate) links_expired: AtomicU64,
     pub(crate) renew_lock_requests: AtomicU64,
     pub(crate) unsupported_requests: AtomicU64,
+    pub(crate) transfers_received: AtomicU64,
+    pub(crate) batches_received: AtomicU64,
 }
 
 pub(crate) fn bump(counter: &AtomicU64) {

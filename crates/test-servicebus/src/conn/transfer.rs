@@ -11,9 +11,9 @@ use fe2o3_amqp_types::performatives::{Disposition, Performative, Transfer};
 
 use super::link::{INCOMING_WINDOW, Kind, LINK_CREDIT, Node, Partial};
 use super::{Conn, MAX_MESSAGE_SIZE, error};
-use crate::message::{StoredMessage, parse_transfer};
+use crate::message::{BATCH_FORMAT, StoredMessage, parse_transfer};
 use crate::queue::NO_SESSION_ID;
-use crate::state::{Routed, State};
+use crate::state::{Routed, State, bump};
 
 /// A refused send. The error carries an (empty) info map: Microsoft's Python SDK
 /// reads the error as a list of three fields and fails on a shorter one.
@@ -123,6 +123,10 @@ impl Conn {
 
     /// Enqueue what a producer sent.
     fn accept_messages(&mut self, queue: &str, format: u32, payload: &[u8]) -> DeliveryState {
+        bump(&self.shared.counters.transfers_received);
+        if format == BATCH_FORMAT {
+            bump(&self.shared.counters.batches_received);
+        }
         let messages = match parse_transfer(format, payload) {
             Ok(m) => m,
             Err(e) => {
