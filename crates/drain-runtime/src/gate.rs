@@ -37,10 +37,12 @@ pub struct ClaimGate {
 }
 
 impl ClaimGate {
-    /// A gate over `ticks`, open, with drain-core's default back-off.
+    /// A gate over `ticks`, open, with drain-core's default back-off, its longest
+    /// wait at most half the lease TTL ([`OutagePolicy::within_lease_ttl`]).
     #[must_use]
     pub fn new(ticks: Arc<Ticks>) -> Self {
-        ClaimGate { ticks, outage: Mutex::new(Outage::new(OutagePolicy::default())) }
+        let policy = OutagePolicy::within_lease_ttl(ticks.tick.lease_ttl);
+        ClaimGate { ticks, outage: Mutex::new(Outage::new(policy)) }
     }
 
     fn outage(&self) -> std::sync::MutexGuard<'_, Outage> {

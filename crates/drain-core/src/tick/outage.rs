@@ -76,6 +76,18 @@ impl Default for OutagePolicy {
     }
 }
 
+impl OutagePolicy {
+    /// The default back-off with its longest wait at most half of `lease_ttl` (never
+    /// below the first wait): once the claim store answers again the ticks resume
+    /// within half a lease TTL, so a fleet moves again within one TTL of the store's
+    /// recovery, as it does after a lost holder's lease lapses.
+    #[must_use]
+    pub fn within_lease_ttl(lease_ttl: Duration) -> Self {
+        let default = OutagePolicy::default();
+        OutagePolicy { cap: default.cap.min(lease_ttl / 2).max(default.base), ..default }
+    }
+}
+
 /// What a caller about to run a tick must do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OutageVerdict {
@@ -316,6 +328,18 @@ mod tests {
         assert_eq!(stale[0].ids.first(), Some(&MessageId::from("y2")), "cut from the front");
         o.stale_released(&t2);
         assert_eq!(o.stale(), [StaleClaims { token: t1, ids: ids("z", 2) }]);
+    }
+
+    #[test]
+    fn the_longest_wait_is_at_most_half_the_lease_ttl() {
+        let cap = |secs| OutagePolicy::within_lease_ttl(Duration::from_secs(secs)).cap;
+        assert_eq!(cap(120), Duration::from_secs(30), "the default lease TTL keeps the default cap");
+        assert_eq!(cap(10), Duration::from_secs(5));
+        assert_eq!(cap(1), Duration::from_secs(1), "never below the first wait");
+        let mut rng = SmallRng::seed_from_u64(7);
+        let o = Outage::new(OutagePolicy::within_lease_ttl(Duration::from_secs(10)));
+        let longest = (1..=40).map(|strikes| o.wait(strikes, &mut rng)).max().unwrap();
+        assert!(longest <= Duration::from_secs(5) && longest >= Duration::from_millis(2_500), "{longest:?}");
     }
 
     #[test]
