@@ -54,6 +54,12 @@ pub async fn connect(url: &str) -> PostgresStore {
     }
 }
 
+/// A store with the default timeouts, for tests that time nothing out: on a loaded
+/// machine a connection the pool opens later can take longer than [`config`]'s 500 ms.
+pub async fn connect_patient(url: &str) -> PostgresStore {
+    PostgresStore::connect(PostgresConfig::new(url)).await.expect("connect to the private PostgreSQL")
+}
+
 /// Three stores on one server, each with connections of its own, as three processes
 /// of a fleet: the contract suites spread their concurrent callers over them.
 pub async fn fleet(url: &str) -> Vec<PostgresStore> {
