@@ -7,11 +7,12 @@
 //! Only messages that the broker would route alike share a batch: the same session
 //! (`group-id`) and the same message annotations (the partition keys, a scheduled
 //! enqueue time). The envelope carries the first message's id, session and
-//! annotations, as the SDKs' does.
+//! partition keys, as the SDKs' does.
 
 use fe2o3_amqp::Sendable;
+use fe2o3_amqp::types::messaging::annotations::OwnedKey;
 use fe2o3_amqp::types::messaging::message::__private::Serializable;
-use fe2o3_amqp::types::messaging::{Batch, Data, Message, Properties};
+use fe2o3_amqp::types::messaging::{Batch, Data, Message, MessageAnnotations, Properties};
 use fe2o3_amqp::types::primitives::Binary;
 
 /// The message format of a batch.
@@ -52,19 +53,29 @@ pub(crate) fn encode(message: &Message<Data>) -> Vec<u8> {
     serde_amqp::to_vec(&Serializable(message)).unwrap_or_default()
 }
 
+/// The partition keys, the only annotations the envelope carries.
+const ENVELOPE_ANNOTATIONS: [&str; 2] = ["x-opt-partition-key", "x-opt-via-partition-key"];
+
 /// The transfer that carries `encoded` (each an encoded message) with `first`'s
-/// id, session and annotations on its envelope.
+/// id, session and partition keys on its envelope.
 pub(crate) fn envelope(first: &Message<Data>, encoded: Vec<Vec<u8>>) -> Sendable<Batch<Data>> {
     let properties = first.properties.as_ref().map(|p| Properties {
         message_id: p.message_id.clone(),
         group_id: p.group_id.clone(),
         ..Properties::default()
     });
+    let annotations = first.message_annotations.as_ref().map(|all| {
+        let mut keys = MessageAnnotations::default();
+        for (k, v) in all.0.iter().filter(|(k, _)| ENVELOPE_ANNOTATIONS.iter().any(|e| **k == OwnedKey::from(*e))) {
+            keys.0.insert(k.clone(), v.clone());
+        }
+        keys
+    });
     let body = Batch::new(encoded.into_iter().map(|e| Data(Binary::from(e))).collect::<Vec<_>>());
     let message = Message {
         header: None,
         delivery_annotations: None,
-        message_annotations: first.message_annotations.clone(),
+        message_annotations: annotations.filter(|keys| !keys.0.is_empty()),
         properties,
         application_properties: None,
         body,
@@ -113,10 +124,24 @@ mod tests {
         let props = sendable.message.properties.as_ref().unwrap();
         assert_eq!(props.message_id, a.properties.as_ref().unwrap().message_id);
         assert_eq!(props.group_id.as_deref(), Some("s"));
+        assert_eq!(sendable.message.message_annotations, None, "no partition key, no annotations");
         let sections: Vec<Vec<u8>> = sendable.message.body.into_inner().into_iter().map(|d| d.0.into_vec()).collect();
         assert_eq!(sections, vec![encode(&a), encode(&b)]);
         let Deserializable(back): Deserializable<Message<Data>> = serde_amqp::from_slice(&sections[1]).unwrap();
         assert_eq!(back.properties, b.properties);
         assert_eq!(back.body, b.body);
+    }
+
+    #[test]
+    fn the_envelope_keeps_the_partition_keys_and_no_other_annotation() {
+        let mut m = DrainMessage::new("a", b"a".to_vec());
+        m.annotations.insert("x-opt-partition-key".into(), PropertyValue::String("p".into()));
+        m.annotations.insert("x-opt-scheduled-enqueue-time".into(), PropertyValue::Long(1));
+        m.annotations.insert("custom".into(), PropertyValue::String("c".into()));
+        let m = crate::convert::to_amqp(&m);
+        let envelope = envelope(&m, vec![encode(&m), encode(&m)]).message.message_annotations.expect("the key");
+        let keys: Vec<String> = envelope.0.keys().map(|k| format!("{k:?}")).collect();
+        assert_eq!(keys.len(), 1, "{keys:?}");
+        assert!(keys[0].contains("x-opt-partition-key"), "{keys:?}");
     }
 }
