@@ -139,9 +139,9 @@ impl AmqpSubmitter {
     pub async fn connect(endpoint: Endpoint, options: SubmitterOptions) -> Result<Self, PortError> {
         let link = open_link(&endpoint, &options).await?;
         let (tx, rx) = mpsc::channel(1024);
+        let (refused_tx, refused_rx) = mpsc::unbounded_channel();
         let what = endpoint.to_string();
         let fence_property = options.fence_property.clone();
-        let endpoint_batches = endpoint.profile == Profile::ServiceBus;
         let actor = Actor {
             what: what.clone(),
             endpoint,
@@ -153,8 +153,8 @@ impl AmqpSubmitter {
             attempt: 0,
             last_error: None,
             queue: VecDeque::new(),
-            batching: endpoint_batches,
-            alone: mpsc::unbounded_channel(),
+            refused: refused_tx,
+            refused_back: refused_rx,
         };
         tokio::spawn(actor.run());
         Ok(AmqpSubmitter { what, commands: tx, fence_property })
@@ -228,10 +228,9 @@ struct Actor {
     last_error: Option<PortError>,
     /// Submits waiting for a link.
     queue: VecDeque<Queued>,
-    /// Whether submits queued together go out as one batch (Service Bus).
-    batching: bool,
-    /// The messages of refused batches, back from their waiter tasks.
-    alone: (mpsc::UnboundedSender<Vec<Queued>>, mpsc::UnboundedReceiver<Vec<Queued>>),
+    /// Where the waiter task of a refused batch sends its messages back, to go alone.
+    refused: mpsc::UnboundedSender<Vec<Queued>>,
+    refused_back: mpsc::UnboundedReceiver<Vec<Queued>>,
 }
 
 impl Actor {
@@ -241,7 +240,7 @@ impl Actor {
             let expire_at = self.queue.front().map(|q| q.deadline);
             let event = tokio::select! {
                 biased;
-                group = self.alone.1.recv() => Event::Alone(group),
+                group = self.refused_back.recv() => Event::Alone(group),
                 cmd = self.commands.recv() => Event::Command(cmd),
                 e = on_detach(&mut self.link), if self.link.is_some() => Event::Detached(e),
                 r = connect::join(&mut self.connecting), if self.connecting.is_some() => Event::Connected(r.map(Box::new)),
@@ -254,16 +253,11 @@ impl Actor {
                     self.shutdown().await;
                     return;
                 }
-                Event::Command(Some(Command::Close { reply })) => {
-                    self.shutdown().await;
-                    let _ = reply.send(());
-                    return;
-                }
-                Event::Command(Some(Command::Send { message, reply })) => {
-                    self.enqueue(message, reply);
-                    // Every submit already waiting joins the queue too, so that they
-                    // go out together.
-                    while let Ok(cmd) = self.commands.try_recv() {
+                Event::Command(Some(cmd)) => {
+                    // This command, then every one already waiting: the submits queued
+                    // together go out together.
+                    let mut next = Some(cmd);
+                    while let Some(cmd) = next {
                         match cmd {
                             Command::Send { message, reply } => self.enqueue(message, reply),
                             Command::Close { reply } => {
@@ -272,6 +266,7 @@ impl Actor {
                                 return;
                             }
                         }
+                        next = self.commands.try_recv().ok();
                     }
                     if self.link.is_none() && self.connecting.is_none() && self.retry_at.is_none() {
                         self.start_connecting();
@@ -314,8 +309,11 @@ impl Actor {
     async fn flush(&mut self) {
         while let Some(link) = &mut self.link {
             let Some(first) = self.queue.pop_front() else { return };
-            let (group, encoded) =
-                if self.batching { gather(first, &mut self.queue, link) } else { (vec![first], vec![]) };
+            let (group, encoded) = if self.endpoint.profile == Profile::ServiceBus {
+                gather(first, &mut self.queue, link)
+            } else {
+                (vec![first], vec![])
+            };
             let budget = group[0].deadline.saturating_duration_since(Instant::now());
             let sent = if encoded.is_empty() {
                 timeout(budget, link.sender.send_batchable_ref(&group[0].message)).await
@@ -325,7 +323,7 @@ impl Actor {
             };
             match sent {
                 Ok(Ok(outcome)) => {
-                    let (what, alone) = (self.what.clone(), self.alone.0.clone());
+                    let (what, refused) = (self.what.clone(), self.refused.clone());
                     tokio::spawn(async move {
                         let result = match timeout(budget, outcome).await {
                             Ok(Ok(Outcome::Accepted(_))) => Ok(()),
@@ -333,7 +331,7 @@ impl Actor {
                                 tracing::debug!(target_queue = %what, outcome = ?other, messages = group.len(),
                                     "the broker refused a batch; sending its messages one at a time");
                                 let group = group.into_iter().map(|q| Queued { alone: true, ..q }).collect();
-                                if let Err(back) = alone.send(group) {
+                                if let Err(back) = refused.send(group) {
                                     reply_all(back.0, &Err(error::outcome_error(&what, &other)));
                                 }
                                 return;
