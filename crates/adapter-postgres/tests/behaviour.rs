@@ -11,7 +11,7 @@ use adapter_postgres::{PostgresStore, SCHEMA_VERSION, grant_sql};
 use drain_core::ErrorKind;
 use drain_core::ports::{Acquire, ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId, Release};
 
-use support::{config, connect, server, token};
+use support::{connect_short as connect, server, short_config as config, token};
 
 fn fence(a: Acquire) -> u64 {
     match a {

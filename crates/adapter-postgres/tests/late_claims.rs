@@ -14,7 +14,7 @@ use drain_core::ports::{ClaimState, ClaimStore, LeaseName, LeaseStore, MessageId
 use drain_core::tick::{StaleClaims, TickConfig, probe_claims, release_stale_claims};
 use test_servers::{Freezer, PostgresServer};
 
-use support::{config, server, token};
+use support::{server, short_config as config, token};
 
 /// A store on one connection with 300 ms timeouts (it connects at once), the pid of
 /// its backend, and what freezes that backend alone.

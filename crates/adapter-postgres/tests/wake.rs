@@ -12,7 +12,7 @@ use drain_core::ports::{Acquire, Release, ReleaseWake, Releases, Waiter};
 use futures::StreamExt;
 use test_servers::PostgresServer;
 
-use support::{calls, calls_in, connect_patient, observed, reset_stats, round_trips, server, token};
+use support::{calls, calls_in, connect, observed, reset_stats, round_trips, server, token};
 
 fn waiter(instance: &str) -> Waiter {
     Waiter { instance: instance.to_owned(), ttl: Duration::from_secs(30) }
@@ -35,7 +35,7 @@ fn waiters(pg: &PostgresServer, owner: &str) -> Vec<String> {
 #[tokio::test]
 async fn a_release_wakes_exactly_the_oldest_waiter_in_one_call() {
     let pg = server();
-    let (store, obs) = observed(connect_patient(&pg.url()).await);
+    let (store, obs) = observed(connect(&pg.url()).await);
     let (b, c) = (waiter("b"), waiter("c"));
     let mut b_hears = store.subscribe(&b.instance).await.expect("subscribe b");
     let mut c_hears = store.subscribe(&c.instance).await.expect("subscribe c");
@@ -83,7 +83,7 @@ async fn a_release_wakes_exactly_the_oldest_waiter_in_one_call() {
 #[tokio::test]
 async fn a_subscription_listens_again_after_its_connection_is_terminated() {
     let pg = server();
-    let store = connect_patient(&pg.url()).await;
+    let store = connect(&pg.url()).await;
     let mut hears = store.subscribe("me").await.expect("subscribe");
     let channel = pg.sql("SELECT drain.wake_channel('drain', 'me')").expect("channel")[0][0].clone().expect("name");
     let ended = pg
@@ -111,7 +111,7 @@ async fn a_subscription_listens_again_after_its_connection_is_terminated() {
 #[tokio::test]
 async fn a_release_skips_a_waiter_whose_process_exited() {
     let pg = server();
-    let store = connect_patient(&pg.url()).await;
+    let store = connect(&pg.url()).await;
     let o = OwnerId::from("o");
     let ttl = Duration::from_secs(30);
     let holder = token("a", 1);

@@ -35,18 +35,35 @@ pub fn frozen(freezer: Freezer, clock: &TokioClock) -> impl Outage + '_ {
     OutageBy::new(move || freezer.freeze(), move || thaw.thaw(), clock, Duration::from_millis(100))
 }
 
-/// Short timeouts so failure tests stay fast.
-pub fn config(url: &str) -> PostgresConfig {
+/// Short timeouts, for the tests that make the server fail (`behaviour.rs`,
+/// `contract.rs`): they stay fast.
+pub fn short_config(url: &str) -> PostgresConfig {
     PostgresConfig::new(url).timeouts(Duration::from_millis(500), Duration::from_millis(500))
 }
 
-/// Connect with [`config`]'s short timeouts. Connecting also creates or upgrades the
-/// schema, which a loaded machine can take longer than 500 ms for: a temporary failure
-/// is tried again (the schema's steps are idempotent), a few times.
+/// The default timeouts, for tests that time nothing out: on a loaded machine a
+/// connection can take longer than [`short_config`]'s 500 ms.
+pub fn config(url: &str) -> PostgresConfig {
+    PostgresConfig::new(url)
+}
+
+/// Connect with [`config`]'s default timeouts.
 pub async fn connect(url: &str) -> PostgresStore {
+    connect_with(config(url)).await
+}
+
+/// Connect with [`short_config`]'s short timeouts.
+pub async fn connect_short(url: &str) -> PostgresStore {
+    connect_with(short_config(url)).await
+}
+
+/// Connecting also creates or upgrades the schema, which a loaded machine can take
+/// longer than a short timeout for: a temporary failure is tried again (the schema's
+/// steps are idempotent), a few times.
+async fn connect_with(config: PostgresConfig) -> PostgresStore {
     let mut attempt = 0;
     loop {
-        match PostgresStore::connect(config(url)).await {
+        match PostgresStore::connect(config.clone()).await {
             Ok(store) => return store,
             Err(e) if e.is_temporary() && attempt < 5 => attempt += 1,
             Err(e) => panic!("connect to the private PostgreSQL: {e:?}"),
@@ -54,16 +71,10 @@ pub async fn connect(url: &str) -> PostgresStore {
     }
 }
 
-/// A store with the default timeouts, for tests that time nothing out: on a loaded
-/// machine a connection the pool opens later can take longer than [`config`]'s 500 ms.
-pub async fn connect_patient(url: &str) -> PostgresStore {
-    PostgresStore::connect(PostgresConfig::new(url)).await.expect("connect to the private PostgreSQL")
-}
-
 /// Three stores on one server, each with connections of its own, as three processes
 /// of a fleet: the contract suites spread their concurrent callers over them.
 pub async fn fleet(url: &str) -> Vec<PostgresStore> {
-    vec![connect(url).await, connect(url).await, connect(url).await]
+    vec![connect_short(url).await, connect_short(url).await, connect_short(url).await]
 }
 
 /// A token from a fixed seed.
